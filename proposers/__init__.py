@@ -1,0 +1,1 @@
+"""proposers package of NDVM discovery."""

@@ -1,0 +1,1 @@
+"""storage package of NDVM discovery."""
