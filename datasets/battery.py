@@ -1,0 +1,297 @@
+"""Battery capacity fade: NASA PCoE and Severson et al. 2019 loaders, a tidy format, a synthetic set.
+
+Every loader returns the same tidy layout, one row per (cell, cycle):
+
+    cell_id (str), cycle (int), capacity_ah (float, Ah), soh (float), split ("train"/"test")
+
+State of health is ``soh = capacity_ah / initial capacity``, where the initial capacity is the mean
+of the cell's first ``soh_ref_cycles`` retained cycles. Those cycles lie in the training part of
+every split, so the normalisation never looks at held-out cycles (nor at the end of life).
+The split is per cell: the first ``train_fraction`` of the cell's retained cycles (in cycle order)
+train, the rest are held out.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from . import cache
+from .errors import DataFormatError, DataNotFoundError, SplitError
+from .schema import TEST, TRAIN, Column, Dataset
+
+DATA_ENV = "NDVM_BATTERY_DATA"  # path of a battery file used when none is given
+
+BATTERY_COLUMNS = (
+    Column("cell_id", "-", "cell identifier (NASA B0005..., Severson b<batch>c<channel>, or yours)"),
+    Column("cycle", "cycle", "cycle (discharge) number within the cell"),
+    Column("capacity_ah", "Ah", "discharge capacity of that cycle"),
+    Column("soh", "1", "state of health: capacity / mean capacity of the cell's first soh_ref_cycles cycles"),
+    Column("split", "-", '"train" (first train_fraction of the cell\'s cycles) or "test"'),
+)
+
+# The four classic NASA cells (24 °C, 2 A constant-current discharge, run to ~30 % fade). The other
+# 30 cells have short or erratic records (see /work/shared/data/battery/README_nasa_pcoe.md).
+NASA_DEFAULT_CELLS = ("B0005", "B0006", "B0007", "B0018")
+
+WHERE_TO_GET = (
+    "No battery data found. Give a file with path=... (CLI: --data FILE), or set "
+    f"{DATA_ENV}=FILE, or put one of nasa_pcoe.csv / severson.csv / battery.csv / battery.parquet into "
+    "{cache}. Accepted layouts: a tidy CSV/Parquet with columns cell_id, cycle, capacity_ah; "
+    "the NASA PCoE per-discharge summary (cell_id, cycle, capacity_ah, operation_index, ...; data: "
+    "NASA Ames Prognostics Data Repository, 'Battery Data Set', "
+    "https://www.nasa.gov/intelligent-systems-division/discovery-and-systems-health/pcoe/pcoe-data-set-repository/); "
+    "or the Severson et al. 2019 per-cycle summary (cell_id, cycle, discharge_capacity_ah[, qd_outlier_flag]; "
+    "data: https://data.matr.io/1/projects/5c48dd2bc625d700019f3204). "
+    "For a demo without data use the dataset 'battery-synthetic'."
+)
+
+
+# --------------------------------------------------------------------------- format detection
+
+def _scan(path: Path) -> pl.LazyFrame:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return pl.scan_parquet(path)
+    if suffix in (".csv", ".txt", ".gz"):
+        return pl.scan_csv(path, infer_schema_length=10000)
+    raise DataFormatError(f"{path}: battery data must be .csv or .parquet")
+
+
+def sniff_format(columns: list[str]) -> str:
+    """``nasa``, ``severson`` or ``tidy`` from a file's column names."""
+    cols = set(columns)
+    if {"cell_id", "cycle", "discharge_capacity_ah"} <= cols:
+        return "severson"
+    if {"cell_id", "cycle", "capacity_ah", "operation_index"} <= cols:
+        return "nasa"
+    if {"cell_id", "cycle", "capacity_ah"} <= cols:
+        return "tidy"
+    raise DataFormatError(
+        f"not a battery file: columns {sorted(cols)}; need cell_id, cycle, capacity_ah "
+        "(tidy or NASA PCoE) or cell_id, cycle, discharge_capacity_ah (Severson)"
+    )
+
+
+def is_battery_file(path: Path) -> bool:
+    try:
+        sniff_format(_scan(path).collect_schema().names())
+        return True
+    except (DataFormatError, pl.exceptions.PolarsError, OSError):
+        return False
+
+
+# --------------------------------------------------------------------------- raw readers (lazy)
+
+def read_nasa(path: str | os.PathLike) -> pl.LazyFrame:
+    """NASA PCoE per-discharge summary -> lazy tidy rows (extra column ambient_temperature_c)."""
+    lf = _scan(Path(path))
+    names = lf.collect_schema().names()
+    if sniff_format(names) != "nasa":
+        raise DataFormatError(f"{path}: not the NASA PCoE per-discharge layout (columns {names})")
+    return lf.select(
+        pl.col("cell_id").cast(pl.String),
+        pl.col("cycle").cast(pl.Int64),
+        pl.col("capacity_ah").cast(pl.Float64),
+        pl.col("ambient_temperature_c").cast(pl.Float64),
+    )
+
+
+def read_severson(path: str | os.PathLike, drop_outliers: bool = True) -> pl.LazyFrame:
+    """Severson et al. 2019 per-cycle summary -> lazy tidy rows (extra column charge_policy).
+
+    ``drop_outliers`` removes rows whose ``qd_outlier_flag`` (an annotation stored in the file) is 1.
+    """
+    lf = _scan(Path(path))
+    names = lf.collect_schema().names()
+    if sniff_format(names) != "severson":
+        raise DataFormatError(f"{path}: not the Severson per-cycle layout (columns {names})")
+    if drop_outliers and "qd_outlier_flag" in names:
+        lf = lf.filter(pl.col("qd_outlier_flag") != 1)
+    extra = [pl.col("charge_policy").cast(pl.String)] if "charge_policy" in names else []
+    return lf.select(
+        pl.col("cell_id").cast(pl.String),
+        pl.col("cycle").cast(pl.Int64),
+        pl.col("discharge_capacity_ah").cast(pl.Float64).alias("capacity_ah"),
+        *extra,
+    )
+
+
+def read_tidy(path: str | os.PathLike) -> pl.LazyFrame:
+    lf = _scan(Path(path))
+    names = lf.collect_schema().names()
+    sniff_format(names)  # raises a clear error on a wrong layout
+    return lf.with_columns(
+        pl.col("cell_id").cast(pl.String), pl.col("cycle").cast(pl.Int64), pl.col("capacity_ah").cast(pl.Float64)
+    )
+
+
+# --------------------------------------------------------------------------- tidy -> dataset
+
+def _select_cells(lf: pl.LazyFrame, cells) -> pl.LazyFrame:
+    if cells is None or cells == "all":
+        return lf
+    if isinstance(cells, str):
+        cells = [c.strip() for c in cells.split(",") if c.strip()]
+    cells = list(cells)
+    # An entry ending in '*' is a prefix: "b1*" selects Severson batch 1.
+    exact = [c for c in cells if not c.endswith("*")]
+    prefixes = [c[:-1] for c in cells if c.endswith("*")]
+    cond = pl.col("cell_id").is_in(exact)
+    for p in prefixes:
+        cond = cond | pl.col("cell_id").str.starts_with(p)
+    return lf.filter(cond)
+
+
+def tidy_dataset(
+    lf: pl.LazyFrame,
+    *,
+    name: str,
+    train_fraction: float = 0.5,
+    soh_ref_cycles: int = 5,
+    min_cycles: int = 20,
+    cells=None,
+    meta: dict | None = None,
+) -> Dataset:
+    """Clean, split per cell and add state of health.
+
+    Cleaning (counted in ``meta['dropped_rows']``): rows with a missing or non-positive capacity are
+    removed; cells with fewer than ``min_cycles`` remaining cycles are removed.
+    """
+    if not 0.0 < train_fraction < 1.0:
+        raise SplitError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    lf = _select_cells(lf, cells)
+    raw = lf.collect()
+    if raw.height == 0:
+        raise DataFormatError(f"{name}: no rows (cells={cells!r})")
+    clean = raw.filter(pl.col("capacity_ah").is_not_null() & pl.col("capacity_ah").is_finite() & (pl.col("capacity_ah") > 0))
+    clean = clean.unique(subset=["cell_id", "cycle"], keep="first", maintain_order=True).sort("cell_id", "cycle")
+    counts = clean.group_by("cell_id").len()
+    keep = counts.filter(pl.col("len") >= min_cycles).get_column("cell_id")
+    short = counts.filter(pl.col("len") < min_cycles).get_column("cell_id").to_list()
+    clean = clean.filter(pl.col("cell_id").is_in(keep.implode()))
+    if clean.height == 0:
+        raise DataFormatError(f"{name}: no cell has at least {min_cycles} valid cycles")
+    min_train = max(soh_ref_cycles, 2)
+    frame = (
+        clean.with_columns(
+            pl.int_range(pl.len()).over("cell_id").alias("_i"),
+            pl.len().over("cell_id").alias("_n"),
+        )
+        # floor: the training part never includes a cycle past train_fraction of the record
+        .with_columns(pl.max_horizontal((pl.col("_n") * train_fraction).floor().cast(pl.Int64), pl.lit(min_train)).alias("_n_train"))
+        .with_columns(pl.when(pl.col("_i") < pl.col("_n_train")).then(pl.lit(TRAIN)).otherwise(pl.lit(TEST)).alias("split"))
+    )
+    # Initial capacity: mean of the first soh_ref_cycles cycles (always inside the training part).
+    ref = (
+        frame.filter(pl.col("_i") < soh_ref_cycles)
+        .group_by("cell_id")
+        .agg(pl.col("capacity_ah").mean().alias("capacity_ref_ah"))
+    )
+    frame = frame.join(ref, on="cell_id", how="left").with_columns(
+        (pl.col("capacity_ah") / pl.col("capacity_ref_ah")).alias("soh")
+    )
+    extras = [c for c in frame.columns if c not in ("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah") and not c.startswith("_")]
+    frame = frame.select("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah", *extras).sort("cell_id", "cycle")
+    from .registry import definition
+
+    info = {
+        "train_fraction": train_fraction,
+        "soh_ref_cycles": soh_ref_cycles,
+        "dropped_rows": raw.height - frame.height,
+        "dropped_cells": short,
+        "n_cells": frame.get_column("cell_id").n_unique(),
+        **(meta or {}),
+    }
+    return Dataset(name=name, frame=frame, x="cycle", y="soh", group="cell_id",
+                   definition=definition("battery-synthetic" if name == "battery-synthetic" else "battery"),
+                   columns=BATTERY_COLUMNS, meta=info)
+
+
+def _find_default_file(cache_dir=None) -> Path:
+    env = os.environ.get(DATA_ENV)
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_file():
+            raise DataNotFoundError(f"{DATA_ENV}={env}: no such file")
+        return path
+    folder = cache.cache_dir(cache_dir) / "battery"
+    for candidate in ("battery.parquet", "battery.csv", "nasa_pcoe.csv", "severson.csv"):
+        if (folder / candidate).is_file():
+            return folder / candidate
+    raise DataNotFoundError(WHERE_TO_GET.format(cache=folder))
+
+
+def load_battery(
+    path: str | os.PathLike | None = None,
+    *,
+    format: str = "auto",
+    cells=None,
+    train_fraction: float = 0.5,
+    soh_ref_cycles: int = 5,
+    min_cycles: int = 20,
+    drop_outliers: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+) -> Dataset:
+    """``battery``: tidy per-cycle capacity from a NASA, Severson or tidy file.
+
+    With no ``path``: ``$NDVM_BATTERY_DATA``, then the cache folder; otherwise a
+    :class:`DataNotFoundError` that says where to get data. ``cells``: a list, a comma-separated
+    string, ``"all"`` or prefixes like ``"b1*"``; NASA files default to the four classic cells
+    B0005/6/7/18, Severson files to batches 1-2 (batch 3 is the evaluation hold-out).
+    """
+    path = Path(path) if path is not None else _find_default_file(cache_dir)
+    if not path.is_file():
+        raise DataNotFoundError(f"{path}: no such file. " + WHERE_TO_GET.format(cache=cache.cache_dir(cache_dir) / "battery"))
+    fmt = sniff_format(_scan(path).collect_schema().names()) if format == "auto" else format
+    if fmt == "nasa":
+        lf = read_nasa(path)
+        cells = NASA_DEFAULT_CELLS if cells is None else cells
+        source = "NASA Ames PCoE Battery Data Set (Saha & Goebel 2007)"
+    elif fmt == "severson":
+        lf = read_severson(path, drop_outliers=drop_outliers)
+        cells = ("b1*", "b2*") if cells is None else cells
+        source = "Severson et al. 2019, Nature Energy (Toyota-MIT/MATR)"
+    elif fmt == "tidy":
+        lf = read_tidy(path)
+        source = "user file"
+    else:
+        raise DataFormatError(f"unknown battery format {format!r}; use auto, nasa, severson or tidy")
+    return tidy_dataset(lf, name="battery", train_fraction=train_fraction, soh_ref_cycles=soh_ref_cycles,
+                        min_cycles=min_cycles, cells=cells, meta={"format": fmt, "file": str(path), "source": source})
+
+
+# --------------------------------------------------------------------------- synthetic
+
+def synthetic_frame(n_cells: int = 6, n_cycles: int = 400, seed: int = 0, noise: float = 0.002) -> pl.DataFrame:
+    """Seeded synthetic fade curves: SEI sqrt growth + linear loss + a late knee, plus noise.
+
+    capacity = c0 * (1 - a*sqrt(n) - b*n - k*softplus((n - n_knee)/w) * w / n_cycles) + noise
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n_cells):
+        c0 = rng.uniform(1.0, 1.1)
+        a = rng.uniform(0.002, 0.004)
+        b = rng.uniform(5e-5, 1.5e-4)
+        n_knee = rng.uniform(0.55, 0.8) * n_cycles
+        w = 0.05 * n_cycles
+        k = rng.uniform(0.15, 0.3)
+        n = np.arange(1, n_cycles + 1, dtype=float)
+        fade = a * np.sqrt(n) + b * n + k * np.logaddexp(0.0, (n - n_knee) / w) * w / n_cycles
+        cap = c0 * (1.0 - fade) + rng.normal(0.0, noise, n.size)
+        rows.append(pl.DataFrame({"cell_id": f"synthetic-{i:02d}", "cycle": n.astype(np.int64), "capacity_ah": cap}))
+    return pl.concat(rows)
+
+
+def load_battery_synthetic(
+    n_cells: int = 6, n_cycles: int = 400, seed: int = 0, noise: float = 0.002,
+    train_fraction: float = 0.5, soh_ref_cycles: int = 5,
+) -> Dataset:
+    """``battery-synthetic``: generated fade curves, for demos and tests only (not real data)."""
+    frame = synthetic_frame(n_cells, n_cycles, seed, noise)
+    return tidy_dataset(frame.lazy(), name="battery-synthetic", train_fraction=train_fraction,
+                        soh_ref_cycles=soh_ref_cycles, min_cycles=1,
+                        meta={"synthetic": True, "seed": seed, "source": "generated (synthetic, not measured)"})

@@ -1,0 +1,108 @@
+"""What a dataset is: a definition (schema, source, licence, citation, loader) and a loaded frame.
+
+A loaded :class:`Dataset` is a collected polars frame in a tidy layout plus the names of its
+roles: the x column (time, cycle), the y column (the quantity modelled), an optional group column
+(one series per group, e.g. one battery cell) and a ``split`` column with the values ``"train"``
+and ``"test"``. Every derived column (anomalies, state of health) is computed from the training
+rows only, so the held-out rows never influence anything a model is fitted on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+
+from .errors import DataFormatError
+
+TRAIN = "train"
+TEST = "test"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    unit: str
+    description: str
+
+
+@dataclass(frozen=True)
+class DatasetDefinition:
+    """A registered dataset. ``loader(**options) -> Dataset``."""
+
+    name: str
+    title: str
+    kind: str  # "timeseries" (one series, forecast task) or "curves" (grouped x -> y, curve task)
+    columns: tuple[Column, ...]
+    source: str
+    licence: str
+    citation: str
+    loader: Callable[..., "Dataset"]
+    default_task: str
+    synthetic: bool = False
+    needs_download: bool = False
+    notes: str = ""
+
+    def summary_row(self) -> dict[str, Any]:
+        """One row for ``ndvm datasets``."""
+        return {
+            "name": self.name,
+            "title": self.title,
+            "kind": self.kind,
+            "task": self.default_task,
+            "columns": ", ".join(c.name for c in self.columns),
+            "source": self.source,
+            "licence": self.licence,
+            "synthetic": self.synthetic,
+            "download": self.needs_download,
+        }
+
+
+@dataclass
+class Dataset:
+    """A loaded dataset: a tidy frame, its column roles and where it came from."""
+
+    name: str
+    frame: pl.DataFrame
+    x: str
+    y: str
+    group: str | None = None
+    definition: DatasetDefinition | None = None
+    columns: tuple[Column, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        needed = [self.x, self.y, "split"] + ([self.group] if self.group else [])
+        missing = [c for c in needed if c not in self.frame.columns]
+        if missing:
+            raise DataFormatError(
+                f"dataset {self.name!r}: missing column(s) {missing}; columns are {self.frame.columns}"
+            )
+
+    @property
+    def train(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("split") == TRAIN)
+
+    @property
+    def test(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("split") == TEST)
+
+    @property
+    def groups(self) -> list[str]:
+        if self.group is None:
+            return []
+        return self.frame.get_column(self.group).unique(maintain_order=True).to_list()
+
+    def series(self, column: str | None = None, part: str | None = None) -> np.ndarray:
+        """A column as float64 numpy (whole frame, or only ``part`` = "train"/"test")."""
+        frame = self.frame if part is None else self.frame.filter(pl.col("split") == part)
+        return frame.get_column(column or self.y).cast(pl.Float64).to_numpy()
+
+    def describe(self) -> str:
+        n_train, n_test = self.train.height, self.test.height
+        groups = f", {len(self.groups)} groups ({self.group})" if self.group else ""
+        return (
+            f"{self.name}: {self.frame.height} rows{groups}; x={self.x}, y={self.y}; "
+            f"train {n_train} rows, test {n_test} rows"
+        )
