@@ -1,0 +1,159 @@
+"""Semantic fingerprints: the second deduplication stage of the candidate store.
+
+Two programs can differ in structure yet compute the same function: ``(* 2 (+ a x))`` and
+``(+ (* 2 a) (* 2 x))``, or ``(+ a (* b x))`` and ``(+ b (* a x))`` (the same model with its
+parameters' roles swapped). The canonical hash cannot see that; their outputs can. A fingerprint
+evaluates a program at a few fixed probe parameter rows and the task's probe inputs, rounds the
+outputs to a fixed number of significant digits and hashes them.
+
+Parameter roles: the probe value a parameter receives depends on its position, so swapping roles
+would change the outputs. To make the fingerprint independent of how parameters are named and
+ordered, parameters are grouped by constraint (a permutation can only exchange parameters that
+accept the same values) and the program is evaluated under every permutation within the groups
+(all of them as lanes of a single ``prog.evaluate`` call); the fingerprint hashes the smallest of
+the resulting output vectors, a choice that does not depend on the declaration order. Above
+``MAX_PERMUTATIONS`` permutations only the declaration order is used (documented limitation: such
+programs are still deduplicated by their canonical hash, and semantically only when their
+parameters are declared in the same roles).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+# Outputs are compared at this many significant digits: far coarser than the float64 noise of
+# reordered arithmetic (1e-16 relative), far finer than any real difference between models.
+SIGNIFICANT_DIGITS = 8
+# Magnitudes below this are treated as zero, so that (- (* 2 a) (* 2 a)) and 0 agree.
+ZERO_TOLERANCE = 1e-12
+# Number of probe parameter rows; each row gives every parameter a different generic value.
+PROBE_ROWS = 3
+# Above this many within-group permutations, only the declaration order is probed.
+MAX_PERMUTATIONS = 720
+# The probe values come from a fixed generator so fingerprints are stable across runs and machines.
+_PROBE_SEED = 20261130
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Result of probing one program: ``value`` is None when no fingerprint could be taken, and
+    ``note`` then says why (the candidate is kept; only the semantic stage is skipped for it)."""
+
+    value: str | None
+    note: str | None = None
+
+
+def _constraint_key(constraint: Any) -> tuple:
+    if constraint is None:
+        return ("free",)
+    if constraint == "positive":
+        return ("positive",)
+    if isinstance(constraint, (tuple, list)) and len(constraint) == 3 and constraint[0] == "between":
+        return ("between", float(constraint[1]), float(constraint[2]))
+    raise ValueError(f"unknown parameter constraint {constraint!r}")
+
+
+def _probe_value(key: tuple, u: float) -> float:
+    """Map a fraction u in (0.15, 0.85) to a generic value that satisfies the constraint."""
+    if key[0] == "free":
+        return (u - 0.5) * 3.0 + (0.37 if u >= 0.5 else -0.37)  # never near 0: |v| >= 0.37
+    if key[0] == "positive":
+        return 0.2 + 1.6 * u
+    lo, hi = key[1], key[2]
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"parameter interval ({lo}, {hi}) cannot be probed")
+    return lo + (hi - lo) * u
+
+
+def probe_theta(params: list[Any]) -> tuple[np.ndarray, int]:
+    """The probe parameter matrix [rows * permutations, P] for a program's declared parameters,
+    and the number of permutations per row. ``params`` are ``ndvm.Param`` (name, init, constraint)."""
+    keys = [_constraint_key(p.constraint) for p in params]
+    groups: dict[tuple, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    group_list = sorted(groups.items())  # sorted by key: the same for any declaration order
+
+    rng = np.random.default_rng(_PROBE_SEED)
+    # values[row][group] = the values handed out to that group's members, in slot order
+    values = []
+    for _ in range(PROBE_ROWS):
+        row = []
+        for key, members in group_list:
+            fractions = rng.uniform(0.15, 0.85, size=max(len(members), 1))
+            row.append([_probe_value(key, float(f)) for f in fractions[: len(members)]])
+        values.append(row)
+
+    n_perm = math.prod(math.factorial(len(m)) for _, m in group_list)
+    if n_perm > MAX_PERMUTATIONS:
+        per_group = [[tuple(range(len(m)))] for _, m in group_list]
+    else:
+        per_group = [list(itertools.permutations(range(len(m)))) for _, m in group_list]
+    combos = list(itertools.product(*per_group)) if group_list else [()]
+
+    rows = []
+    for row_values in values:
+        for combo in combos:
+            theta = np.empty(len(params))
+            for (key, members), perm, group_values in zip(group_list, combo, row_values):
+                for slot, member in enumerate(members):
+                    theta[member] = group_values[perm[slot]]
+            rows.append(theta)
+    return np.array(rows, dtype=np.float64).reshape(len(rows), len(params)), len(combos)
+
+
+def round_significant(values: np.ndarray, digits: int = SIGNIFICANT_DIGITS) -> np.ndarray:
+    """Round to ``digits`` significant digits; tiny magnitudes become 0, NaN/inf stay, -0 is 0."""
+    v = np.asarray(values, dtype=np.float64)
+    out = np.array(v, copy=True)
+    finite = np.isfinite(v) & (np.abs(v) >= ZERO_TOLERANCE)
+    exponent = np.floor(np.log10(np.abs(v[finite])))
+    scale = 10.0 ** (digits - 1 - exponent)
+    out[finite] = np.round(v[finite] * scale) / scale
+    out[np.isfinite(v) & (np.abs(v) < ZERO_TOLERANCE)] = 0.0
+    out[np.isnan(v)] = np.nan  # one NaN bit pattern
+    return out + 0.0  # -0.0 -> 0.0
+
+
+def fingerprint(program: Any, probe_inputs: Mapping[str, Any] | None) -> Fingerprint:
+    """Fingerprint ``program`` (an ``ndvm.Program``) at the probe parameters and ``probe_inputs``."""
+    import ndvm  # imported here so the store module loads before the runtime is installed
+
+    if probe_inputs is None:
+        return Fingerprint(None, "semantic stage off for this run (no probe inputs)")
+    missing = [name for name in program.inputs if name not in probe_inputs]
+    if missing:
+        return Fingerprint(None, f"no probe value for input {missing[0]!r}")
+    try:
+        theta, n_perm = probe_theta(list(program.params))
+    except ValueError as error:
+        return Fingerprint(None, str(error))
+    inputs = {name: probe_inputs[name] for name in program.inputs}
+    try:
+        if theta.shape[1] == 0:
+            out = np.asarray(program.evaluate(None, inputs), dtype=np.float64)
+            out = np.repeat(out, theta.shape[0], axis=0)
+        else:
+            out = np.asarray(program.evaluate(theta, inputs), dtype=np.float64)
+    except ndvm.NDVMError as error:
+        return Fingerprint(None, f"probe evaluation failed: {type(error).__name__}: {error}")
+    except (TypeError, ValueError) as error:  # a non-numeric result (a symbol, a list of lists)
+        return Fingerprint(None, f"probe result is not numeric: {error}")
+    if out.ndim == 0 or out.shape[0] != theta.shape[0]:
+        return Fingerprint(None, f"probe result has shape {out.shape}, expected {theta.shape[0]} lanes")
+    if not np.isfinite(out).any():
+        return Fingerprint(None, "probe outputs are all non-finite")
+
+    rounded = round_significant(out.reshape(theta.shape[0], -1))
+    # lanes are ordered row-major (probe row, permutation): gather each permutation's outputs over all rows
+    per_row = rounded.reshape(-1, n_perm, rounded.shape[1])  # [rows, perms, n]
+    candidates = [per_row[:, k, :].tobytes() for k in range(n_perm)]
+    digest = hashlib.sha256()
+    digest.update(repr(out.shape[1:]).encode())
+    digest.update(min(candidates))
+    return Fingerprint(digest.hexdigest()[:16])

@@ -1,0 +1,694 @@
+"""The candidate store: every candidate once, every evaluation, the leaderboard, resumable runs.
+
+One DuckDB file holds it all. DuckDB lets only one process open a file for writing, so the store
+has exactly one writer: the discovery flow's main process. Calibration workers (threads, processes
+or Dask workers) never open the store; they return their results to that process, which calls
+``record``. Threads of the writer process may share one ``CandidateStore``: every public method
+takes the store's lock.
+
+Deduplication in ``add`` has two stages, both scoped to one run (a new run on other data must
+calibrate its candidates again; the candidate rows themselves are stored once for all runs):
+
+1. the canonical hash of ``ndvm.compile(source)`` (alpha-renamed, literals abstracted,
+   commutative arguments ordered) catches rewrites of the same structure;
+2. a semantic fingerprint (outputs at fixed probe parameters and the run's probe inputs, see
+   ``storage.fingerprint``) catches different structures that compute the same function.
+
+Sources that do not compile are recorded as ``invalid`` with their typed error and position.
+Every proposal is logged with its outcome, so a run's counters are derived from the tables and a
+reopened store reports exactly what the crashed process had committed.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from storage.fingerprint import fingerprint
+
+OUTCOMES = ("new", "duplicate_hash", "duplicate_semantic", "invalid")
+
+# Metric direction by name (the part before any "_" suffix, e.g. "rmse_lead3" -> "rmse").
+LOWER_IS_BETTER = {"mse", "rmse", "mae", "mape", "nll", "loss", "aic", "bic", "crps", "error", "seconds"}
+HIGHER_IS_BETTER = {"r2", "acc", "corr", "correlation", "skill", "loglik", "likelihood", "accuracy"}
+
+
+class StoreError(Exception):
+    """A misuse of the store: an unknown run or candidate, a malformed proposal or result."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the DuckDB file (a discovery run is writing to it)."""
+
+
+class MetricDirectionError(StoreError):
+    """A metric whose direction (higher or lower is better) is not known and was not given."""
+
+
+def metric_higher_is_better(metric: str) -> bool:
+    """Whether larger values of ``metric`` are better, from its name ("heldout.rmse" -> False)."""
+    base = metric.split(".")[-1].lower()
+    stem = base.split("_")[0]
+    for name in (base, stem):
+        if name in LOWER_IS_BETTER:
+            return False
+        if name in HIGHER_IS_BETTER:
+            return True
+    raise MetricDirectionError(
+        f"metric {metric!r}: direction unknown; pass higher_is_better=True or False "
+        f"(known lower-is-better: {sorted(LOWER_IS_BETTER)}; higher-is-better: {sorted(HIGHER_IS_BETTER)})"
+    )
+
+
+@dataclass
+class Candidate:
+    """A candidate a run must calibrate: returned by ``add`` (the new ones) and ``pending``."""
+
+    hash: str
+    source: str
+    canonical_form: str
+    origin: str | None
+    parents: list[str]
+    fingerprint: str | None
+    program: Any  # ndvm.Program, compiled once here so the caller need not compile again
+
+
+@dataclass
+class EvaluationResult:
+    """One calibration and held-out scoring of a candidate, as handed to ``record``.
+
+    ``train_metrics`` / ``heldout_metrics`` map metric names to floats (e.g. {"rmse": 0.41}); the
+    run's ranking metric must be among the held-out metrics when ``status == "ok"``.
+    ``loss_history`` (the best restart's loss per step) is kept for the loss-curve plot.
+    """
+
+    candidate: str
+    run_id: str
+    dataset: str
+    task: str
+    split: str
+    parameters: dict[str, float]
+    train_metrics: dict[str, float]
+    heldout_metrics: dict[str, float]
+    seconds: float
+    status: str = "ok"
+    error: str | None = None
+    loss_history: list[float] | None = None
+
+    @classmethod
+    def from_fit(cls, fit: Any, *, candidate: str, run_id: str, dataset: str, task: str, split: str,
+                 train_metrics: Mapping[str, float], heldout_metrics: Mapping[str, float]) -> "EvaluationResult":
+        """Build a result from an ``ndvm.Fit`` and the task's metrics."""
+        history = getattr(fit, "history", None)
+        return cls(
+            candidate=candidate, run_id=run_id, dataset=dataset, task=task, split=split,
+            parameters={k: float(v) for k, v in (fit.params or {}).items()},
+            train_metrics=dict(train_metrics), heldout_metrics=dict(heldout_metrics),
+            seconds=float(fit.seconds), status="ok" if fit.error is None else "error", error=fit.error,
+            loss_history=None if history is None else [float(v) for v in np.asarray(history).ravel()],
+        )
+
+
+@dataclass
+class RunStatus:
+    """A run's state as the store knows it (the counters are computed from the tables)."""
+
+    run_id: str
+    status: str
+    created: _dt.datetime
+    updated: _dt.datetime
+    dataset: str | None
+    task: str | None
+    proposer: str | None
+    model: str | None
+    metric: str
+    higher_is_better: bool
+    config: dict[str, Any]
+    budget: dict[str, Any]
+    semantic_dedup: bool
+    mlflow_run_id: str | None
+    proposed: int = 0
+    new: int = 0
+    duplicate_hash: int = 0
+    duplicate_semantic: int = 0
+    invalid: int = 0
+    calibrated: int = 0
+    failed: int = 0
+    pending: int = 0
+    best_score: float | None = None
+    best_hash: str | None = None
+
+    @property
+    def duplicates(self) -> int:
+        return self.duplicate_hash + self.duplicate_semantic
+
+    @property
+    def elapsed_seconds(self) -> float:
+        return (self.updated - self.created).total_seconds()
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
+
+
+def _encode_inputs(inputs: Mapping[str, Any] | None) -> str | None:
+    """Probe inputs as JSON (name -> {"shape", "data"}) so a resumed run probes exactly the same."""
+    if inputs is None:
+        return None
+    encoded = {}
+    for name, value in inputs.items():
+        array = np.asarray(value, dtype=np.float64)
+        encoded[name] = {"shape": list(array.shape), "data": array.ravel().tolist()}
+    return json.dumps(encoded)
+
+
+def _decode_inputs(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    decoded = {}
+    for name, item in json.loads(text).items():
+        array = np.asarray(item["data"], dtype=np.float64).reshape(item["shape"])
+        decoded[name] = float(array) if array.ndim == 0 else array
+    return decoded
+
+
+def _normalize_proposal(proposal: Any) -> tuple[str, str | None, list[str]]:
+    """(source, origin label, parent hashes) from a str, a mapping or a Proposal-like object.
+
+    A proposal's origin may be a plain label or a structure with ``proposer``, ``model`` and
+    ``parents`` (the proposers' ``Origin``); the label is "proposer" or "proposer:model".
+    """
+    if isinstance(proposal, str):
+        return proposal, None, []
+
+    def get(obj: Any, name: str) -> Any:
+        if isinstance(obj, Mapping):
+            return obj.get(name)
+        return getattr(obj, name, None)
+
+    source = get(proposal, "source")
+    if source is None:
+        source = get(proposal, "src")
+    if not isinstance(source, str):
+        raise StoreError(f"proposal {proposal!r} has no source text (expected a str, or a 'source' field)")
+    origin = get(proposal, "origin")
+    parents = get(proposal, "parents") or get(proposal, "parent_hashes")
+    label: str | None
+    if origin is None or isinstance(origin, str):
+        label = origin
+    else:
+        proposer, model = get(origin, "proposer"), get(origin, "model")
+        label = str(proposer) if proposer is not None else type(origin).__name__
+        if model:
+            label += f":{model}"
+        parents = parents or get(origin, "parents") or get(origin, "parent_hashes")
+    return source, label, [str(p) for p in (parents or [])]
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id            VARCHAR PRIMARY KEY,
+    status            VARCHAR NOT NULL,     -- running | finished | failed | interrupted
+    created           TIMESTAMP NOT NULL,
+    updated           TIMESTAMP NOT NULL,
+    dataset           VARCHAR,
+    task              VARCHAR,
+    proposer          VARCHAR,
+    model             VARCHAR,
+    config            JSON,
+    budget            JSON,
+    metric            VARCHAR NOT NULL,     -- held-out metric the leaderboard ranks by
+    higher_is_better  BOOLEAN NOT NULL,
+    probe_inputs      JSON,                 -- NULL: semantic dedup off for this run
+    mlflow_run_id     VARCHAR
+);
+CREATE TABLE IF NOT EXISTS candidates (
+    hash            VARCHAR PRIMARY KEY,    -- ndvm canonical_hash
+    canonical_form  VARCHAR NOT NULL,
+    source          VARCHAR NOT NULL,       -- the first source seen with this hash
+    origin          VARCHAR,
+    parents         JSON,                   -- list of parent candidate hashes
+    param_names     JSON,
+    inputs          JSON,
+    created         TIMESTAMP NOT NULL
+);
+CREATE SEQUENCE IF NOT EXISTS proposal_ids;
+CREATE TABLE IF NOT EXISTS proposals (      -- every proposal of every run, with what became of it
+    id            BIGINT PRIMARY KEY DEFAULT nextval('proposal_ids'),
+    run_id        VARCHAR NOT NULL,
+    created       TIMESTAMP NOT NULL,
+    source        VARCHAR NOT NULL,
+    origin        VARCHAR,
+    parents       JSON,
+    outcome       VARCHAR NOT NULL,         -- new | duplicate_hash | duplicate_semantic | invalid
+    hash          VARCHAR,
+    duplicate_of  VARCHAR,                  -- the run's candidate it duplicates
+    error_kind    VARCHAR,                  -- ParseError | CheckError | ...
+    error         VARCHAR,
+    error_line    INTEGER,
+    error_column  INTEGER
+);
+CREATE TABLE IF NOT EXISTS run_candidates ( -- the candidates a run accepted, and their state
+    run_id          VARCHAR NOT NULL,
+    hash            VARCHAR NOT NULL,
+    fingerprint     VARCHAR,
+    probe_note      VARCHAR,                -- why no fingerprint was taken, if none was
+    state           VARCHAR NOT NULL,       -- pending | calibrated | failed
+    added           TIMESTAMP NOT NULL,
+    mlflow_run_id   VARCHAR,                -- nested MLflow run, once logged
+    PRIMARY KEY (run_id, hash)
+);
+CREATE SEQUENCE IF NOT EXISTS evaluation_ids;
+CREATE TABLE IF NOT EXISTS evaluations (
+    id               BIGINT PRIMARY KEY DEFAULT nextval('evaluation_ids'),
+    candidate        VARCHAR NOT NULL,
+    run_id           VARCHAR NOT NULL,
+    dataset          VARCHAR,
+    task             VARCHAR,
+    split            VARCHAR,
+    parameters       JSON,
+    train_metrics    JSON,
+    heldout_metrics  JSON,
+    score            DOUBLE,                -- heldout_metrics[run.metric], for ranking
+    loss_history     JSON,
+    seconds          DOUBLE,
+    status           VARCHAR NOT NULL,      -- ok | error | ...
+    error            VARCHAR,
+    created          TIMESTAMP NOT NULL
+);
+CREATE OR REPLACE VIEW leaderboard AS
+WITH ranked AS (
+    SELECT e.run_id, e.candidate AS hash, c.source, c.origin, e.dataset, e.task, e.split,
+           r.metric, e.score, e.parameters, e.train_metrics, e.heldout_metrics, e.seconds,
+           e.created, e.id AS evaluation_id,
+           CASE WHEN r.higher_is_better THEN -e.score ELSE e.score END AS sort_key
+    FROM evaluations e
+    JOIN runs r ON r.run_id = e.run_id
+    JOIN candidates c ON c.hash = e.candidate
+    WHERE e.status = 'ok' AND e.score IS NOT NULL AND isfinite(e.score)
+), best_per_candidate AS (
+    SELECT * FROM ranked
+    QUALIFY row_number() OVER (PARTITION BY run_id, hash ORDER BY sort_key, evaluation_id) = 1
+)
+SELECT rank() OVER (PARTITION BY run_id ORDER BY sort_key) AS rank, * EXCLUDE (sort_key)
+FROM best_per_candidate;
+"""
+
+
+class CandidateStore:
+    """One DuckDB file: runs, candidates, proposals, evaluations and the leaderboard view.
+
+    Open it in the single writer process only (see the module docstring). Use it as a context
+    manager or call ``close()``; every public method commits before it returns.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._con = duckdb.connect(str(self.path))
+        except duckdb.IOException as error:
+            raise StoreLockedError(
+                f"cannot open the candidate store {self.path}: another process holds it "
+                f"(DuckDB allows one writer; is a discovery run still writing to it?): {error}"
+            ) from error
+        self._lock = threading.RLock()
+        self._probe_cache: dict[str, dict[str, Any] | None] = {}
+        with self._lock:
+            self._con.sql(_SCHEMA)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self) -> "CandidateStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _transaction(self):
+        store = self
+
+        class _Tx:
+            def __enter__(self_inner):
+                store._con.begin()
+
+            def __exit__(self_inner, exc_type, exc, tb):
+                if exc_type is None:
+                    store._con.commit()
+                else:
+                    store._con.rollback()
+
+        return _Tx()
+
+    # ---- runs ------------------------------------------------------------------------------
+    def start_run(self, run_id: str | None = None, *, dataset: str | None = None, task: str | None = None,
+                  proposer: str | None = None, model: str | None = None,
+                  config: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None,
+                  metric: str = "rmse", higher_is_better: bool | None = None,
+                  probe_inputs: Mapping[str, Any] | None = None) -> str:
+        """Create a run and return its id (a new uuid-based id when none is given).
+
+        ``metric`` is the held-out metric the leaderboard ranks by; its direction comes from its
+        name unless ``higher_is_better`` is given. ``probe_inputs`` (name -> scalar or array) are
+        the inputs of the semantic fingerprint; without them the run deduplicates by canonical
+        hash only.
+        """
+        if higher_is_better is None:
+            higher_is_better = metric_higher_is_better(metric)
+        run_id = run_id or f"run-{_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+        now = _now()
+        with self._lock:
+            if self._run_row(run_id) is not None:
+                raise StoreError(f"run {run_id!r} already exists in {self.path}; use resume({run_id!r})")
+            self._con.sql(
+                "INSERT INTO runs VALUES ($1, 'running', $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL)",
+                params=[run_id, now, dataset, task, proposer, model, json.dumps(dict(config or {})),
+                        json.dumps(dict(budget or {})), metric, higher_is_better, _encode_inputs(probe_inputs)],
+            )
+        return run_id
+
+    def resume(self, run_id: str) -> RunStatus:
+        """Mark an existing run as running again and return its restored state; ``pending(run_id)``
+        then lists the candidates it accepted but never calibrated."""
+        with self._lock:
+            self._require_run(run_id)
+            self._con.sql("UPDATE runs SET status = 'running', updated = $2 WHERE run_id = $1",
+                          params=[run_id, _now()])
+            return self.run_status(run_id)
+
+    def set_run_status(self, run_id: str, status: str) -> None:
+        """Set a run's status: running, finished, failed or interrupted."""
+        if status not in ("running", "finished", "failed", "interrupted"):
+            raise StoreError(f"unknown run status {status!r}")
+        with self._lock:
+            self._require_run(run_id)
+            self._con.sql("UPDATE runs SET status = $2, updated = $3 WHERE run_id = $1",
+                          params=[run_id, status, _now()])
+
+    def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
+        """Remember the run's MLflow parent run, so a resumed run keeps logging into it."""
+        with self._lock:
+            self._require_run(run_id)
+            self._con.sql("UPDATE runs SET mlflow_run_id = $2 WHERE run_id = $1", params=[run_id, mlflow_run_id])
+
+    def mark_logged(self, run_id: str, candidate: str, mlflow_run_id: str) -> None:
+        """Remember that a leaderboard entry was logged as a nested MLflow run."""
+        with self._lock:
+            self._con.sql("UPDATE run_candidates SET mlflow_run_id = $3 WHERE run_id = $1 AND hash = $2",
+                          params=[run_id, candidate, mlflow_run_id])
+
+    def logged(self, run_id: str) -> dict[str, str]:
+        """candidate hash -> nested MLflow run id, for the run's entries already logged."""
+        with self._lock:
+            rows = self._con.sql("SELECT hash, mlflow_run_id FROM run_candidates WHERE run_id = $1 "
+                                 "AND mlflow_run_id IS NOT NULL", params=[run_id]).fetchall()
+        return dict(rows)
+
+    def runs(self) -> pl.DataFrame:
+        """All runs, newest first."""
+        with self._lock:
+            return self._con.sql("SELECT run_id, status, created, updated, dataset, task, proposer, model, "
+                                 "metric FROM runs ORDER BY created DESC").pl()
+
+    def latest_run(self) -> str | None:
+        with self._lock:
+            rows = self._con.sql("SELECT run_id FROM runs ORDER BY created DESC LIMIT 1").fetchall()
+        return rows[0][0] if rows else None
+
+    def _run_row(self, run_id: str) -> dict[str, Any] | None:
+        rel = self._con.sql("SELECT * FROM runs WHERE run_id = $1", params=[run_id])
+        names = rel.columns
+        rows = rel.fetchall()
+        return dict(zip(names, rows[0])) if rows else None
+
+    def _require_run(self, run_id: str) -> dict[str, Any]:
+        row = self._run_row(run_id)
+        if row is None:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        return row
+
+    def probe_inputs(self, run_id: str) -> dict[str, Any] | None:
+        """The run's probe inputs, as stored (None: semantic dedup off)."""
+        with self._lock:
+            if run_id not in self._probe_cache:
+                self._probe_cache[run_id] = _decode_inputs(self._require_run(run_id)["probe_inputs"])
+            return self._probe_cache[run_id]
+
+    def run_status(self, run_id: str) -> RunStatus:
+        """The run's configuration and its counters, computed from what was committed."""
+        with self._lock:
+            row = self._require_run(run_id)
+            outcomes = dict(self._con.sql("SELECT outcome, count(*) FROM proposals WHERE run_id = $1 GROUP BY outcome",
+                                          params=[run_id]).fetchall())
+            states = dict(self._con.sql("SELECT state, count(*) FROM run_candidates WHERE run_id = $1 GROUP BY state",
+                                        params=[run_id]).fetchall())
+            best = self._con.sql("SELECT score, hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 1",
+                                 params=[run_id]).fetchall()
+        return RunStatus(
+            run_id=run_id, status=row["status"], created=row["created"], updated=row["updated"],
+            dataset=row["dataset"], task=row["task"], proposer=row["proposer"], model=row["model"],
+            metric=row["metric"], higher_is_better=row["higher_is_better"],
+            config=json.loads(row["config"] or "{}"), budget=json.loads(row["budget"] or "{}"),
+            semantic_dedup=row["probe_inputs"] is not None, mlflow_run_id=row["mlflow_run_id"],
+            proposed=sum(outcomes.values()), new=outcomes.get("new", 0),
+            duplicate_hash=outcomes.get("duplicate_hash", 0), duplicate_semantic=outcomes.get("duplicate_semantic", 0),
+            invalid=outcomes.get("invalid", 0), calibrated=states.get("calibrated", 0),
+            failed=states.get("failed", 0), pending=states.get("pending", 0),
+            best_score=best[0][0] if best else None, best_hash=best[0][1] if best else None,
+        )
+
+    # ---- candidates ------------------------------------------------------------------------
+    def add(self, proposals: Iterable[Any], run_id: str) -> list[Candidate]:
+        """Record proposals for a run; return only the new candidates, in proposal order.
+
+        A proposal is a source string, a mapping with ``source`` (and optional ``origin``,
+        ``parents``), or an object with those attributes. Invalid sources are recorded with their
+        error; duplicates (by canonical hash, then by semantic fingerprint) are counted.
+        """
+        import ndvm
+
+        items = [_normalize_proposal(p) for p in proposals]
+        probes = self.probe_inputs(run_id)
+        # Compile outside the lock (fingerprints need the dedup state, so they are taken inside).
+        prepared = []
+        for source, origin, parents in items:
+            try:
+                program = ndvm.compile(source)
+            except ndvm.NDVMError as error:
+                prepared.append((source, origin, parents, None, error, None))
+                continue
+            prepared.append((source, origin, parents, program, None, None))
+
+        new: list[Candidate] = []
+        now = _now()
+        with self._lock, self._transaction():
+            self._touch(run_id, now)
+            known_hashes = set()
+            known_fingerprints: dict[str, str] = {}
+            for i, (source, origin, parents, program, error, _) in enumerate(prepared):
+                if program is None:
+                    self._log_proposal(run_id, now, source, origin, parents, "invalid", error=error)
+                    continue
+                digest = program.canonical_hash
+                if digest in known_hashes or self._run_has(run_id, digest):
+                    self._log_proposal(run_id, now, source, origin, parents, "duplicate_hash", digest, digest)
+                    continue
+                fp = fingerprint(program, probes)
+                twin = None
+                if fp.value is not None:
+                    twin = known_fingerprints.get(fp.value) or self._fingerprint_owner(run_id, fp.value)
+                if twin is not None:
+                    self._log_proposal(run_id, now, source, origin, parents, "duplicate_semantic", digest, twin)
+                    continue
+                self._con.sql(
+                    "INSERT INTO candidates VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hash) DO NOTHING",
+                    params=[digest, program.canonical_form, source, origin, json.dumps(parents),
+                            json.dumps(list(program.param_names)), json.dumps(list(program.inputs)), now],
+                )
+                self._con.sql("INSERT INTO run_candidates VALUES ($1, $2, $3, $4, 'pending', $5, NULL)",
+                              params=[run_id, digest, fp.value, fp.note, now])
+                self._log_proposal(run_id, now, source, origin, parents, "new", digest)
+                known_hashes.add(digest)
+                if fp.value is not None:
+                    known_fingerprints[fp.value] = digest
+                new.append(Candidate(digest, source, program.canonical_form, origin, parents, fp.value, program))
+        return new
+
+    def _run_has(self, run_id: str, digest: str) -> bool:
+        return bool(self._con.sql("SELECT 1 FROM run_candidates WHERE run_id = $1 AND hash = $2",
+                                  params=[run_id, digest]).fetchall())
+
+    def _fingerprint_owner(self, run_id: str, value: str) -> str | None:
+        rows = self._con.sql("SELECT hash FROM run_candidates WHERE run_id = $1 AND fingerprint = $2 LIMIT 1",
+                             params=[run_id, value]).fetchall()
+        return rows[0][0] if rows else None
+
+    def _log_proposal(self, run_id: str, now: _dt.datetime, source: str, origin: str | None, parents: list[str],
+                      outcome: str, digest: str | None = None, duplicate_of: str | None = None,
+                      error: Exception | None = None) -> None:
+        self._con.sql(
+            "INSERT INTO proposals (run_id, created, source, origin, parents, outcome, hash, duplicate_of, "
+            "error_kind, error, error_line, error_column) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            params=[run_id, now, source, origin, json.dumps(parents), outcome, digest, duplicate_of,
+                    None if error is None else type(error).__name__,
+                    None if error is None else getattr(error, "message", str(error)),
+                    None if error is None else getattr(error, "line", None),
+                    None if error is None else getattr(error, "column", None)],
+        )
+
+    def _touch(self, run_id: str, now: _dt.datetime) -> None:
+        self._require_run(run_id)
+        self._con.sql("UPDATE runs SET updated = $2 WHERE run_id = $1", params=[run_id, now])
+
+    def pending(self, run_id: str) -> list[Candidate]:
+        """Candidates the run accepted but has not calibrated yet (what a resumed run does first)."""
+        import ndvm
+
+        with self._lock:
+            self._require_run(run_id)
+            rows = self._con.sql(
+                "SELECT c.hash, c.source, c.canonical_form, c.origin, c.parents, rc.fingerprint "
+                "FROM run_candidates rc JOIN candidates c ON c.hash = rc.hash "
+                "WHERE rc.run_id = $1 AND rc.state = 'pending' ORDER BY rc.added, c.hash",
+                params=[run_id]).fetchall()
+        return [Candidate(h, src, form, origin, json.loads(parents or "[]"), fp, ndvm.compile(src))
+                for h, src, form, origin, parents, fp in rows]
+
+    def candidate(self, digest: str) -> dict[str, Any]:
+        """One candidate row as a dict."""
+        with self._lock:
+            rel = self._con.sql("SELECT * FROM candidates WHERE hash = $1", params=[digest])
+            names, rows = rel.columns, rel.fetchall()
+        if not rows:
+            raise StoreError(f"no candidate {digest!r} in {self.path}")
+        row = dict(zip(names, rows[0]))
+        for key in ("parents", "param_names", "inputs"):
+            row[key] = json.loads(row[key] or "[]")
+        return row
+
+    # ---- results ---------------------------------------------------------------------------
+    def record(self, results: Iterable[EvaluationResult | Mapping[str, Any]]) -> int:
+        """Store evaluations (one transaction) and mark their candidates calibrated or failed.
+
+        Returns the number recorded. Each result must name a candidate the run accepted; an ``ok``
+        result must carry the run's ranking metric among its held-out metrics.
+        """
+        items = [r if isinstance(r, EvaluationResult) else EvaluationResult(**dict(r)) for r in results]
+        now = _now()
+        with self._lock, self._transaction():
+            runs: dict[str, dict[str, Any]] = {}
+            for item in items:
+                run = runs.get(item.run_id) or self._require_run(item.run_id)
+                runs[item.run_id] = run
+                if not self._run_has(item.run_id, item.candidate):
+                    raise StoreError(f"candidate {item.candidate!r} was not added to run {item.run_id!r}")
+                score = None
+                if item.status == "ok":
+                    if run["metric"] not in item.heldout_metrics:
+                        raise StoreError(
+                            f"result for {item.candidate!r} lacks held-out metric {run['metric']!r}, which run "
+                            f"{item.run_id!r} ranks by (it has {sorted(item.heldout_metrics)})")
+                    score = float(item.heldout_metrics[run["metric"]])
+                self._con.sql(
+                    "INSERT INTO evaluations (candidate, run_id, dataset, task, split, parameters, train_metrics, "
+                    "heldout_metrics, score, loss_history, seconds, status, error, created) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                    params=[item.candidate, item.run_id, item.dataset, item.task, item.split,
+                            json.dumps(item.parameters), json.dumps(item.train_metrics),
+                            json.dumps(item.heldout_metrics), score,
+                            None if item.loss_history is None else json.dumps(item.loss_history),
+                            float(item.seconds), item.status, item.error, now],
+                )
+                self._con.sql("UPDATE run_candidates SET state = $3 WHERE run_id = $1 AND hash = $2",
+                              params=[item.run_id, item.candidate, "calibrated" if item.status == "ok" else "failed"])
+            for run_id in runs:
+                self._con.sql("UPDATE runs SET updated = $2 WHERE run_id = $1", params=[run_id, now])
+        return len(items)
+
+    # ---- queries ---------------------------------------------------------------------------
+    def top(self, k: int = 10, metric: str | None = None, run_id: str | None = None,
+            higher_is_better: bool | None = None) -> pl.DataFrame:
+        """The k best candidates: of one run (default: the latest run), by its ranking metric or
+        by ``metric`` ("rmse", "heldout.r2" or "train.mse"; held-out when no prefix is given)."""
+        with self._lock:
+            run_id = run_id or self.latest_run()
+            if run_id is None:
+                return self._con.sql("SELECT * FROM leaderboard LIMIT 0").pl()
+            run = self._require_run(run_id)
+            if metric is None or metric in (run["metric"], f"heldout.{run['metric']}"):
+                return self._con.sql("SELECT * FROM leaderboard WHERE run_id = $1 ORDER BY rank, hash LIMIT $2",
+                                     params=[run_id, int(k)]).pl()
+            split, _, name = metric.rpartition(".")
+            column = {"": "heldout_metrics", "heldout": "heldout_metrics", "train": "train_metrics"}.get(split)
+            if column is None:
+                raise StoreError(f"metric {metric!r}: prefix must be 'train.' or 'heldout.'")
+            if higher_is_better is None:
+                higher_is_better = metric_higher_is_better(name)
+            order = "DESC" if higher_is_better else "ASC"
+            # The same "best evaluation per candidate" rule as the view, on the requested metric.
+            query = f"""
+                WITH m AS (
+                    SELECT e.run_id, e.candidate AS hash, c.source, c.origin, e.dataset, e.task, e.split,
+                           TRY_CAST(json_extract({column}, '$."' || $3 || '"') AS DOUBLE) AS value,
+                           e.parameters, e.train_metrics, e.heldout_metrics, e.seconds, e.created, e.id
+                    FROM evaluations e JOIN candidates c ON c.hash = e.candidate
+                    WHERE e.run_id = $1 AND e.status = 'ok'
+                ), best AS (
+                    SELECT * FROM m WHERE value IS NOT NULL AND isfinite(value)
+                    QUALIFY row_number() OVER (PARTITION BY hash ORDER BY value {order}, id) = 1
+                )
+                SELECT rank() OVER (ORDER BY value {order}) AS rank, run_id, hash, source, origin, dataset, task,
+                       split, $4 AS metric, value AS score, parameters, train_metrics, heldout_metrics, seconds, created
+                FROM best ORDER BY rank, hash LIMIT $2
+            """
+            return self._con.sql(query, params=[run_id, int(k), name, metric]).pl()
+
+    def history(self, run_id: str) -> pl.DataFrame:
+        """Every proposal of the run in arrival order, with its outcome and, once calibrated, its
+        latest evaluation (status, score, seconds)."""
+        with self._lock:
+            self._require_run(run_id)
+            return self._con.sql(
+                """
+                WITH latest AS (
+                    SELECT * FROM evaluations WHERE run_id = $1
+                    QUALIFY row_number() OVER (PARTITION BY candidate ORDER BY id DESC) = 1
+                )
+                SELECT p.id AS seq, p.created, p.outcome, p.hash, p.duplicate_of, p.origin, p.source,
+                       p.error_kind, p.error, p.error_line, p.error_column,
+                       CASE WHEN p.outcome = 'new' THEN l.status END AS eval_status,
+                       CASE WHEN p.outcome = 'new' THEN l.score END AS score,
+                       CASE WHEN p.outcome = 'new' THEN l.seconds END AS seconds
+                FROM proposals p LEFT JOIN latest l ON l.candidate = p.hash
+                WHERE p.run_id = $1 ORDER BY p.id
+                """, params=[run_id]).pl()
+
+    def evaluation(self, run_id: str, candidate: str) -> dict[str, Any]:
+        """The best ``ok`` evaluation of a candidate in a run (as on the leaderboard), decoded."""
+        with self._lock:
+            rel = self._con.sql(
+                "SELECT e.* FROM evaluations e JOIN leaderboard l ON l.evaluation_id = e.id "
+                "WHERE l.run_id = $1 AND l.hash = $2", params=[run_id, candidate])
+            names, rows = rel.columns, rel.fetchall()
+        if not rows:
+            raise StoreError(f"candidate {candidate!r} has no successful evaluation in run {run_id!r}")
+        row = dict(zip(names, rows[0]))
+        for key in ("parameters", "train_metrics", "heldout_metrics"):
+            row[key] = json.loads(row[key] or "{}")
+        row["loss_history"] = json.loads(row["loss_history"]) if row["loss_history"] else None
+        return row
+
+
+__all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "StoreError", "StoreLockedError",
+           "MetricDirectionError", "metric_higher_is_better", "OUTCOMES"]
