@@ -1,0 +1,10 @@
+;; inputs: {"x": 0.6}
+(param a 1.0)
+(define (classify v)
+  (cond ((< v 0.0) 'negative)
+        ((< v 0.5) 'small)
+        ((< v 1.0) 'medium)
+        (else 'large)))
+(cond ((eq? (classify x) 'small) (* a 1.0))
+      ((eq? (classify x) 'medium) (* a 2.0))
+      (else (* a 3.0)))

@@ -1,0 +1,6 @@
+(param a 0.5)
+(define checks (list (zero? 0) (positive? 2) (negative? -1) (even? 4) (odd? 3)
+                     (number? a) (boolean? #f) (symbol? 'q) (procedure? car)
+                     (null? '()) (pair? '(1)) (list? '(1 2)) (not #f)))
+(define (count-true xs) (if (null? xs) 0 (+ (if (car xs) 1 0) (count-true (cdr xs)))))
+(* a (count-true checks))

@@ -1,0 +1,5 @@
+(param a 2.0)
+(define data '(1 (2 3) #t sym (nested (list 4.5))))
+(if (and (eq? (car (cdr (cdr (cdr data)))) 'sym) (eq? (caddr data) #t))
+    (* a (car (cdr (cadr data))))
+    a)

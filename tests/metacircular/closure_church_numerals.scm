@@ -1,0 +1,7 @@
+(param a 1.05)
+(define zero (lambda (f) (lambda (x) x)))
+(define (succ n) (lambda (f) (lambda (x) (f ((n f) x)))))
+(define (add m n) (lambda (f) (lambda (x) ((m f) ((n f) x)))))
+(define three (succ (succ (succ zero))))
+(define five (add three (succ (succ zero))))
+((five (lambda (x) (* x a))) 1.0)

@@ -1,0 +1,6 @@
+(param a 1.1)
+(define (compose f g) (lambda (x) (f (g x))))
+(define (twice f) (compose f f))
+(define inc (lambda (x) (+ x a)))
+(define sq (lambda (x) (* x x)))
+((compose (twice inc) (twice sq)) 1.3)

@@ -1,0 +1,7 @@
+(param a 0.4)
+(define (model x)
+  (define b (* a 2))
+  (define (helper y) (+ y b c))
+  (define c (* b 3))
+  (helper (* x x)))
+(model 1.5)

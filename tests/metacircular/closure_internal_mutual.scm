@@ -1,0 +1,6 @@
+(param a 0.6)
+(define (f n)
+  (define (ev? k) (if (= k 0) #t (od? (- k 1))))
+  (define (od? k) (if (= k 0) #f (ev? (- k 1))))
+  (if (ev? n) (* a n) (- a n)))
+(+ (f 10) (f 7))

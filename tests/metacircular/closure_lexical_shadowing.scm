@@ -1,0 +1,6 @@
+(param a 2.0)
+(define x 10.0)
+(define (f) x)
+(define (g x) (+ x (f)))
+(let ((x 100.0))
+  (+ (g a) (f) (let ((f (lambda () x))) (f))))

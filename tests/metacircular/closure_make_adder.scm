@@ -1,0 +1,5 @@
+(param a 0.25)
+(define (make-adder n) (lambda (x) (+ x n)))
+(define add-a (make-adder a))
+(define add-2 (make-adder 2))
+(add-a (add-2 (add-a 1.0)))

@@ -1,0 +1,5 @@
+(param a 0.5)
+(define (sum . xs) (if (null? xs) 0 (+ (car xs) (apply sum (cdr xs)))))
+(define (weighted w . xs) (* w (apply sum xs)))
+(define all-args (lambda args (length args)))
+(+ (sum a 1 2) (weighted a 1 2 3) (all-args 1 2 3 4) (sum))

@@ -1,0 +1,7 @@
+(param a 0.2)
+(define (filter keep? xs)
+  (cond ((null? xs) '())
+        ((keep? (car xs)) (cons (car xs) (filter keep? (cdr xs))))
+        (else (filter keep? (cdr xs)))))
+(define (range n) (let loop ((i (- n 1)) (acc '())) (if (< i 0) acc (loop (- i 1) (cons i acc)))))
+(apply + (map (lambda (x) (* a x)) (filter odd? (range 20))))

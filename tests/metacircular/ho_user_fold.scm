@@ -1,0 +1,5 @@
+(param a 0.3)
+(define (fold f init xs) (if (null? xs) init (fold f (f init (car xs)) (cdr xs))))
+(define (fold-right f init xs) (if (null? xs) init (f (car xs) (fold-right f init (cdr xs)))))
+(+ (fold (lambda (acc x) (+ (* acc a) x)) 0.0 '(1 2 3 4 5))
+   (fold-right (lambda (x acc) (+ (* acc a) x)) 0.0 '(1 2 3 4 5)))

@@ -1,0 +1,5 @@
+(param a 0.5)
+(param b 2.0)
+(let ((x (* a b)) (y (+ a b)))
+  (let ((x y) (y x))
+    (- x y)))

@@ -1,0 +1,5 @@
+(param a 0.7)
+(letrec* ((base (* a 3))
+          (f (lambda (x) (+ x base)))
+          (g (f 1.0)))
+  (* g base))

@@ -1,0 +1,5 @@
+(param a 0.5)
+(define (insert x xs) (if (or (null? xs) (<= x (car xs))) (cons x xs) (cons (car xs) (insert x (cdr xs)))))
+(define (sort xs) (if (null? xs) '() (insert (car xs) (sort (cdr xs)))))
+(define sorted (sort (list 3.0 1.0 a 2.5 0.1)))
+(+ (* 10 (car sorted)) (list-ref sorted 2))

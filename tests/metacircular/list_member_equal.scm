@@ -1,0 +1,6 @@
+(param a 0.5)
+(+ (if (memq 'c '(a b c)) a 0.0)
+   (if (member '(1 2) '((0) (1 2))) (* 2 a) 0.0)
+   (if (memv 3 '(1 2)) 100.0 0.0)
+   (if (equal? (list 1 (list 2 3)) '(1 (2 3))) (* 3 a) 0.0)
+   (if (eqv? 2 2) 1.0 0.0))

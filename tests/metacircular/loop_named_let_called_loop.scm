@@ -1,0 +1,5 @@
+(param a 0.5)
+(define (count-down n acc)
+  (let loop ((n n) (acc acc))
+    (if (= n 0) acc (loop (- n 1) (+ acc a)))))
+(count-down 25 0.0)

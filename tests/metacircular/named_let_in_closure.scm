@@ -1,0 +1,5 @@
+(param a 0.9)
+(define (power-series x n)
+  (let loop ((k 0) (term 1.0) (acc 0.0))
+    (if (= k n) acc (loop (+ k 1) (* term x) (+ acc term)))))
+(power-series a 30)

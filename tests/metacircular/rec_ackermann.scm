@@ -1,0 +1,6 @@
+(param a 0.125)
+(define (ack m n)
+  (cond ((= m 0) (+ n 1))
+        ((= n 0) (ack (- m 1) 1))
+        (else (ack (- m 1) (ack m (- n 1))))))
+(* a (ack 2 3))

@@ -1,0 +1,7 @@
+(param a 1.5)
+(define tree (list 1 (list 2 3 (list 4 5)) 6 (list (list 7) 8)))
+(define (tree-sum t)
+  (cond ((null? t) 0)
+        ((pair? t) (+ (tree-sum (car t)) (tree-sum (cdr t))))
+        (else (* a t))))
+(tree-sum tree)

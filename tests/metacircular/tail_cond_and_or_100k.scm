@@ -1,0 +1,6 @@
+(param a 1e-5)
+(define (walk i acc)
+  (cond ((= i 0) acc)
+        ((even? i) (and #t (walk (- i 1) (+ acc a))))
+        (else (or #f (walk (- i 1) (+ acc (* 2 a)))))))
+(walk 100000 0.0)
