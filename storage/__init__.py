@@ -1,1 +1,25 @@
-"""storage package of NDVM discovery."""
+"""storage package of NDVM discovery: the DuckDB candidate store and MLflow tracking.
+
+``CandidateStore`` (DuckDB, no MLflow import) is imported eagerly; ``Tracker`` and the rest of
+``storage.tracking`` load MLflow (about a second), so they are imported on first use.
+"""
+from storage.store import (OUTCOMES, Candidate, CandidateStore, EvaluationResult, MetricDirectionError,
+                           RunStatus, StoreError, StoreLockedError, metric_higher_is_better)
+
+_LAZY = {
+    "Tracker": "storage.tracking", "LeaderboardEntry": "storage.tracking", "entry_from_store": "storage.tracking",
+    "default_tracking_uri": "storage.tracking", "NDVMProgramModel": "storage.pyfunc_model",
+    "show_leaderboard": "storage.leaderboard", "FitPlot": "storage.plots", "ForecastPlot": "storage.plots",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'storage' has no attribute {name!r}")
+
+
+__all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "StoreError", "StoreLockedError",
+           "MetricDirectionError", "metric_higher_is_better", "OUTCOMES", *_LAZY]

@@ -310,11 +310,15 @@ class CandidateStore:
     manager or call ``close()``; every public method commits before it returns.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if read_only and not self.path.is_file():
+            raise StoreError(f"no candidate store at {self.path}")
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._con = duckdb.connect(str(self.path))
+            self._con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.IOException as error:
             raise StoreLockedError(
                 f"cannot open the candidate store {self.path}: another process holds it "
@@ -322,8 +326,9 @@ class CandidateStore:
             ) from error
         self._lock = threading.RLock()
         self._probe_cache: dict[str, dict[str, Any] | None] = {}
-        with self._lock:
-            self._con.sql(_SCHEMA)
+        if not read_only:
+            with self._lock:
+                self._con.sql(_SCHEMA)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,0 +1,129 @@
+"""PNG plots logged with each leaderboard entry: the fit (held-out region marked), the forecast
+(time series) and the loss curve. Matplotlib runs on the Agg backend: no display is needed."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: the writer process may run overnight on a server
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass
+class FitPlot:
+    """Observed targets and the fitted program's predictions over one input axis.
+
+    ``heldout`` marks the points the fit never saw (a boolean mask over the points). When the
+    held-out points lie beyond the training range (a temporal split) their region is shaded;
+    otherwise (random folds) they are drawn with their own marker.
+    """
+
+    x: Sequence[float]
+    y: Sequence[float]
+    prediction: Sequence[float]
+    heldout: Sequence[bool]
+    x_label: str = "x"
+    y_label: str = "y"
+    title: str = ""
+
+
+@dataclass
+class ForecastPlot:
+    """A series and forecasts made from the training period onwards.
+
+    ``forecast`` holds the forecast value at each time (NaN where none was made); ``split`` is the
+    first held-out time; ``lower``/``upper`` optionally bound a prediction interval.
+    """
+
+    time: Sequence[float]
+    observed: Sequence[float]
+    forecast: Sequence[float]
+    split: float
+    label: str = "forecast"
+    lower: Sequence[float] | None = None
+    upper: Sequence[float] | None = None
+    time_label: str = "time"
+    y_label: str = "value"
+    title: str = ""
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_fit(data: FitPlot, path: str | Path) -> Path:
+    x = np.asarray(data.x, dtype=float)
+    y = np.asarray(data.y, dtype=float)
+    pred = np.broadcast_to(np.asarray(data.prediction, dtype=float), x.shape)
+    held = np.asarray(data.heldout, dtype=bool)
+    if not (x.shape == y.shape == held.shape):
+        raise ValueError(f"fit plot: x {x.shape}, y {y.shape} and heldout {held.shape} must have one shape")
+    order = np.argsort(x, kind="stable")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    train_x = x[~held]
+    if held.any() and (train_x.size == 0 or x[held].min() > train_x.max()):
+        ax.axvspan(x[held].min(), x[held].max(), color="tab:orange", alpha=0.12, label="held-out region")
+    ax.scatter(x[~held], y[~held], s=12, color="tab:blue", label="train")
+    ax.scatter(x[held], y[held], s=16, color="tab:orange", marker="D", label="held-out")
+    ax.plot(x[order], pred[order], color="black", lw=1.5, label="fitted program")
+    ax.set_xlabel(data.x_label)
+    ax.set_ylabel(data.y_label)
+    ax.set_title(data.title or "fit")
+    ax.legend(loc="best", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_forecast(data: ForecastPlot, path: str | Path) -> Path:
+    t = np.asarray(data.time, dtype=float)
+    obs = np.asarray(data.observed, dtype=float)
+    fc = np.asarray(data.forecast, dtype=float)
+    if not (t.shape == obs.shape == fc.shape):
+        raise ValueError(f"forecast plot: time {t.shape}, observed {obs.shape}, forecast {fc.shape} differ")
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.axvspan(data.split, t.max(), color="tab:orange", alpha=0.12, label="held-out period")
+    ax.plot(t, obs, color="tab:blue", lw=1.0, label="observed")
+    ax.plot(t, fc, color="black", lw=1.2, label=data.label)
+    if data.lower is not None and data.upper is not None:
+        ax.fill_between(t, np.asarray(data.lower, float), np.asarray(data.upper, float), color="gray", alpha=0.25,
+                        label="interval")
+    ax.axvline(data.split, color="tab:orange", lw=1.0)
+    ax.set_xlabel(data.time_label)
+    ax.set_ylabel(data.y_label)
+    ax.set_title(data.title or "forecast")
+    ax.legend(loc="best", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_loss(history: Sequence[float], path: str | Path, title: str = "training loss") -> Path:
+    h = np.asarray(history, dtype=float).ravel()
+    if h.size == 0:
+        raise ValueError("loss curve: empty history")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = np.arange(h.size)
+    finite = np.isfinite(h)
+    ax.plot(steps[finite], h[finite], color="tab:red", lw=1.2)
+    if finite.any() and (h[finite] > 0).all():
+        ax.set_yscale("log")  # losses span decades during a fit
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def is_png(path: str | Path) -> bool:
+    """True when the file starts with the PNG signature."""
+    with open(path, "rb") as handle:
+        return handle.read(8) == PNG_SIGNATURE
+
+
+__all__ = ["FitPlot", "ForecastPlot", "plot_fit", "plot_forecast", "plot_loss", "is_png", "PNG_SIGNATURE"]

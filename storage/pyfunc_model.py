@@ -1,0 +1,67 @@
+"""The MLflow pyfunc model of a fitted NDVM program (logged by ``storage.tracking.Tracker``).
+
+It is logged as "model from code" (``storage/model_code.py``), so loading it needs this package and
+the ndvm runtime installed (``ndvm-discovery``), never an unpickled object.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+
+# MLflow nags at class creation when predict has no type hints; we omit them on purpose (a hint
+# would make MLflow derive and enforce its own schema instead of the input example's).
+warnings.filterwarnings("ignore", message=r".*Add type hints to the `predict` method.*")
+
+
+class NDVMProgramModel(mlflow.pyfunc.PythonModel):
+    """A fitted NDVM program as an MLflow pyfunc model.
+
+    Artifacts: ``program`` (the source) and ``fit`` (JSON: fitted parameters by name, and
+    ``static_inputs``, inputs that are not DataFrame columns). ``predict`` takes a pandas DataFrame
+    whose columns are the program's inputs and returns one prediction per row: a program whose
+    value is a vector over its inputs (a closed-form model of ``x``) is evaluated once on the
+    columns; a program whose value is a scalar is evaluated once per row (one lane per row).
+    """
+
+    def load_context(self, context: Any) -> None:
+        import ndvm
+
+        source = Path(context.artifacts["program"]).read_text()
+        fitted = json.loads(Path(context.artifacts["fit"]).read_text())
+        self._program = ndvm.compile(source)
+        missing = [name for name in self._program.param_names if name not in fitted["params"]]
+        if missing:
+            raise ValueError(f"fitted parameters lack {missing}")
+        self._theta = np.array([[float(fitted["params"][name]) for name in self._program.param_names]])
+        self._static = {k: np.asarray(v, dtype=np.float64) for k, v in fitted.get("static_inputs", {}).items()}
+
+    # No type hints on predict: MLflow would derive (and enforce) a schema from them.
+    def predict(self, context, model_input, params=None):
+        columns = {str(c): np.asarray(model_input[c], dtype=np.float64) for c in model_input.columns}
+        inputs: dict[str, Any] = {}
+        for name in self._program.inputs:
+            if name in columns:
+                inputs[name] = columns[name]
+            elif name in self._static:
+                inputs[name] = self._static[name]
+            else:
+                raise ValueError(f"input {name!r} is neither a column of the DataFrame "
+                                 f"({sorted(columns)}) nor a static input of the model")
+        theta = self._theta if self._theta.shape[1] else None
+        out = np.asarray(self._program.evaluate(theta, inputs))[0]
+        n = len(model_input)
+        if np.ndim(out) == 0 and n > 1:
+            # A scalar program: one lane per row, each row's values as that lane's inputs.
+            lane = {name: columns[name] for name in self._program.inputs if name in columns}
+            shared = {name: self._static[name] for name in self._program.inputs if name not in columns}
+            theta_rows = np.repeat(self._theta, n, axis=0) if self._theta.shape[1] else None
+            out = np.asarray(self._program.evaluate(theta_rows, shared, lane_inputs=lane))
+        return np.asarray(out, dtype=np.float64).reshape(-1)
+
+
+__all__ = ["NDVMProgramModel"]
