@@ -1,0 +1,203 @@
+"""The proposer protocol: what a proposer is given (:class:`ProposalContext`) and what it returns
+(:class:`Proposal`), plus the record of what went wrong (:class:`Failure`) that the caller feeds
+back into the next context.
+
+Every proposer implements ``propose(context, n)`` and ``apropose(context, n)``. A proposer that is
+naturally synchronous (mutation, replay) implements ``propose`` and inherits an ``apropose`` that
+runs it in a worker thread; the LLM proposer implements ``apropose`` and inherits a ``propose`` that
+drives the event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROMPTS_DIR = Path(__file__).with_name("prompts")
+
+
+def load_prompt(name: str) -> str:
+    """The text of ``proposers/prompts/<name>``."""
+    path = PROMPTS_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt template {name!r} not found in {PROMPTS_DIR}")
+    return path.read_text()
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the task's dataset."""
+
+    name: str
+    unit: str = ""
+    description: str = ""
+
+
+@dataclass
+class TaskSpec:
+    """What the candidate programs must model, in the words the proposers need.
+
+    ``inputs`` are the names a program may use without declaring them (the data it is given);
+    ``contract`` states what the program's value must be (e.g. "one prediction per point of x").
+    """
+
+    dataset: str
+    description: str
+    inputs: dict[str, str]                      # input name -> shape, units, meaning
+    contract: str
+    columns: list[Column] = field(default_factory=list)
+    sample_rows: list[dict[str, Any]] = field(default_factory=list)
+    score_label: str = "score (higher is better)"
+    seed_programs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScoredProgram:
+    """A program already evaluated, with its score (and its canonical hash when the caller has it)."""
+
+    source: str
+    score: float
+    canonical_hash: str | None = None
+    params: dict[str, float] | None = None      # fitted parameter values, shown to LLMs
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Something that did not become a proposal.
+
+    ``kind`` is one of: ``parse``, ``check``, ``eval``, ``limit`` (the ndvm error classes),
+    ``static`` (the proposers' own static check: an undeclared name, an unused parameter),
+    ``extract`` (no code found in a reply), ``rate_limit``, ``server``, ``timeout``, ``api``
+    (other errors of the model API), ``replay`` (a malformed replay line).
+    """
+
+    kind: str
+    message: str
+    source: str | None = None
+    proposer: str = ""
+    model: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+    def brief(self, max_source: int = 400) -> str:
+        """One readable paragraph for a prompt."""
+        where = f" at line {self.line}, column {self.column}" if self.line else ""
+        text = f"[{self.kind}]{where} {self.message}"
+        if self.source:
+            src = self.source if len(self.source) <= max_source else self.source[:max_source] + " ..."
+            text += f"\n  program: {src}"
+        return text
+
+
+@dataclass
+class Budget:
+    """What is left of the run; any field may be unknown (None)."""
+
+    proposals_left: int | None = None
+    seconds_left: float | None = None
+    cost_left_usd: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.proposals_left is not None:
+            parts.append(f"{self.proposals_left} proposals")
+        if self.seconds_left is not None:
+            parts.append(f"{self.seconds_left:.0f} s")
+        if self.cost_left_usd is not None:
+            parts.append(f"${self.cost_left_usd:.2f}")
+        return ", ".join(parts) if parts else "not limited"
+
+
+@dataclass
+class ProposalContext:
+    """Everything a proposer may use to propose the next candidates."""
+
+    task: TaskSpec
+    best: list[ScoredProgram] = field(default_factory=list)   # best first
+    failures: list[Failure] = field(default_factory=list)     # most recent last
+    budget: Budget = field(default_factory=Budget)
+    language_reference: str | None = None   # None: the packaged compact reference (prompts/language.md)
+
+    def reference(self) -> str:
+        return self.language_reference if self.language_reference is not None else load_prompt("language.md")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a proposal came from."""
+
+    proposer: str                         # "llm", "mutation", "replay"
+    model: str | None = None              # the litellm model, for LLM proposals
+    parent_hashes: tuple[str, ...] = ()   # canonical hashes of the programs it was derived from
+    operator: str | None = None           # mutation operator, "repair", "replay:<file>:<line>"...
+
+
+@dataclass
+class Proposal:
+    """One candidate program that passed validation (``ndvm.compile`` and the static checks)."""
+
+    source: str
+    origin: Origin
+    canonical_hash: str | None = None
+    param_names: list[str] = field(default_factory=list)
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: float | None = None
+    repairs: int = 0                      # LLM repair rounds this candidate needed
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Proposer:
+    """Base class. Subclasses implement ``propose`` or ``apropose`` (or both)."""
+
+    name = "proposer"
+
+    def __init__(self) -> None:
+        self.failures: list[Failure] = []
+        self._failures_lock = threading.Lock()
+
+    def record_failure(self, failure: Failure) -> None:
+        with self._failures_lock:
+            self.failures.append(failure)
+
+    def drain_failures(self) -> list[Failure]:
+        """The failures recorded since the last drain (for the caller's next context)."""
+        with self._failures_lock:
+            out, self.failures = self.failures, []
+        return out
+
+    def propose(self, context: ProposalContext, n: int) -> list[Proposal]:
+        if type(self).apropose is Proposer.apropose:
+            raise TypeError(f"{type(self).__name__} implements neither propose nor apropose")
+        coro = self.apropose(context, n)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        # Called from inside a running event loop (a notebook, an async flow): run in a thread.
+        result: list[list[Proposal]] = []
+        errors: list[BaseException] = []
+
+        def runner() -> None:
+            try:
+                result.append(asyncio.run(coro))
+            except BaseException as exc:  # re-raised in the caller's thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=runner, name=f"{self.name}-propose")
+        thread.start()
+        thread.join()
+        if errors:
+            raise errors[0]
+        return result[0]
+
+    async def apropose(self, context: ProposalContext, n: int) -> list[Proposal]:
+        if type(self).propose is Proposer.propose:
+            raise TypeError(f"{type(self).__name__} implements neither propose nor apropose")
+        return await asyncio.to_thread(self.propose, context, n)
+
+
+__all__ = ["Column", "TaskSpec", "ScoredProgram", "Failure", "Budget", "ProposalContext", "Origin",
+           "Proposal", "Proposer", "load_prompt", "PROMPTS_DIR"]

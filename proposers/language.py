@@ -1,0 +1,535 @@
+"""What the proposers know about the NDVM language: primitives with their arities, special forms,
+and a scope analysis over the S-expression AST of :mod:`proposers.sexpr`.
+
+The analysis serves two purposes:
+
+- :func:`analyze` finds the parameter declarations, the free inputs and every *expression site*
+  of a program, with the local variables in scope there and a rough value class, so the
+  mutation proposer can edit numeric sub-expressions without breaking scoping;
+- :func:`static_problems` reports what is certainly wrong (unknown input names, undeclared or
+  unused parameters, wrong arity for a primitive, a malformed special form). It is a cheap
+  pre-filter, not a replacement for ``ndvm.compile``, which stays the authority.
+
+Value classes (ordered): ``scalar`` (a number the same for every data point: literals, parameters,
+loop counters), ``data`` (broadcasts elementwise with the data-point vectors, e.g. ``(* a x)``),
+``other`` (anything else: matrices, lists, procedures, booleans, unknown). Mutations only touch
+``scalar`` and ``data`` sites, which keeps shapes compatible in closed-form and iterated-map
+programs and leaves the matrix plumbing of state-space models alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .sexpr import Dotted, Node, Sym
+
+# name -> (min arity, max arity or None for variadic)
+PRIMITIVE_ARITY: dict[str, tuple[int, int | None]] = {
+    "+": (0, None), "*": (0, None), "-": (1, None), "/": (1, None),
+    "=": (1, None), "<": (1, None), ">": (1, None), "<=": (1, None), ">=": (1, None),
+    "abs": (1, 1), "min": (1, None), "max": (1, None), "floor": (1, 1), "ceiling": (1, 1),
+    "round": (1, 1), "truncate": (1, 1), "quotient": (2, 2), "remainder": (2, 2), "modulo": (2, 2),
+    "expt": (2, 2), "exp": (1, 1), "log": (1, 2), "sqrt": (1, 1), "sin": (1, 1), "cos": (1, 1),
+    "tan": (1, 1), "asin": (1, 1), "acos": (1, 1), "atan": (1, 2), "tanh": (1, 1), "square": (1, 1),
+    "exact->inexact": (1, 1), "zero?": (1, 1), "positive?": (1, 1), "negative?": (1, 1),
+    "even?": (1, 1), "odd?": (1, 1), "number?": (1, 1), "boolean?": (1, 1), "symbol?": (1, 1),
+    "procedure?": (1, 1), "null?": (1, 1), "pair?": (1, 1), "list?": (1, 1), "not": (1, 1),
+    "eq?": (2, 2), "eqv?": (2, 2), "equal?": (2, 2), "cons": (2, 2), "car": (1, 1), "cdr": (1, 1),
+    "cadr": (1, 1), "cddr": (1, 1), "caddr": (1, 1), "cdddr": (1, 1), "list": (0, None),
+    "length": (1, 1), "list-ref": (2, 2), "list-tail": (2, 2), "append": (0, None),
+    "reverse": (1, 1), "map": (2, None), "apply": (2, None), "assq": (2, 2), "assv": (2, 2),
+    "assoc": (2, 2), "memq": (2, 2), "memv": (2, 2), "member": (2, 2), "sigmoid": (1, 1),
+    "softplus": (1, 1), "vec": (0, None), "mat": (1, None), "ref": (2, 3), "dot": (2, 2),
+    "outer": (2, 2), "matvec": (2, 2), "matmul": (2, 2), "transpose": (1, 1), "trace": (1, 1),
+    "eye": (1, 1), "zeros": (1, 2), "ones": (1, 2), "vsum": (1, 1), "norm": (1, 1), "inv": (1, 1),
+    "solve": (2, 2), "det": (1, 1), "logdet": (1, 1), "cholesky": (1, 1), "rows": (1, 1),
+    "cols": (1, 1), "size": (1, 1),
+}
+PRIMITIVES = frozenset(PRIMITIVE_ARITY)
+
+# Elementwise numeric primitives: their arguments and results are numbers or broadcast arrays.
+NUMERIC_VARIADIC = frozenset({"+", "-", "*", "/", "min", "max"})
+NUMERIC_UNARY = frozenset({"abs", "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
+                           "tanh", "square", "sigmoid", "softplus", "floor", "ceiling", "round",
+                           "truncate", "exact->inexact"})
+NUMERIC_BINARY = frozenset({"expt", "quotient", "remainder", "modulo"})
+NUMERIC_OPS = NUMERIC_VARIADIC | NUMERIC_UNARY | NUMERIC_BINARY
+# Primitives whose result is one number whatever the shape of their arguments.
+SCALAR_REDUCERS = frozenset({"dot", "logdet", "det", "trace", "vsum", "norm", "rows", "cols", "size",
+                             "length"})
+COMPARISONS = frozenset({"=", "<", ">", "<=", ">=", "zero?", "positive?", "negative?", "even?", "odd?"})
+# (primitive, argument indices that are integer counts or indices, not model quantities)
+INDEX_ARGS: dict[str, tuple[int, ...]] = {
+    "ref": (1, 2), "list-ref": (1,), "list-tail": (1,), "eye": (0,), "zeros": (0, 1), "ones": (0, 1),
+}
+
+SPECIAL_FORMS = frozenset({"define", "lambda", "let", "let*", "letrec", "letrec*", "do", "if", "cond",
+                           "case", "and", "or", "when", "unless", "begin", "quote", "loop", "recur",
+                           "param", "else", "=>"})
+
+CLASS_ORDER = {"scalar": 0, "data": 1, "other": 2}
+
+
+def join_class(*classes: str) -> str:
+    """The least specific of the given value classes (scalar < data < other)."""
+    return max(classes, key=CLASS_ORDER.__getitem__) if classes else "scalar"
+
+
+@dataclass
+class ParamDecl:
+    name: str
+    init: float
+    constraint: Node | None  # None, Sym("positive") or [Sym("between"), lo, hi]
+    form_index: int
+
+
+@dataclass
+class Site:
+    """One expression position of a program."""
+
+    path: tuple[int, ...]      # index of the top-level form, then child indices
+    node: Node
+    env: dict[str, str]        # local names in scope -> value class ("proc" for procedures)
+    context: str               # "value" | "numeric" | "test" | "index" | "head"
+    klass: str                 # value class of the node
+    binds: str | None = None   # the variable this expression initialises (let/loop binding), if any
+    in_loop_control: bool = False  # True when the node is part of loop control (see analyze)
+
+
+@dataclass
+class Analysis:
+    forms: list[Node]
+    params: dict[str, ParamDecl]
+    free: set[str]                      # free names that are not params nor primitives: inputs
+    sites: list[Site]
+    control_vars: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    used_params: set[str] = field(default_factory=set)
+
+
+def _is_sym(node: Node, name: str | None = None) -> bool:
+    return isinstance(node, Sym) and (name is None or node == name)
+
+
+def _formal_names(formals: Node) -> list[str]:
+    if isinstance(formals, Sym):
+        return [str(formals)]
+    if isinstance(formals, list):
+        return [str(f) for f in formals if isinstance(f, Sym)]
+    if isinstance(formals, Dotted):
+        return [str(f) for f in formals.items if isinstance(f, Sym)] + (
+            [str(formals.tail)] if isinstance(formals.tail, Sym) else [])
+    return []
+
+
+def _mentions(node: Node, names: set[str]) -> bool:
+    if isinstance(node, Sym):
+        return str(node) in names
+    if isinstance(node, list):
+        return any(_mentions(x, names) for x in node)
+    if isinstance(node, Dotted):
+        return any(_mentions(x, names) for x in node.items) or _mentions(node.tail, names)
+    return False
+
+
+def _arith_uses(node: Node, out: set[str]) -> None:
+    """Collect symbols used directly as arguments of elementwise numeric primitives."""
+    if isinstance(node, list) and node:
+        head = node[0]
+        if isinstance(head, Sym) and head in NUMERIC_OPS:
+            for arg in node[1:]:
+                if isinstance(arg, Sym):
+                    out.add(str(arg))
+        for child in node:
+            _arith_uses(child, out)
+
+
+class _Walker:
+    """Walks a program once, recording sites, free names and problems."""
+
+    def __init__(self, forms: list[Node], data_inputs: set[str] | None):
+        self.forms = forms
+        self.params: dict[str, ParamDecl] = {}
+        self.free: set[str] = set()
+        self.sites: list[Site] = []
+        self.problems: list[str] = []
+        self.used_params: set[str] = set()
+        self.control_vars: set[str] = set()
+        self.data_inputs = data_inputs  # None: any free name used in arithmetic counts as data
+
+    # -- classes ---------------------------------------------------------------------------
+    def klass(self, node: Node, env: dict[str, str]) -> str:
+        if isinstance(node, bool):
+            return "other"
+        if isinstance(node, (int, float)):
+            return "scalar"
+        if isinstance(node, Sym):
+            name = str(node)
+            if name in env:
+                return env[name] if env[name] != "proc" else "other"
+            if name in self.params:
+                return "scalar"
+            if name in PRIMITIVES or name in SPECIAL_FORMS:
+                return "other"
+            if self.data_inputs is None or name in self.data_inputs:
+                return "data"
+            return "other"
+        if isinstance(node, list) and node and isinstance(node[0], Sym) and node[0] not in env:
+            head = str(node[0])
+            if head in NUMERIC_OPS:
+                return join_class(*(self.klass(a, env) for a in node[1:])) if len(node) > 1 else "scalar"
+            if head in SCALAR_REDUCERS:
+                return "scalar"
+        return "other"
+
+    # -- walking ---------------------------------------------------------------------------
+    def site(self, path, node, env, context):
+        self.sites.append(Site(path, node, dict(env), context, self.klass(node, env)))
+
+    def binding_init(self, name: str, node: Node, path, env) -> None:
+        """Walk the initial value of a let/loop binding and remember which variable it initialises."""
+        before = len(self.sites)
+        self.expr(node, path, env, "value")
+        for site in self.sites[before:]:
+            if site.path == path:
+                site.binds = name
+
+    def ref(self, name: str, env: dict[str, str]) -> None:
+        if name in env:
+            return
+        if name in self.params:
+            self.used_params.add(name)
+            return
+        if name in PRIMITIVES:
+            return
+        if name in SPECIAL_FORMS:
+            self.problems.append(f"special form keyword '{name}' used as a variable")
+            return
+        self.free.add(name)
+
+    def body(self, exprs: list[Node], base_path: tuple[int, ...], start: int, env: dict[str, str],
+             context: str) -> None:
+        """A lambda/let body: internal defines first (letrec* scope), then expressions."""
+        env = dict(env)
+        for expr in exprs:
+            if isinstance(expr, list) and len(expr) >= 2 and _is_sym(expr[0], "define"):
+                target = expr[1]
+                if isinstance(target, Sym):
+                    env[str(target)] = "other"
+                elif isinstance(target, (list, Dotted)):
+                    names = _formal_names(target)
+                    if names:
+                        env[names[0]] = "proc"
+        for k, expr in enumerate(exprs):
+            last = k == len(exprs) - 1
+            self.expr(expr, base_path + (start + k,), env, context if last else "value")
+        if not exprs:
+            self.problems.append("empty body")
+
+    def bindings(self, spec: Node, where: str) -> list[list]:
+        if not isinstance(spec, list) or not all(isinstance(b, list) and len(b) >= 1 and isinstance(b[0], Sym)
+                                                 for b in spec):
+            self.problems.append(f"malformed binding list in {where}")
+            return []
+        return spec
+
+    def lambda_env(self, formals: Node, body: list[Node], env: dict[str, str]) -> dict[str, str]:
+        names = _formal_names(formals)
+        uses: set[str] = set()
+        for b in body:
+            _arith_uses(b, uses)
+        inner = dict(env)
+        for name in names:
+            # a formal used in arithmetic is treated as broadcastable data; others are unknown
+            inner[name] = "data" if name in uses else "other"
+        return inner
+
+    def expr(self, node: Node, path: tuple[int, ...], env: dict[str, str], context: str) -> None:
+        if isinstance(node, Sym):
+            self.ref(str(node), env)
+            self.site(path, node, env, context)
+            return
+        if not isinstance(node, list):
+            if isinstance(node, Dotted):
+                self.problems.append("dotted list used as an expression")
+            else:
+                self.site(path, node, env, context)
+            return
+        if not node:
+            self.problems.append("empty combination ()")
+            return
+        head = node[0]
+        if isinstance(head, Sym) and str(head) not in env and str(head) in SPECIAL_FORMS:
+            self.special(str(head), node, path, env, context)
+            return
+        # a call
+        self.site(path, node, env, context)
+        if isinstance(head, Sym):
+            name = str(head)
+            self.ref(name, env)
+            if name not in env and name in PRIMITIVE_ARITY:
+                lo, hi = PRIMITIVE_ARITY[name]
+                n = len(node) - 1
+                if n < lo or (hi is not None and n > hi):
+                    want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+                    self.problems.append(f"'{name}' takes {want} argument(s), got {n}")
+                arg_context = ("numeric" if name in NUMERIC_OPS else
+                               "test" if name in COMPARISONS else "value")
+                index_args = INDEX_ARGS.get(name, ())
+                for k, arg in enumerate(node[1:], start=1):
+                    self.expr(arg, path + (k,), env, "index" if (k - 1) in index_args else arg_context)
+                return
+        else:
+            self.expr(head, path + (0,), env, "head")
+        for k, arg in enumerate(node[1:], start=1):
+            self.expr(arg, path + (k,), env, "value")
+
+    def special(self, name: str, node: list, path, env, context) -> None:
+        n = len(node)
+        if name == "quote":
+            if n != 2:
+                self.problems.append("quote takes one datum")
+            return
+        if name in ("else", "=>", "param"):
+            self.problems.append(f"'{name}' used out of place")
+            return
+        if name == "if":
+            if n not in (3, 4):
+                self.problems.append("if takes a test, a consequent and an optional alternative")
+            for k in range(1, n):
+                self.expr(node[k], path + (k,), env, "test" if k == 1 else context)
+            return
+        if name in ("when", "unless"):
+            if n < 3:
+                self.problems.append(f"{name} needs a test and a body")
+            if n >= 2:
+                self.expr(node[1], path + (1,), env, "test")
+            for k in range(2, n):
+                self.expr(node[k], path + (k,), env, context if k == n - 1 else "value")
+            return
+        if name in ("and", "or"):
+            for k in range(1, n):
+                self.expr(node[k], path + (k,), env, "test")
+            return
+        if name == "begin":
+            for k in range(1, n):
+                self.expr(node[k], path + (k,), env, context if k == n - 1 else "value")
+            return
+        if name == "cond":
+            for k in range(1, n):
+                clause = node[k]
+                if not isinstance(clause, list) or not clause:
+                    self.problems.append("malformed cond clause")
+                    continue
+                if not _is_sym(clause[0], "else"):
+                    self.expr(clause[0], path + (k, 0), env, "test")
+                for j in range(1, len(clause)):
+                    self.expr(clause[j], path + (k, j), env, context)
+            return
+        if name == "case":
+            if n < 2:
+                self.problems.append("case needs a key")
+                return
+            self.expr(node[1], path + (1,), env, "test")
+            for k in range(2, n):
+                clause = node[k]
+                if not isinstance(clause, list) or len(clause) < 2:
+                    self.problems.append("malformed case clause")
+                    continue
+                for j in range(1, len(clause)):
+                    self.expr(clause[j], path + (k, j), env, context)
+            return
+        if name == "lambda":
+            if n < 3:
+                self.problems.append("lambda needs formals and a body")
+                return
+            inner = self.lambda_env(node[1], node[2:], env)
+            self.site(path, node, env, context)
+            self.body(node[2:], path, 2, inner, "value")
+            return
+        if name == "define":
+            # internal defines are handled by body(); here: a define in expression position
+            self.define(node, path, env)
+            return
+        if name in ("let", "let*", "letrec", "letrec*"):
+            if n >= 2 and isinstance(node[1], Sym) and name == "let":  # named let
+                loop_name = str(node[1])
+                specs = self.bindings(node[2] if n > 2 else None, "named let")
+                inner = dict(env)
+                for j, b in enumerate(specs):
+                    if len(b) == 2:
+                        self.binding_init(str(b[0]), b[1], path + (2, j, 1), env)
+                for b in specs:
+                    inner[str(b[0])] = self.klass(b[1], env) if len(b) == 2 else "other"
+                inner[loop_name] = "proc"
+                self.body(node[3:], path, 3, inner, context)
+                return
+            if n < 3:
+                self.problems.append(f"{name} needs bindings and a body")
+                return
+            specs = self.bindings(node[1], name)
+            inner = dict(env)
+            if name in ("letrec", "letrec*"):
+                for b in specs:
+                    inner[str(b[0])] = "other"
+            for j, b in enumerate(specs):
+                if len(b) != 2:
+                    self.problems.append(f"binding of {b[0]} in {name} needs exactly one value")
+                    continue
+                scope = inner if name != "let" else env
+                self.binding_init(str(b[0]), b[1], path + (1, j, 1), scope)
+                if name != "letrec" and name != "letrec*":
+                    inner[str(b[0])] = self.klass(b[1], scope)
+            self.body(node[2:], path, 2, inner, context)
+            return
+        if name == "loop":
+            if n < 3:
+                self.problems.append("loop needs bindings and a body")
+                return
+            specs = self.bindings(node[1], "loop")
+            inner = dict(env)
+            for j, b in enumerate(specs):
+                if len(b) != 2:
+                    self.problems.append("loop binding needs exactly one value")
+                    continue
+                self.binding_init(str(b[0]), b[1], path + (1, j, 1), env)
+                inner[str(b[0])] = self.klass(b[1], env)
+            self.body(node[2:], path, 2, inner, context)
+            return
+        if name == "recur":
+            for k in range(1, n):
+                self.expr(node[k], path + (k,), env, "value")
+            return
+        if name == "do":
+            if n < 3 or not isinstance(node[2], list) or not node[2]:
+                self.problems.append("malformed do")
+                return
+            specs = self.bindings(node[1], "do")
+            inner = dict(env)
+            for j, b in enumerate(specs):
+                if len(b) >= 2:
+                    self.expr(b[1], path + (1, j, 1), env, "value")
+                inner[str(b[0])] = "other"
+            for j, b in enumerate(specs):
+                if len(b) == 3:
+                    self.expr(b[2], path + (1, j, 2), inner, "value")
+            self.expr(node[2][0], path + (2, 0), inner, "test")
+            for j in range(1, len(node[2])):
+                self.expr(node[2][j], path + (2, j), inner, context)
+            for k in range(3, n):
+                self.expr(node[k], path + (k,), inner, "value")
+            return
+        self.problems.append(f"unhandled special form {name}")
+
+    def define(self, node: list, path, env) -> None:
+        if len(node) < 3:
+            self.problems.append("define needs a name and a value")
+            return
+        target = node[1]
+        if isinstance(target, Sym):
+            if len(node) != 3:
+                self.problems.append(f"define of {target} takes exactly one value")
+            self.expr(node[2], path + (2,), env, "value")
+            return
+        names = _formal_names(target)
+        if not names:
+            self.problems.append("malformed define")
+            return
+        formals = Dotted(tuple(target.items[1:]), target.tail) if isinstance(target, Dotted) else target[1:]
+        inner = self.lambda_env(formals, node[2:], env)
+        inner[names[0]] = "proc"
+        self.body(node[2:], path, 2, inner, "value")
+
+    # -- top level -------------------------------------------------------------------------
+    def program(self) -> None:
+        top_env: dict[str, str] = {}
+        for i, form in enumerate(self.forms):
+            if isinstance(form, list) and form and _is_sym(form[0], "param"):
+                self.param(form, i)
+        for form in self.forms:
+            if isinstance(form, list) and len(form) >= 2 and _is_sym(form[0], "define"):
+                target = form[1]
+                if isinstance(target, Sym):
+                    top_env[str(target)] = "other"
+                else:
+                    names = _formal_names(target)
+                    if names:
+                        top_env[names[0]] = "proc"
+        # classes of top-level value defines, in order (a define of a numeric expression is usable)
+        body_forms = [(i, f) for i, f in enumerate(self.forms)
+                      if not (isinstance(f, list) and f and _is_sym(f[0], "param"))]
+        if not body_forms:
+            self.problems.append("the program has no expression to compute")
+        for i, form in body_forms:
+            last = i == body_forms[-1][0]
+            if isinstance(form, list) and form and _is_sym(form[0], "define"):
+                self.define(form, (i,), top_env)
+                if isinstance(form[1], Sym) and len(form) == 3:
+                    top_env[str(form[1])] = self.klass(form[2], top_env)
+                if last:
+                    self.problems.append("the last top-level form is a define: the program computes nothing")
+            else:
+                self.expr(form, (i,), top_env, "value")
+
+    def param(self, form: list, index: int) -> None:
+        if len(form) not in (3, 4) or not isinstance(form[1], Sym) or isinstance(form[2], bool) \
+                or not isinstance(form[2], (int, float)):
+            self.problems.append(f"malformed parameter declaration {form!r}: use (param name init [constraint])")
+            return
+        name = str(form[1])
+        if name in self.params:
+            self.problems.append(f"parameter {name} declared twice")
+        constraint = form[3] if len(form) == 4 else None
+        self.params[name] = ParamDecl(name, float(form[2]), constraint, index)
+
+
+def analyze(forms: list[Node], data_inputs: set[str] | None = None) -> Analysis:
+    """Scope analysis of a read program (see module docstring)."""
+    walker = _Walker(forms, data_inputs)
+    walker.program()
+    control: set[str] = set()
+    for site in walker.sites:
+        if site.context in ("test", "index"):
+            _collect_locals(site.node, site.env, control)
+    # A site is loop control when it mentions a counter/index variable, initialises one, or is an
+    # operand next to one (the 1 of (+ k 1)): editing those would break termination or indexing.
+    by_path = {site.path: site.node for site in walker.sites}
+    for site in walker.sites:
+        parent = by_path.get(site.path[:-1])
+        site.in_loop_control = (
+            _mentions(site.node, control)
+            or (site.binds is not None and site.binds in control)
+            or (isinstance(parent, list) and any(isinstance(x, Sym) and str(x) in control for x in parent[1:]))
+        )
+    return Analysis(forms, walker.params, walker.free, walker.sites, control, walker.problems,
+                    walker.used_params)
+
+
+def _collect_locals(node: Node, env: dict[str, str], out: set[str]) -> None:
+    if isinstance(node, Sym):
+        if str(node) in env:
+            out.add(str(node))
+    elif isinstance(node, list):
+        for x in node:
+            _collect_locals(x, env, out)
+
+
+def static_problems(forms: list[Node], inputs: set[str] | None = None) -> list[str]:
+    """What is certainly wrong with a program, as messages (empty when nothing was found).
+
+    ``inputs``: the task's input names; when given, any other free name is reported as undeclared.
+    Declared but unused parameters are reported too: they cannot be identified from data.
+    """
+    result = analyze(forms)
+    problems = list(result.problems)
+    if inputs is not None:
+        for name in sorted(result.free - set(inputs)):
+            problems.append(f"undeclared name '{name}': declare it with (param {name} <init>) "
+                            f"or use only the inputs {sorted(inputs)}")
+    for name in sorted(set(result.params) - result.used_params):
+        problems.append(f"parameter {name} is declared but never used")
+    return problems
+
+
+__all__ = ["PRIMITIVE_ARITY", "PRIMITIVES", "NUMERIC_OPS", "NUMERIC_UNARY", "NUMERIC_VARIADIC",
+           "SCALAR_REDUCERS", "SPECIAL_FORMS", "ParamDecl", "Site", "Analysis", "analyze",
+           "static_problems", "join_class"]

@@ -1,0 +1,415 @@
+"""The LLM proposer: candidate programs from any litellm model, many requests in flight.
+
+One call of ``apropose(context, n)`` sends ``ceil(n / per_request)`` requests concurrently (at most
+``concurrency`` in flight), each asking for ``per_request`` programs. Every program found in a reply
+(fenced ```scheme / ```lisp / bare ``` blocks, or a bare reply that is only code) is validated with
+``ndvm.compile`` and the static checks; an invalid one is sent back with its error message, up to
+``max_repairs`` times. Rate limits (429), server errors (5xx), connection errors and timeouts are
+retried with exponential backoff up to ``max_retries`` times; every call has a timeout, so a
+proposal round always ends. What did not become a proposal is recorded in ``failures`` (drain them
+into the next context).
+
+API keys come only from the environment: either the provider's own variable that litellm reads
+(``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``...) or the variable named by ``api_key_env``. They are
+never stored on the proposer, and error messages are redacted before being logged or recorded.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from string import Template
+from typing import Any, Callable
+
+# litellm fetches a model price list from the internet at import unless told not to; on a network
+# that drops packets that hangs. A value set by the user wins.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import litellm  # noqa: E402
+
+from .base import Failure, Origin, Proposal, ProposalContext, Proposer, load_prompt  # noqa: E402
+from .validate import Validation, validate_source  # noqa: E402
+
+log = logging.getLogger("proposers.llm")
+
+# Fenced blocks: ```scheme, ```lisp, ```racket, ```scm, or a bare ```; an unclosed last fence
+# (a reply cut by max_tokens) is taken to the end of the text.
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_SCHEME_TAGS = {"", "scheme", "lisp", "racket", "scm", "ss", "clojure", "elisp", "commonlisp", "ndvm"}
+
+
+def extract_programs(text: str) -> list[str]:
+    """The Scheme programs in a model reply, in order (empty when there is none)."""
+    if not text:
+        return []
+    programs = []
+    for match in _FENCE.finditer(text):
+        tag, body = match.group(1).lower(), match.group(2).strip()
+        if tag in _SCHEME_TAGS and body:
+            programs.append(body)
+    if programs or "```" in text:
+        return programs
+    bare = text.strip()
+    if bare.startswith("(") or bare.startswith(";"):
+        return [bare]
+    return []
+
+
+_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+def redact(text: str, extra_secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with the values of secret-looking environment variables replaced by ``***``."""
+    secrets = [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and v and len(v) >= 6]
+    secrets += [s for s in extra_secrets if s and len(s) >= 6]
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+@dataclass
+class Usage:
+    """Totals over every call a proposer made."""
+
+    calls: int = 0
+    failed_calls: int = 0
+    retries: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    cost_known: bool = True   # False as soon as one call's cost could not be computed
+    seconds: float = 0.0
+
+
+@dataclass
+class _Reply:
+    text: str
+    tokens_in: int | None
+    tokens_out: int | None
+    cost_usd: float | None
+
+
+@dataclass
+class _Cost:
+    """Accounting for one proposal: the share of the reply it came from plus its repairs."""
+
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: float | None = None
+
+    def add(self, reply: _Reply, share: int = 1) -> None:
+        def plus(a, b):
+            if b is None:
+                return a
+            return (a or 0) + b / share
+
+        self.tokens_in = plus(self.tokens_in, reply.tokens_in)
+        self.tokens_out = plus(self.tokens_out, reply.tokens_out)
+        self.cost_usd = plus(self.cost_usd, reply.cost_usd)
+
+
+def _render_rows(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    lines = [",".join(cols)] + [",".join(str(r.get(c, "")) for c in cols) for r in rows]
+    return "A few rows:\n" + "\n".join(lines) + "\n"
+
+
+def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_failures: int = 8,
+                   system_template: str | None = None, user_template: str | None = None) -> list[dict]:
+    """The chat messages asking for ``n`` programs (templates from ``proposers/prompts/``)."""
+    task = context.task
+    system = Template(system_template or load_prompt("system.md")).substitute(language=context.reference().strip())
+    columns = ""
+    if task.columns:
+        columns = "Columns:\n" + "\n".join(
+            f"- {c.name}" + (f" [{c.unit}]" if c.unit else "") + (f": {c.description}" if c.description else "")
+            for c in task.columns) + "\n"
+    best = ""
+    if context.best:
+        parts = ["Best programs so far (best first):"]
+        for k, prog in enumerate(context.best[:max_best], start=1):
+            fitted = ""
+            if prog.params:
+                fitted = "\nfitted: " + ", ".join(f"{name}={value:.4g}" for name, value in prog.params.items())
+            parts.append(f"{k}. score {prog.score:.6g}\n```scheme\n{prog.source.strip()}\n```{fitted}")
+        best = "\n".join(parts) + "\n\n"
+    failures = ""
+    if context.failures:
+        recent = context.failures[-max_failures:]
+        failures = "Recent failures (avoid these mistakes):\n" + "\n".join(f"- {f.brief()}" for f in recent) + "\n\n"
+    user = Template(user_template or load_prompt("propose.md")).substitute(
+        dataset=task.dataset,
+        description=task.description.strip(),
+        columns=columns,
+        rows=_render_rows(task.sample_rows),
+        inputs="\n".join(f"- {name}: {desc}" for name, desc in task.inputs.items()),
+        contract=task.contract.strip(),
+        score_label=task.score_label,
+        best=best,
+        failures=failures,
+        budget=context.budget.describe(),
+        n=n,
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def repair_message(failure: Failure) -> dict:
+    where = f", line {failure.line}, column {failure.column}" if failure.line else ""
+    text = Template(load_prompt("repair.md")).substitute(
+        source=(failure.source or "").strip(), kind=failure.kind, where=where, message=failure.message)
+    return {"role": "user", "content": text}
+
+
+# litellm exception classes -> (failure kind, retry?)
+def _classify(exc: BaseException) -> tuple[str, bool]:
+    if isinstance(exc, (asyncio.TimeoutError, litellm.Timeout)):
+        return "timeout", True
+    if isinstance(exc, litellm.RateLimitError):
+        return "rate_limit", True
+    if isinstance(exc, (litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.APIConnectionError)):
+        return "server", True
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and status >= 500:
+        return "server", True
+    return "api", False
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class LLMProposer(Proposer):
+    """Candidate programs from a litellm model (see the module docstring).
+
+    Args:
+        model: a litellm model name: ``"gpt-4o-mini"``, ``"anthropic/claude-..."``,
+            ``"ollama/llama3.1"``, or ``"openai/<name>"`` with ``api_base`` for any
+            OpenAI-compatible server.
+        temperature: sampling temperature (diversity matters more than precision here).
+        concurrency: requests in flight at once.
+        timeout: seconds per call (each retry gets its own timeout).
+        max_retries: retries of one call after a 429, a 5xx, a connection error or a timeout.
+        max_repairs: how many times an invalid program is sent back with its error.
+        api_base: the server URL for local or self-hosted models.
+        api_key_env: name of an environment variable holding the key (read at each call, never
+            stored); None lets litellm read the provider's usual variable.
+        per_request: programs asked for in one request.
+        max_tokens: cap on the reply length (None: the provider's default).
+        backoff: first backoff delay in seconds (doubled at each retry, with jitter, capped at
+            ``max_backoff``; a Retry-After header wins when shorter than the cap).
+        completion_kwargs: extra keyword arguments for ``litellm.acompletion`` (``top_p``,
+            ``mock_response`` in tests...); never put a key here.
+        validator: ``(source, inputs) -> Validation``; default ``validate_source`` (ndvm.compile
+            plus the static checks).
+    """
+
+    name = "llm"
+
+    def __init__(self, model: str, temperature: float = 0.8, concurrency: int = 8, timeout: float = 60.0,
+                 max_retries: int = 3, max_repairs: int = 2, api_base: str | None = None, *,
+                 api_key_env: str | None = None, per_request: int = 4, max_tokens: int | None = None,
+                 backoff: float = 1.0, max_backoff: float = 30.0, max_best: int = 5, max_failures: int = 8,
+                 completion_kwargs: dict[str, Any] | None = None,
+                 validator: Callable[..., Validation] | None = None, seed: int | None = None):
+        super().__init__()
+        if concurrency < 1 or per_request < 1 or timeout <= 0 or max_retries < 0 or max_repairs < 0:
+            raise ValueError("concurrency and per_request must be >= 1, timeout > 0, retries/repairs >= 0")
+        if completion_kwargs and "api_key" in completion_kwargs:
+            raise ValueError("pass API keys through the environment (api_key_env), not completion_kwargs")
+        self.model = model
+        self.temperature = temperature
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_repairs = max_repairs
+        self.api_base = api_base
+        self.api_key_env = api_key_env
+        self.per_request = per_request
+        self.max_tokens = max_tokens
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.max_best = max_best
+        self.max_failures = max_failures
+        self.completion_kwargs = dict(completion_kwargs or {})
+        self.validator = validator or validate_source
+        self.usage = Usage()
+        self._jitter = random.Random(seed)
+
+    def __repr__(self) -> str:
+        return (f"LLMProposer(model={self.model!r}, concurrency={self.concurrency}, timeout={self.timeout}, "
+                f"api_base={self.api_base!r})")
+
+    # -- one call with retries -------------------------------------------------------------
+    def _key(self) -> str | None:
+        if self.api_key_env is None:
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise RuntimeError(f"environment variable {self.api_key_env} (the API key) is not set")
+        return value
+
+    async def _call(self, messages: list[dict], semaphore: asyncio.Semaphore) -> _Reply | None:
+        """One completion with retries; None (and a recorded failure) when it could not be had."""
+        kwargs: dict[str, Any] = dict(model=self.model, messages=messages, temperature=self.temperature,
+                                      timeout=self.timeout, max_retries=0, num_retries=0)
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if self.max_tokens:
+            kwargs["max_tokens"] = self.max_tokens
+        kwargs.update(self.completion_kwargs)
+        key = self._key()
+        if key is not None:
+            kwargs["api_key"] = key
+        last: tuple[str, str] = ("api", "no attempt")
+        for attempt in range(self.max_retries + 1):
+            started = time.monotonic()
+            try:
+                async with semaphore:
+                    started = time.monotonic()
+                    self.usage.calls += 1
+                    # litellm enforces `timeout`; wait_for is the backstop for providers that ignore it
+                    response = await asyncio.wait_for(litellm.acompletion(**kwargs), self.timeout + 5.0)
+                self.usage.seconds += time.monotonic() - started
+                return self._reply(response)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # classified below: every API error becomes a Failure or a retry
+                self.usage.seconds += time.monotonic() - started
+                self.usage.failed_calls += 1
+                kind, retry = _classify(exc)
+                message = redact(f"{type(exc).__name__}: {exc}", (key,) if key else ())
+                last = (kind, message[:500])
+                log.warning("model call failed (%s, attempt %d/%d): %s", kind, attempt + 1,
+                            self.max_retries + 1, last[1][:200])
+                if not retry or attempt == self.max_retries:
+                    break
+                self.usage.retries += 1
+                delay = min(self.max_backoff, self.backoff * (2 ** attempt)) * (0.5 + self._jitter.random())
+                hinted = _retry_after(exc)
+                if hinted is not None:
+                    delay = min(max(hinted, 0.0), self.max_backoff)
+                await asyncio.sleep(delay)
+        self.record_failure(Failure(last[0], last[1], None, self.name, self.model))
+        return None
+
+    def _reply(self, response: Any) -> _Reply:
+        text = response.choices[0].message.content or ""
+        usage = getattr(response, "usage", None)
+        tokens_in = getattr(usage, "prompt_tokens", None) if usage else None
+        tokens_out = getattr(usage, "completion_tokens", None) if usage else None
+        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        if cost is None:
+            try:
+                cost = litellm.completion_cost(completion_response=response)
+            except Exception:  # unknown model (local servers, new names): the cost is simply unknown
+                cost = None
+        self.usage.tokens_in += tokens_in or 0
+        self.usage.tokens_out += tokens_out or 0
+        if cost is None:
+            self.usage.cost_known = False
+        else:
+            self.usage.cost_usd += float(cost)
+        return _Reply(text, tokens_in, tokens_out, None if cost is None else float(cost))
+
+    # -- one request: ask, extract, validate, repair ------------------------------------------
+    async def _request(self, messages: list[dict], k: int, inputs: set[str] | None,
+                       semaphore: asyncio.Semaphore) -> list[Proposal]:
+        reply = await self._call(messages, semaphore)
+        if reply is None:
+            return []
+        programs = extract_programs(reply.text)
+        rounds = 0
+        while not programs and rounds < self.max_repairs:  # ask again once the model forgot the fences
+            self.record_failure(Failure("extract", "no program found in the reply", reply.text[:300], self.name,
+                                        self.model))
+            rounds += 1
+            retry = messages + [{"role": "assistant", "content": reply.text},
+                                {"role": "user", "content": Template(load_prompt("no_code.md")).substitute(n=k)}]
+            reply = await self._call(retry, semaphore)
+            if reply is None:
+                return []
+            programs = extract_programs(reply.text)
+        if not programs:
+            self.record_failure(Failure("extract", "no program found in the reply", reply.text[:300], self.name,
+                                        self.model))
+            return []
+        programs = programs[:k]
+        share = len(programs)
+        tasks = [self._validate_and_repair(src, messages, reply, share, inputs, semaphore) for src in programs]
+        return [p for p in await asyncio.gather(*tasks) if p is not None]
+
+    async def _validate_and_repair(self, source: str, messages: list[dict], reply: _Reply, share: int,
+                                   inputs: set[str] | None, semaphore: asyncio.Semaphore) -> Proposal | None:
+        cost = _Cost()
+        cost.add(reply, share)
+        conversation = messages + [{"role": "assistant", "content": reply.text}]
+        for repair in range(self.max_repairs + 1):
+            # validation compiles the program: cheap (microseconds to milliseconds), done inline
+            result = self.validator(source, inputs, proposer=self.name, model=self.model)
+            if result.ok:
+                return Proposal(
+                    source=source,
+                    origin=Origin(self.name, self.model, (), "repair" if repair else "llm"),
+                    canonical_hash=result.canonical_hash,
+                    param_names=result.param_names,
+                    tokens_in=None if cost.tokens_in is None else round(cost.tokens_in),
+                    tokens_out=None if cost.tokens_out is None else round(cost.tokens_out),
+                    cost_usd=cost.cost_usd,
+                    repairs=repair,
+                )
+            self.record_failure(result.failure)
+            if repair == self.max_repairs:
+                return None
+            conversation = conversation + [repair_message(result.failure)]
+            fixed = await self._call(conversation, semaphore)
+            if fixed is None:
+                return None
+            cost.add(fixed)
+            conversation = conversation + [{"role": "assistant", "content": fixed.text}]
+            candidates = extract_programs(fixed.text)
+            if not candidates:
+                self.record_failure(Failure("extract", "no program found in the repair reply", fixed.text[:300],
+                                            self.name, self.model))
+                return None
+            source = candidates[0]
+        return None
+
+    async def apropose(self, context: ProposalContext, n: int) -> list[Proposal]:
+        if n <= 0:
+            return []
+        semaphore = asyncio.Semaphore(self.concurrency)
+        inputs = set(context.task.inputs)
+        requests = math.ceil(n / self.per_request)
+        sizes = [min(self.per_request, n - i * self.per_request) for i in range(requests)]
+        tasks = [self._request(build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures),
+                               k, inputs, semaphore) for k in sizes]
+        batches = await asyncio.gather(*tasks)
+        out: list[Proposal] = []
+        seen: set[str] = set()
+        for batch in batches:
+            for proposal in batch:
+                key = proposal.canonical_hash or proposal.source
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append(proposal)
+        log.info("%s: %d proposals from %d requests (%d failures so far)", self.model, len(out), requests,
+                 len(self.failures))
+        return out[:n]
+
+
+__all__ = ["LLMProposer", "Usage", "build_messages", "extract_programs", "repair_message", "redact"]

@@ -1,0 +1,529 @@
+"""The offline proposer: mutation and crossover of programs over the grammar of the language.
+
+It needs no network and is deterministic for a seed: the same seed, the same parents and the same
+sequence of calls give the same proposals.
+
+Operators (each works on the S-expression AST of :mod:`proposers.sexpr` and only edits numeric
+sub-expressions of class ``scalar``/``data`` that are not loop control, see
+:mod:`proposers.language`):
+
+- ``subtree``: replace a sub-expression by a random term of the grammar;
+- ``crossover``: replace a sub-expression by one taken from another parent (its parameters come
+  with it);
+- ``swap``: swap an arithmetic operator (+ - * /, min/max) or a unary function (sin, tanh, ...);
+- ``constant``: perturb a float literal or a parameter's initial value;
+- ``insert_term``: ``e -> (+ e (* pN term))`` and similar, with a new parameter;
+- ``insert_param``: ``e -> (* pN e)``, ``(+ e pN)``, or lift a float literal into a parameter;
+- ``wrap``: wrap a sub-expression in a smooth helper (sigmoid, softplus, tanh, exp of a negative);
+- ``hoist``: replace a sub-expression by one of its own sub-expressions (keeps sizes in check);
+- ``grow``: a new random program, used when there is no parent at all.
+
+After each edit the parameter declarations are made consistent (unused ones removed, new ones
+declared), then the program must pass the static checks and, when ``validate`` is on,
+``ndvm.compile``; an edit that fails is retried with another operator.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import random
+from dataclasses import dataclass, field
+
+from .base import Failure, Origin, Proposal, ProposalContext, Proposer
+from .language import NUMERIC_OPS, Analysis, Site, analyze, static_problems, _arith_uses
+from .sexpr import Node, SexprError, Sym, count_nodes, read_all, symbols_in, to_source
+from .validate import require_compile
+
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "subtree": 2.0, "crossover": 1.5, "swap": 1.5, "constant": 1.0, "insert_term": 2.0,
+    "insert_param": 1.0, "wrap": 1.5, "hoist": 1.0,
+}
+SWAP_BINARY = ("+", "-", "*", "/")
+SWAP_UNARY = ("sin", "cos", "tanh", "sigmoid", "softplus", "exp", "square", "abs")
+GEN_UNARY = ("sin", "cos", "tanh", "sigmoid", "softplus", "exp", "square")
+WRAPPERS = ("sigmoid", "softplus", "tanh", "exp-neg", "gauss", "softsign")
+CONSTANTS = (0.5, 1.0, 2.0, -1.0, 0.1, 0.25, 3.0)
+
+
+@dataclass
+class MutationStats:
+    """Counters of the generator since construction."""
+
+    attempts: int = 0
+    produced: int = 0
+    no_site: int = 0          # the operator found nothing to edit in that parent
+    too_large: int = 0
+    static_rejects: int = 0
+    compile_rejects: int = 0
+    duplicates: int = 0
+    by_operator: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Parent:
+    source: str
+    forms: list[Node]
+    analysis: Analysis
+    canonical_hash: str | None
+    weight: float
+
+
+class _Edit:
+    """A program being edited: deep-copied forms plus the parameters it will have to declare."""
+
+    def __init__(self, parent: _Parent, rng: random.Random, reserved: set[str]):
+        self.forms = copy.deepcopy(parent.forms)
+        self.rng = rng
+        self.reserved = reserved | symbols_in(self.forms)
+        self.new_params: list[tuple[str, float]] = []
+        self.imported_params: list[list] = []   # full (param ...) forms from a crossover donor
+
+    def fresh_param(self, init: float) -> Sym:
+        k = 1
+        while f"p{k}" in self.reserved:
+            k += 1
+        name = f"p{k}"
+        self.reserved.add(name)
+        self.new_params.append((name, float(init)))
+        return Sym(name)
+
+    def get(self, path: tuple[int, ...]) -> Node:
+        node: Node = self.forms
+        for i in path:
+            node = node[i]
+        return node
+
+    def set(self, path: tuple[int, ...], value: Node) -> None:
+        container: Node = self.forms
+        for i in path[:-1]:
+            container = container[i]
+        container[path[-1]] = value
+
+    def finish(self) -> list[Node]:
+        """Declare new parameters and drop declarations nothing uses any more."""
+        decls = self.imported_params + [[Sym("param"), Sym(name), init] for name, init in self.new_params]
+        forms = self.forms + decls
+        used = analyze(forms).used_params
+        kept = []
+        for form in forms:
+            if isinstance(form, list) and form and form[0] == "param" and isinstance(form[0], Sym):
+                if str(form[1]) not in used:
+                    continue
+            kept.append(form)
+        # parameter declarations first, in a stable order, then the rest as it was
+        params = [f for f in kept if isinstance(f, list) and f and isinstance(f[0], Sym) and f[0] == "param"]
+        rest = [f for f in kept if not (isinstance(f, list) and f and isinstance(f[0], Sym) and f[0] == "param")]
+        return params + rest
+
+
+def _round(value: float) -> float:
+    """Four significant digits, so printed constants stay short."""
+    if value == 0 or not math.isfinite(value):
+        return 0.0
+    digits = 3 - int(math.floor(math.log10(abs(value))))
+    return float(round(value, digits))
+
+
+class MutationProposer(Proposer):
+    """Offline proposer over the language's grammar (see the module docstring).
+
+    Args:
+        seed: the random seed; proposals are a deterministic function of it and of the calls.
+        seed_programs: parent programs to start from (sources); the context's best programs and
+            ``context.task.seed_programs`` are added at each call.
+        inputs: the task's input names; default: ``context.task.inputs``.
+        data_inputs: the inputs that broadcast elementwise in arithmetic (vectors of data points);
+            default: those the parents use directly in arithmetic, or all inputs without parents.
+        weights: operator -> relative weight (default :data:`DEFAULT_WEIGHTS`).
+        max_nodes, max_params, min_params: size limits of a proposal (the node limit is at
+            least the parent's size + 24) (a program without any
+            parameter has nothing to calibrate, hence ``min_params=1``).
+        validate: check each proposal with ``ndvm.compile`` (recommended; the measured rate of
+            the raw generator is in docs/proposers.md).
+        attempts: edits tried per returned proposal before giving up on it.
+    """
+
+    name = "mutation"
+
+    def __init__(self, seed: int = 0, seed_programs: list[str] | tuple[str, ...] = (), *,
+                 inputs: list[str] | None = None, data_inputs: list[str] | None = None,
+                 weights: dict[str, float] | None = None, max_nodes: int = 80, max_params: int = 8,
+                 min_params: int = 1,
+                 validate: bool = True, dedup: bool = True, attempts: int = 30):
+        super().__init__()
+        unknown = set(weights or {}) - set(DEFAULT_WEIGHTS)
+        if unknown:
+            raise ValueError(f"unknown mutation operators {sorted(unknown)}; known: {sorted(DEFAULT_WEIGHTS)}")
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.seed_programs = list(seed_programs)
+        self.inputs = list(inputs) if inputs is not None else None
+        self.data_inputs = list(data_inputs) if data_inputs is not None else None
+        self.weights = dict(weights) if weights is not None else dict(DEFAULT_WEIGHTS)
+        self.max_nodes = max_nodes
+        self.max_params = max_params
+        self.min_params = min_params
+        self.validate = validate
+        self.dedup = dedup
+        self.attempts = attempts
+        self.stats = MutationStats()
+        self._seen: set[str] = set()
+        self._parent_cache: dict[str, _Parent | None] = {}
+        self._compile = require_compile() if validate else None
+
+    # -- parents ---------------------------------------------------------------------------
+    def _parent(self, source: str, weight: float, known_hash: str | None) -> _Parent | None:
+        if source not in self._parent_cache:
+            try:
+                forms = read_all(source)
+            except SexprError as exc:
+                self.record_failure(Failure("parse", f"parent not readable: {exc}", source, self.name))
+                self._parent_cache[source] = None
+                return None
+            self._parent_cache[source] = _Parent(source, forms, analyze(forms), known_hash or self._hash(source),
+                                                 weight)
+        parent = self._parent_cache[source]
+        if parent is None:
+            return None
+        return _Parent(parent.source, parent.forms, parent.analysis, known_hash or parent.canonical_hash, weight)
+
+    def _hash(self, source: str) -> str | None:
+        if self._compile is None:
+            return None
+        import ndvm
+
+        try:
+            return getattr(self._compile(source), "canonical_hash", None)
+        except ndvm.NDVMError:
+            return None
+
+    def _parents(self, context: ProposalContext | None) -> list[_Parent]:
+        parents: list[_Parent] = []
+        seen: set[str] = set()
+        best = list(context.best) if context else []
+        for rank, scored in enumerate(best):  # rank-based selection pressure: 1, 1/2, 1/3...
+            if scored.source not in seen:
+                seen.add(scored.source)
+                p = self._parent(scored.source, 1.0 / (rank + 1), scored.canonical_hash)
+                if p:
+                    parents.append(p)
+        seeds = self.seed_programs + (list(context.task.seed_programs) if context else [])
+        for source in seeds:
+            if source not in seen:
+                seen.add(source)
+                p = self._parent(source, 0.5 if best else 1.0, None)
+                if p:
+                    parents.append(p)
+        return parents
+
+    # -- public ----------------------------------------------------------------------------
+    def propose(self, context: ProposalContext | None, n: int) -> list[Proposal]:
+        parents = self._parents(context)
+        inputs = self.inputs
+        if inputs is None and context is not None:
+            inputs = list(context.task.inputs)
+        if inputs is None:
+            inputs = sorted(set().union(*(p.analysis.free for p in parents))) if parents else []
+        if not inputs and not parents:
+            raise ValueError("MutationProposer needs parents (seed programs or context.best) or the task's inputs")
+        data = self.data_inputs
+        if data is None:
+            uses: set[str] = set()
+            for p in parents:
+                for form in p.forms:
+                    _arith_uses(form, uses)
+            data = sorted(set(inputs) & uses) if parents else list(inputs)
+        input_set, data_set = set(inputs), set(data)
+        # re-analyse parents with the data inputs known, so value classes are right
+        parents = [_Parent(p.source, p.forms, analyze(p.forms, data_set), p.canonical_hash, p.weight)
+                   for p in parents]
+        for p in parents:
+            if p.canonical_hash:
+                self._seen.add(p.canonical_hash)
+            self._seen.add(to_source(p.forms))
+
+        out: list[Proposal] = []
+        for _ in range(n):
+            proposal = self._one(parents, input_set, data_set)
+            if proposal is not None:
+                out.append(proposal)
+        return out
+
+    # -- one proposal ----------------------------------------------------------------------
+    def _one(self, parents: list[_Parent], inputs: set[str], data: set[str]) -> Proposal | None:
+        ops = list(self.weights)
+        op_weights = [self.weights[o] for o in ops]
+        for _ in range(self.attempts):
+            self.stats.attempts += 1
+            if parents:
+                op = self.rng.choices(ops, op_weights)[0]
+                parent = self.rng.choices(parents, [p.weight for p in parents])[0]
+                edit = _Edit(parent, self.rng, set(inputs))
+                used_parents = [parent]
+                parent_size = sum(count_nodes(f) for f in parent.forms)
+                ok = getattr(self, f"_op_{op}")(edit, parent, parents, data, used_parents)
+            else:
+                op, used_parents, parent_size = "grow", [], 0
+                edit = _Edit(_Parent("", [], analyze([]), None, 1.0), self.rng, set(inputs))
+                ok = self._op_grow(edit, data or inputs)
+            if not ok:
+                self.stats.no_site += 1
+                continue
+            forms = edit.finish()
+            size = sum(count_nodes(f) for f in forms)
+            n_params = sum(1 for f in forms if isinstance(f, list) and f and f[0] == "param")
+            # the size cap grows with the parent, so large seed programs can still be edited
+            max_size = max(self.max_nodes, parent_size + 24)
+            if size > max_size or n_params > self.max_params or n_params < self.min_params:
+                self.stats.too_large += 1
+                continue
+            if static_problems(forms, inputs):
+                self.stats.static_rejects += 1
+                continue
+            source = to_source(forms)
+            key = source
+            chash = None
+            names: list[str] = []
+            if self._compile is not None:
+                import ndvm
+
+                try:
+                    program = self._compile(source)
+                except ndvm.NDVMError:
+                    self.stats.compile_rejects += 1
+                    continue
+                chash = getattr(program, "canonical_hash", None)
+                names = list(program.param_names)
+                key = chash or source
+            if self.dedup and key in self._seen:
+                self.stats.duplicates += 1
+                continue
+            self._seen.add(key)
+            self.stats.produced += 1
+            self.stats.by_operator[op] = self.stats.by_operator.get(op, 0) + 1
+            return Proposal(
+                source=source,
+                origin=Origin(self.name, None, tuple(p.canonical_hash for p in used_parents if p.canonical_hash),
+                              op),
+                canonical_hash=chash,
+                param_names=names or [str(f[1]) for f in forms if isinstance(f, list) and f and f[0] == "param"],
+            )
+        return None
+
+    # -- site selection --------------------------------------------------------------------
+    @staticmethod
+    def _editable(site: Site) -> bool:
+        return (site.klass in ("scalar", "data") and site.context in ("numeric", "value")
+                and not site.in_loop_control and len(site.path) >= 1
+                and not (isinstance(site.node, list) and site.node and site.node[0] == "quote"))
+
+    def _targets(self, parent: _Parent) -> list[Site]:
+        return [s for s in parent.analysis.sites if self._editable(s)]
+
+    def _pick(self, sites: list[Site]) -> Site | None:
+        return self.rng.choice(sites) if sites else None
+
+    def _leaves(self, site: Site, parent: _Parent, data: set[str]) -> tuple[list[str], list[str]]:
+        """(data-like names, scalar names) usable at ``site``."""
+        control = parent.analysis.control_vars
+        data_names = sorted(data - set(site.env))  # an input shadowed by a local is not visible
+        scalars = sorted(parent.analysis.params)
+        for name, klass in sorted(site.env.items()):
+            if name in control:
+                continue
+            if klass == "data":
+                data_names.append(name)
+            elif klass == "scalar":
+                scalars.append(name)
+        return data_names, scalars
+
+    # -- the grammar -----------------------------------------------------------------------
+    def _leaf(self, edit: _Edit, data_names: list[str], scalars: list[str]) -> Node:
+        r = self.rng.random()
+        if data_names and r < 0.55:
+            return Sym(self.rng.choice(data_names))
+        if r < 0.72:
+            return edit.fresh_param(self.rng.choice((0.1, 0.5, 1.0, -0.5)))
+        if scalars and r < 0.88:
+            return Sym(self.rng.choice(scalars))
+        return self.rng.choice(CONSTANTS)
+
+    def _term(self, edit: _Edit, data_names, scalars, depth: int) -> Node:
+        if depth <= 0 or self.rng.random() < 0.25:
+            return self._leaf(edit, data_names, scalars)
+        r = self.rng.random()
+        if r < 0.45:
+            op = self.rng.choice(("+", "-", "*", "*", "/"))
+            return [Sym(op), self._term(edit, data_names, scalars, depth - 1),
+                    self._term(edit, data_names, scalars, depth - 1)]
+        if r < 0.75:
+            return [Sym(self.rng.choice(GEN_UNARY)), self._term(edit, data_names, scalars, depth - 1)]
+        # a scaled term: the most useful shape for a model (p * f(...))
+        return [Sym("*"), edit.fresh_param(self.rng.choice((0.1, 0.5, 1.0))),
+                self._term(edit, data_names, scalars, depth - 1)]
+
+    def _wrap(self, edit: _Edit, node: Node) -> Node:
+        kind = self.rng.choice(WRAPPERS)
+        if kind == "exp-neg":
+            return [Sym("exp"), [Sym("-"), node]]
+        if kind == "gauss":
+            return [Sym("exp"), [Sym("-"), [Sym("square"), node]]]
+        if kind == "softsign":
+            return [Sym("/"), node, [Sym("+"), 1.0, [Sym("abs"), node]]]
+        return [Sym(kind), node]
+
+    # -- operators -------------------------------------------------------------------------
+    def _op_subtree(self, edit, parent, parents, data, used) -> bool:
+        site = self._pick(self._targets(parent))
+        if site is None:
+            return False
+        data_names, scalars = self._leaves(site, parent, data)
+        edit.set(site.path, self._term(edit, data_names, scalars, self.rng.randint(1, 3)))
+        return True
+
+    def _op_crossover(self, edit, parent, parents, data, used) -> bool:
+        donors = [p for p in parents if p is not parent] or [parent]
+        donor = self.rng.choice(donors)
+        site = self._pick(self._targets(parent))
+        if site is None:
+            return False
+        # a donor sub-expression must not depend on the donor's local variables
+        candidates = [s for s in self._targets(donor)
+                      if not (symbols_in(s.node) & (set(s.env) | donor.analysis.control_vars))]
+        visible_locals = set(site.env)
+        candidates = [s for s in candidates if not (symbols_in(s.node) & visible_locals)]
+        donor_site = self._pick(candidates)
+        if donor_site is None:
+            return False
+        piece = copy.deepcopy(donor_site.node)
+        declared = set(parent.analysis.params)
+        for name in sorted(symbols_in(piece) & set(donor.analysis.params)):
+            if name not in declared:
+                decl = donor.forms[donor.analysis.params[name].form_index]
+                edit.imported_params.append(copy.deepcopy(decl))
+                edit.reserved.add(name)
+        edit.set(site.path, piece)
+        if donor is not parent:
+            used.append(donor)
+        return True
+
+    def _op_swap(self, edit, parent, parents, data, used) -> bool:
+        sites = [s for s in self._targets(parent)
+                 if isinstance(s.node, list) and s.node and isinstance(s.node[0], Sym)
+                 and (s.node[0] in SWAP_BINARY and len(s.node) >= 3 or s.node[0] in SWAP_UNARY + ("log", "sqrt")
+                      or s.node[0] in ("min", "max"))]
+        site = self._pick(sites)
+        if site is None:
+            return False
+        node = edit.get(site.path)
+        head = str(node[0])
+        if head in ("min", "max"):
+            node[0] = Sym("max" if head == "min" else "min")
+        elif head in SWAP_BINARY:
+            node[0] = Sym(self.rng.choice([o for o in SWAP_BINARY if o != head]))
+        else:
+            node[0] = Sym(self.rng.choice([o for o in SWAP_UNARY if o != head]))
+        return True
+
+    def _op_constant(self, edit, parent, parents, data, used) -> bool:
+        literals = [s for s in self._targets(parent) if isinstance(s.node, float)]
+        params = list(parent.analysis.params.values())
+        if not literals and not params:
+            return False
+        if literals and (not params or self.rng.random() < 0.5):
+            site = self.rng.choice(literals)
+            value = site.node
+            edit.set(site.path, _round(value * math.exp(self.rng.gauss(0, 0.5)) if value != 0
+                                       else self.rng.gauss(0, 0.5)))
+            return True
+        decl = self.rng.choice(params)
+        form = edit.forms[decl.form_index]
+        init = decl.init
+        constraint = decl.constraint
+        if constraint is None:
+            new = init * math.exp(self.rng.gauss(0, 0.5)) if init != 0 else self.rng.gauss(0, 0.5)
+            if self.rng.random() < 0.2:
+                new = -new
+        elif isinstance(constraint, Sym) and constraint == "positive":
+            new = (init if init > 0 else 0.5) * math.exp(self.rng.gauss(0, 0.5))
+        elif isinstance(constraint, list) and len(constraint) == 3 and constraint[0] == "between":
+            lo, hi = float(constraint[1]), float(constraint[2])
+            new = min(max(init + self.rng.gauss(0, 0.2) * (hi - lo), lo + 0.01 * (hi - lo)), hi - 0.01 * (hi - lo))
+        else:
+            return False
+        new = _round(new)
+        if new == init or (isinstance(constraint, Sym) and new <= 0):
+            return False
+        form[2] = new
+        return True
+
+    def _op_insert_term(self, edit, parent, parents, data, used) -> bool:
+        site = self._pick(self._targets(parent))
+        if site is None:
+            return False
+        data_names, scalars = self._leaves(site, parent, data)
+        node = copy.deepcopy(site.node)
+        term = [Sym("*"), edit.fresh_param(0.1), self._term(edit, data_names, scalars, self.rng.randint(0, 2))]
+        shape = self.rng.random()
+        if shape < 0.5:
+            new: Node = [Sym("+"), node, term]
+        elif shape < 0.75:
+            new = [Sym("-"), node, term]
+        else:
+            new = [Sym("*"), node, [Sym("+"), 1.0, term]]
+        edit.set(site.path, new)
+        return True
+
+    def _op_insert_param(self, edit, parent, parents, data, used) -> bool:
+        targets = self._targets(parent)
+        literals = [s for s in targets if isinstance(s.node, float)]
+        if literals and self.rng.random() < 0.3:
+            site = self.rng.choice(literals)
+            edit.set(site.path, edit.fresh_param(site.node))
+            return True
+        site = self._pick(targets)
+        if site is None:
+            return False
+        node = copy.deepcopy(site.node)
+        if self.rng.random() < 0.5:
+            edit.set(site.path, [Sym("*"), edit.fresh_param(1.0), node])
+        else:
+            edit.set(site.path, [Sym("+"), node, edit.fresh_param(0.0)])
+        return True
+
+    def _op_wrap(self, edit, parent, parents, data, used) -> bool:
+        site = self._pick(self._targets(parent))
+        if site is None:
+            return False
+        edit.set(site.path, self._wrap(edit, copy.deepcopy(site.node)))
+        return True
+
+    def _op_hoist(self, edit, parent, parents, data, used) -> bool:
+        targets = self._targets(parent)
+        calls = [s for s in targets if isinstance(s.node, list) and s.node
+                 and isinstance(s.node[0], Sym) and s.node[0] in NUMERIC_OPS]
+        site = self._pick(calls)
+        if site is None:
+            return False
+        n = len(site.path)
+        inner = [s for s in targets if len(s.path) > n and s.path[:n] == site.path
+                 and set(s.env) == set(site.env)]  # same scope: no variable escapes its binder
+        choice = self._pick(inner)
+        if choice is None:
+            return False
+        edit.set(site.path, copy.deepcopy(choice.node))
+        return True
+
+    def _op_grow(self, edit: _Edit, data: list[str] | set[str]) -> bool:
+        data_names = sorted(data)
+        term = self._term(edit, data_names, [], self.rng.randint(2, 4))
+        # a model must depend on the data and on at least one parameter
+        if data_names and not (symbols_in(term) & set(data_names)):
+            term = [Sym("+"), term, [Sym("*"), edit.fresh_param(0.5), Sym(self.rng.choice(data_names))]]
+        if not edit.new_params:
+            term = [Sym("*"), edit.fresh_param(1.0), term]
+        edit.forms = [term]
+        return True
+
+
+__all__ = ["MutationProposer", "MutationStats", "DEFAULT_WEIGHTS"]
