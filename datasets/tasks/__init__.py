@@ -1,0 +1,46 @@
+"""Tasks: what a candidate program computes and how it is judged on held-out data.
+
+    from datasets import load
+    from datasets.tasks import make_task
+    task = make_task(load("enso"))            # ForecastTask (the dataset kind picks the task)
+    task.contract_text()                       # the program contract sent to a proposer
+    task.seed_programs()                       # valid starting programs for the mutation proposer
+    fit = task.fit(source, steps=200)          # ndvm.calibrate on the training part only
+    task.score(fit)                            # held-out metrics (task.primary_metric, lower is better)
+    task.score_references()                    # reference models on the same split
+
+Both tasks offer: name, kind, primary_metric, program_source(candidate), compile(candidate),
+train_inputs(), train_target(), fit(candidate, **calibrate_options), score(fit),
+reference_models(), score_references(), seed_programs(), contract_text().
+"""
+from __future__ import annotations
+
+from ..schema import Dataset
+from .base import TaskFit
+from .curve import BATTERY_REFERENCES, CurveReference, CurveTask
+from .errors import CandidateError, RuntimeUnavailableError, TaskError
+from .forecast import ENSO_REFERENCES, ForecastReference, ForecastTask
+from .runtime import ndvm_available
+
+TASKS = {"curve": CurveTask, "forecast": ForecastTask}
+
+
+def make_task(dataset: Dataset, kind: str | None = None, **options):
+    """The task for ``dataset``: ``kind`` ("curve" or "forecast"), else the dataset's default task."""
+    if kind is None:
+        if dataset.definition is not None:
+            kind = dataset.definition.default_task
+        else:
+            kind = dataset.meta.get("task", "curve")
+    try:
+        cls = TASKS[kind]
+    except KeyError:
+        raise TaskError(f"unknown task {kind!r}; use one of {sorted(TASKS)}") from None
+    return cls(dataset, **options)
+
+
+__all__ = [
+    "BATTERY_REFERENCES", "ENSO_REFERENCES", "CandidateError", "CurveReference", "CurveTask",
+    "ForecastReference", "ForecastTask", "RuntimeUnavailableError", "TaskError", "TaskFit",
+    "make_task", "ndvm_available",
+]

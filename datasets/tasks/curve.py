@@ -1,0 +1,324 @@
+"""The ``curve`` task: a program maps input columns to one prediction per row.
+
+The candidate is a complete NDVM program. Its free input is ``x`` (the dataset's x column divided
+by ``x_scale``: for battery data, x is in hundreds of cycles); its last expression is a vector with
+one prediction per element of ``x`` (elementwise arithmetic broadcasts over the vector, so a
+closed-form model needs no loop). Parameters are declared with ``(param ...)`` and fitted by MSE
+(or Gaussian NLL) on the training rows. With a group column (battery cells) every group gets its
+own parameter values: the same program is calibrated once per group on that group's training rows.
+
+Scores use only the held-out rows: per-group RMSE on the test part, averaged over groups
+(``test_rmse``, the primary metric), plus the pooled RMSE and MAE.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+
+from ..schema import TEST, TRAIN, Dataset
+from . import sexpr
+from .base import TaskFit, least_squares_multistart
+from .errors import CandidateError, TaskError
+from .metrics import mae, rmse
+from .runtime import require_ndvm
+
+INPUT = "x"
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class CurveReference:
+    """A reference model: a numpy function for scipy, and the same model as an NDVM program."""
+
+    name: str
+    description: str
+    source: str
+    func: Callable[..., np.ndarray]
+    param_names: tuple[str, ...]
+    starts: tuple[tuple[float, ...], ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+
+
+def _knee(x, a0, a1, b, x1, g):
+    d = x - x1
+    return a0 + a1 * d - b * d * np.tanh(d / g)
+
+
+BATTERY_REFERENCES = (
+    CurveReference(
+        "linear", "linear fade: soh = a + b x",
+        "(param a 1.0)\n(param b -0.05)\n(+ a (* b x))",
+        lambda x, a, b: a + b * x, ("a", "b"), ((1.0, -0.05),), (-np.inf, -np.inf), (np.inf, np.inf)),
+    CurveReference(
+        "sqrt-sei", "SEI growth, capacity loss proportional to sqrt(cycles): soh = a - b sqrt(x)",
+        "(param a 1.0)\n(param b 0.05 positive)\n(- a (* b (sqrt x)))",
+        lambda x, a, b: a - b * np.sqrt(x), ("a", "b"), ((1.0, 0.05),), (-np.inf, 0.0), (np.inf, np.inf)),
+    CurveReference(
+        "power-law", "power-law fade: soh = a - b x^z",
+        "(param a 1.0)\n(param b 0.05 positive)\n(param z 1.0 positive)\n(- a (* b (expt x z)))",
+        lambda x, a, b, z: a - b * np.power(x, z), ("a", "b", "z"),
+        ((1.0, 0.05, 0.5), (1.0, 0.05, 1.0), (1.0, 0.01, 2.0)), (-np.inf, 0.0, 0.05), (np.inf, np.inf, 8.0)),
+    CurveReference(
+        "knee-bacon-watts",
+        "knee model (Bacon-Watts smooth broken line): soh = a0 + a1 d - b d tanh(d/g), d = x - x1, "
+        "b >= 0 so the fade accelerates after the knee x1",
+        "(param a0 0.9)\n(param a1 -0.05)\n(param b 0.05 positive)\n(param x1 1.0 positive)\n(param g 0.2 positive)\n"
+        "(let ((d (- x x1)))\n  (- (+ a0 (* a1 d)) (* b d (tanh (/ d g)))))",
+        _knee, ("a0", "a1", "b", "x1", "g"),
+        ((0.9, -0.05, 0.02, 1.0, 0.3), (0.9, -0.05, 0.02, 2.0, 0.3), (0.9, -0.05, 0.05, 0.5, 1.0)),
+        (-np.inf, -np.inf, 0.0, 1e-6, 0.01), (np.inf, np.inf, np.inf, np.inf, 50.0)),
+)
+
+GENERIC_REFERENCES = (
+    BATTERY_REFERENCES[0],
+    CurveReference(
+        "quadratic", "quadratic: y = a + b x + c x^2",
+        "(param a 0.0)\n(param b 0.0)\n(param c 0.0)\n(+ a (* b x) (* c x x))",
+        lambda x, a, b, c: a + b * x + c * x * x, ("a", "b", "c"), ((0.0, 0.0, 0.0),),
+        (-np.inf,) * 3, (np.inf,) * 3),
+    CurveReference(
+        "exponential", "exponential: y = a + b exp(c x)",
+        "(param a 0.0)\n(param b 1.0)\n(param c -0.1)\n(+ a (* b (exp (* c x))))",
+        lambda x, a, b, c: a + b * np.exp(c * x), ("a", "b", "c"), ((0.0, 1.0, -0.1), (0.0, 1.0, 0.1)),
+        (-np.inf,) * 3, (np.inf, np.inf, 50.0)),
+)
+
+EXTRA_BATTERY_SEEDS = (
+    "(param a 1.0)\n(param b 0.05 positive)\n(param c 0.3 positive)\n(- a (* b (- 1.0 (exp (- (* c x))))))",
+    "(param a 1.0)\n(param b 0.03 positive)\n(param c 0.001 positive)\n(param k 1.0 positive)\n"
+    "(- a (* b (sqrt x)) (* c (exp (* k x))))",
+)
+
+
+class CurveTask:
+    """Fit a closed-form (or any) program y = f(x) per group, score on each group's held-out tail."""
+
+    kind = "curve"
+    primary_metric = "test_rmse"
+
+    def __init__(self, dataset: Dataset, *, x_scale: float | None = None, loss: str = "mse",
+                 per_group: bool = True, references: tuple[CurveReference, ...] | None = None):
+        if loss not in ("mse", "gaussian_nll"):
+            raise TaskError(f"curve task: loss must be 'mse' or 'gaussian_nll', got {loss!r}")
+        self.dataset = dataset
+        self.loss = loss
+        self.per_group = per_group and dataset.group is not None
+        self.is_battery = dataset.group == "cell_id" and dataset.x == "cycle"
+        self.x_scale = float(x_scale) if x_scale is not None else (100.0 if self.is_battery else 1.0)
+        if self.x_scale <= 0:
+            raise TaskError("x_scale must be positive")
+        self.references = references if references is not None else (BATTERY_REFERENCES if self.is_battery else GENERIC_REFERENCES)
+        self.name = f"curve:{dataset.name}"
+        if dataset.train.height == 0 or dataset.test.height == 0:
+            raise TaskError(f"{dataset.name}: the split leaves no training or no test rows")
+
+    # ------------------------------------------------------------------ data
+    def groups(self) -> list[Any]:
+        return self.dataset.groups if self.per_group else [None]
+
+    def _part(self, group, part: str) -> pl.DataFrame:
+        frame = self.dataset.frame.filter(pl.col("split") == part)
+        if group is not None:
+            frame = frame.filter(pl.col(self.dataset.group) == group)
+        return frame.sort(self.dataset.x)
+
+    def _xy(self, group, part: str) -> tuple[np.ndarray, np.ndarray]:
+        frame = self._part(group, part)
+        x = frame.get_column(self.dataset.x).cast(pl.Float64).to_numpy() / self.x_scale
+        y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()
+        return x, y
+
+    def train_inputs(self, group=None) -> dict[str, np.ndarray]:
+        """Inputs of the training rows of ``group`` (all rows when the task is not per group)."""
+        return {INPUT: self._xy(group, TRAIN)[0]}
+
+    def train_target(self, group=None) -> np.ndarray:
+        return self._xy(group, TRAIN)[1]
+
+    def test_inputs(self, group=None) -> dict[str, np.ndarray]:
+        return {INPUT: self._xy(group, TEST)[0]}
+
+    def test_target(self, group=None) -> np.ndarray:
+        return self._xy(group, TEST)[1]
+
+    # ------------------------------------------------------------------ programs
+    def program_source(self, candidate: str) -> str:
+        """The program to compile: for a curve the candidate itself (checked for a final expression)."""
+        if not sexpr.last_form_is_expression(candidate):
+            raise CandidateError("a curve program must end with an expression: the prediction for every x")
+        return candidate
+
+    def compile(self, candidate: str):
+        ndvm = require_ndvm()
+        program = ndvm.compile(self.program_source(candidate))
+        extra = sorted(set(program.inputs) - {INPUT})
+        if extra:
+            raise CandidateError(f"unknown input(s) {extra}: a curve program may only use the input `x` "
+                                 "(and its own params and definitions)")
+        return program
+
+    @staticmethod
+    def _as_rows(values, n: int) -> np.ndarray:
+        """One lane's output as a vector of n predictions (a scalar output is broadcast)."""
+        out = np.asarray(values, dtype=float)
+        if out.ndim == 0 or out.size == 1:
+            return np.full(n, float(out.reshape(-1)[0]))
+        out = out.reshape(-1)
+        if out.size != n:
+            raise CandidateError(f"the program returned {out.size} values for {n} rows of x")
+        return out
+
+    def _program_predictor(self, program):
+        def predict(params: dict[str, float], inputs: dict[str, np.ndarray]) -> np.ndarray:
+            theta = np.array([[params[name] for name in program.param_names]], dtype=float) if program.param_names else None
+            values = program.evaluate(theta=theta, inputs=inputs)
+            return self._as_rows(np.asarray(values)[0] if np.ndim(values) else values, len(inputs[INPUT]))
+        return predict
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, candidate: str, *, name: str = "candidate", **calibrate_options) -> TaskFit:
+        """Calibrate ``candidate`` on each group's training rows with ``ndvm.calibrate``.
+
+        ``calibrate_options`` pass through (steps, restarts, optimizer, lr, seed, ...). A program that
+        fails to compile, or whose calibration fails for a group, gives a TaskFit with ``error``.
+        """
+        ndvm = require_ndvm()
+        start = time.perf_counter()
+        try:
+            program = self.compile(candidate)
+        except (CandidateError, ndvm.NDVMError) as exc:
+            return TaskFit(self.name, name, candidate, {}, INF, time.perf_counter() - start, error=str(exc))
+        params, fits, losses, errors = {}, [], [], []
+        for group in self.groups():
+            fit = ndvm.calibrate(program, self.train_inputs(group), target=self.train_target(group),
+                                 loss=self.loss, **calibrate_options)
+            fits.append(fit)
+            if fit.error:
+                errors.append(f"group {group}: {fit.error}")
+                continue
+            params[group] = dict(fit.params)
+            losses.append(float(fit.loss))
+        predict = self._program_predictor(program)
+        result = TaskFit(
+            self.name, name, candidate,
+            params if self.per_group else params.get(None, {}),
+            float(np.mean(losses)) if losses and not errors else INF,
+            time.perf_counter() - start, fits=fits, error="; ".join(errors) or None,
+            n_params=len(program.param_names),
+            predictor=lambda group, inputs: predict(self._group_params(result, group), inputs),
+        )
+        return result
+
+    def _group_params(self, fit: TaskFit, group) -> dict[str, float]:
+        return fit.params[group] if self.per_group else fit.params
+
+    def fit_reference(self, ref: CurveReference) -> TaskFit:
+        """Fit a reference model with scipy least squares (several starts), per group."""
+        start = time.perf_counter()
+        params, losses = {}, []
+        for group in self.groups():
+            x, y = self._xy(group, TRAIN)
+            p, mse = least_squares_multistart(ref.func, x, y, ref.starts, ref.lower, ref.upper)
+            params[group] = dict(zip(ref.param_names, map(float, p)))
+            losses.append(mse)
+
+        def predictor(group, inputs):
+            p = params[group]
+            return np.asarray(ref.func(inputs[INPUT], *[p[n] for n in ref.param_names]), dtype=float)
+
+        return TaskFit(self.name, ref.name, ref.source, params if self.per_group else params[None],
+                       float(np.mean(losses)), time.perf_counter() - start, n_params=len(ref.param_names),
+                       predictor=predictor)
+
+    # ------------------------------------------------------------------ scoring
+    def predict(self, fit: TaskFit, group=None, part: str = TEST) -> np.ndarray:
+        if fit.predictor is None:
+            raise TaskError(f"fit {fit.name!r} has no predictor (it was not made by this task)")
+        x, _ = self._xy(group, part)
+        return fit.predictor(group, {INPUT: x})
+
+    def score(self, fit: TaskFit) -> dict[str, Any]:
+        """Held-out scores of a fit. Only test rows enter ``test_*``; a failed or non-finite fit scores inf."""
+        base = {"model": fit.name, "n_params": fit.n_params, "train_loss": fit.train_loss, "fit_seconds": fit.seconds}
+        if not fit.ok:
+            return {**base, "test_rmse": INF, "test_rmse_pooled": INF, "test_mae": INF, "train_rmse": INF,
+                    "error": fit.error, "per_group": {}}
+        per_group, sq, ab, count = {}, 0.0, 0.0, 0
+        for group in self.groups():
+            y_test, y_train = self.test_target(group), self.train_target(group)
+            try:
+                p_test, p_train = self.predict(fit, group, TEST), self.predict(fit, group, TRAIN)
+            except Exception as exc:  # a candidate failing at prediction time scores inf, with the reason
+                return {**base, "test_rmse": INF, "test_rmse_pooled": INF, "test_mae": INF, "train_rmse": INF,
+                        "error": f"prediction failed for group {group}: {exc}", "per_group": {}}
+            finite = bool(np.all(np.isfinite(p_test)))
+            per_group[group] = {
+                "n_train": int(y_train.size), "n_test": int(y_test.size),
+                "train_rmse": rmse(p_train, y_train) if np.all(np.isfinite(p_train)) else INF,
+                "test_rmse": rmse(p_test, y_test) if finite else INF,
+            }
+            if finite:
+                sq += float(np.sum((p_test - y_test) ** 2))
+                ab += float(np.sum(np.abs(p_test - y_test)))
+                count += y_test.size
+        finite_all = all(np.isfinite(g["test_rmse"]) for g in per_group.values())
+        return {
+            **base,
+            "test_rmse": float(np.mean([g["test_rmse"] for g in per_group.values()])),
+            "test_rmse_pooled": float(np.sqrt(sq / count)) if finite_all else INF,
+            "test_mae": ab / count if finite_all else INF,
+            "train_rmse": float(np.mean([g["train_rmse"] for g in per_group.values()])),
+            "error": None if finite_all else "non-finite predictions on held-out rows",
+            "per_group": per_group,
+        }
+
+    # ------------------------------------------------------------------ references and prompts
+    def reference_models(self) -> tuple[CurveReference, ...]:
+        return self.references
+
+    def score_references(self) -> list[dict[str, Any]]:
+        """Fit and score every reference model on the task's split (scipy; no runtime needed)."""
+        return [self.score(self.fit_reference(ref)) for ref in self.references]
+
+    def seed_programs(self) -> list[str]:
+        seeds = [ref.source for ref in self.references]
+        if self.is_battery:
+            seeds.extend(EXTRA_BATTERY_SEEDS)
+        return seeds
+
+    def contract_text(self) -> str:
+        ds = self.dataset
+        units = {c.name: c.unit for c in ds.columns}
+        x_desc = f"`{ds.x}` / {self.x_scale:g}" if self.x_scale != 1.0 else f"`{ds.x}`"
+        if self.is_battery:
+            x_desc += " (hundreds of cycles)" if self.x_scale == 100.0 else ""
+        groups = (f"Each {ds.group} gets its own parameter values (the program is fitted separately per "
+                  f"{ds.group}); write one program that works for all of them. ") if self.per_group else ""
+        example = self.references[1].source if len(self.references) > 1 else self.references[0].source
+        return f"""Task: curve fitting on the dataset `{ds.name}`.
+Write a program in the NDVM language (a Scheme subset) that predicts `{ds.y}` ({units.get(ds.y, '?')}) from x.
+
+Contract:
+- Input: `x`, a vector: {x_desc}. Arithmetic and math functions work elementwise on vectors, so
+  `(+ a (* b x))` gives one prediction per row. Do not loop over x unless you need to.
+- The program's value (its last top-level expression) must be a vector of the same length as `x`:
+  the predicted `{ds.y}` for every row. No other inputs exist.
+- Declare every fitted constant: `(param name init)`, `(param name init positive)` or
+  `(param name init (between lo hi))`. Use 1 to 6 parameters; give sensible initial values.
+- Allowed: define, lambda, let, let*, if, cond, and, or, + - * / expt exp log sqrt tanh sigmoid
+  softplus min max abs square, and the usual Scheme list forms. No strings, no set!, no I/O.
+- {groups}Fit: {'mean squared error' if self.loss == 'mse' else 'Gaussian negative log-likelihood'} on the
+  first part of each series; score: RMSE on the held-out later rows (extrapolation), lower is better.
+
+Example:
+{example}
+"""
+
+
+def battery_reference_names() -> list[str]:
+    return [r.name for r in BATTERY_REFERENCES]
