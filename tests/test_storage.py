@@ -1,0 +1,252 @@
+"""The DuckDB candidate store on a real file: two-stage dedup, invalid programs, results,
+leaderboard, history, resume and the single-writer rule. Needs the ndvm runtime (``ndvm.compile``)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ndvm
+
+if not hasattr(ndvm, "compile"):
+    pytest.skip("the ndvm runtime (ndvm.compile) is not built yet", allow_module_level=True)
+
+from storage import CandidateStore, EvaluationResult, MetricDirectionError, StoreError, StoreLockedError  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path("/work/shared/data/ndvm_corpora/cosearch_candidates_valid.jsonl")
+if not CORPUS.is_file():
+    CORPUS = REPO.parent / "shared" / "data" / "ndvm_corpora" / "cosearch_candidates_valid.jsonl"
+
+PROBE_X = np.linspace(0.1, 6.0, 9)
+AB = "(param a 0.5) (param b 1.5) "
+
+
+@pytest.fixture
+def store(tmp_path):
+    with CandidateStore(tmp_path / "candidates.duckdb") as s:
+        yield s
+
+
+@pytest.fixture
+def run(store):
+    return store.start_run("run-1", dataset="toy", task="curve", proposer="test",
+                           probe_inputs={"x": PROBE_X}, budget={"minutes": 1})
+
+
+def outcomes(store, run_id):
+    return store.history(run_id)["outcome"].to_list()
+
+
+def test_alpha_equivalent_programs_dedup_by_canonical_hash(store, run):
+    first = AB + "(+ a (* b x))"
+    renamed = "(param p 0.5) (param q 1.5) (+ p (* q x))"            # alpha-renamed
+    reordered = AB + "(+ (* x b) a)"                                  # commutative arguments swapped
+    other_literal = "(param a 0.5) (param b 2.5) (+ a (* b x))"       # literals abstracted
+    new = store.add([first, renamed, reordered, other_literal], run)
+    assert [c.source for c in new] == [first]
+    assert outcomes(store, run) == ["new", "duplicate_hash", "duplicate_hash", "duplicate_hash"]
+    history = store.history(run)
+    assert history["duplicate_of"].to_list()[1:] == [new[0].hash] * 3
+    assert new[0].hash == ndvm.compile(first).canonical_hash
+
+
+def test_structurally_different_programs_are_all_kept(store, run):
+    sources = [AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))",
+               AB + "(- a (* b x))", AB + "(- (* b x) a)", AB + "(* a (sin (* b x)))"]
+    new = store.add(sources, run)
+    assert [c.source for c in new] == sources
+    assert len({c.hash for c in new}) == len(sources)
+    assert len({c.fingerprint for c in new}) == len(sources)
+    status = store.run_status(run)
+    assert (status.proposed, status.new, status.duplicates, status.pending) == (6, 6, 0, 6)
+
+
+def test_semantic_stage_catches_equal_functions(store, run):
+    base = "(param a 0.5) (* 2 (+ a x))"
+    expanded = "(param a 0.5) (+ (* 2 a) (* 2 x))"                   # distributed: another structure
+    swapped = AB + "(+ b (* a x))"                                    # parameters in swapped roles
+    linear = AB + "(+ a (* b x))"
+    negated = AB + "(* a (exp (- 0.0 (* b x))))"
+    negated2 = AB + "(* a (exp (* -1.0 (* b x))))"                    # (- 0 z) == (* -1 z)
+    new = store.add([base, expanded, linear, swapped, negated, negated2], run)
+    assert [c.source for c in new] == [base, linear, negated]
+    seen = outcomes(store, run)
+    assert seen[:3] == ["new", "duplicate_semantic", "new"] and seen[4:] == ["new", "duplicate_semantic"]
+    # swapped roles: the canonical form may already see it (alpha-renaming by first use), else the fingerprint
+    assert seen[3] in ("duplicate_hash", "duplicate_semantic")
+    dup_of = store.history(run)["duplicate_of"].to_list()
+    assert dup_of[1] == new[0].hash and dup_of[3] == new[1].hash and dup_of[5] == new[2].hash
+    assert store.run_status(run).duplicate_semantic == 2 + (seen[3] == "duplicate_semantic")
+
+
+def test_semantic_stage_is_off_without_probe_inputs(store):
+    run = store.start_run("no-probes", metric="rmse")
+    new = store.add(["(param a 0.5) (* 2 (+ a x))", "(param a 0.5) (+ (* 2 a) (* 2 x))"], run)
+    assert len(new) == 2 and all(c.fingerprint is None for c in new)
+    assert not store.run_status(run).semantic_dedup
+
+
+def test_dedup_is_scoped_to_the_run_but_candidates_are_stored_once(store, run):
+    source = AB + "(+ a (* b x))"
+    assert len(store.add([source], run)) == 1
+    other = store.start_run("run-2", probe_inputs={"x": PROBE_X})
+    again = store.add([source], other)
+    assert len(again) == 1  # a new run must calibrate it on its own data
+    count = store._con.sql("SELECT count(*) FROM candidates").fetchall()[0][0]
+    assert count == 1
+
+
+def test_invalid_programs_are_recorded_with_their_error(store, run):
+    sources = ["(+ a (* b x)", ")", AB + "(+ a (* b x))"]
+    new = store.add(sources, run)
+    assert [c.source for c in new] == [sources[2]]
+    history = store.history(run)
+    invalid = history.filter(history["outcome"] == "invalid")
+    assert invalid.height == 2
+    assert set(invalid["error_kind"]) <= {"ParseError", "CheckError"}
+    assert all(invalid["error"].to_list())
+    assert store.run_status(run).invalid == 2
+
+
+def test_proposal_objects_carry_origin_and_parents(store, run):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Origin:
+        proposer: str
+        model: str | None
+        parent_hashes: tuple
+
+    @dataclass
+    class Proposal:
+        source: str
+        origin: Origin
+
+    parent = store.add([AB + "(+ a (* b x))"], run)[0]
+    child = store.add([Proposal(AB + "(* a (exp (* b x)))", Origin("llm", "openai/gpt-x", (parent.hash,)))], run)[0]
+    assert child.origin == "llm:openai/gpt-x" and child.parents == [parent.hash]
+    row = store.candidate(child.hash)
+    assert row["parents"] == [parent.hash] and row["origin"] == "llm:openai/gpt-x"
+    with pytest.raises(StoreError, match="no source"):
+        store.add([{"code": "(+ 1 2)"}], run)
+
+
+def _result(run, candidate, rmse, r2, status="ok"):
+    return EvaluationResult(candidate=candidate, run_id=run, dataset="toy", task="curve", split="temporal-70",
+                            parameters={"a": 1.0, "b": 2.0}, train_metrics={"mse": rmse ** 2 / 2},
+                            heldout_metrics={"rmse": rmse, "r2": r2} if status == "ok" else {},
+                            seconds=0.01, status=status, error=None if status == "ok" else "EvalError: boom",
+                            loss_history=[1.0, 0.5, 0.25])
+
+
+def test_record_top_and_history(store, run):
+    c = store.add([AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))",
+                   AB + "(* a (sin (* b x)))"], run)
+    store.record([_result(run, c[0].hash, 0.30, 0.80), _result(run, c[1].hash, 0.10, 0.95),
+                  _result(run, c[2].hash, 0.20, 0.90), _result(run, c[3].hash, 0, 0, status="error")])
+    top = store.top(3)
+    assert top["hash"].to_list() == [c[1].hash, c[2].hash, c[0].hash]
+    assert top["rank"].to_list() == [1, 2, 3] and top["score"].to_list() == [0.10, 0.20, 0.30]
+    assert store.top(1, "heldout.r2")["hash"].to_list() == [c[1].hash]   # higher is better
+    assert store.top(1, "train.mse")["hash"].to_list() == [c[1].hash]
+    with pytest.raises(MetricDirectionError):
+        store.top(1, "heldout.wiggle")
+    assert store.top(1, "heldout.wiggle", higher_is_better=True).is_empty()
+
+    # a better re-evaluation of a candidate replaces it on the leaderboard, not duplicates it
+    store.record([_result(run, c[0].hash, 0.05, 0.99)])
+    assert store.top(10)["hash"].to_list() == [c[0].hash, c[1].hash, c[2].hash]
+
+    status = store.run_status(run)
+    assert (status.calibrated, status.failed, status.pending) == (3, 1, 0)
+    assert status.best_score == 0.05 and status.best_hash == c[0].hash
+    history = store.history(run)
+    assert history["seq"].is_sorted() and history.height == 4
+    assert history["eval_status"].to_list() == ["ok", "ok", "ok", "error"]
+    best = store.evaluation(run, c[0].hash)
+    assert best["heldout_metrics"]["rmse"] == 0.05 and best["loss_history"] == [1.0, 0.5, 0.25]
+
+
+def test_record_rejects_bad_results_atomically(store, run):
+    c = store.add([AB + "(+ a (* b x))"], run)
+    bad_metric = _result(run, c[0].hash, 0.1, 0.9)
+    bad_metric.heldout_metrics = {"r2": 0.9}
+    with pytest.raises(StoreError, match="lacks held-out metric 'rmse'"):
+        store.record([_result(run, c[0].hash, 0.1, 0.9), bad_metric])
+    assert store.run_status(run).calibrated == 0   # the first result was rolled back with it
+    with pytest.raises(StoreError, match="was not added"):
+        store.record([_result(run, "0123456789abcdef", 0.1, 0.9)])
+
+
+def test_resume_restores_counts_and_pending(tmp_path):
+    path = tmp_path / "resume.duckdb"
+    sources = [AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))",
+               AB + "(+ b (* a x))", "(param p 0.5) (param q 1.5) (/ p (+ q x))", "(+ 1"]
+    with CandidateStore(path) as store:
+        run = store.start_run("r", dataset="toy", probe_inputs={"x": PROBE_X})
+        c = store.add(sources, run)
+        store.record([_result(run, c[0].hash, 0.2, 0.9)])
+        before = store.run_status(run)
+        store.set_run_status(run, "interrupted")
+    with CandidateStore(path) as store:
+        after = store.resume("r")
+        assert after.status == "running"
+        for field in ("proposed", "new", "duplicate_hash", "duplicate_semantic", "invalid", "calibrated",
+                      "failed", "pending", "best_score", "best_hash"):
+            assert getattr(after, field) == getattr(before, field), field
+        assert (after.proposed, after.new, after.duplicates, after.invalid, after.calibrated, after.pending) == \
+            (6, 3, 2, 1, 1, 2)
+        pending = store.pending("r")
+        assert {p.hash for p in pending} == {c[1].hash, c[2].hash}
+        assert all(p.program.canonical_hash == p.hash for p in pending)
+        # dedup state survives the restart too: both stages, with the stored probe inputs
+        again = store.add([AB + "(* a (exp (* b x)))", "(param a 0.5) (param b 1.5) (* (exp (* x b)) a)",
+                           AB + "(* b (exp (* a x)))"], "r")
+        assert again == []
+        assert store.run_status("r").duplicates == 5
+    with pytest.raises(StoreError, match="no run"):
+        with CandidateStore(path) as store:
+            store.resume("missing")
+
+
+def test_single_writer_second_process_gets_a_clear_error(store, run):
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from storage import CandidateStore, StoreLockedError
+        for read_only in (False, True):
+            try:
+                CandidateStore({str(store.path)!r}, read_only=read_only)
+            except StoreLockedError as error:
+                print("locked", "one writer" in str(error))
+            else:
+                print("opened")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["locked", "True", "locked", "True"], out.stderr
+
+
+def test_corpus_dedup_counts():
+    """The 247 LLM-proposed candidates of the co-search corpus through both stages."""
+    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    sources = ["".join(f"(param {p} 0.5) " for p in row["params"]) + row["src"] for row in rows]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, CandidateStore(Path(tmp) / "c.duckdb") as store:
+        run = store.start_run("corpus", probe_inputs={"x": np.linspace(0.1, 6.0, 16)})
+        new = store.add(sources, run)
+        status = store.run_status(run)
+    assert status.proposed == len(rows) == 247
+    assert status.new + status.duplicates + status.invalid == 247
+    assert status.invalid == 0 and len(new) == status.new
+    # all skeletons are distinct, so the hash stage finds at most literal-only variants; the
+    # semantic stage finds parameter-role permutations and algebraic rewrites
+    assert status.duplicate_semantic > 0
+    print(f"corpus: {status.new} new, {status.duplicate_hash} hash duplicates, "
+          f"{status.duplicate_semantic} semantic duplicates")
