@@ -34,7 +34,7 @@ def leaderboard_table(top: pl.DataFrame, status: RunStatus, metric: str | None =
              f"{status.pending} pending")
     table = Table(title=title, title_justify="left")
     table.add_column("#", justify="right")
-    table.add_column("hash")
+    table.add_column("hash", no_wrap=True, min_width=16)
     table.add_column(f"held-out {metric_name}" if "." not in metric_name else metric_name, justify="right")
     table.add_column("origin")
     table.add_column("parameters")

@@ -6,17 +6,12 @@ the ndvm runtime installed (``ndvm-discovery``), never an unpickled object.
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
-
-# MLflow nags at class creation when predict has no type hints; we omit them on purpose (a hint
-# would make MLflow derive and enforce its own schema instead of the input example's).
-warnings.filterwarnings("ignore", message=r".*Add type hints to the `predict` method.*")
-
+import pandas as pd
 
 class NDVMProgramModel(mlflow.pyfunc.PythonModel):
     """A fitted NDVM program as an MLflow pyfunc model.
@@ -40,8 +35,8 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         self._theta = np.array([[float(fitted["params"][name]) for name in self._program.param_names]])
         self._static = {k: np.asarray(v, dtype=np.float64) for k, v in fitted.get("static_inputs", {}).items()}
 
-    # No type hints on predict: MLflow would derive (and enforce) a schema from them.
-    def predict(self, context, model_input, params=None):
+    # The DataFrame type hint tells MLflow to take the schema from the input example.
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
         columns = {str(c): np.asarray(model_input[c], dtype=np.float64) for c in model_input.columns}
         inputs: dict[str, Any] = {}
         for name in self._program.inputs:
