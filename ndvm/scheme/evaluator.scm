@@ -146,15 +146,29 @@
          (cons (mc-procedure-entry (car forms)) (mc-procedure-entries (cdr forms))))
         (else (mc-procedure-entries (cdr forms)))))
 
+(define (mc-begin? form)
+  (if (pair? form) (eq? (car form) 'begin) #f))
+
+;; Whether FORMS define anything, also inside a (begin ...) among them (it splices).
 (define (mc-has-definitions? forms)
   (cond ((null? forms) #f)
         ((mc-definition? (car forms)) #t)
         ((mc-declaration? (car forms)) #t)
+        ((mc-begin? (car forms))
+         (if (mc-has-definitions? (cdr (car forms))) #t (mc-has-definitions? (cdr forms))))
         (else (mc-has-definitions? (cdr forms)))))
+
+;; FORMS with each (begin form ...) among them replaced by its forms.
+(define (mc-splice-begins forms)
+  (cond ((null? forms) '())
+        ((mc-begin? (car forms))
+         (append (mc-splice-begins (cdr (car forms))) (mc-splice-begins (cdr forms))))
+        (else (cons (car forms) (mc-splice-begins (cdr forms))))))
 
 (define (mc-eval-body body env)
   (if (mc-has-definitions? body)
-      (mc-eval-body-forms body (cons (cons '() (mc-procedure-entries body)) env))
+      (let ((forms (mc-splice-begins body)))
+        (mc-eval-body-forms forms (cons (cons '() (mc-procedure-entries forms)) env)))
       (mc-eval-sequence body env)))
 
 ;; ENV's first frame is the body's own frame.

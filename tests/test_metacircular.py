@@ -1,0 +1,332 @@
+"""The meta-circular evaluator (ndvm/scheme/evaluator.scm) and ndvm.metacircular.
+
+Three references check it:
+- NDVM itself: every program of tests/metacircular/*.scm run through the evaluator gives the
+  value of the direct run exactly, and gradients equal to a relative 1e-12, for one lane
+  (the declared parameters) and for 64 lanes (perturbed parameters, so lanes can branch apart);
+- the conformance suite (tests/conformance, 277 programs): through the evaluator on NDVM, the
+  same value as the direct run (slow: run with -m slow);
+- GNU Guile, when installed: the evaluator run by Guile gives Guile's own value on the suite and
+  the conformance fixture's expected value on every conformance program. This checks the
+  evaluator's Scheme semantics independently of the NDVM runtime.
+
+A suite program is a file of NDVM source. Header comments: ";; inputs: {json}" gives its inputs
+(numbers, lists for vectors, lists of lists for matrices); ";; guile: skip" marks programs that
+use NDVM-only features (vectors, matrices, sigmoid, loop/recur).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ndvm
+import ndvm.metacircular as mc
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE_DIR = ROOT / "tests" / "metacircular"
+CONFORMANCE_FIXTURE = ROOT / "tests" / "conformance" / "expected.jsonl"
+GRAD_REL_TOL = 1e-12
+LANES = 64
+
+
+@dataclass(frozen=True)
+class SuiteProgram:
+    name: str
+    source: str
+    inputs: dict = field(default_factory=dict)
+    guile: bool = True
+
+
+def load_suite() -> list[SuiteProgram]:
+    programs = []
+    for path in sorted(SUITE_DIR.glob("*.scm")):
+        source = path.read_text()
+        header = re.search(r"^;; inputs: (.*)$", source, re.MULTILINE)
+        inputs = json.loads(header.group(1)) if header else {}
+        programs.append(SuiteProgram(path.stem, source, inputs, ";; guile: skip" not in source))
+    return programs
+
+
+SUITE = load_suite()
+SUITE_IDS = [p.name for p in SUITE]
+
+
+def ndvm_inputs(inputs: dict) -> dict:
+    return {name: (np.asarray(value, dtype=float) if isinstance(value, list) else value)
+            for name, value in inputs.items()}
+
+
+def perturbed_theta(program, lanes: int, seed: int) -> np.ndarray:
+    """theta [lanes, P] around the declared inits (+-10%), inside each parameter's constraint."""
+    rng = np.random.default_rng(seed)
+    theta = np.empty((lanes, len(program.params)))
+    for j, param in enumerate(program.params):
+        init = float(param.init)
+        spread = 0.1 * abs(init) if init != 0 else 0.1
+        column = init + spread * rng.uniform(-1.0, 1.0, size=lanes)
+        if isinstance(param.constraint, tuple) and param.constraint[0] == "between":
+            lo, hi = float(param.constraint[1]), float(param.constraint[2])
+            margin = 1e-3 * (hi - lo)
+            column = np.clip(column, lo + margin, hi - margin)
+        theta[:, j] = column
+    theta[0] = [float(p.init) for p in program.params]  # lane 0: the declared point
+    return theta
+
+
+def same_value(expected, got) -> bool:
+    """Exact structural equality of run() values (exactness must agree: 3 is not 3.0)."""
+    if isinstance(expected, np.ndarray) or isinstance(got, np.ndarray):
+        return (isinstance(expected, np.ndarray) and isinstance(got, np.ndarray)
+                and expected.shape == got.shape and np.array_equal(expected, got, equal_nan=True))
+    if isinstance(expected, (bool, int, float, str)) or isinstance(got, (bool, int, float, str)):
+        if type(expected) is not type(got):
+            return False
+        if isinstance(expected, float) and np.isnan(expected):
+            return np.isnan(got)
+        return expected == got
+    if isinstance(expected, list):
+        return (isinstance(got, list) and len(expected) == len(got)
+                and all(same_value(e, g) for e, g in zip(expected, got)))
+    if hasattr(expected, "car"):  # a dotted pair
+        return hasattr(got, "car") and same_value(expected.car, got.car) and same_value(expected.cdr, got.cdr)
+    return expected == got
+
+
+def assert_grads_close(expected: np.ndarray, got: np.ndarray) -> None:
+    scale = np.maximum(np.abs(expected), np.finfo(float).tiny)
+    worst = float(np.max(np.abs(got - expected) / scale)) if expected.size else 0.0
+    assert worst <= GRAD_REL_TOL, f"gradients differ: worst relative error {worst:.3e}"
+
+
+# -------------------------------------------------------------------------------------------
+# The suite through the evaluator on NDVM equals the direct run
+
+
+def test_suite_is_large_enough_and_covers_each_area():
+    assert len(SUITE) >= 60
+    for prefix in ("regime_", "basic_", "let_", "closure_", "rec_", "tail_", "ho_", "list_", "vec_"):
+        assert sum(p.name.startswith(prefix) for p in SUITE) >= 2, prefix
+    assert sum(p.name.startswith("tail_") and p.name.endswith("100k") for p in SUITE) >= 5
+
+
+@pytest.mark.parametrize("program", SUITE, ids=SUITE_IDS)
+def test_program_through_evaluator_equals_direct_run(program: SuiteProgram):
+    inputs = ndvm_inputs(program.inputs)
+    direct = ndvm.compile(program.source)
+    meta = mc.compile(program.source)
+    assert meta.param_names == direct.param_names
+    assert [(p.name, p.init, p.constraint) for p in meta.host.params] == \
+           [(p.name, p.init, p.constraint) for p in direct.params]
+    assert sorted(meta.inputs) == sorted(direct.inputs) == sorted(program.inputs)
+
+    expected = direct.run(inputs=inputs)
+    got = meta.run(inputs=inputs)
+    assert same_value(expected, got), f"direct {expected!r} != through the evaluator {got!r}"
+
+    numeric = isinstance(expected, (float, int, np.ndarray)) and not isinstance(expected, bool)
+    if not (direct.param_names and numeric):
+        return
+    seed = zlib.crc32(program.name.encode())
+    for theta in (perturbed_theta(direct, 1, seed), perturbed_theta(direct, LANES, seed)):
+        np.testing.assert_array_equal(meta.evaluate(theta, inputs=inputs), direct.evaluate(theta, inputs=inputs))
+        if np.ndim(expected) == 0:
+            values_direct, grads_direct = direct.value_and_grad(theta, inputs=inputs)
+            values_meta, grads_meta = meta.value_and_grad(theta, inputs=inputs)
+            np.testing.assert_array_equal(values_meta, values_direct)
+            assert grads_meta.shape == grads_direct.shape == theta.shape
+            assert_grads_close(grads_direct, grads_meta)
+
+
+def test_gradients_are_not_trivially_zero():
+    """The suite's gradient checks mean something: most scalar programs have nonzero gradients."""
+    nonzero = 0
+    for name in ("regime_affine", "regime_logistic_map16", "closure_church_numerals", "tail_define_100k"):
+        program = next(p for p in SUITE if p.name == name)
+        meta = mc.compile(program.source)
+        theta = perturbed_theta(meta, 4, 0)
+        _, grads = meta.value_and_grad(theta, inputs=ndvm_inputs(program.inputs))
+        nonzero += bool(np.all(np.abs(grads) > 0))
+    assert nonzero == 4
+
+
+def test_lane_inputs_pass_through():
+    source = "(param a 0.5) (param b 1.0) (+ (* a x) b)"
+    direct, meta = ndvm.compile(source), mc.compile(source)
+    theta = perturbed_theta(direct, 8, 1)
+    lane_inputs = {"x": np.linspace(-1.0, 1.0, 8)}
+    np.testing.assert_array_equal(meta.evaluate(theta, lane_inputs=lane_inputs),
+                                  direct.evaluate(theta, lane_inputs=lane_inputs))
+
+
+def test_program_like_interface():
+    source = "(param k 1.0 positive) (param p 0.3 (between 0 1)) (param c -2.5) (* k p c y)"
+    direct, meta = ndvm.compile(source), mc.compile(source)
+    assert meta.params == direct.params
+    assert meta.param_names == ["k", "p", "c"]
+    assert meta.inputs == direct.inputs == ["y"]
+    assert meta.canonical_hash == direct.canonical_hash
+    assert "(mc-run '(" in meta.host_source
+    assert meta.run(params={"k": 2.0}, inputs={"y": 3.0}) == direct.run(params={"k": 2.0}, inputs={"y": 3.0})
+
+
+# -------------------------------------------------------------------------------------------
+# Errors of the interpreted program surface as ndvm errors
+
+
+def run_quoted(program_text: str):
+    """Run the evaluator directly on quoted forms, with no bindings (to reach its own checks)."""
+    return ndvm.compile(mc.evaluator_source() + f"\n(mc-run '(\n{program_text}\n) '())\n").run()
+
+
+def test_evaluator_runs_quoted_program_directly():
+    assert run_quoted("(define (f x) (* x x)) (f 7)") == 49
+
+
+@pytest.mark.parametrize("program_text, kind", [
+    ("(+ 1 nope)", "unbound-variable"),
+    ("(define a b) (define b 1.0) a", "unbound-variable"),
+    ("(define (f g) (g 1)) (f 2.0)", "not-a-procedure"),
+    ("(define (f x) x) (f 1 2)", "too-many-arguments"),
+    ("(define (f x y) x) (f 1)", "too-few-arguments"),
+    ("(+ 1 (define x 2))", "definition-in-expression-context"),
+])
+def test_interpreted_errors_name_their_kind(program_text, kind):
+    with pytest.raises(ndvm.NDVMError) as caught:
+        run_quoted(program_text)
+    assert kind in str(caught.value)
+
+
+def test_interpreted_primitive_error_is_an_eval_error():
+    meta = mc.compile("(define (f v) (car v)) (f 1.5)")
+    with pytest.raises(ndvm.EvalError):
+        meta.run()
+
+
+def test_applying_a_number_through_compile_raises_ndvm_error():
+    meta = mc.compile("(param a 0.5) (define (f g) (g a)) (f 2.0)")
+    with pytest.raises(ndvm.NDVMError) as caught:
+        meta.run()
+    assert "not-a-procedure" in str(caught.value)
+
+
+def test_malformed_source_raises_like_ndvm_compile():
+    with pytest.raises(ndvm.ParseError):
+        mc.compile("(+ 1")
+
+
+def test_missing_input_raises():
+    meta = mc.compile("(param a 0.5) (* a x)")
+    with pytest.raises(ndvm.NDVMError):
+        meta.run()
+
+
+def test_names_clashing_with_the_evaluator_are_refused():
+    with pytest.raises(ndvm.CheckError, match="mc-eval"):
+        mc.compile("(param mc-eval 0.5) (* 2 mc-eval)")
+
+
+def test_deep_non_tail_recursion_is_a_limit_error_not_a_crash():
+    meta = mc.compile("(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1))))) (f 10000000)")
+    with pytest.raises(ndvm.LimitError):
+        meta.run()
+
+
+# -------------------------------------------------------------------------------------------
+# The conformance suite through the evaluator on NDVM
+
+
+CONFORMANCE = [json.loads(line) for line in CONFORMANCE_FIXTURE.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("record", CONFORMANCE, ids=[r["name"] for r in CONFORMANCE])
+def test_conformance_program_through_evaluator_equals_direct_run(record):
+    try:
+        expected = ndvm.compile(record["source"]).run()
+    except ndvm.NDVMError as error:
+        with pytest.raises(ndvm.NDVMError):
+            mc.compile(record["source"]).run()
+        pytest.skip(f"the direct run fails too ({type(error).__name__}: {error})")
+    got = mc.compile(record["source"]).run()
+    assert same_value(expected, got), f"direct {expected!r} != through the evaluator {got!r}"
+
+
+# -------------------------------------------------------------------------------------------
+# Guile runs the evaluator: its Scheme semantics, independently of the NDVM runtime
+
+GUILE = shutil.which("guile") or shutil.which("guile3.0")
+
+# What Guile lacks of the NDVM primitives the evaluator's table names. The linear algebra is
+# NDVM-only (suite programs that use it are marked "guile: skip"); `param` declarations are
+# no-ops in Guile because the driver binds each parameter to its declared value.
+GUILE_SHIM = """
+(define (sigmoid x) (/ 1 (+ 1 (exp (- x)))))
+(define (softplus x) (log (+ 1 (exp x))))
+(define (square x) (* x x))
+(define (ndvm-only . args) (error 'ndvm-only-primitive args))
+(define vec ndvm-only) (define mat ndvm-only) (define ref ndvm-only) (define dot ndvm-only)
+(define outer ndvm-only) (define matvec ndvm-only) (define matmul ndvm-only)
+(define transpose ndvm-only) (define trace ndvm-only) (define eye ndvm-only)
+(define zeros ndvm-only) (define ones ndvm-only) (define vsum ndvm-only) (define norm ndvm-only)
+(define inv ndvm-only) (define solve ndvm-only) (define det ndvm-only) (define logdet ndvm-only)
+(define cholesky ndvm-only) (define rows ndvm-only) (define cols ndvm-only) (define size ndvm-only)
+(define-syntax param (syntax-rules () ((_ . rest) #f)))
+"""
+
+
+def run_guile_batch(cases: list[str]) -> list[str]:
+    """Runs each case (an expression) in one Guile process; its `write` output or ERROR ..."""
+    parts = [GUILE_SHIM, mc.evaluator_source()]
+    for index, expression in enumerate(cases):
+        parts.append(f'(display "@@{index} ")\n'
+                     f"(catch #t (lambda () (write {expression}))"
+                     f' (lambda args (display "ERROR ") (write args)))\n(newline)\n')
+    proc = subprocess.run([GUILE, "-q", "--no-auto-compile", "-c", "\n".join(parts)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answers = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("@@"):
+            index, _, answer = line[2:].partition(" ")
+            answers[int(index)] = answer
+    return [answers.get(i, "MISSING") for i in range(len(cases))]
+
+
+def guile_bindings(program: SuiteProgram) -> tuple[str, str]:
+    """(definitions of the params and inputs, the association list binding them)."""
+    declared = re.findall(r"^\(param ([^\s()]+) ([^\s()]+)", program.source, re.MULTILINE)
+    values = dict(declared) | {name: repr(value) for name, value in program.inputs.items()}
+    definitions = " ".join(f"({name} {value})" for name, value in values.items())
+    alist = "(list " + " ".join(f"(cons '{name} {name})" for name in values) + ")"
+    return definitions, alist
+
+
+@pytest.mark.skipif(GUILE is None, reason="guile is not installed (apt-get install -y guile-3.0)")
+def test_guile_runs_the_evaluator_like_guile_runs_the_suite():
+    programs = [p for p in SUITE if p.guile]
+    cases = []
+    for program in programs:
+        definitions, alist = guile_bindings(program)
+        cases.append(f"(let* ({definitions}) (let ((direct (let () {program.source}\n))"
+                     f" (meta (mc-run '(\n{program.source}\n) {alist})))"
+                     f" (if (equal? direct meta) (list 'same meta) (list 'differ direct meta))))")
+    answers = run_guile_batch(cases)
+    mismatches = [(p.name, a) for p, a in zip(programs, answers) if not a.startswith("(same ")]
+    assert not mismatches
+    assert len(programs) >= 60
+
+
+@pytest.mark.skipif(GUILE is None, reason="guile is not installed (apt-get install -y guile-3.0)")
+def test_guile_runs_the_evaluator_to_the_conformance_fixture():
+    answers = run_guile_batch([f"(mc-run '(\n{r['source']}\n) '())" for r in CONFORMANCE])
+    mismatches = [(r["name"], r["expected"], a) for r, a in zip(CONFORMANCE, answers) if a != r["expected"]]
+    assert not mismatches
+    assert len(CONFORMANCE) >= 277
