@@ -240,3 +240,16 @@
 ;;; data-memq-tail-sharing
 (define l (list 'a 'b 'c))
 (eq? (memq 'b l) (cdr l))
+
+;;; list-apply-list-with-leading
+(apply list 1 2 '(3))
+
+;;; list-map-cons-pairs
+(map cons '(1 2) '(3 4))
+
+;;; list-append-deep-many
+(define (rep n x) (if (= n 0) '() (cons x (rep (- n 1) x))))
+(length (apply append (map (lambda (k) (rep k k)) '(1 2 3 4 5 6 7 8 9 10))))
+
+;;; list-eqv-empty
+(list (eqv? '() '()) (equal? 1.0 1.0) (eqv? 'a 'a))

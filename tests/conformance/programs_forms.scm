@@ -282,3 +282,55 @@ x
 
 ;;; quote-car-of-quoted
 (car (cdr '(alpha beta gamma)))
+
+;;; do-fresh-binding-per-iteration
+(do ((i 0 (+ i 1)) (fs '() (cons (lambda () i) fs))) ((= i 3) (map (lambda (f) (f)) fs)))
+
+;;; named-let-body-with-internal-define
+(let loop ((i 0) (acc '()))
+  (define sq (* i i))
+  (if (= i 4) (reverse acc) (loop (+ i 1) (cons sq acc))))
+
+;;; let-star-empty
+(let* () 5)
+
+;;; letrec-empty
+(letrec () 6)
+
+;;; define-redefines-primitive
+(define (square x) (+ x x))
+(square 3)
+
+;;; define-alias-of-primitive
+(define first car)
+(define rest cdr)
+(first (rest '(1 2 3)))
+
+;;; boolean-long-literals
+(list #true #false)
+
+;;; float-literal-uppercase-exponent
+(+ 1E3 2.5e-1)
+
+;;; eq-primitive-identity
+(eq? car car)
+
+;;; cond-else-only
+(cond (else 'only-else))
+
+;;; case-multiple-symbols-and-numbers
+(define (f x) (case x ((1 2 3) 'small) ((a b) 'letter) ((#t) 'true) (else 'other)))
+(map f (list 2 'b #t 9))
+
+;;; internal-define-shadows-global
+(define x 10)
+(define (f) (define x 20) x)
+(list (f) x)
+
+;;; lambda-captures-argument-shadowing-global
+(define n 5)
+(define (make n) (lambda () n))
+(list ((make 7)) n)
+
+;;; and-or-nested
+(list (and 1 (or #f 2) (and 3 4)) (or (and #f 1) (and 2 #f) 'z))

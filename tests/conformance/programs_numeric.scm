@@ -245,3 +245,10 @@
 
 ;;; num-integer-arithmetic-identities
 (list (* 12345 6789) (+ 1000000 -999999) (quotient 1000000007 1000))
+
+;;; num-max-inexact-last
+(max 1 2 3.0)
+
+;;; num-apply-plus-iota-1000
+(define (iota n) (let loop ((i (- n 1)) (acc '())) (if (< i 0) acc (loop (- i 1) (cons i acc)))))
+(apply + (iota 1000))
