@@ -29,6 +29,7 @@ import pytest
 
 import ndvm
 import ndvm.metacircular as mc
+from ndvm.bench.programs import PROGRAMS as BENCH_PROGRAMS, REGIME_ORDER
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_DIR = ROOT / "tests" / "metacircular"
@@ -143,6 +144,26 @@ def test_program_through_evaluator_equals_direct_run(program: SuiteProgram):
             np.testing.assert_array_equal(values_meta, values_direct)
             assert grads_meta.shape == grads_direct.shape == theta.shape
             assert_grads_close(grads_direct, grads_meta)
+
+
+@pytest.mark.parametrize("name", REGIME_ORDER)
+def test_benchmark_regime_program_through_evaluator(name):
+    """The benchmark's regime programs (ndvm.bench.programs) at 64 distinct lanes."""
+    bench = BENCH_PROGRAMS[name]
+    direct, meta = ndvm.compile(bench.source), mc.compile(bench.source)
+    theta = bench.theta_batch(LANES, spread=0.1)
+    values_direct, grads_direct = direct.value_and_grad(theta, inputs=bench.inputs)
+    values_meta, grads_meta = meta.value_and_grad(theta, inputs=bench.inputs)
+    np.testing.assert_array_equal(values_meta, values_direct)
+    assert_grads_close(grads_direct, grads_meta)
+
+
+def test_overhead_measurement_checks_agreement():
+    rows = mc.measure_overhead(["scalar_mul_add", "logistic_map_loop"], lanes=4, repeats=1)
+    assert [row["program"] for row in rows] == ["scalar_mul_add", "logistic_map_loop"]
+    for row in rows:
+        assert row["values_equal"] and row["max_grad_rel_diff"] <= GRAD_REL_TOL
+        assert row["direct_s"] > 0 and row["metacircular_s"] > 0 and row["overhead"] > 0
 
 
 def test_gradients_are_not_trivially_zero():
