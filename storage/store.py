@@ -303,6 +303,20 @@ FROM best_per_candidate;
 """
 
 
+_PROPOSAL_COLUMNS = ("run_id", "created", "source", "origin", "parents", "outcome", "hash", "duplicate_of",
+                     "error_kind", "error", "error_line", "error_column")
+_CANDIDATE_COLUMNS = ("hash", "canonical_form", "source", "origin", "parents", "param_names", "inputs", "created")
+_MEMBER_COLUMNS = ("run_id", "hash", "fingerprint", "probe_note", "state", "added", "mlflow_run_id")
+_EVALUATION_COLUMNS = ("candidate", "run_id", "dataset", "task", "split", "parameters", "train_metrics",
+                       "heldout_metrics", "score", "loss_history", "seconds", "status", "error", "created")
+
+
+@dataclass
+class _RunIndex:
+    hashes: set[str]
+    fingerprints: dict[str, str]  # fingerprint -> the first candidate hash that had it
+
+
 class CandidateStore:
     """One DuckDB file: runs, candidates, proposals, evaluations and the leaderboard view.
 
@@ -326,6 +340,8 @@ class CandidateStore:
             ) from error
         self._lock = threading.RLock()
         self._probe_cache: dict[str, dict[str, Any] | None] = {}
+        self._indexes: dict[str, _RunIndex] = {}
+        self._metric_cache: dict[str, str] = {}
         if not read_only:
             with self._lock:
                 self._con.sql(_SCHEMA)
@@ -443,6 +459,11 @@ class CandidateStore:
             raise StoreError(f"no run {run_id!r} in {self.path}")
         return row
 
+    def _run_metric(self, run_id: str) -> str:
+        if run_id not in self._metric_cache:
+            self._metric_cache[run_id] = self._require_run(run_id)["metric"]
+        return self._metric_cache[run_id]
+
     def probe_inputs(self, run_id: str) -> dict[str, Any] | None:
         """The run's probe inputs, as stored (None: semantic dedup off)."""
         with self._lock:
@@ -479,78 +500,83 @@ class CandidateStore:
 
         A proposal is a source string, a mapping with ``source`` (and optional ``origin``,
         ``parents``), or an object with those attributes. Invalid sources are recorded with their
-        error; duplicates (by canonical hash, then by semantic fingerprint) are counted.
+        error; duplicates (by canonical hash, then by semantic fingerprint) are counted. The whole
+        batch is one transaction.
         """
         import ndvm
 
         items = [_normalize_proposal(p) for p in proposals]
         probes = self.probe_inputs(run_id)
-        # Compile outside the lock (fingerprints need the dedup state, so they are taken inside).
-        prepared = []
-        for source, origin, parents in items:
+        compiled: list[tuple[str, str | None, list[str], Any, Exception | None]] = []
+        for source, origin, parents in items:  # compiling needs no lock: it touches no table
             try:
-                program = ndvm.compile(source)
+                compiled.append((source, origin, parents, ndvm.compile(source), None))
             except ndvm.NDVMError as error:
-                prepared.append((source, origin, parents, None, error, None))
-                continue
-            prepared.append((source, origin, parents, program, None, None))
+                compiled.append((source, origin, parents, None, error))
 
         new: list[Candidate] = []
         now = _now()
-        with self._lock, self._transaction():
-            self._touch(run_id, now)
-            known_hashes = set()
-            known_fingerprints: dict[str, str] = {}
-            for i, (source, origin, parents, program, error, _) in enumerate(prepared):
+        with self._lock:
+            index = self._run_index(run_id)
+            hashes, fingerprints = set(index.hashes), dict(index.fingerprints)  # committed on success only
+            proposal_rows, candidate_rows, member_rows = [], [], []
+            for source, origin, parents, program, error in compiled:
+                row = [run_id, now, source, origin, json.dumps(parents)]
                 if program is None:
-                    self._log_proposal(run_id, now, source, origin, parents, "invalid", error=error)
+                    proposal_rows.append(row + ["invalid", None, None, type(error).__name__,
+                                                getattr(error, "message", str(error)),
+                                                getattr(error, "line", None), getattr(error, "column", None)])
                     continue
                 digest = program.canonical_hash
-                if digest in known_hashes or self._run_has(run_id, digest):
-                    self._log_proposal(run_id, now, source, origin, parents, "duplicate_hash", digest, digest)
+                if digest in hashes:
+                    proposal_rows.append(row + ["duplicate_hash", digest, digest, None, None, None, None])
                     continue
                 fp = fingerprint(program, probes)
-                twin = None
-                if fp.value is not None:
-                    twin = known_fingerprints.get(fp.value) or self._fingerprint_owner(run_id, fp.value)
+                twin = fingerprints.get(fp.value) if fp.value is not None else None
                 if twin is not None:
-                    self._log_proposal(run_id, now, source, origin, parents, "duplicate_semantic", digest, twin)
+                    proposal_rows.append(row + ["duplicate_semantic", digest, twin, None, None, None, None])
                     continue
-                self._con.sql(
-                    "INSERT INTO candidates VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hash) DO NOTHING",
-                    params=[digest, program.canonical_form, source, origin, json.dumps(parents),
-                            json.dumps(list(program.param_names)), json.dumps(list(program.inputs)), now],
-                )
-                self._con.sql("INSERT INTO run_candidates VALUES ($1, $2, $3, $4, 'pending', $5, NULL)",
-                              params=[run_id, digest, fp.value, fp.note, now])
-                self._log_proposal(run_id, now, source, origin, parents, "new", digest)
-                known_hashes.add(digest)
+                proposal_rows.append(row + ["new", digest, None, None, None, None, None])
+                candidate_rows.append([digest, program.canonical_form, source, origin, json.dumps(parents),
+                                       json.dumps(list(program.param_names)), json.dumps(list(program.inputs)), now])
+                member_rows.append([run_id, digest, fp.value, fp.note, "pending", now, None])
+                hashes.add(digest)
                 if fp.value is not None:
-                    known_fingerprints[fp.value] = digest
+                    fingerprints[fp.value] = digest
                 new.append(Candidate(digest, source, program.canonical_form, origin, parents, fp.value, program))
+            with self._transaction():
+                self._touch(run_id, now)
+                self._insert("proposals", _PROPOSAL_COLUMNS, proposal_rows)
+                self._insert("candidates", _CANDIDATE_COLUMNS, candidate_rows, on_conflict="(hash) DO NOTHING")
+                self._insert("run_candidates", _MEMBER_COLUMNS, member_rows)
+            index.hashes, index.fingerprints = hashes, fingerprints
         return new
 
-    def _run_has(self, run_id: str, digest: str) -> bool:
-        return bool(self._con.sql("SELECT 1 FROM run_candidates WHERE run_id = $1 AND hash = $2",
-                                  params=[run_id, digest]).fetchall())
+    def _insert(self, table: str, columns: tuple[str, ...], rows: list[list[Any]], on_conflict: str | None = None,
+                chunk: int = 500) -> None:
+        """Insert rows with one multi-row VALUES statement per chunk (far faster than one per row)."""
+        placeholders = "(" + ", ".join("?" * len(columns)) + ")"
+        conflict = f" ON CONFLICT {on_conflict}" if on_conflict else ""
+        for start in range(0, len(rows), chunk):
+            part = rows[start:start + chunk]
+            self._con.sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                          + ", ".join([placeholders] * len(part)) + conflict,
+                          params=[value for row in part for value in row])
 
-    def _fingerprint_owner(self, run_id: str, value: str) -> str | None:
-        rows = self._con.sql("SELECT hash FROM run_candidates WHERE run_id = $1 AND fingerprint = $2 LIMIT 1",
-                             params=[run_id, value]).fetchall()
-        return rows[0][0] if rows else None
-
-    def _log_proposal(self, run_id: str, now: _dt.datetime, source: str, origin: str | None, parents: list[str],
-                      outcome: str, digest: str | None = None, duplicate_of: str | None = None,
-                      error: Exception | None = None) -> None:
-        self._con.sql(
-            "INSERT INTO proposals (run_id, created, source, origin, parents, outcome, hash, duplicate_of, "
-            "error_kind, error, error_line, error_column) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            params=[run_id, now, source, origin, json.dumps(parents), outcome, digest, duplicate_of,
-                    None if error is None else type(error).__name__,
-                    None if error is None else getattr(error, "message", str(error)),
-                    None if error is None else getattr(error, "line", None),
-                    None if error is None else getattr(error, "column", None)],
-        )
+    def _run_index(self, run_id: str) -> "_RunIndex":
+        """The run's accepted hashes and fingerprints, loaded once: this process is the only writer,
+        so the copy in memory stays exact (and is only updated after a commit)."""
+        index = self._indexes.get(run_id)
+        if index is None:
+            self._require_run(run_id)
+            rows = self._con.sql("SELECT hash, fingerprint FROM run_candidates WHERE run_id = $1 ORDER BY added",
+                                 params=[run_id]).fetchall()
+            index = _RunIndex({h for h, _ in rows}, {})
+            for digest, value in rows:
+                if value is not None:
+                    index.fingerprints.setdefault(value, digest)
+            self._indexes[run_id] = index
+        return index
 
     def _touch(self, run_id: str, now: _dt.datetime) -> None:
         self._require_run(run_id)
@@ -591,34 +617,36 @@ class CandidateStore:
         """
         items = [r if isinstance(r, EvaluationResult) else EvaluationResult(**dict(r)) for r in results]
         now = _now()
-        with self._lock, self._transaction():
-            runs: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            rows, states = [], []
             for item in items:
-                run = runs.get(item.run_id) or self._require_run(item.run_id)
-                runs[item.run_id] = run
-                if not self._run_has(item.run_id, item.candidate):
+                if item.candidate not in self._run_index(item.run_id).hashes:  # (an unknown run raises here)
                     raise StoreError(f"candidate {item.candidate!r} was not added to run {item.run_id!r}")
+                metric = self._run_metric(item.run_id)
                 score = None
                 if item.status == "ok":
-                    if run["metric"] not in item.heldout_metrics:
+                    if metric not in item.heldout_metrics:
                         raise StoreError(
-                            f"result for {item.candidate!r} lacks held-out metric {run['metric']!r}, which run "
+                            f"result for {item.candidate!r} lacks held-out metric {metric!r}, which run "
                             f"{item.run_id!r} ranks by (it has {sorted(item.heldout_metrics)})")
-                    score = float(item.heldout_metrics[run["metric"]])
-                self._con.sql(
-                    "INSERT INTO evaluations (candidate, run_id, dataset, task, split, parameters, train_metrics, "
-                    "heldout_metrics, score, loss_history, seconds, status, error, created) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-                    params=[item.candidate, item.run_id, item.dataset, item.task, item.split,
-                            json.dumps(item.parameters), json.dumps(item.train_metrics),
-                            json.dumps(item.heldout_metrics), score,
-                            None if item.loss_history is None else json.dumps(item.loss_history),
-                            float(item.seconds), item.status, item.error, now],
-                )
-                self._con.sql("UPDATE run_candidates SET state = $3 WHERE run_id = $1 AND hash = $2",
-                              params=[item.run_id, item.candidate, "calibrated" if item.status == "ok" else "failed"])
-            for run_id in runs:
-                self._con.sql("UPDATE runs SET updated = $2 WHERE run_id = $1", params=[run_id, now])
+                    score = float(item.heldout_metrics[metric])
+                rows.append([item.candidate, item.run_id, item.dataset, item.task, item.split,
+                             json.dumps(item.parameters), json.dumps(item.train_metrics),
+                             json.dumps(item.heldout_metrics), score,
+                             None if item.loss_history is None else json.dumps(item.loss_history),
+                             float(item.seconds), item.status, item.error, now])
+                states.append([item.run_id, item.candidate, "calibrated" if item.status == "ok" else "failed"])
+            with self._transaction():
+                self._insert("evaluations", _EVALUATION_COLUMNS, rows)
+                for start in range(0, len(states), 500):
+                    part = states[start:start + 500]
+                    self._con.sql(
+                        "UPDATE run_candidates SET state = v.state FROM (VALUES "
+                        + ", ".join(["(?, ?, ?)"] * len(part))
+                        + ") AS v(run_id, hash, state) WHERE run_candidates.run_id = v.run_id "
+                        "AND run_candidates.hash = v.hash", params=[x for row in part for x in row])
+                for run_id in {item.run_id for item in items}:
+                    self._con.sql("UPDATE runs SET updated = $2 WHERE run_id = $1", params=[run_id, now])
         return len(items)
 
     # ---- queries ---------------------------------------------------------------------------
