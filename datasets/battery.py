@@ -195,9 +195,10 @@ def tidy_dataset(
     )
     extras = [c for c in frame.columns if c not in ("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah") and not c.startswith("_")]
     frame = frame.select("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah", *extras).sort("cell_id", "cycle")
-    from .registry import definition
+    from .registry import registered  # late import: the registry imports this module
 
     info = {
+        "task": "curve",
         "train_fraction": train_fraction,
         "soh_ref_cycles": soh_ref_cycles,
         "dropped_rows": raw.height - frame.height,
@@ -206,7 +207,7 @@ def tidy_dataset(
         **(meta or {}),
     }
     return Dataset(name=name, frame=frame, x="cycle", y="soh", group="cell_id",
-                   definition=definition("battery-synthetic" if name == "battery-synthetic" else "battery"),
+                   definition=registered(name) or registered("battery"),
                    columns=BATTERY_COLUMNS, meta=info)
 
 

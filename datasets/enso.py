@@ -190,32 +190,46 @@ def _finish(frame: pl.DataFrame, *, start_year: int | None, end_year: int | None
 def _dataset(name: str, frame: pl.DataFrame, train_end_year: int, meta: dict) -> Dataset:
     frame = add_training_anomaly(frame, "_base", train_end_year)
     frame = frame.select("year", "month", "t", "sst_c", "anom_c", "split")
-    from .registry import definition  # late import: the registry imports this module
+    from .registry import registered  # late import: the registry imports this module
 
-    meta = {"train_end_year": train_end_year, "anomaly_baseline": "training years, per calendar month", **meta}
+    meta = {"task": "forecast", "train_end_year": train_end_year, "anomaly_baseline": "training years, per calendar month", **meta}
     return Dataset(name=name, frame=frame, x="t", y="anom_c", group=None,
-                   definition=definition(name), columns=ENSO_COLUMNS, meta=meta)
+                   definition=registered(name), columns=ENSO_COLUMNS, meta=meta)
 
 
 # --------------------------------------------------------------------------- loaders
 
-def load_elnino(train_end_year: int = 1990, start_year: int | None = None, end_year: int | None = None) -> Dataset:
-    """``enso``: statsmodels' embedded Niño 1+2 SST (1950-2010), anomalies vs training years."""
+def elnino_frame() -> pl.DataFrame:
+    """statsmodels' embedded Niño 1+2 SST as ``year, month, sst_c`` (732 months, 1950-2010)."""
     from statsmodels.datasets import elnino
 
     wide = pl.from_pandas(elnino.load().data)
-    frame = (
+    return (
         wide.with_columns(pl.col("YEAR").cast(pl.Int32).alias("year"))
         .unpivot(index="year", on=list(MONTHS), variable_name="mon", value_name="sst_c")
         .with_columns(
             pl.col("mon").replace_strict({m: i + 1 for i, m in enumerate(MONTHS)}, return_dtype=pl.Int32).alias("month"),
             pl.col("sst_c").cast(pl.Float64),
         )
-        .drop("mon")
-        .with_columns(pl.col("sst_c").alias("_base"))
+        .select("year", "month", "sst_c")
+        .sort("year", "month")
     )
+
+
+def sst_dataset(
+    name: str, frame: pl.DataFrame, *, train_end_year: int, start_year: int | None = None,
+    end_year: int | None = None, meta: dict | None = None,
+) -> Dataset:
+    """A forecast dataset from a ``year, month, sst_c`` frame (anomalies vs the training years)."""
+    frame = frame.with_columns(pl.col("sst_c").alias("_base"))
     frame = _finish(frame, start_year=start_year, end_year=end_year)
-    return _dataset("enso", frame, train_end_year, {"region": "Niño 1+2 (0-10°S, 90-80°W)", "product": "ERSST v3b"})
+    return _dataset(name, frame, train_end_year, meta or {})
+
+
+def load_elnino(train_end_year: int = 1990, start_year: int | None = None, end_year: int | None = None) -> Dataset:
+    """``enso``: statsmodels' embedded Niño 1+2 SST (1950-2010), anomalies vs training years."""
+    return sst_dataset("enso", elnino_frame(), train_end_year=train_end_year, start_year=start_year,
+                       end_year=end_year, meta={"region": "Niño 1+2 (0-10°S, 90-80°W)", "product": "ERSST v3b"})
 
 
 def _nino34_frame(path: Path, fmt: str) -> tuple[pl.DataFrame, str]:

@@ -27,6 +27,11 @@ def definition(name: str) -> DatasetDefinition:
         ) from None
 
 
+def registered(name: str) -> DatasetDefinition | None:
+    """The definition of ``name``, or None when it is not registered."""
+    return _REGISTRY.get(name)
+
+
 def list_datasets() -> list[dict[str, Any]]:
     """One row per registered dataset (name, title, kind, task, columns, source, licence, ...)."""
     return [d.summary_row() for d in sorted(_REGISTRY.values(), key=lambda d: d.name)]
