@@ -532,4 +532,37 @@ def static_problems(forms: list[Node], inputs: set[str] | None = None) -> list[s
 
 __all__ = ["PRIMITIVE_ARITY", "PRIMITIVES", "NUMERIC_OPS", "NUMERIC_UNARY", "NUMERIC_VARIADIC",
            "SCALAR_REDUCERS", "SPECIAL_FORMS", "ParamDecl", "Site", "Analysis", "analyze",
-           "static_problems", "join_class"]
+           "static_problems", "join_class", "structure_key"]
+
+
+def structure_key(forms: list[Node]) -> str:
+    """An approximate canonical form, for deduplication where ndvm's canonical hash is unavailable.
+
+    Numbers are abstracted and parameters renamed in order of first use; unlike ndvm's canonical
+    form, local variables keep their names and commutative operands are not reordered, so it may
+    tell apart programs that ndvm would call equal (never the reverse).
+    """
+    params = {str(f[1]): f for f in forms if isinstance(f, list) and len(f) >= 3 and _is_sym(f[0], "param")}
+    renamed: dict[str, str] = {}
+
+    def walk(node: Node) -> str:
+        if isinstance(node, bool):
+            return "#t" if node else "#f"
+        if isinstance(node, (int, float)):
+            return "#"
+        if isinstance(node, Sym):
+            name = str(node)
+            if name in params:
+                if name not in renamed:
+                    decl = params[name]
+                    constraint = walk(decl[3]) if len(decl) == 4 else ""
+                    renamed[name] = f"P{len(renamed)}{':' + constraint if constraint else ''}"
+                return renamed[name]
+            return name
+        if isinstance(node, list):
+            return "(" + " ".join(walk(x) for x in node) + ")"
+        if isinstance(node, Dotted):
+            return "(" + " ".join(walk(x) for x in node.items) + " . " + walk(node.tail) + ")"
+        return str(node)
+
+    return " ".join(walk(f) for f in forms if not (isinstance(f, list) and f and _is_sym(f[0], "param")))

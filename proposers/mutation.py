@@ -30,12 +30,12 @@ import random
 from dataclasses import dataclass, field
 
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
-from .language import NUMERIC_OPS, Analysis, Site, analyze, static_problems, _arith_uses
+from .language import NUMERIC_OPS, Analysis, Site, _arith_uses, analyze, static_problems, structure_key
 from .sexpr import Node, SexprError, Sym, count_nodes, read_all, symbols_in, to_source
 from .validate import require_compile
 
 DEFAULT_WEIGHTS: dict[str, float] = {
-    "subtree": 2.0, "crossover": 1.5, "swap": 1.5, "constant": 1.0, "insert_term": 2.0,
+    "subtree": 2.0, "crossover": 1.5, "swap": 1.5, "constant": 0.5, "insert_term": 2.0,
     "insert_param": 1.0, "wrap": 1.5, "hoist": 1.0,
 }
 SWAP_BINARY = ("+", "-", "*", "/")
@@ -240,7 +240,7 @@ class MutationProposer(Proposer):
         for p in parents:
             if p.canonical_hash:
                 self._seen.add(p.canonical_hash)
-            self._seen.add(to_source(p.forms))
+            self._seen.add(structure_key(p.forms))
 
         out: list[Proposal] = []
         for _ in range(n):
@@ -281,7 +281,7 @@ class MutationProposer(Proposer):
                 self.stats.static_rejects += 1
                 continue
             source = to_source(forms)
-            key = source
+            key = structure_key(forms)  # replaced by ndvm's canonical hash when validating
             chash = None
             names: list[str] = []
             if self._compile is not None:

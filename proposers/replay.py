@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
 from .sexpr import SexprError, format_number, read_all
-from .validate import require_compile, validate_source
+from .validate import Validation, require_compile, validate_source
 
 
 def _declared_params(source: str) -> set[str]:
@@ -44,13 +45,16 @@ class ReplayProposer(Proposer):
     Args:
         path: the JSONL file.
         default_init: initial value for parameters listed by name only.
-        validate: check each candidate with ``ndvm.compile`` and the static checks (recommended).
+        validate: check each candidate (recommended); invalid lines become failures.
         cycle: start again at the top when the file is exhausted.
+        validator: ``(source, inputs) -> Validation``; default ``validate_source`` (ndvm.compile
+            plus the static checks).
     """
 
     name = "replay"
 
-    def __init__(self, path: str | Path, *, default_init: float = 0.1, validate: bool = True, cycle: bool = False):
+    def __init__(self, path: str | Path, *, default_init: float = 0.1, validate: bool = True, cycle: bool = False,
+                 validator: Callable[..., Validation] | None = None):
         super().__init__()
         self.path = Path(path)
         if not self.path.is_file():
@@ -60,8 +64,9 @@ class ReplayProposer(Proposer):
         self.cycle = cycle
         self.position = 0  # index of the next line to read
         self._lines = self.path.read_text().splitlines()
-        if validate:
-            require_compile()
+        self.validator = validator or validate_source
+        if validate and validator is None:
+            require_compile()  # fail now, not at the first proposal
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -93,15 +98,15 @@ class ReplayProposer(Proposer):
     def propose(self, context: ProposalContext | None, n: int) -> list[Proposal]:
         inputs = set(context.task.inputs) if context is not None else None
         out: list[Proposal] = []
-        scanned = 0
-        while len(out) < n and self._lines and scanned < len(self._lines):
+        fruitless = 0  # lines read since the last valid one: a whole file of them ends a cycling replay
+        while len(out) < n and self._lines and fruitless < len(self._lines):
             if self.position >= len(self._lines):
                 if not self.cycle:
                     break
                 self.position = 0
             index = self.position
             self.position += 1
-            scanned += 1
+            fruitless += 1
             got = self._candidate(index)
             if got is None:
                 continue
@@ -110,13 +115,15 @@ class ReplayProposer(Proposer):
             meta = {k: v for k, v in record.items() if k not in ("src", "params")}
             if not self.validate:
                 out.append(Proposal(source, origin, meta=meta))
+                fruitless = 0
                 continue
-            result = validate_source(source, inputs, self.name)
+            result = self.validator(source, inputs, proposer=self.name)
             if not result.ok:
                 self.record_failure(result.failure)
                 continue
             out.append(Proposal(source, origin, canonical_hash=result.canonical_hash,
                                 param_names=result.param_names, meta=meta))
+            fruitless = 0
         return out
 
 
