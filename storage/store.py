@@ -20,13 +20,14 @@ reopened store reports exactly what the crashed process had committed.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import duckdb
 import numpy as np
@@ -321,7 +322,8 @@ class CandidateStore:
     """One DuckDB file: runs, candidates, proposals, evaluations and the leaderboard view.
 
     Open it in the single writer process only (see the module docstring). Use it as a context
-    manager or call ``close()``; every public method commits before it returns.
+    manager or call ``close()``; every public method commits before it returns. ``read_only=True``
+    is for readers such as ``ndvm leaderboard``: DuckDB refuses it while a writer holds the file.
     """
 
     def __init__(self, path: str | Path, read_only: bool = False):
@@ -357,20 +359,16 @@ class CandidateStore:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _transaction(self):
-        store = self
-
-        class _Tx:
-            def __enter__(self_inner):
-                store._con.begin()
-
-            def __exit__(self_inner, exc_type, exc, tb):
-                if exc_type is None:
-                    store._con.commit()
-                else:
-                    store._con.rollback()
-
-        return _Tx()
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Commit on success, roll back on any error: a batch is stored whole or not at all."""
+        self._con.begin()
+        try:
+            yield
+        except BaseException:
+            self._con.rollback()
+            raise
+        self._con.commit()
 
     # ---- runs ------------------------------------------------------------------------------
     def start_run(self, run_id: str | None = None, *, dataset: str | None = None, task: str | None = None,
@@ -394,8 +392,8 @@ class CandidateStore:
                 raise StoreError(f"run {run_id!r} already exists in {self.path}; use resume({run_id!r})")
             self._con.sql(
                 "INSERT INTO runs VALUES ($1, 'running', $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL)",
-                params=[run_id, now, dataset, task, proposer, model, json.dumps(dict(config or {})),
-                        json.dumps(dict(budget or {})), metric, higher_is_better, _encode_inputs(probe_inputs)],
+                params=[run_id, now, dataset, task, proposer, model, json.dumps(dict(config or {}), default=str),
+                        json.dumps(dict(budget or {}), default=str), metric, higher_is_better, _encode_inputs(probe_inputs)],
             )
         return run_id
 
