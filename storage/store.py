@@ -27,7 +27,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import duckdb
 import numpy as np
@@ -37,7 +37,7 @@ from storage.fingerprint import fingerprint
 
 OUTCOMES = ("new", "duplicate_hash", "duplicate_semantic", "invalid")
 
-# Metric direction by name (the part before any "_" suffix, e.g. "rmse_lead3" -> "rmse").
+# Metric direction by name (any "_"-separated word of it, e.g. "mean_rmse" -> "rmse").
 LOWER_IS_BETTER = {"mse", "rmse", "mae", "mape", "nll", "loss", "aic", "bic", "crps", "error", "seconds"}
 HIGHER_IS_BETTER = {"r2", "acc", "corr", "correlation", "skill", "loglik", "likelihood", "accuracy"}
 
@@ -55,13 +55,13 @@ class MetricDirectionError(StoreError):
 
 
 def metric_higher_is_better(metric: str) -> bool:
-    """Whether larger values of ``metric`` are better, from its name ("heldout.rmse" -> False)."""
+    """Whether larger values of ``metric`` are better, from its name: the first known word of it
+    ("heldout.rmse", "mean_rmse", "rmse_lead3" -> False; "r2", "acc_lead6" -> True)."""
     base = metric.split(".")[-1].lower()
-    stem = base.split("_")[0]
-    for name in (base, stem):
-        if name in LOWER_IS_BETTER:
+    for word in [base, *base.split("_")]:
+        if word in LOWER_IS_BETTER:
             return False
-        if name in HIGHER_IS_BETTER:
+        if word in HIGHER_IS_BETTER:
             return True
     raise MetricDirectionError(
         f"metric {metric!r}: direction unknown; pass higher_is_better=True or False "
@@ -80,6 +80,7 @@ class Candidate:
     parents: list[str]
     fingerprint: str | None
     program: Any  # ndvm.Program, compiled once here so the caller need not compile again
+    program_source: str | None = None  # what was compiled, when a wrapper made it differ from source
 
 
 @dataclass
@@ -235,6 +236,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     hash            VARCHAR PRIMARY KEY,    -- ndvm canonical_hash
     canonical_form  VARCHAR NOT NULL,
     source          VARCHAR NOT NULL,       -- the first source seen with this hash
+    program_source  VARCHAR,                -- the text compiled, when add(program_source=...) wrapped it
     origin          VARCHAR,
     parents         JSON,                   -- list of parent candidate hashes
     param_names     JSON,
@@ -306,7 +308,7 @@ FROM best_per_candidate;
 
 _PROPOSAL_COLUMNS = ("run_id", "created", "source", "origin", "parents", "outcome", "hash", "duplicate_of",
                      "error_kind", "error", "error_line", "error_column")
-_CANDIDATE_COLUMNS = ("hash", "canonical_form", "source", "origin", "parents", "param_names", "inputs", "created")
+_CANDIDATE_COLUMNS = ("hash", "canonical_form", "source", "program_source", "origin", "parents", "param_names", "inputs", "created")
 _MEMBER_COLUMNS = ("run_id", "hash", "fingerprint", "probe_note", "state", "added", "mlflow_run_id")
 _EVALUATION_COLUMNS = ("candidate", "run_id", "dataset", "task", "split", "parameters", "train_metrics",
                        "heldout_metrics", "score", "loss_history", "seconds", "status", "error", "created")
@@ -493,13 +495,19 @@ class CandidateStore:
         )
 
     # ---- candidates ------------------------------------------------------------------------
-    def add(self, proposals: Iterable[Any], run_id: str) -> list[Candidate]:
+    def add(self, proposals: Iterable[Any], run_id: str,
+            program_source: Callable[[str], str] | None = None) -> list[Candidate]:
         """Record proposals for a run; return only the new candidates, in proposal order.
 
         A proposal is a source string, a mapping with ``source`` (and optional ``origin``,
         ``parents``), or an object with those attributes. Invalid sources are recorded with their
         error; duplicates (by canonical hash, then by semantic fingerprint) are counted. The whole
         batch is one transaction.
+
+        ``program_source`` turns a candidate into the program to compile when the task wraps
+        candidates (the forecast task appends its driver: pass ``task.program_source``); the text
+        compiled is stored too, so ``pending`` works after a restart without the wrapper. A
+        ``ValueError`` from it (the tasks' ``CandidateError``) marks the proposal invalid.
         """
         import ndvm
 
@@ -508,8 +516,9 @@ class CandidateStore:
         compiled: list[tuple[str, str | None, list[str], Any, Exception | None]] = []
         for source, origin, parents in items:  # compiling needs no lock: it touches no table
             try:
-                compiled.append((source, origin, parents, ndvm.compile(source), None))
-            except ndvm.NDVMError as error:
+                text = source if program_source is None else program_source(source)
+                compiled.append((source, origin, parents, ndvm.compile(text), None))
+            except (ndvm.NDVMError, ValueError) as error:
                 compiled.append((source, origin, parents, None, error))
 
         new: list[Candidate] = []
@@ -535,13 +544,15 @@ class CandidateStore:
                     proposal_rows.append(row + ["duplicate_semantic", digest, twin, None, None, None, None])
                     continue
                 proposal_rows.append(row + ["new", digest, None, None, None, None, None])
-                candidate_rows.append([digest, program.canonical_form, source, origin, json.dumps(parents),
+                wrapped = None if program_source is None else program.source
+                candidate_rows.append([digest, program.canonical_form, source, wrapped, origin, json.dumps(parents),
                                        json.dumps(list(program.param_names)), json.dumps(list(program.inputs)), now])
                 member_rows.append([run_id, digest, fp.value, fp.note, "pending", now, None])
                 hashes.add(digest)
                 if fp.value is not None:
                     fingerprints[fp.value] = digest
-                new.append(Candidate(digest, source, program.canonical_form, origin, parents, fp.value, program))
+                new.append(Candidate(digest, source, program.canonical_form, origin, parents, fp.value, program,
+                                     wrapped))
             with self._transaction():
                 self._touch(run_id, now)
                 self._insert("proposals", _PROPOSAL_COLUMNS, proposal_rows)
@@ -587,12 +598,12 @@ class CandidateStore:
         with self._lock:
             self._require_run(run_id)
             rows = self._con.sql(
-                "SELECT c.hash, c.source, c.canonical_form, c.origin, c.parents, rc.fingerprint "
+                "SELECT c.hash, c.source, c.canonical_form, c.origin, c.parents, rc.fingerprint, c.program_source "
                 "FROM run_candidates rc JOIN candidates c ON c.hash = rc.hash "
                 "WHERE rc.run_id = $1 AND rc.state = 'pending' ORDER BY rc.added, c.hash",
                 params=[run_id]).fetchall()
-        return [Candidate(h, src, form, origin, json.loads(parents or "[]"), fp, ndvm.compile(src))
-                for h, src, form, origin, parents, fp in rows]
+        return [Candidate(h, src, form, origin, json.loads(parents or "[]"), fp, ndvm.compile(wrapped or src), wrapped)
+                for h, src, form, origin, parents, fp, wrapped in rows]
 
     def candidate(self, digest: str) -> dict[str, Any]:
         """One candidate row as a dict."""

@@ -61,6 +61,8 @@ class LeaderboardEntry:
     forecast_plot: ForecastPlot | None = None
     input_example: Any = None          # pandas DataFrame (columns = input names): signature + example
     static_inputs: dict[str, Any] = field(default_factory=dict)  # inputs the model keeps (not columns)
+    model_source: str | None = None    # the program the pyfunc model runs, when not ``source`` itself
+                                       # (e.g. a forecast candidate with the task's forecasting driver)
 
 
 def entry_from_store(store: Any, run_id: str, candidate: str, **extra: Any) -> LeaderboardEntry:
@@ -225,6 +227,8 @@ class Tracker:
             folder = Path(tmp)
             program = folder / "program.scm"
             program.write_text(entry.source if entry.source.endswith("\n") else entry.source + "\n")
+            if entry.model_source is not None:
+                (folder / "model_program.scm").write_text(entry.model_source)
             fitted = folder / "fit.json"
             fitted.write_text(json.dumps({
                 "params": {k: float(v) for k, v in entry.parameters.items()},
@@ -244,7 +248,8 @@ class Tracker:
                 # "Models from code": the model is the script below, not a pickled object.
                 info = mlflow.pyfunc.log_model(
                     name="model", python_model=str(MODEL_CODE),
-                    artifacts={"program": str(program), "fit": str(fitted)},
+                    artifacts={"program": str(folder / "model_program.scm") if entry.model_source is not None
+                               else str(program), "fit": str(fitted)},
                     input_example=entry.input_example, pip_requirements=_pip_requirements(),
                 )
         return info.model_uri

@@ -250,3 +250,35 @@ def test_corpus_dedup_counts():
     assert status.duplicate_semantic > 0
     print(f"corpus: {status.new} new, {status.duplicate_hash} hash duplicates, "
           f"{status.duplicate_semantic} semantic duplicates")
+
+
+def test_wrapped_forecast_candidates_dedup_and_resume(tmp_path):
+    """Forecast candidates are compiled with the task's driver (add(program_source=...)); both
+    stages work on the wrapped program, a malformed candidate is invalid, resume recompiles."""
+    from datasets import load
+    from datasets.tasks import CandidateError, make_task
+    from datasets.tasks.forecast import SERIES
+
+    task = make_task(load("enso"))
+    head = "(param phi 0.9 (between -1 1)) (define (init) 0.0) (define (update s y) y) "
+    damped = head + "(define (predict s) (* phi s))"
+    renamed = head.replace("(update s y) y", "(update state obs) obs") + "(define (predict z) (* z phi))"
+    rewritten = head + "(define (predict s) (* (+ phi phi) (* 0.5 s)))"
+    trend = head + "(define (predict s) (+ s phi))"
+    broken = "(param phi 0.9) (define (init) 0.0) (define (predict s) (* phi s))"   # no update
+    with pytest.raises(CandidateError):
+        task.program_source(broken)
+    path = tmp_path / "forecast.duckdb"
+    with CandidateStore(path) as store:
+        run = store.start_run("f", dataset="enso", task="forecast", metric=task.primary_metric,
+                              probe_inputs={SERIES: task.train_inputs()[SERIES][:60]})
+        new = store.add([damped, renamed, rewritten, trend, broken], run, program_source=task.program_source)
+        assert [c.source for c in new] == [damped, trend]
+        assert new[0].program_source == task.program_source(damped) and new[0].fingerprint is not None
+        history = store.history(run)
+        assert history["outcome"].to_list() == ["new", "duplicate_hash", "duplicate_semantic", "new", "invalid"]
+        assert history["error_kind"].to_list()[-1] == "CandidateError"
+    with CandidateStore(path) as store:
+        pending = store.pending("f")
+        assert {p.hash for p in pending} == {c.hash for c in new}
+        assert all(p.program.canonical_hash == p.hash and p.program.inputs == [SERIES] for p in pending)

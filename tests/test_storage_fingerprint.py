@@ -60,5 +60,6 @@ def test_round_significant():
 def test_metric_direction_by_name():
     assert metric_higher_is_better("heldout.r2") and metric_higher_is_better("acc_lead6")
     assert not metric_higher_is_better("rmse") and not metric_higher_is_better("train.mse")
+    assert not metric_higher_is_better("mean_rmse")  # the forecast task's primary metric
     with pytest.raises(MetricDirectionError, match="higher_is_better"):
         metric_higher_is_better("wiggle")
