@@ -292,6 +292,12 @@ GUILE_SHIM = """
 (define (sigmoid x) (/ 1 (+ 1 (exp (- x)))))
 (define (softplus x) (log (+ 1 (exp x))))
 (define (square x) (* x x))
+(define (logistic x) (/ 1 (+ 1 (exp (- x)))))
+(define (inexact x) (exact->inexact x))
+(define (exact x) (inexact->exact x))
+(define (fold-left f init xs) (if (null? xs) init (fold-left f (f init (car xs)) (cdr xs))))
+(define (fold-right f init xs) (if (null? xs) init (f (car xs) (fold-right f init (cdr xs)))))
+(define (reduce f init xs) (if (null? xs) init (fold-left f (car xs) (cdr xs))))
 (define (ndvm-only . args) (error 'ndvm-only-primitive args))
 (define vec ndvm-only) (define mat ndvm-only) (define ref ndvm-only) (define dot ndvm-only)
 (define outer ndvm-only) (define matvec ndvm-only) (define matmul ndvm-only)
@@ -299,6 +305,7 @@ GUILE_SHIM = """
 (define zeros ndvm-only) (define ones ndvm-only) (define vsum ndvm-only) (define norm ndvm-only)
 (define inv ndvm-only) (define solve ndvm-only) (define det ndvm-only) (define logdet ndvm-only)
 (define cholesky ndvm-only) (define rows ndvm-only) (define cols ndvm-only) (define size ndvm-only)
+(define vec->list ndvm-only) (define list->vec ndvm-only)
 (define-syntax param (syntax-rules () ((_ . rest) #f)))
 """
 
