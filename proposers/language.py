@@ -23,34 +23,36 @@ from dataclasses import dataclass, field
 from .sexpr import Dotted, Node, Sym
 
 # name -> (min arity, max arity or None for variadic)
+# Mirrors the runtime's table (native/src/prims.h); the compiler checks these arities statically.
 PRIMITIVE_ARITY: dict[str, tuple[int, int | None]] = {
-    "+": (0, None), "*": (0, None), "-": (1, None), "/": (1, None),
-    "=": (1, None), "<": (1, None), ">": (1, None), "<=": (1, None), ">=": (1, None),
-    "abs": (1, 1), "min": (1, None), "max": (1, None), "floor": (1, 1), "ceiling": (1, 1),
-    "round": (1, 1), "truncate": (1, 1), "quotient": (2, 2), "remainder": (2, 2), "modulo": (2, 2),
-    "expt": (2, 2), "exp": (1, 1), "log": (1, 2), "sqrt": (1, 1), "sin": (1, 1), "cos": (1, 1),
-    "tan": (1, 1), "asin": (1, 1), "acos": (1, 1), "atan": (1, 2), "tanh": (1, 1), "square": (1, 1),
-    "exact->inexact": (1, 1), "zero?": (1, 1), "positive?": (1, 1), "negative?": (1, 1),
-    "even?": (1, 1), "odd?": (1, 1), "number?": (1, 1), "boolean?": (1, 1), "symbol?": (1, 1),
-    "procedure?": (1, 1), "null?": (1, 1), "pair?": (1, 1), "list?": (1, 1), "not": (1, 1),
-    "eq?": (2, 2), "eqv?": (2, 2), "equal?": (2, 2), "cons": (2, 2), "car": (1, 1), "cdr": (1, 1),
-    "cadr": (1, 1), "cddr": (1, 1), "caddr": (1, 1), "cdddr": (1, 1), "list": (0, None),
-    "length": (1, 1), "list-ref": (2, 2), "list-tail": (2, 2), "append": (0, None),
-    "reverse": (1, 1), "map": (2, None), "apply": (2, None), "assq": (2, 2), "assv": (2, 2),
-    "assoc": (2, 2), "memq": (2, 2), "memv": (2, 2), "member": (2, 2), "sigmoid": (1, 1),
-    "softplus": (1, 1), "vec": (0, None), "mat": (1, None), "ref": (2, 3), "dot": (2, 2),
-    "outer": (2, 2), "matvec": (2, 2), "matmul": (2, 2), "transpose": (1, 1), "trace": (1, 1),
-    "eye": (1, 1), "zeros": (1, 2), "ones": (1, 2), "vsum": (1, 1), "norm": (1, 1), "inv": (1, 1),
-    "solve": (2, 2), "det": (1, 1), "logdet": (1, 1), "cholesky": (1, 1), "rows": (1, 1),
-    "cols": (1, 1), "size": (1, 1),
+    "+": (0, None), "-": (1, None), "*": (0, None), "/": (1, None), "=": (1, None), "<": (1, None),
+    ">": (1, None), "<=": (1, None), ">=": (1, None), "min": (1, None), "max": (1, None), "abs": (1, 1),
+    "floor": (1, 1), "ceiling": (1, 1), "round": (1, 1), "truncate": (1, 1), "exp": (1, 1), "log": (1, 2),
+    "sqrt": (1, 1), "sin": (1, 1), "cos": (1, 1), "tan": (1, 1), "asin": (1, 1), "acos": (1, 1),
+    "atan": (1, 2), "tanh": (1, 1), "square": (1, 1), "sigmoid": (1, 1), "logistic": (1, 1),
+    "softplus": (1, 1), "expt": (2, 2), "quotient": (2, 2), "remainder": (2, 2), "modulo": (2, 2),
+    "exact->inexact": (1, 1), "inexact": (1, 1), "inexact->exact": (1, 1), "exact": (1, 1), "zero?": (1, 1),
+    "positive?": (1, 1), "negative?": (1, 1), "even?": (1, 1), "odd?": (1, 1), "number?": (1, 1),
+    "integer?": (1, 1), "exact?": (1, 1), "inexact?": (1, 1), "boolean?": (1, 1), "symbol?": (1, 1),
+    "procedure?": (1, 1), "null?": (1, 1), "pair?": (1, 1), "list?": (1, 1), "not": (1, 1), "eq?": (2, 2),
+    "eqv?": (2, 2), "equal?": (2, 2), "cons": (2, 2), "car": (1, 1), "cdr": (1, 1), "caar": (1, 1),
+    "cadr": (1, 1), "cdar": (1, 1), "cddr": (1, 1), "caddr": (1, 1), "cdddr": (1, 1), "cadddr": (1, 1),
+    "list": (0, None), "length": (1, 1), "list-ref": (2, 2), "list-tail": (2, 2), "append": (0, None),
+    "reverse": (1, 1), "map": (2, None), "for-each": (2, None), "filter": (2, 2), "fold-left": (3, 3),
+    "fold-right": (3, 3), "reduce": (3, 3), "apply": (1, None), "assq": (2, 2), "assv": (2, 2),
+    "assoc": (2, 2), "memq": (2, 2), "memv": (2, 2), "member": (2, 2), "error": (1, None), "vec": (1, None),
+    "mat": (1, None), "ref": (2, 3), "dot": (2, 2), "outer": (2, 2), "matvec": (2, 2), "matmul": (2, 2),
+    "transpose": (1, 1), "trace": (1, 1), "eye": (1, 1), "zeros": (1, 2), "ones": (1, 2), "vsum": (1, 1),
+    "norm": (1, 1), "inv": (1, 1), "solve": (2, 2), "det": (1, 1), "logdet": (1, 1), "cholesky": (1, 1),
+    "rows": (1, 1), "cols": (1, 1), "size": (1, 1), "vec->list": (1, 1), "list->vec": (1, 1),
 }
 PRIMITIVES = frozenset(PRIMITIVE_ARITY)
 
 # Elementwise numeric primitives: their arguments and results are numbers or broadcast arrays.
 NUMERIC_VARIADIC = frozenset({"+", "-", "*", "/", "min", "max"})
 NUMERIC_UNARY = frozenset({"abs", "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
-                           "tanh", "square", "sigmoid", "softplus", "floor", "ceiling", "round",
-                           "truncate", "exact->inexact"})
+                           "tanh", "square", "sigmoid", "logistic", "softplus", "floor", "ceiling", "round",
+                           "truncate", "exact->inexact", "inexact"})
 NUMERIC_BINARY = frozenset({"expt", "quotient", "remainder", "modulo"})
 NUMERIC_OPS = NUMERIC_VARIADIC | NUMERIC_UNARY | NUMERIC_BINARY
 # Primitives whose result is one number whatever the shape of their arguments.
@@ -62,9 +64,12 @@ INDEX_ARGS: dict[str, tuple[int, ...]] = {
     "ref": (1, 2), "list-ref": (1,), "list-tail": (1,), "eye": (0,), "zeros": (0, 1), "ones": (0, 1),
 }
 
+# The runtime's special-form keywords (native/src/compiler.cc); the last row are reserved but
+# unsupported, so a program using them is reported.
 SPECIAL_FORMS = frozenset({"define", "lambda", "let", "let*", "letrec", "letrec*", "do", "if", "cond",
                            "case", "and", "or", "when", "unless", "begin", "quote", "loop", "recur",
-                           "param", "else", "=>"})
+                           "param", "else", "=>",
+                           "set!", "named-lambda", "define-syntax", "let-values", "quasiquote", "delay", "guard"})
 
 CLASS_ORDER = {"scalar": 0, "data": 1, "other": 2}
 
@@ -265,6 +270,10 @@ class _Walker:
         self.site(path, node, env, context)
         if isinstance(head, Sym):
             name = str(head)
+            if name not in env and name in self.params:
+                self.problems.append(f"'{name}' is a parameter (a number), not a procedure")
+            elif name not in env and name not in PRIMITIVE_ARITY:
+                self.problems.append(f"unknown operator '{name}'")
             self.ref(name, env)
             if name not in env and name in PRIMITIVE_ARITY:
                 lo, hi = PRIMITIVE_ARITY[name]
@@ -418,7 +427,7 @@ class _Walker:
             for k in range(3, n):
                 self.expr(node[k], path + (k,), inner, "value")
             return
-        self.problems.append(f"unhandled special form {name}")
+        self.problems.append(f"the special form '{name}' is not supported by the language")
 
     def define(self, node: list, path, env) -> None:
         if len(node) < 3:
@@ -538,9 +547,10 @@ __all__ = ["PRIMITIVE_ARITY", "PRIMITIVES", "NUMERIC_OPS", "NUMERIC_UNARY", "NUM
 def structure_key(forms: list[Node]) -> str:
     """An approximate canonical form, for deduplication where ndvm's canonical hash is unavailable.
 
-    Numbers are abstracted and parameters renamed in order of first use; unlike ndvm's canonical
-    form, local variables keep their names and commutative operands are not reordered, so it may
-    tell apart programs that ndvm would call equal (never the reverse).
+    Like ndvm's canonical form, inexact literals are abstracted (exact integers are structure: loop
+    bounds, indices) and parameters renamed in order of first use with their constraints kept;
+    unlike it, local variables keep their names and commutative operands are not reordered, so it
+    may tell apart programs that ndvm would call equal (rarely the reverse).
     """
     params = {str(f[1]): f for f in forms if isinstance(f, list) and len(f) >= 3 and _is_sym(f[0], "param")}
     renamed: dict[str, str] = {}
@@ -548,8 +558,10 @@ def structure_key(forms: list[Node]) -> str:
     def walk(node: Node) -> str:
         if isinstance(node, bool):
             return "#t" if node else "#f"
-        if isinstance(node, (int, float)):
-            return "#"
+        if isinstance(node, float):
+            return "C"
+        if isinstance(node, int):
+            return str(node)
         if isinstance(node, Sym):
             name = str(node)
             if name in params:

@@ -440,19 +440,25 @@ class MutationProposer(Proposer):
         form = edit.forms[decl.form_index]
         init = decl.init
         constraint = decl.constraint
-        if constraint is None:
+        bounds = None
+        if isinstance(constraint, Sym) and constraint == "unit":
+            bounds = (0.0, 1.0)
+        elif isinstance(constraint, list) and len(constraint) == 3 and constraint[0] == "between":
+            bounds = (float(constraint[1]), float(constraint[2]))
+        if constraint is None or (isinstance(constraint, Sym) and constraint == "free"):
             new = init * math.exp(self.rng.gauss(0, 0.5)) if init != 0 else self.rng.gauss(0, 0.5)
             if self.rng.random() < 0.2:
                 new = -new
         elif isinstance(constraint, Sym) and constraint == "positive":
             new = (init if init > 0 else 0.5) * math.exp(self.rng.gauss(0, 0.5))
-        elif isinstance(constraint, list) and len(constraint) == 3 and constraint[0] == "between":
-            lo, hi = float(constraint[1]), float(constraint[2])
+        elif bounds is not None:
+            lo, hi = bounds
             new = min(max(init + self.rng.gauss(0, 0.2) * (hi - lo), lo + 0.01 * (hi - lo)), hi - 0.01 * (hi - lo))
         else:
             return False
         new = _round(new)
-        if new == init or (isinstance(constraint, Sym) and new <= 0):
+        # the runtime wants positive inits > 0 and bounded inits strictly inside their interval
+        if new == init or (constraint == "positive" and new <= 0) or (bounds and not bounds[0] < new < bounds[1]):
             return False
         form[2] = new
         return True

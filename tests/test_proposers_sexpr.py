@@ -117,3 +117,12 @@ def test_structure_key_abstracts_constants_and_parameter_names():
     b = structure_key(read_all("(param k 5.0) (param m -1) (+ (* k x) m 7.5)"))
     c = structure_key(read_all("(param k 5.0 positive) (param m -1) (+ (* k x) m 7.5)"))
     assert a == b != c
+
+
+@pytest.mark.parametrize("src,fragment", [
+    ("(param a 1.0) (logistc (* a x))", "unknown operator 'logistc'"),
+    ("(param a 1.0) (a x)", "'a' is a parameter (a number), not a procedure"),
+    ("(param a 1.0) (let ((y 1.0)) (set! y 2.0) (* a x y))", "special form 'set!' is not supported"),
+])
+def test_static_problems_the_runtime_also_reports(src, fragment):
+    assert any(fragment in p for p in static_problems(read_all(src), {"x"}))
