@@ -153,7 +153,7 @@ def _sarimax_fit(y):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = SARIMAX(y, order=(2, 0, 1), trend="c").fit(disp=False)
+        result = SARIMAX(y, order=(2, 0, 1), trend="c").fit(disp=False, cov_type="none")
     return np.asarray(result.params)
 
 

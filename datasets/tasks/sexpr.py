@@ -41,12 +41,11 @@ def top_level_forms(source: str) -> list[str]:
                 forms.append(source[start : pos + 1])
                 start = None
         elif depth == 0:
-            if start is not None:  # a quote prefix waiting for its datum
-                continue
             if text == "'":
-                start = pos
+                start = pos if start is None else start  # a quote prefix waiting for its datum
                 continue
-            forms.append(text)  # a bare atom at top level
+            forms.append(source[start : pos + len(text)] if start is not None else text)  # a top-level atom
+            start = None
     if depth != 0:
         raise CandidateError("unbalanced parentheses: a form is not closed")
     return forms
