@@ -1,0 +1,94 @@
+"""``ndvm bench``: run the benchmark suites, print their tables, write JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from ndvm.bench.common import BenchConfig, SuiteResult, SuiteSkipped, machine_info
+
+
+def _suites() -> dict[str, Callable[[BenchConfig], SuiteResult]]:
+    from ndvm.bench.calibration import run_calibration
+    from ndvm.bench.cosearch import run_cosearch, run_multicore
+    from ndvm.bench.highdim import run_highdim
+    from ndvm.bench.regimes import run_amortization, run_regimes
+    from ndvm.bench.staging import run_staging
+    return {"regimes": run_regimes, "amortization": run_amortization, "staging": run_staging,
+            "calibration": run_calibration, "cosearch": run_cosearch, "multicore": run_multicore,
+            "kalman-highdim": run_highdim}
+
+
+SUITE_NAMES = ["regimes", "amortization", "staging", "calibration", "cosearch", "multicore", "kalman-highdim"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ndvm bench", description="Benchmark NDVM against its baselines.")
+    ap.add_argument("--suite", action="append", choices=SUITE_NAMES, metavar="S",
+                    help=f"suite to run (repeatable; default: all): {', '.join(SUITE_NAMES)}")
+    ap.add_argument("--json", metavar="PATH", help="write every measurement to this JSON file")
+    ap.add_argument("--quick", action="store_true", help="CI-size runs: fewer repetitions, smaller problems")
+    ap.add_argument("--data-dir", metavar="DIR", help="the shared data folder (default: ../shared/data)")
+    return ap
+
+
+def print_result(result: SuiteResult, console) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"[bold]{result.name}[/bold]: {result.title}", title_justify="left")
+    for i, col in enumerate(result.columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in result.rows:
+        table.add_row(*[str(c) for c in row])
+    console.print(table)
+    for note in result.notes:
+        console.print(f"  [dim]- {note}[/dim]")
+    console.print(f"  [dim]({result.seconds:.1f} s)[/dim]\n")
+
+
+def run(names: list[str], config: BenchConfig, console=None) -> dict:
+    """Run the named suites; returns the JSON document (machine facts and per-suite results)."""
+    import torch
+
+    # One thread for torch: every figure is per core, and the baselines must not borrow cores
+    # that the native runtime is not given.
+    torch.set_num_threads(1)
+    suites = _suites()
+    doc = {"machine": machine_info(), "quick": config.quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                         time.gmtime()),
+           "suites": {}}
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            result = suites[name](config)
+        except SuiteSkipped as e:
+            doc["suites"][name] = {"skipped": str(e)}
+            if console:
+                console.print(f"[yellow]{name}: skipped: {e}[/yellow]\n")
+            continue
+        result.seconds = time.perf_counter() - t0
+        doc["suites"][name] = result.to_json()
+        if console:
+            print_result(result, console)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    args = build_parser().parse_args(argv)
+    config = BenchConfig(quick=args.quick, data_dir=Path(args.data_dir) if args.data_dir else None)
+    console = Console()
+    console.print(f"[bold]ndvm bench[/bold]{' --quick' if args.quick else ''}\n")
+    doc = run(args.suite or SUITE_NAMES, config, console)
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":  # python -m ndvm.bench.runner
+    sys.exit(main())
