@@ -157,6 +157,20 @@ class RunStatus:
         return (self.updated - self.created).total_seconds()
 
 
+_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential", "auth")
+
+
+def redact(config: Any) -> Any:
+    """A copy of ``config`` with the values of secret-looking keys (api_key, token, ...) replaced by
+    "***": configurations are stored and logged, secrets must never be."""
+    if isinstance(config, Mapping):
+        return {k: "***" if any(w in str(k).lower() for w in _SECRET_WORDS) and v not in (None, "")
+                else redact(v) for k, v in config.items()}
+    if isinstance(config, (list, tuple)):
+        return [redact(v) for v in config]
+    return config
+
+
 def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
 
@@ -394,8 +408,8 @@ class CandidateStore:
                 raise StoreError(f"run {run_id!r} already exists in {self.path}; use resume({run_id!r})")
             self._con.sql(
                 "INSERT INTO runs VALUES ($1, 'running', $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL)",
-                params=[run_id, now, dataset, task, proposer, model, json.dumps(dict(config or {}), default=str),
-                        json.dumps(dict(budget or {}), default=str), metric, higher_is_better, _encode_inputs(probe_inputs)],
+                params=[run_id, now, dataset, task, proposer, model, json.dumps(redact(dict(config or {})), default=str),
+                        json.dumps(redact(dict(budget or {})), default=str), metric, higher_is_better, _encode_inputs(probe_inputs)],
             )
         return run_id
 
@@ -733,4 +747,4 @@ class CandidateStore:
 
 
 __all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "StoreError", "StoreLockedError",
-           "MetricDirectionError", "metric_higher_is_better", "OUTCOMES"]
+           "MetricDirectionError", "metric_higher_is_better", "redact", "OUTCOMES"]

@@ -30,7 +30,7 @@ from mlflow.tracking import MlflowClient
 
 from storage.pyfunc_model import NDVMProgramModel
 from storage.plots import FitPlot, ForecastPlot, plot_fit, plot_forecast, plot_loss
-from storage.store import RunStatus
+from storage.store import RunStatus, redact
 
 # The models-from-code script logged with each entry; it builds an NDVMProgramModel.
 MODEL_CODE = Path(__file__).with_name("model_code.py")
@@ -138,12 +138,14 @@ class Tracker:
             for key, value in (("dataset", dataset), ("task", task), ("proposer", proposer), ("model", model)):
                 if value is not None:
                     params[key] = str(value)
-            _flatten("budget", dict(budget or {}), params)
-            _flatten("config", dict(config or {}), params)
-            for key, value in params.items():
-                self.client.log_param(self.parent_run_id, key, value)
+            budget, config = redact(dict(budget or {})), redact(dict(config or {}))
+            _flatten("budget", budget, params)
+            _flatten("config", config, params)
+            items = [mlflow.entities.Param(key, value) for key, value in params.items()]
+            for start in range(0, len(items), 100):  # MLflow's batch limit for params
+                self.client.log_batch(self.parent_run_id, params=items[start:start + 100])
             whole = {"run_id": run_id, "dataset": dataset, "task": task, "proposer": proposer, "model": model,
-                     "budget": dict(budget or {}), "config": dict(config or {})}
+                     "budget": budget, "config": config}
             self.client.log_dict(self.parent_run_id, json.loads(json.dumps(whole, default=str)), "config.json")
             return self.parent_run_id
 
@@ -213,8 +215,9 @@ class Tracker:
 
     def _log_entry_contents(self, run_id: str, entry: LeaderboardEntry) -> str:
         stamp = int(time.time() * 1000)
-        for key, value in entry.parameters.items():
-            self.client.log_param(run_id, key, repr(float(value)))
+        params = [mlflow.entities.Param(k, repr(float(v))) for k, v in entry.parameters.items()]
+        for start in range(0, len(params), 100):  # MLflow's batch limit for params
+            self.client.log_batch(run_id, params=params[start:start + 100])
         metrics = [mlflow.entities.Metric(f"train_{k}", float(v), stamp, 0) for k, v in entry.train_metrics.items()]
         metrics += [mlflow.entities.Metric(f"heldout_{k}", float(v), stamp, 0) for k, v in entry.heldout_metrics.items()]
         if entry.loss_history is not None:

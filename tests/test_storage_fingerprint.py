@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from storage.fingerprint import MAX_PERMUTATIONS, PROBE_ROWS, probe_theta, round_significant
-from storage.store import MetricDirectionError, metric_higher_is_better
+from storage.store import MetricDirectionError, metric_higher_is_better, redact
 
 
 @dataclass
@@ -63,3 +63,10 @@ def test_metric_direction_by_name():
     assert not metric_higher_is_better("mean_rmse")  # the forecast task's primary metric
     with pytest.raises(MetricDirectionError, match="higher_is_better"):
         metric_higher_is_better("wiggle")
+
+
+def test_redact_hides_secret_looking_values():
+    config = {"model": "openai/gpt-x", "api_key": "sk-123", "llm": {"auth_token": "t", "timeout": 30},
+              "proposers": [{"password": "p"}], "key_file": None}
+    assert redact(config) == {"model": "openai/gpt-x", "api_key": "***", "llm": {"auth_token": "***", "timeout": 30},
+                              "proposers": [{"password": "***"}], "key_file": None}
