@@ -7,7 +7,7 @@ Every proposer has ``propose(context, n) -> list[Proposal]`` and ``async apropos
 do not need it.
 """
 from .base import (Budget, Column, Failure, Origin, Proposal, ProposalContext, Proposer, ScoredProgram,
-                   TaskSpec, load_prompt)
+                   TaskSpec, load_prompt, proposal_record, write_jsonl)
 from .mutation import MutationProposer, MutationStats
 from .replay import ReplayProposer, with_declarations
 from .validate import Validation, canonical_hash, runtime_available, validate_source, validate_static
@@ -24,5 +24,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["Budget", "Column", "Failure", "Origin", "Proposal", "ProposalContext", "Proposer", "ScoredProgram",
-           "TaskSpec", "load_prompt", "MutationProposer", "MutationStats", "ReplayProposer", "with_declarations",
+           "TaskSpec", "load_prompt", "proposal_record", "write_jsonl", "MutationProposer", "MutationStats", "ReplayProposer", "with_declarations",
            "Validation", "canonical_hash", "runtime_available", "validate_source", "validate_static", *sorted(_LAZY)]

@@ -149,6 +149,33 @@ class Proposal:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def proposal_record(proposal: Proposal) -> dict[str, Any]:
+    """A JSON-ready record of a proposal; a file of them replays with ``ReplayProposer``."""
+    return {
+        "src": proposal.source,
+        "params": list(proposal.param_names),
+        "canonical_hash": proposal.canonical_hash,
+        "proposer": proposal.origin.proposer,
+        "model": proposal.origin.model,
+        "operator": proposal.origin.operator,
+        "parent_hashes": list(proposal.origin.parent_hashes),
+        "tokens_in": proposal.tokens_in,
+        "tokens_out": proposal.tokens_out,
+        "cost_usd": proposal.cost_usd,
+        "repairs": proposal.repairs,
+    }
+
+
+def write_jsonl(proposals: list[Proposal], path: str | Path, append: bool = True) -> int:
+    """Write proposals as JSON lines (see :func:`proposal_record`); returns how many were written."""
+    import json
+
+    with open(path, "a" if append else "w") as out:
+        for proposal in proposals:
+            out.write(json.dumps(proposal_record(proposal)) + "\n")
+    return len(proposals)
+
+
 class Proposer:
     """Base class. Subclasses implement ``propose`` or ``apropose`` (or both)."""
 
@@ -200,4 +227,4 @@ class Proposer:
 
 
 __all__ = ["Column", "TaskSpec", "ScoredProgram", "Failure", "Budget", "ProposalContext", "Origin",
-           "Proposal", "Proposer", "load_prompt", "PROMPTS_DIR"]
+           "Proposal", "Proposer", "load_prompt", "PROMPTS_DIR", "proposal_record", "write_jsonl"]

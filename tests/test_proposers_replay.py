@@ -94,3 +94,15 @@ def test_cycling_over_a_file_without_valid_lines_ends(tmp_path):
     replay = ReplayProposer(path, validator=validate_static, cycle=True)
     assert replay.propose(context(), 5) == []
     assert [f.kind for f in replay.drain_failures()] == ["replay", "static"]
+
+
+def test_written_proposals_replay_identically(tmp_path):
+    from proposers import MutationProposer, write_jsonl
+
+    seeds = ["(param a 1.0)\n(param k 0.5 positive)\n(* a (exp (- (* k x))))"]
+    props = MutationProposer(seed=0, seed_programs=seeds, validate=False).propose(context(), 20)
+    path = tmp_path / "run.jsonl"
+    assert write_jsonl(props, path) == 20
+    replayed = ReplayProposer(path, validator=validate_static).propose(context(), 100)
+    assert [p.source for p in replayed] == [p.source for p in props]
+    assert replayed[0].meta["proposer"] == "mutation" and replayed[0].meta["operator"] == props[0].origin.operator
