@@ -143,25 +143,41 @@ class MetacircularProgram:
         """Values for a population ``theta [B, P]`` (like ``ndvm.Program.evaluate``)."""
         return self.host.evaluate(theta, inputs=inputs, lane_inputs=lane_inputs)
 
-    def value_and_grad(self, theta, inputs=None, lane_inputs=None):
+    def value_and_grad(self, theta=None, inputs=None, lane_inputs=None):
         """Values ``[B]`` and gradients ``[B, P]`` through the interpreter."""
         return self.host.value_and_grad(theta, inputs=inputs, lane_inputs=lane_inputs)
+
+    def loss_and_grad(self, theta, inputs=None, target=None, loss="mse", lane_inputs=None):
+        """Per-lane loss against ``target`` and its gradient (like ``ndvm.Program.loss_and_grad``)."""
+        return self.host.loss_and_grad(theta, inputs=inputs, target=target, loss=loss,
+                                       lane_inputs=lane_inputs)
+
+    def theta(self, params=None, lanes: int = 1):
+        """A ``[lanes, P]`` array of the declared initial values, overridden by ``params``."""
+        return self.direct.theta(params, lanes)
+
+    @property
+    def limits(self):
+        """The host's resource limits (the interpreter takes many host steps per program step)."""
+        return self.host.limits
 
     def __repr__(self) -> str:
         return (f"MetacircularProgram(params={self.param_names}, inputs={self.inputs}, "
                 f"dtype={self.dtype!r})")
 
 
-def compile(source: str, dtype: str = "float64") -> MetacircularProgram:  # noqa: A001 (mirrors ndvm.compile)
+def compile(source: str, dtype: str = "float64", limits=None) -> MetacircularProgram:  # noqa: A001 (mirrors ndvm.compile)
     """Compile ``source`` to run through the meta-circular evaluator.
 
     The source is first compiled directly, so a malformed program raises the same
     ``ndvm.ParseError``/``ndvm.CheckError`` as ``ndvm.compile`` and its parameters and inputs are
     known; errors while interpreting it (an unbound variable, applying a non-procedure, a wrong
-    arity, any primitive's error) raise ``ndvm`` errors when it is evaluated.
+    arity, any primitive's error) raise ``ndvm`` errors when it is evaluated. ``limits`` (an
+    ``ndvm.Limits``, default the runtime's) bound the host's evaluation.
     """
-    direct = ndvm.compile(source, dtype=dtype)
-    host = ndvm.compile(host_source(source, list(direct.params), list(direct.inputs)), dtype=dtype)
+    direct = ndvm.compile(source, dtype=dtype, limits=limits)
+    host = ndvm.compile(host_source(source, list(direct.params), list(direct.inputs)), dtype=dtype,
+                        limits=limits)
     if list(host.param_names) != list(direct.param_names):
         raise CheckError(f"metacircular: host parameters {host.param_names} differ from the "
                          f"program's {direct.param_names}")
