@@ -120,9 +120,19 @@ def _render_rows(rows: list[dict[str, Any]]) -> str:
     return "A few rows:\n" + "\n".join(lines) + "\n"
 
 
+def load_hints() -> list[str]:
+    """The per-request suggestions of ``prompts/hints.md``, one per line."""
+    return [line.strip() for line in load_prompt("hints.md").splitlines() if line.strip()]
+
+
 def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_failures: int = 8,
-                   system_template: str | None = None, user_template: str | None = None) -> list[dict]:
-    """The chat messages asking for ``n`` programs (templates from ``proposers/prompts/``)."""
+                   hint: str | None = None, system_template: str | None = None,
+                   user_template: str | None = None) -> list[dict]:
+    """The chat messages asking for ``n`` programs (templates from ``proposers/prompts/``).
+
+    ``hint``: a suggestion for this request only; concurrent requests get different hints so that
+    identical prompts do not return the same few programs.
+    """
     task = context.task
     system = Template(system_template or load_prompt("system.md")).substitute(language=context.reference().strip())
     columns = ""
@@ -156,6 +166,8 @@ def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_f
         budget=context.budget.describe(),
         n=n,
     )
+    if hint:
+        user += f"\nSuggestion for this request (ignore it if it does not fit the contract): {hint}\n"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -209,6 +221,8 @@ class LLMProposer(Proposer):
             stored); None lets litellm read the provider's usual variable.
         per_request: programs asked for in one request.
         max_tokens: cap on the reply length (None: the provider's default).
+        hints: give each concurrent request a different suggestion from ``prompts/hints.md``
+            (in turn), for diversity; False sends the same prompt to every request.
         backoff: first backoff delay in seconds (doubled at each retry, with jitter, capped at
             ``max_backoff``; a Retry-After header wins when shorter than the cap).
         completion_kwargs: extra keyword arguments for ``litellm.acompletion`` (``top_p``,
@@ -222,6 +236,7 @@ class LLMProposer(Proposer):
     def __init__(self, model: str, temperature: float = 0.8, concurrency: int = 8, timeout: float = 60.0,
                  max_retries: int = 3, max_repairs: int = 2, api_base: str | None = None, *,
                  api_key_env: str | None = None, per_request: int = 4, max_tokens: int | None = None,
+                 hints: bool = True,
                  backoff: float = 1.0, max_backoff: float = 30.0, max_best: int = 5, max_failures: int = 8,
                  completion_kwargs: dict[str, Any] | None = None,
                  validator: Callable[..., Validation] | None = None, seed: int | None = None):
@@ -240,6 +255,8 @@ class LLMProposer(Proposer):
         self.api_key_env = api_key_env
         self.per_request = per_request
         self.max_tokens = max_tokens
+        self.hints = load_hints() if hints else []
+        self._next_hint = 0
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_best = max_best
@@ -395,8 +412,14 @@ class LLMProposer(Proposer):
         inputs = set(context.task.inputs)
         requests = math.ceil(n / self.per_request)
         sizes = [min(self.per_request, n - i * self.per_request) for i in range(requests)]
-        tasks = [self._request(build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures),
-                               k, inputs, semaphore) for k in sizes]
+        tasks = []
+        for k in sizes:
+            hint = None
+            if self.hints:  # rotate across calls too, so every hint gets used over a run
+                hint = self.hints[self._next_hint % len(self.hints)]
+                self._next_hint += 1
+            messages = build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures, hint=hint)
+            tasks.append(self._request(messages, k, inputs, semaphore))
         batches = await asyncio.gather(*tasks)
         out: list[Proposal] = []
         seen: set[str] = set()

@@ -392,3 +392,18 @@ def test_extract_programs(text, expected):
 def test_redact_hides_secret_environment_values(monkeypatch):
     monkeypatch.setenv("SOME_SERVICE_API_KEY", "abcdef123456")
     assert redact("key abcdef123456 rejected") == "key *** rejected"
+
+
+@pytest.mark.timeout(60)
+def test_concurrent_requests_get_different_hints(server):
+    from proposers.llm import load_hints
+
+    hints = load_hints()
+    assert len(hints) >= 4
+    llm = proposer(server, validate_static, per_request=1)
+    before = len(server.requests)
+    llm.propose(context("valid"), 3)
+    sent = [r["messages"][1]["content"] for r in server.requests[before:]]
+    used = sorted(hints.index(h) for text in sent for h in hints if h in text)
+    assert used == [0, 1, 2]  # one different suggestion per request, in turn
+    assert LLMProposer("gpt-4o-mini", hints=False).hints == []
