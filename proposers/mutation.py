@@ -100,9 +100,9 @@ class _Edit:
         container[path[-1]] = value
 
     def finish(self) -> list[Node]:
-        """Declare new parameters and drop declarations nothing uses any more."""
+        """Drop dead let bindings, declare new parameters, drop declarations nothing uses any more."""
         decls = self.imported_params + [[Sym("param"), Sym(name), init] for name, init in self.new_params]
-        forms = self.forms + decls
+        forms = [_prune_dead_bindings(f) for f in self.forms] + decls
         used = analyze(forms).used_params
         kept = []
         for form in forms:
@@ -114,6 +114,29 @@ class _Edit:
         params = [f for f in kept if isinstance(f, list) and f and isinstance(f[0], Sym) and f[0] == "param"]
         rest = [f for f in kept if not (isinstance(f, list) and f and isinstance(f[0], Sym) and f[0] == "param")]
         return params + rest
+
+
+def _prune_dead_bindings(node: Node) -> Node:
+    """Remove ``let``/``let*`` bindings that nothing refers to any more (an edit may have removed
+    the last use); a parameter used only there would otherwise stay declared but have no effect."""
+    if not isinstance(node, list):
+        return node
+    node = [_prune_dead_bindings(x) for x in node]
+    if (len(node) >= 3 and isinstance(node[0], Sym) and node[0] in ("let", "let*")
+            and isinstance(node[1], list) and all(isinstance(b, list) and len(b) == 2 for b in node[1])):
+        bindings, body = node[1], node[2:]
+        kept: list = []
+        used = set().union(*(symbols_in(x) for x in body)) if body else set()
+        for binding in reversed(bindings):  # a binding is live if the body or a later init uses it
+            if str(binding[0]) in used:
+                kept.append(binding)
+                if node[0] == "let*":
+                    used |= symbols_in(binding[1])
+        kept.reverse()  # (in a plain let the inits see only the outer scope: nothing to add)
+        if not kept and len(body) == 1:
+            return body[0]
+        return [node[0], kept] + body
+    return node
 
 
 def _round(value: float) -> float:
@@ -397,7 +420,10 @@ class MutationProposer(Proposer):
             return False
         piece = copy.deepcopy(donor_site.node)
         declared = set(parent.analysis.params)
+        parent_names = symbols_in(parent.forms)
         for name in sorted(symbols_in(piece) & set(donor.analysis.params)):
+            if name not in declared and name in parent_names:
+                return False  # the donor's parameter name means something else in this parent
             if name not in declared:
                 decl = donor.forms[donor.analysis.params[name].form_index]
                 edit.imported_params.append(copy.deepcopy(decl))

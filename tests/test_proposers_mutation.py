@@ -177,3 +177,22 @@ def test_validated_mode_is_all_valid_and_distinct():
     assert len(props) == 300
     assert all(validate_source(p.source, {"x"}).ok for p in props)
     assert len({p.canonical_hash for p in props}) == 300
+
+
+def test_dead_let_bindings_and_their_parameters_are_removed():
+    from proposers.mutation import _prune_dead_bindings
+    from proposers.sexpr import to_str
+
+    (node,) = read_all("(let* ((r (exp b)) (t (* c r)) (u 2.0)) (loop ((s 0.0) (k 0)) (if (= k 3) s (recur x (+ k 1)))))")
+    assert to_str(_prune_dead_bindings(node)) == "(loop ((s 0.0) (k 0)) (if (= k 3) s (recur x (+ k 1))))"
+    (node,) = read_all("(let* ((r (exp b)) (t (* c r))) (* t x))")
+    assert to_str(_prune_dead_bindings(node)) == "(let* ((r (exp b)) (t (* c r))) (* t x))"
+    (node,) = read_all("(let ((r (exp b)) (t 1.0)) (* r x))")
+    assert to_str(_prune_dead_bindings(node)) == "(let ((r (exp b))) (* r x))"
+    # through a whole edit: a hoist that drops the only use of `target` drops c and a as well
+    parent = ("(param a 0.1) (param b 0.1) (param c 0.1) (let* ((rate (exp (- 0.0 b))) (target (* c (sin (* a x)))))"
+              " (loop ((s 0.0) (k 0)) (if (= k 10) s (recur (+ (* rate s) (* (- 1.0 rate) target)) (+ k 1)))))")
+    for p in MutationProposer(seed=0, seed_programs=[parent], validate=False).propose(task(), 100):
+        assert static_problems(read_all(p.source), {"x"}) == []
+        if "target" not in p.source:
+            assert "(param c" not in p.source or "c" in symbols_in(read_all(p.source)[-1])
