@@ -171,7 +171,7 @@ def test_battery_references_fit_and_score():
     assert task.x_scale == 100.0 and task.groups() == ["B0005", "B0006", "B0007", "B0018"]
     assert task.train_inputs("B0005")["x"].shape == (84,) and task.test_target("B0005").shape == (84,)
     rows = {r["model"]: r for r in task.score_references()}
-    assert set(rows) == {"linear", "sqrt-sei", "power-law", "knee-bacon-watts"}
+    assert set(rows) == {"linear", "sqrt-sei", "power-law", "knee-bacon-watts", "double-exponential"}
     for row in rows.values():
         assert set(row["per_group"]) == set(task.groups())
         assert row["train_rmse"] < 0.03 and np.isfinite(row["test_rmse"])

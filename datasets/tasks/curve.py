@@ -42,6 +42,11 @@ class CurveReference:
     starts: tuple[tuple[float, ...], ...]
     lower: tuple[float, ...]
     upper: tuple[float, ...]
+    # optional: (x_train, y_train) -> (lower, upper), for bounds that depend on the training data
+    bounds_from_train: Callable[[np.ndarray, np.ndarray], tuple[tuple, tuple]] | None = None
+
+    def bounds(self, x: np.ndarray, y: np.ndarray) -> tuple[tuple, tuple]:
+        return self.bounds_from_train(x, y) if self.bounds_from_train else (self.lower, self.upper)
 
 
 def _knee(x, a0, a1, b, x1, g):
@@ -70,8 +75,17 @@ BATTERY_REFERENCES = (
         "(param a0 0.9)\n(param a1 -0.05)\n(param b 0.05 positive)\n(param x1 1.0 positive)\n(param g 0.2 positive)\n"
         "(let ((d (- x x1)))\n  (- (+ a0 (* a1 d)) (* b d (tanh (/ d g)))))",
         _knee, ("a0", "a1", "b", "x1", "g"),
-        ((0.9, -0.05, 0.02, 1.0, 0.3), (0.9, -0.05, 0.02, 2.0, 0.3), (0.9, -0.05, 0.05, 0.5, 1.0)),
-        (-np.inf, -np.inf, 0.0, 1e-6, 0.01), (np.inf, np.inf, np.inf, np.inf, 50.0)),
+        ((1.0, -0.05, 0.02, 0.5, 0.3), (1.0, -0.05, 0.02, 1.0, 0.3), (1.0, -0.05, 0.05, 2.0, 1.0)),
+        (-np.inf, -np.inf, 0.0, 1e-6, 0.01), (np.inf, np.inf, np.inf, np.inf, 50.0),
+        # the knee must lie inside the training range: a knee beyond it cannot be estimated
+        bounds_from_train=lambda x, y: ((-np.inf, -np.inf, 0.0, float(x.min()), 0.01),
+                                        (np.inf, np.inf, np.inf, float(x.max()), 50.0))),
+    CurveReference(
+        "double-exponential", "empirical capacity model of He et al. (2011): soh = a exp(b x) + c exp(d x)",
+        "(param a 1.0)\n(param b -0.01)\n(param c -0.001)\n(param d 0.5)\n(+ (* a (exp (* b x))) (* c (exp (* d x))))",
+        lambda x, a, b, c, d: a * np.exp(b * x) + c * np.exp(d * x), ("a", "b", "c", "d"),
+        ((1.0, -0.01, -0.001, 0.5), (1.0, -0.05, -0.01, 1.0), (0.9, -0.01, 0.1, -1.0)),
+        (-np.inf,) * 4, (np.inf, np.inf, np.inf, 20.0)),
 )
 
 GENERIC_REFERENCES = (
@@ -223,7 +237,8 @@ class CurveTask:
         params, losses = {}, []
         for group in self.groups():
             x, y = self._xy(group, TRAIN)
-            p, mse = least_squares_multistart(ref.func, x, y, ref.starts, ref.lower, ref.upper)
+            lower, upper = ref.bounds(x, y)
+            p, mse = least_squares_multistart(ref.func, x, y, ref.starts, lower, upper)
             params[group] = dict(zip(ref.param_names, map(float, p)))
             losses.append(mse)
 

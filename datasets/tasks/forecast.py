@@ -84,7 +84,7 @@ class ForecastReference:
     description: str
     fit: Callable[[np.ndarray], Any]
     forecast: Callable[[Any, np.ndarray, np.ndarray, int], np.ndarray]
-    n_params: int
+    n_params: int | None  # None: the number of fitted coefficients (len of the fitted state)
     source: str | None = None  # the same model as an NDVM candidate, where one exists
 
 
@@ -222,7 +222,7 @@ ENSO_REFERENCES = (
     ForecastReference("damped-persistence", "forecast = phi^lead * last anomaly, phi = training lag-1 autocorrelation",
                       _damped_fit, _damped_forecast, 1, AR1_SOURCE),
     ForecastReference("ar-aic", "AR(p) with intercept, least squares, p <= 12 by AIC on the training years",
-                      _ar_fit_aic, _ar_forecast, 0),
+                      _ar_fit_aic, _ar_forecast, None),
     ForecastReference("statsmodels-arma21", "linear state-space ARMA(2,1) + constant, Kalman filter MLE (statsmodels SARIMAX)",
                       _sarimax_fit, _sarimax_forecast, 5),
 )
@@ -387,7 +387,8 @@ class ForecastTask:
             start = time.perf_counter()
             state = self.fit_reference(ref)
             forecasts = ref.forecast(state, self.y, self.origins, self.leads)
-            rows.append(self.score_forecasts(forecasts, ref.name, n_params=ref.n_params,
+            n_params = ref.n_params if ref.n_params is not None else len(state)
+            rows.append(self.score_forecasts(forecasts, ref.name, n_params=n_params,
                                              fit_seconds=time.perf_counter() - start))
         return rows
 
