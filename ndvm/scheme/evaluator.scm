@@ -1,27 +1,37 @@
 ;;; A meta-circular evaluator for the NDVM language, written in the NDVM language.
 ;;;
 ;;; (mc-run program bindings) evaluates PROGRAM, a list of top-level forms given as quoted data,
-;;; in a global environment made of BINDINGS (an association list from the program's parameter
-;;; and input names to the host's values) in front of the primitive procedures. Because the
-;;; numbers the interpreted program computes with are the host's own numbers, gradients flow
-;;; through the interpreter into the host's parameters.
+;;; with BINDINGS (an association list from the program's parameter and input names to the
+;;; host's values) and the primitive procedures as its global environment. The numbers the
+;;; interpreted program computes with are the host's own, so gradients flow through the
+;;; interpreter into the host's parameters.
 ;;;
-;;; The host language has no mutation, so the evaluator uses none:
-;;; - an environment is a list of frames; a frame is a pair (values . procedures):
+;;; The evaluator analyzes before it runs (in the manner of SICP 4.1.7): (mc-analyze x cx) turns
+;;; the expression X into CODE, a host procedure (lambda (env) ...) that computes its value in a
+;;; run-time environment. Syntax is dispatched once per expression, not once per evaluation;
+;;; each variable is resolved once: a global (parameter, input, primitive) becomes a constant,
+;;; a local one the frame depth where it lives.
+;;;
+;;; The host language has no mutation, and the evaluator uses none:
+;;; - a run-time environment is a list of frames; a frame is a pair (values . procedures):
 ;;;     values      an association list (name . value)
-;;;     procedures  an association list (name . (params . body)) for the lambdas of a letrec, a
-;;;                 named let or a body's definitions. Looking one up makes a closure over the
-;;;                 environment that starts at its own frame, so the procedure sees itself and
-;;;                 its siblings: recursion is tied by construction, never by assignment.
-;;; - an interpreted procedure is a host procedure (a closure over the interpreted body and
-;;;   environment), so interpreted and primitive procedures are applied alike with `apply`, and
-;;;   host primitives that take procedures (map, apply) accept interpreted ones.
-;;; - every evaluation in tail position (if, cond, case, and, or, when, unless, the last form of
-;;;   a body, the operator call of an application) is a tail call of the host, so the
-;;;   interpreted program's tail calls do not grow the host's stack.
+;;;     procedures  an association list (name . (params . code)) holding the analyzed lambdas
+;;;                 of a letrec, a named let or a body's definitions. Looking one up makes a
+;;;                 closure over the environment that starts at its own frame, so a procedure
+;;;                 sees itself and its siblings: recursion is tied by construction, never by
+;;;                 assignment. Value definitions are added in order to a rebuilt frame.
+;;; - the analysis context CX is a pair (frames . globals): frames is the compile-time image of
+;;;   the run-time frames, each a pair (value-names . procedure-names); globals the association
+;;;   list of parameters, inputs and primitives.
+;;; - an interpreted procedure is a host procedure, so interpreted and primitive procedures are
+;;;   called alike, and host primitives that take procedures (map, apply, filter, the folds)
+;;;   accept interpreted ones.
+;;; - the code of every tail position (if, cond, case, and, or, when, unless, the last form of a
+;;;   body, the call of an application) is called in tail position of the enclosing code, so the
+;;;   interpreted program's tail calls are tail calls of the host and do not grow its stack.
 ;;;
-;;; All names here start with `mc-` so that the host program's parameter and input names,
-;;; which sit beside them at the host's top level, cannot collide with them.
+;;; All names here start with `mc-` so that the host program's parameter and input names, which
+;;; sit beside them at the host's top level, cannot collide with them.
 
 ;;; ---------------------------------------------------------------------------------------
 ;;; Errors of the interpreted program: a kind (a symbol) and the offending datum.
@@ -29,37 +39,22 @@
 (define (mc-fail kind irritant) (error kind irritant))
 
 ;;; ---------------------------------------------------------------------------------------
-;;; Environments
-
-(define (mc-empty-frame) (cons '() '()))
+;;; Run-time environments
 
 (define (mc-value-frame bindings) (cons bindings '()))
 
-;; A new environment whose first frame also binds NAME to VALUE (the frame is rebuilt, never
-;; changed: closures made before keep the frame they saw).
+;; ENV with NAME bound to VALUE in its first frame (rebuilt, never changed: closures made
+;; before keep the frame they saw).
 (define (mc-frame-add env name value)
   (let ((frame (car env)))
     (cons (cons (cons (cons name value) (car frame)) (cdr frame)) (cdr env))))
 
-(define (mc-lookup name env)
-  (if (null? env)
-      (mc-fail 'unbound-variable name)
-      (let ((value (assq name (car (car env)))))
-        (if value
-            (cdr value)
-            (let ((procedure (assq name (cdr (car env)))))
-              (if procedure
-                  (mc-make-procedure (car (cdr procedure)) (cdr (cdr procedure)) env)
-                  (mc-lookup name (cdr env))))))))
+(define (mc-frame-value name frame)
+  (let ((hit (assq name (car frame))))
+    (if hit (cdr hit) (mc-fail 'unbound-variable name))))
 
-(define (mc-bound? name env)
-  (cond ((null? env) #f)
-        ((assq name (car (car env))) #t)
-        ((assq name (cdr (car env))) #t)
-        (else (mc-bound? name (cdr env)))))
-
-;; The association list binding the formal PARAMS (a proper list, an improper list with a
-;; rest parameter, or a single rest symbol) to the actual ARGS.
+;; The association list binding the formal PARAMS (a proper list, an improper list with a rest
+;; parameter, or a single rest symbol) to the actual ARGS.
 (define (mc-bind params args)
   (cond ((null? params)
          (if (null? args) '() (mc-fail 'too-many-arguments args)))
@@ -67,51 +62,163 @@
         ((null? args) (mc-fail 'too-few-arguments params))
         (else (cons (cons (car params) (car args)) (mc-bind (cdr params) (cdr args))))))
 
-;;; ---------------------------------------------------------------------------------------
-;;; Procedures and application
-
-(define (mc-make-procedure params body env)
-  (lambda args (mc-eval-body body (cons (mc-value-frame (mc-bind params args)) env))))
+;; An analyzed lambda LAMBDA, a pair (params . code), closed over ENV.
+(define (mc-make-procedure lambda-code env)
+  (let ((params (car lambda-code)) (code (cdr lambda-code)))
+    (lambda args (code (cons (mc-value-frame (mc-bind params args)) env)))))
 
 (define (mc-apply procedure args)
   (if (procedure? procedure)
       (apply procedure args)
       (mc-fail 'not-a-procedure procedure)))
 
-;; The values of the expressions XS, evaluated left to right.
-(define (mc-eval-list xs env)
-  (if (null? xs)
+;; The values of CODES in ENV, left to right.
+(define (mc-run-all codes env)
+  (if (null? codes)
       '()
-      (let ((first (mc-eval (car xs) env)))
-        (cons first (mc-eval-list (cdr xs) env)))))
+      (let ((first ((car codes) env)))
+        (cons first (mc-run-all (cdr codes) env)))))
+
+;; The association list binding NAMES to the values of CODES in ENV, left to right.
+(define (mc-bind-all names codes env)
+  (if (null? names)
+      '()
+      (let ((first (cons (car names) ((car codes) env))))
+        (cons first (mc-bind-all (cdr names) (cdr codes) env)))))
 
 ;;; ---------------------------------------------------------------------------------------
-;;; The evaluator
+;;; Analysis contexts
 
-(define (mc-eval x env)
-  (cond ((symbol? x) (mc-lookup x env))
+(define (mc-push cx value-names procedure-names)
+  (cons (cons (cons value-names procedure-names) (car cx)) (cdr cx)))
+
+;; Where NAME is bound among FRAMES: (value . depth), (procedure . depth) or #f.
+(define (mc-resolve name frames depth)
+  (cond ((null? frames) #f)
+        ((memq name (car (car frames))) (cons 'value depth))
+        ((memq name (cdr (car frames))) (cons 'procedure depth))
+        (else (mc-resolve name (cdr frames) (+ depth 1)))))
+
+(define (mc-param-names params)
+  (cond ((null? params) '())
+        ((symbol? params) (list params))
+        (else (cons (car params) (mc-param-names (cdr params))))))
+
+(define (mc-constant value) (lambda (env) value))
+
+;;; ---------------------------------------------------------------------------------------
+;;; Analysis
+
+(define (mc-analyze x cx)
+  (cond ((symbol? x) (mc-analyze-variable x cx))
         ((pair? x)
-         (let ((special (if (symbol? (car x)) (assq (car x) mc-special-forms) #f)))
+         ;; a special form, unless the program binds that name itself
+         (let ((special (if (symbol? (car x))
+                            (if (mc-resolve (car x) (car cx) 0) #f (assq (car x) mc-special-forms))
+                            #f)))
            (if special
-               ((cdr special) x env)
-               (mc-apply (mc-eval (car x) env) (mc-eval-list (cdr x) env)))))
+               ((cdr special) x cx)
+               (mc-analyze-application x cx))))
         ((null? x) (mc-fail 'empty-application x))
-        (else x)))
+        (else (mc-constant x))))
 
-;; A sequence of expressions (begin, a cond clause): all but the last for their errors, the
-;; last in tail position.
-(define (mc-eval-sequence forms env)
-  (cond ((null? forms) (mc-fail 'empty-sequence forms))
-        ((null? (cdr forms)) (mc-eval (car forms) env))
-        (else (mc-eval (car forms) env) (mc-eval-sequence (cdr forms) env))))
+(define (mc-analyze-all xs cx)
+  (if (null? xs)
+      '()
+      (let ((first (mc-analyze (car xs) cx)))
+        (cons first (mc-analyze-all (cdr xs) cx)))))
+
+(define (mc-analyze-variable name cx)
+  (let ((where (mc-resolve name (car cx) 0)))
+    (if where
+        (if (eq? (car where) 'value)
+            (mc-value-code name (cdr where))
+            (mc-procedure-code name (cdr where)))
+        (let ((global (assq name (cdr cx))))
+          (if global
+              (mc-constant (cdr global))
+              (lambda (env) (mc-fail 'unbound-variable name)))))))
+
+(define (mc-value-code name depth)
+  (cond ((= depth 0) (lambda (env) (mc-frame-value name (car env))))
+        ((= depth 1) (lambda (env) (mc-frame-value name (car (cdr env)))))
+        ((= depth 2) (lambda (env) (mc-frame-value name (car (cdr (cdr env))))))
+        (else (lambda (env) (mc-frame-value name (car (list-tail env depth)))))))
+
+(define (mc-procedure-code name depth)
+  (lambda (env)
+    (let ((frame-env (list-tail env depth)))
+      (mc-make-procedure (cdr (assq name (cdr (car frame-env)))) frame-env))))
+
+;; The operator, when it is a global procedure (a primitive), is called directly; otherwise it
+;; is checked to be a procedure first. Calls of up to three arguments skip building a list.
+(define (mc-analyze-application x cx)
+  (let ((operands (mc-analyze-all (cdr x) cx))
+        (global (if (symbol? (car x))
+                    (if (mc-resolve (car x) (car cx) 0) #f (assq (car x) (cdr cx)))
+                    #f)))
+    (if (if global (procedure? (cdr global)) #f)
+        (mc-primitive-call (cdr global) operands)
+        (mc-general-call (mc-analyze (car x) cx) operands))))
+
+(define (mc-primitive-call f operands)
+  (let ((n (length operands)))
+    (cond ((= n 1) (let ((a (car operands))) (lambda (env) (f (a env)))))
+          ((= n 2) (let ((a (car operands)) (b (car (cdr operands))))
+                     (lambda (env) (f (a env) (b env)))))
+          ((= n 3) (let ((a (car operands)) (b (car (cdr operands))) (c (car (cdr (cdr operands)))))
+                     (lambda (env) (f (a env) (b env) (c env)))))
+          (else (lambda (env) (apply f (mc-run-all operands env)))))))
+
+(define (mc-general-call operator operands)
+  (let ((n (length operands)))
+    (cond ((= n 0)
+           (lambda (env)
+             (let ((f (operator env)))
+               (if (procedure? f) (f) (mc-fail 'not-a-procedure f)))))
+          ((= n 1)
+           (let ((a (car operands)))
+             (lambda (env)
+               (let ((f (operator env)))
+                 (if (procedure? f) (f (a env)) (mc-fail 'not-a-procedure f))))))
+          ((= n 2)
+           (let ((a (car operands)) (b (car (cdr operands))))
+             (lambda (env)
+               (let ((f (operator env)))
+                 (if (procedure? f) (f (a env) (b env)) (mc-fail 'not-a-procedure f))))))
+          ((= n 3)
+           (let ((a (car operands)) (b (car (cdr operands))) (c (car (cdr (cdr operands)))))
+             (lambda (env)
+               (let ((f (operator env)))
+                 (if (procedure? f) (f (a env) (b env) (c env)) (mc-fail 'not-a-procedure f))))))
+          (else
+           (lambda (env)
+             (let ((f (operator env)))
+               (mc-apply f (mc-run-all operands env))))))))
+
+;; A sequence (begin, a clause): all but the last for their errors, the last in tail position.
+(define (mc-analyze-sequence forms cx)
+  (if (null? forms)
+      (mc-fail 'empty-sequence forms)
+      (mc-sequence-code (mc-analyze-all forms cx))))
+
+(define (mc-sequence-code codes)
+  (if (null? (cdr codes))
+      (car codes)
+      (let ((first (car codes)) (rest (mc-sequence-code (cdr codes))))
+        (lambda (env) (first env) (rest env)))))
+
+;; An analyzed lambda: (params . code), the body analyzed in a frame of its parameters.
+(define (mc-analyze-lambda-parts params body cx)
+  (cons params (mc-analyze-body body (mc-push cx (mc-param-names params) '()))))
 
 ;;; ---------------------------------------------------------------------------------------
 ;;; Bodies and definitions
 ;;;
 ;;; A body (of a lambda, a let, the program itself) may start with or interleave definitions.
-;;; All the procedure definitions of a body go into one frame's procedures up front, so they
-;;; can call each other in any order; value definitions are evaluated in order and added to
-;;; that frame's values, so later forms see them (letrec* semantics).
+;;; Its definitions make one frame: the procedures are in it from the start (analyzed once, so
+;;; they can call each other in any order); the values are added in order as they are
+;;; evaluated (letrec* semantics: a value used before its definition is an unbound variable).
 
 (define (mc-definition? form)
   (if (pair? form) (eq? (car form) 'define) #f))
@@ -119,6 +226,9 @@
 ;; (param name init ...) at the top level: the host has already bound NAME.
 (define (mc-declaration? form)
   (if (pair? form) (eq? (car form) 'param) #f))
+
+(define (mc-begin? form)
+  (if (pair? form) (eq? (car form) 'begin) #f))
 
 ;; (define (f . params) body ...) or (define f (lambda params body ...))
 (define (mc-procedure-definition? form)
@@ -146,8 +256,17 @@
          (cons (mc-procedure-entry (car forms)) (mc-procedure-entries (cdr forms))))
         (else (mc-procedure-entries (cdr forms)))))
 
-(define (mc-begin? form)
-  (if (pair? form) (eq? (car form) 'begin) #f))
+;; (define name expression): checked, and its name
+(define (mc-value-definition-name form)
+  (if (if (pair? (cdr form)) (if (symbol? (car (cdr form))) (pair? (cdr (cdr form))) #f) #f)
+      (car (cdr form))
+      (mc-fail 'bad-definition form)))
+
+(define (mc-value-definition-names forms)
+  (cond ((null? forms) '())
+        ((if (mc-definition? (car forms)) (not (mc-procedure-definition? (car forms))) #f)
+         (cons (mc-value-definition-name (car forms)) (mc-value-definition-names (cdr forms))))
+        (else (mc-value-definition-names (cdr forms)))))
 
 ;; Whether FORMS define anything, also inside a (begin ...) among them (it splices).
 (define (mc-has-definitions? forms)
@@ -165,197 +284,232 @@
          (append (mc-splice-begins (cdr (car forms))) (mc-splice-begins (cdr forms))))
         (else (cons (car forms) (mc-splice-begins (cdr forms))))))
 
-(define (mc-eval-body body env)
+;; The context of the frame that the definitions FORMS make.
+(define (mc-push-definitions cx forms)
+  (mc-push cx (mc-value-definition-names forms) (map car (mc-procedure-entries forms))))
+
+;; The run-time procedures of that frame: (name . (params . code)), analyzed in INNER.
+(define (mc-analyze-procedures forms inner)
+  (map (lambda (entry)
+         (cons (car entry) (mc-analyze-lambda-parts (car (cdr entry)) (cdr (cdr entry)) inner)))
+       (mc-procedure-entries forms)))
+
+(define (mc-analyze-body body cx)
   (if (mc-has-definitions? body)
-      (let ((forms (mc-splice-begins body)))
-        (mc-eval-body-forms forms (cons (cons '() (mc-procedure-entries forms)) env)))
-      (mc-eval-sequence body env)))
+      (let* ((forms (mc-splice-begins body))
+             (inner (mc-push-definitions cx forms))
+             (procedures (mc-analyze-procedures forms inner))
+             (code (mc-analyze-body-forms forms inner)))
+        (lambda (env) (code (cons (cons '() procedures) env))))
+      (mc-analyze-sequence body cx)))
 
-;; ENV's first frame is the body's own frame.
-(define (mc-eval-body-forms forms env)
+;; CODE for FORMS in an environment whose first frame is their body's frame.
+(define (mc-analyze-body-forms forms cx)
   (if (null? forms)
-      (mc-fail 'body-without-expression forms)
+      (lambda (env) (mc-fail 'body-without-expression forms))
       (let ((form (car forms)) (rest (cdr forms)))
-        (cond ((mc-definition? form)
-               (if (mc-procedure-definition? form)
-                   (mc-eval-body-forms rest env)
-                   (mc-eval-body-forms rest (mc-define-value form env))))
-              ((mc-declaration? form) (mc-eval-body-forms rest env))
-              ((null? rest) (mc-eval form env))
-              (else (mc-eval form env) (mc-eval-body-forms rest env))))))
+        (cond ((mc-procedure-definition? form) (mc-analyze-body-forms rest cx))
+              ((mc-definition? form)
+               (let ((name (mc-value-definition-name form))
+                     (init (mc-analyze (car (cdr (cdr form))) cx))
+                     (next (mc-analyze-body-forms rest cx)))
+                 (lambda (env) (next (mc-frame-add env name (init env))))))
+              ((mc-declaration? form) (mc-analyze-body-forms rest cx))
+              ((null? rest) (mc-analyze form cx))
+              (else
+               (let ((first (mc-analyze form cx)) (next (mc-analyze-body-forms rest cx)))
+                 (lambda (env) (first env) (next env))))))))
 
-;; (define name expression): ENV with NAME bound in its first frame
-(define (mc-define-value form env)
-  (if (if (pair? (cdr form)) (if (symbol? (car (cdr form))) (pair? (cdr (cdr form))) #f) #f)
-      (mc-frame-add env (car (cdr form)) (mc-eval (car (cdr (cdr form))) env))
-      (mc-fail 'bad-definition form)))
-
-;; Binds the definitions FORMS (procedures already in ENV's first frame) and returns the env.
-(define (mc-define-values forms env)
-  (cond ((null? forms) env)
-        ((mc-procedure-definition? (car forms)) (mc-define-values (cdr forms) env))
-        (else (mc-define-values (cdr forms) (mc-define-value (car forms) env)))))
+;; CODE from an environment to that environment with the value definitions of FORMS added.
+(define (mc-analyze-definition-values forms cx)
+  (cond ((null? forms) (lambda (env) env))
+        ((mc-procedure-definition? (car forms)) (mc-analyze-definition-values (cdr forms) cx))
+        (else
+         (let ((name (mc-value-definition-name (car forms)))
+               (init (mc-analyze (car (cdr (cdr (car forms)))) cx))
+               (next (mc-analyze-definition-values (cdr forms) cx)))
+           (lambda (env) (next (mc-frame-add env name (init env))))))))
 
 ;;; ---------------------------------------------------------------------------------------
-;;; Special forms: each takes the whole form and the environment.
+;;; Special forms: each takes the whole form and the analysis context, and returns CODE.
 
-(define (mc-eval-quote x env) (car (cdr x)))
+(define (mc-analyze-quote x cx) (mc-constant (car (cdr x))))
 
-(define (mc-eval-if x env)
-  (if (mc-eval (car (cdr x)) env)
-      (mc-eval (car (cdr (cdr x))) env)
-      (if (null? (cdr (cdr (cdr x))))
-          #f
-          (mc-eval (car (cdr (cdr (cdr x)))) env))))
+(define (mc-analyze-if x cx)
+  (let ((test (mc-analyze (car (cdr x)) cx))
+        (then (mc-analyze (car (cdr (cdr x))) cx))
+        (otherwise (if (null? (cdr (cdr (cdr x))))
+                       (mc-constant #f)
+                       (mc-analyze (car (cdr (cdr (cdr x)))) cx))))
+    (lambda (env) (if (test env) (then env) (otherwise env)))))
 
-(define (mc-eval-cond x env) (mc-eval-clauses (cdr x) env))
+(define (mc-analyze-cond x cx) (mc-analyze-clauses (cdr x) cx))
 
-(define (mc-eval-clauses clauses env)
+(define (mc-analyze-clauses clauses cx)
   (if (null? clauses)
-      #f
+      (mc-constant #f)
       (let ((clause (car clauses)))
         (if (eq? (car clause) 'else)
-            (mc-eval-sequence (cdr clause) env)
-            (let ((test (mc-eval (car clause) env)))
-              (cond ((not test) (mc-eval-clauses (cdr clauses) env))
-                    ((null? (cdr clause)) test)
+            (mc-analyze-sequence (cdr clause) cx)
+            (let ((test (mc-analyze (car clause) cx))
+                  (rest (mc-analyze-clauses (cdr clauses) cx)))
+              (cond ((null? (cdr clause))
+                     (lambda (env) (let ((value (test env))) (if value value (rest env)))))
                     ((eq? (car (cdr clause)) '=>)
-                     (mc-apply (mc-eval (car (cdr (cdr clause))) env) (list test)))
-                    (else (mc-eval-sequence (cdr clause) env))))))))
+                     (let ((receiver (mc-analyze (car (cdr (cdr clause))) cx)))
+                       (lambda (env)
+                         (let ((value (test env)))
+                           (if value (mc-apply (receiver env) (list value)) (rest env))))))
+                    (else
+                     (let ((body (mc-analyze-sequence (cdr clause) cx)))
+                       (lambda (env) (if (test env) (body env) (rest env)))))))))))
 
-(define (mc-eval-case x env)
-  (mc-case-clauses (mc-eval (car (cdr x)) env) (cdr (cdr x)) env))
+(define (mc-analyze-case x cx)
+  (let ((key (mc-analyze (car (cdr x)) cx))
+        (clauses (map (lambda (clause) (cons (car clause) (mc-analyze-sequence (cdr clause) cx)))
+                      (cdr (cdr x)))))
+    (lambda (env) (mc-case-select (key env) clauses env))))
 
-(define (mc-case-clauses key clauses env)
+(define (mc-case-select key clauses env)
   (cond ((null? clauses) #f)
-        ((eq? (car (car clauses)) 'else) (mc-eval-sequence (cdr (car clauses)) env))
-        ((memv key (car (car clauses))) (mc-eval-sequence (cdr (car clauses)) env))
-        (else (mc-case-clauses key (cdr clauses) env))))
+        ((eq? (car (car clauses)) 'else) ((cdr (car clauses)) env))
+        ((memv key (car (car clauses))) ((cdr (car clauses)) env))
+        (else (mc-case-select key (cdr clauses) env))))
 
-(define (mc-eval-and x env)
-  (if (null? (cdr x)) #t (mc-and-forms (cdr x) env)))
+(define (mc-analyze-and x cx)
+  (if (null? (cdr x)) (mc-constant #t) (mc-and-code (mc-analyze-all (cdr x) cx))))
 
-(define (mc-and-forms forms env)
-  (if (null? (cdr forms))
-      (mc-eval (car forms) env)
-      (if (mc-eval (car forms) env) (mc-and-forms (cdr forms) env) #f)))
+(define (mc-and-code codes)
+  (if (null? (cdr codes))
+      (car codes)
+      (let ((first (car codes)) (rest (mc-and-code (cdr codes))))
+        (lambda (env) (if (first env) (rest env) #f)))))
 
-(define (mc-eval-or x env)
-  (if (null? (cdr x)) #f (mc-or-forms (cdr x) env)))
+(define (mc-analyze-or x cx)
+  (if (null? (cdr x)) (mc-constant #f) (mc-or-code (mc-analyze-all (cdr x) cx))))
 
-(define (mc-or-forms forms env)
-  (if (null? (cdr forms))
-      (mc-eval (car forms) env)
-      (let ((value (mc-eval (car forms) env)))
-        (if value value (mc-or-forms (cdr forms) env)))))
+(define (mc-or-code codes)
+  (if (null? (cdr codes))
+      (car codes)
+      (let ((first (car codes)) (rest (mc-or-code (cdr codes))))
+        (lambda (env) (let ((value (first env))) (if value value (rest env)))))))
 
-(define (mc-eval-when x env)
-  (if (mc-eval (car (cdr x)) env) (mc-eval-sequence (cdr (cdr x)) env) #f))
+(define (mc-analyze-when x cx)
+  (let ((test (mc-analyze (car (cdr x)) cx)) (body (mc-analyze-sequence (cdr (cdr x)) cx)))
+    (lambda (env) (if (test env) (body env) #f))))
 
-(define (mc-eval-unless x env)
-  (if (mc-eval (car (cdr x)) env) #f (mc-eval-sequence (cdr (cdr x)) env)))
+(define (mc-analyze-unless x cx)
+  (let ((test (mc-analyze (car (cdr x)) cx)) (body (mc-analyze-sequence (cdr (cdr x)) cx)))
+    (lambda (env) (if (test env) #f (body env)))))
 
-(define (mc-eval-begin x env) (mc-eval-sequence (cdr x) env))
+(define (mc-analyze-begin x cx) (mc-analyze-sequence (cdr x) cx))
 
-(define (mc-eval-lambda x env) (mc-make-procedure (car (cdr x)) (cdr (cdr x)) env))
+(define (mc-analyze-lambda x cx)
+  (let ((lambda-code (mc-analyze-lambda-parts (car (cdr x)) (cdr (cdr x)) cx)))
+    (lambda (env) (mc-make-procedure lambda-code env))))
 
-;; The values of the bindings ((name init) ...), each init evaluated in ENV, left to right.
-(define (mc-eval-bindings bindings env)
-  (if (null? bindings)
-      '()
-      (let ((first (cons (car (car bindings)) (mc-eval (car (cdr (car bindings))) env))))
-        (cons first (mc-eval-bindings (cdr bindings) env)))))
-
-(define (mc-eval-let x env)
+(define (mc-analyze-let x cx)
   (if (symbol? (car (cdr x)))
-      (mc-named-let (car (cdr x)) (car (cdr (cdr x))) (cdr (cdr (cdr x))) env)
-      (mc-eval-body (cdr (cdr x)) (cons (mc-value-frame (mc-eval-bindings (car (cdr x)) env)) env))))
-
-;; (let name ((var init) ...) body ...): NAME is a procedure of its own frame; the inits are
-;; evaluated in the outer environment.
-(define (mc-named-let name bindings body env)
-  (let ((loop-env (cons (cons '() (list (cons name (cons (map car bindings) body)))) env)))
-    (mc-apply (mc-lookup name loop-env) (mc-eval-list (map mc-binding-init bindings) env))))
+      (mc-analyze-named-let (car (cdr x)) (car (cdr (cdr x))) (cdr (cdr (cdr x))) cx)
+      (let* ((names (map car (car (cdr x))))
+             (inits (mc-analyze-all (map mc-binding-init (car (cdr x))) cx))
+             (body (mc-analyze-body (cdr (cdr x)) (mc-push cx names '()))))
+        (lambda (env) (body (cons (mc-value-frame (mc-bind-all names inits env)) env))))))
 
 (define (mc-binding-init binding) (car (cdr binding)))
 
-(define (mc-eval-let* x env)
-  (mc-let*-bindings (car (cdr x)) (cdr (cdr x)) (cons (mc-empty-frame) env)))
+;; (let name ((var init) ...) body ...): NAME is the procedure of its own frame; the inits are
+;; evaluated in the outer environment.
+(define (mc-analyze-named-let name bindings body cx)
+  (let* ((inits (mc-analyze-all (map mc-binding-init bindings) cx))
+         (lambda-code (mc-analyze-lambda-parts (map car bindings) body (mc-push cx '() (list name))))
+         (procedures (list (cons name lambda-code))))
+    (lambda (env)
+      (apply (mc-make-procedure lambda-code (cons (cons '() procedures) env))
+             (mc-run-all inits env)))))
 
-(define (mc-let*-bindings bindings body env)
+;; let*: one frame, extended binding by binding; each init sees the bindings before it.
+(define (mc-analyze-let* x cx)
+  (let ((code (mc-let*-code (car (cdr x)) (cdr (cdr x)) cx '())))
+    (lambda (env) (code (cons (mc-value-frame '()) env)))))
+
+(define (mc-let*-code bindings body cx names)
   (if (null? bindings)
-      (mc-eval-body body env)
-      (mc-let*-bindings (cdr bindings) body
-                        (mc-frame-add env (car (car bindings))
-                                      (mc-eval (car (cdr (car bindings))) env)))))
+      (mc-analyze-body body (mc-push cx names '()))
+      (let ((name (car (car bindings)))
+            (init (mc-analyze (car (cdr (car bindings))) (mc-push cx names '())))
+            (rest (mc-let*-code (cdr bindings) body cx (cons (car (car bindings)) names))))
+        (lambda (env) (rest (mc-frame-add env name (init env)))))))
 
-;; letrec and letrec*: the bindings are definitions of one frame, the body a new scope.
-(define (mc-eval-letrec x env)
-  (let ((definitions (map mc-binding-definition (car (cdr x)))))
-    (mc-eval-body (cdr (cdr x))
-                  (mc-define-values definitions
-                                    (cons (cons '() (mc-procedure-entries definitions)) env)))))
+;; letrec and letrec*: the bindings are the definitions of one frame, the body a new scope.
+(define (mc-analyze-letrec x cx)
+  (let* ((forms (map mc-binding-definition (car (cdr x))))
+         (inner (mc-push-definitions cx forms))
+         (procedures (mc-analyze-procedures forms inner))
+         (bind (mc-analyze-definition-values forms inner))
+         (body (mc-analyze-body (cdr (cdr x)) inner)))
+    (lambda (env) (body (bind (cons (cons '() procedures) env))))))
 
 (define (mc-binding-definition binding) (cons 'define binding))
 
 ;; (loop ((var init) ...) body ...) with (recur e ...) in tail position is a named let whose
-;; name is recur. A program may also name its own procedure `loop` (a named let's name very
-;; often is): where `loop` is bound, (loop ...) is a call.
-(define (mc-eval-loop x env)
-  (if (mc-bound? 'loop env)
-      (mc-apply (mc-lookup 'loop env) (mc-eval-list (cdr x) env))
-      (mc-named-let 'recur (car (cdr x)) (cdr (cdr x)) env)))
+;; name is recur. (Where the program binds `loop` itself, (loop ...) is a call: see mc-analyze.)
+(define (mc-analyze-loop x cx)
+  (mc-analyze-named-let 'recur (car (cdr x)) (cdr (cdr x)) cx))
 
-;; (do ((var init step) ...) (test result ...) body ...): the body's values are unused (the
-;; language has no effects), so each step rebinds the variables to their steps.
-(define (mc-eval-do x env)
-  (mc-do-step (car (cdr x)) (car (cdr (cdr x)))
-              (cons (mc-value-frame (mc-eval-bindings (car (cdr x)) env)) env)
-              env))
+;; (do ((var init step) ...) (test result ...) body ...): each iteration evaluates the body,
+;; then binds the variables to their steps in a new frame.
+(define (mc-analyze-do x cx)
+  (let* ((specs (car (cdr x)))
+         (names (map car specs))
+         (inits (mc-analyze-all (map mc-binding-init specs) cx))
+         (inner (mc-push cx names '()))
+         (steps (map (lambda (spec)
+                       (mc-analyze (if (null? (cdr (cdr spec))) (car spec) (car (cdr (cdr spec)))) inner))
+                     specs))
+         (exit (car (cdr (cdr x))))
+         (test (mc-analyze (car exit) inner))
+         (result (if (null? (cdr exit)) (mc-constant #f) (mc-analyze-sequence (cdr exit) inner)))
+         (body (if (null? (cdr (cdr (cdr x)))) #f (mc-analyze-sequence (cdr (cdr (cdr x))) inner))))
+    (lambda (env)
+      (mc-do-loop names steps test result body
+                  (cons (mc-value-frame (mc-bind-all names inits env)) env) env))))
 
-(define (mc-do-step specs exit loop-env outer-env)
-  (if (mc-eval (car exit) loop-env)
-      (if (null? (cdr exit)) #f (mc-eval-sequence (cdr exit) loop-env))
-      (mc-do-step specs exit
-                  (cons (mc-value-frame (mc-do-next specs loop-env)) outer-env)
-                  outer-env)))
+(define (mc-do-loop names steps test result body loop-env env)
+  (if (test loop-env)
+      (result loop-env)
+      (begin
+        (if body (body loop-env) #f)
+        (mc-do-loop names steps test result body
+                    (cons (mc-value-frame (mc-bind-all names steps loop-env)) env) env))))
 
-(define (mc-do-next specs env)
-  (if (null? specs)
-      '()
-      (let ((spec (car specs)))
-        (let ((first (cons (car spec)
-                           (if (null? (cdr (cdr spec)))
-                               (mc-lookup (car spec) env)
-                               (mc-eval (car (cdr (cdr spec))) env)))))
-          (cons first (mc-do-next (cdr specs) env))))))
+(define (mc-analyze-define x cx) (mc-fail 'definition-in-expression-context x))
 
-(define (mc-eval-define x env) (mc-fail 'definition-in-expression-context x))
-
-(define (mc-eval-param x env) (mc-fail 'param-declaration-not-at-top-level x))
+(define (mc-analyze-param x cx) (mc-fail 'param-declaration-not-at-top-level x))
 
 (define mc-special-forms
-  (list (cons 'if mc-eval-if)
-        (cons 'quote mc-eval-quote)
-        (cons 'let mc-eval-let)
-        (cons 'cond mc-eval-cond)
-        (cons 'lambda mc-eval-lambda)
-        (cons 'let* mc-eval-let*)
-        (cons 'and mc-eval-and)
-        (cons 'or mc-eval-or)
-        (cons 'begin mc-eval-begin)
-        (cons 'letrec mc-eval-letrec)
-        (cons 'letrec* mc-eval-letrec)
-        (cons 'when mc-eval-when)
-        (cons 'unless mc-eval-unless)
-        (cons 'case mc-eval-case)
-        (cons 'do mc-eval-do)
-        (cons 'loop mc-eval-loop)
-        (cons 'define mc-eval-define)
-        (cons 'param mc-eval-param)))
+  (list (cons 'if mc-analyze-if)
+        (cons 'quote mc-analyze-quote)
+        (cons 'let mc-analyze-let)
+        (cons 'cond mc-analyze-cond)
+        (cons 'lambda mc-analyze-lambda)
+        (cons 'let* mc-analyze-let*)
+        (cons 'and mc-analyze-and)
+        (cons 'or mc-analyze-or)
+        (cons 'begin mc-analyze-begin)
+        (cons 'letrec mc-analyze-letrec)
+        (cons 'letrec* mc-analyze-letrec)
+        (cons 'when mc-analyze-when)
+        (cons 'unless mc-analyze-unless)
+        (cons 'case mc-analyze-case)
+        (cons 'do mc-analyze-do)
+        (cons 'loop mc-analyze-loop)
+        (cons 'define mc-analyze-define)
+        (cons 'param mc-analyze-param)))
 
 ;;; ---------------------------------------------------------------------------------------
-;;; Primitive procedures: the host's own, so their values and gradients are the host's.
+;;; Primitive procedures: the host's own (native/src/prims.h), so their values and gradients
+;;; are the host's.
 
 (define mc-primitives
   (list (cons '+ +) (cons '- -) (cons '* *) (cons '/ /)
@@ -403,4 +557,4 @@
 ;; The value of PROGRAM (a list of top-level forms) with BINDINGS (name . value) for its
 ;; parameters and inputs.
 (define (mc-run program bindings)
-  (mc-eval-body program (list (mc-value-frame bindings) (mc-value-frame mc-primitives))))
+  ((mc-analyze-body program (cons '() (append bindings mc-primitives))) '()))
