@@ -1,0 +1,352 @@
+// The Python module ndvm._native: compile, evaluate, value and gradient, run, calibrate.
+// Arrays cross the boundary as numpy buffers; the GIL is released during native work.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "error.h"
+#include "optim.h"
+#include "program.h"
+#include "vm.h"
+
+namespace py = pybind11;
+using namespace ndvm;
+
+namespace {
+
+using Arr = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+VM& thread_vm() {
+  thread_local std::unique_ptr<VM> vm;
+  if (!vm) vm = make_vm();
+  return *vm;
+}
+
+Limits limits_from(py::tuple t) {
+  Limits l;
+  l.max_steps = t[0].cast<uint64_t>();
+  l.max_depth = t[1].cast<int>();
+  l.max_bytes = t[2].cast<uint64_t>();
+  return l;
+}
+
+Array array_from(py::handle obj, const std::string& name, bool leading_lane = false, size_t lane = 0) {
+  // the rank comes from the original object: array_t's conversion turns 0-d arrays into 1-d ones
+  py::array raw = py::array::ensure(obj);
+  if (!raw) throw py::type_error("input '" + name + "' is not numeric");
+  Arr a = Arr::ensure(raw);
+  if (!a) throw py::type_error("input '" + name + "' is not numeric");
+  Array out;
+  int nd = static_cast<int>(raw.ndim()) - (leading_lane ? 1 : 0);
+  if (nd > 2) throw py::value_error("input '" + name + "' has " + std::to_string(nd) + " dimensions; at most 2 (a matrix)");
+  out.rank = nd;
+  size_t off = 0, count = 1;
+  if (nd >= 1) out.rows = static_cast<uint32_t>(a.shape(leading_lane ? 1 : 0));
+  if (nd == 2) out.cols = static_cast<uint32_t>(a.shape(leading_lane ? 2 : 1));
+  count = out.numel();
+  if (count == 0) throw py::value_error("input '" + name + "' is empty");
+  if (leading_lane) off = lane * count;
+  out.data.assign(a.data() + off, a.data() + off + count);
+  return out;
+}
+
+Inputs inputs_from(const Program& p, py::dict shared, py::dict lane, int B) {
+  Inputs in;
+  in.shared.resize(p.inputs.size());
+  in.per_lane.resize(p.inputs.size());
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    py::str key(p.inputs[i]);
+    if (lane.contains(key)) {
+      Arr a = Arr::ensure(lane[key]);
+      if (!a || a.ndim() < 1) throw py::value_error("lane input '" + p.inputs[i] + "' needs a leading lane axis");
+      int lanes = static_cast<int>(a.shape(0));
+      if (B >= 0 && lanes != B)
+        throw py::value_error("lane input '" + p.inputs[i] + "' has " + std::to_string(lanes) + " lanes, expected " + std::to_string(B));
+      for (int l = 0; l < lanes; ++l) in.per_lane[i].push_back(array_from(a, p.inputs[i], true, l));
+    } else if (shared.contains(key)) {
+      in.shared[i] = array_from(shared[key], p.inputs[i]);
+    }
+  }
+  return in;
+}
+
+py::array shaped(const std::vector<double>& v, std::vector<py::ssize_t> shape) {
+  py::array_t<double> a(shape);
+  std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(double));
+  return std::move(a);
+}
+
+py::array values_array(const BatchResult& r, int B) {
+  std::vector<py::ssize_t> shape{B};
+  if (r.rank >= 1) shape.push_back(r.rows);
+  if (r.rank == 2) shape.push_back(r.cols);
+  return shaped(r.values, shape);
+}
+
+void check_theta(const Program& p, const Arr& theta) {
+  if (theta.ndim() != 2 || theta.shape(1) != static_cast<py::ssize_t>(p.params.size()))
+    throw py::value_error("theta must have shape [B, " + std::to_string(p.params.size()) + "] (one column per parameter)");
+  if (theta.shape(0) < 1) throw py::value_error("theta must have at least one row");
+}
+
+py::object to_python(const OutValue& v) {
+  switch (v.kind) {
+    case OutValue::Unspec: return py::none();
+    case OutValue::Nil: return py::list();
+    case OutValue::Bool: return py::bool_(v.b);
+    case OutValue::Sym: return py::module_::import("ndvm.values").attr("Symbol")(v.sym);
+    case OutValue::Int: return py::int_(static_cast<long long>(v.num));
+    case OutValue::Real: return py::float_(v.num);
+    case OutValue::Procedure: return py::module_::import("ndvm.values").attr("Procedure")();
+    case OutValue::Array_: {
+      std::vector<py::ssize_t> shape;
+      if (v.arr.rank >= 1) shape.push_back(v.arr.rows);
+      if (v.arr.rank == 2) shape.push_back(v.arr.cols);
+      return shaped(v.arr.data, shape);
+    }
+    case OutValue::List: {
+      py::list l;
+      for (auto& it : v.items) l.append(to_python(it));
+      return std::move(l);
+    }
+    case OutValue::Pair_:
+      return py::module_::import("ndvm.values").attr("Pair")(to_python(v.items[0]), to_python(v.items[1]));
+  }
+  return py::none();
+}
+
+LossSpec loss_from(const Program& p, const std::string& kind, py::object target, py::object lane_target) {
+  LossSpec ls;
+  if (kind == "value") ls.kind = LossKind::Value;
+  else if (kind == "mse") ls.kind = LossKind::MSE;
+  else if (kind == "gaussian_nll") ls.kind = LossKind::GaussianNLL;
+  else throw py::value_error("unknown loss '" + kind + "' (expected value, mse or gaussian_nll)");
+  if (ls.kind != LossKind::Value) {
+    if (!lane_target.is_none()) {
+      Arr t = Arr::ensure(lane_target);
+      if (!t || t.ndim() != 2) throw py::value_error("lane_target must be [lanes, n]");
+      for (py::ssize_t l = 0; l < t.shape(0); ++l)
+        ls.lane_target.emplace_back(t.data() + l * t.shape(1), t.data() + (l + 1) * t.shape(1));
+    } else {
+      if (target.is_none()) throw py::value_error("loss '" + kind + "' needs a target");
+      Arr t = Arr::ensure(target);
+      if (!t) throw py::value_error("target is not numeric");
+      ls.target.assign(t.data(), t.data() + t.size());
+    }
+    for (size_t j = 0; j < p.params.size(); ++j)
+      if (p.params[j].name == "sigma") ls.sigma_param = static_cast<int>(j);
+  }
+  return ls;
+}
+
+CalibSpec spec_from(const Program& p, py::dict s) {
+  CalibSpec c;
+  std::string opt = s["optimizer"].cast<std::string>();
+  if (opt == "adam") c.optimizer = Optimizer::Adam;
+  else if (opt == "lbfgs") c.optimizer = Optimizer::LBFGS;
+  else if (opt == "gd") c.optimizer = Optimizer::GD;
+  else throw py::value_error("unknown optimizer '" + opt + "' (expected adam, lbfgs or gd)");
+  c.steps = s["steps"].cast<int>();
+  c.lr = s["lr"].cast<double>();
+  c.tol = s["tol"].cast<double>();
+  c.loss = loss_from(p, s["loss"].cast<std::string>(), s["target"], s["lane_target"]);
+  return c;
+}
+
+py::dict result_dict(const CalibResult& r, int steps) {
+  py::dict d;
+  d["best_theta"] = shaped(r.best_theta, {r.R, r.P});
+  d["best_loss"] = shaped(r.best_loss, {r.R});
+  d["history"] = shaped(r.history, {steps, r.R});
+  d["status"] = r.status;
+  d["steps_done"] = r.steps_done;
+  d["evaluations"] = r.evaluations;
+  d["error"] = r.error.empty() ? py::object(py::none()) : py::object(py::str(r.error));
+  d["error_kind"] = r.error_kind;
+  d["error_line"] = r.error_line;
+  d["error_col"] = r.error_col;
+  return d;
+}
+
+std::string simd_level() {
+#if defined(__AVX512F__)
+  return "AVX-512";
+#elif defined(__AVX2__)
+  return "AVX2";
+#elif defined(__AVX__)
+  return "AVX";
+#elif defined(__SSE4_2__)
+  return "SSE4.2";
+#elif defined(__SSE2__)
+  return "SSE2";
+#elif defined(__ARM_NEON)
+  return "NEON";
+#else
+  return "scalar";
+#endif
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "NDVM native runtime";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      static const char* names[] = {"ParseError", "CheckError", "EvalError", "LimitError"};
+      py::object cls = py::module_::import("ndvm.errors").attr(names[static_cast<int>(e.kind)]);
+      py::object exc = cls(py::str(e.what()), e.line, e.col);
+      PyErr_SetObject(cls.ptr(), exc.ptr());
+    }
+  });
+
+  py::class_<Program, std::shared_ptr<Program>>(m, "Program")
+      .def_property_readonly("source", [](const Program& p) { return p.source; })
+      .def_property_readonly("inputs", [](const Program& p) { return p.inputs; })
+      .def_property_readonly("params", [](const Program& p) {
+        py::list l;
+        for (auto& d : p.params) {
+          py::object c = py::none();
+          if (d.constraint == C_POSITIVE) c = py::str("positive");
+          else if (d.constraint == C_BETWEEN) c = py::make_tuple("between", d.lo, d.hi);
+          l.append(py::make_tuple(d.name, d.init, c));
+        }
+        return l;
+      })
+      .def_property_readonly("f32", [](const Program& p) { return p.f32; })
+      .def("evaluate", [](const Program& p, Arr theta, py::dict shared, py::dict lane, py::tuple lim_t) {
+        check_theta(p, theta);
+        int B = static_cast<int>(theta.shape(0));
+        Inputs in = inputs_from(p, shared, lane, B);
+        Limits lim = limits_from(lim_t);
+        BatchResult r;
+        {
+          py::gil_scoped_release nogil;
+          r = run_batch(p, thread_vm(), theta.data(), B, in, false, nullptr, lim);
+        }
+        return values_array(r, B);
+      })
+      .def("value_and_grad", [](const Program& p, Arr theta, py::dict shared, py::dict lane, py::tuple lim_t,
+                                std::vector<std::string> grad_inputs, std::string loss, py::object target) {
+        check_theta(p, theta);
+        int B = static_cast<int>(theta.shape(0));
+        Inputs in = inputs_from(p, shared, lane, B);
+        Limits lim = limits_from(lim_t);
+        std::vector<int> ids;
+        for (auto& name : grad_inputs) {
+          auto it = std::find(p.inputs.begin(), p.inputs.end(), name);
+          if (it == p.inputs.end()) throw py::value_error("no input named '" + name + "'");
+          size_t i = it - p.inputs.begin();
+          if (in.shared[i].data.empty()) throw py::value_error("gradients are available for shared inputs only ('" + name + "')");
+          ids.push_back(static_cast<int>(i));
+        }
+        LossSpec ls = loss_from(p, loss, target, py::none());
+        BatchResult r;
+        {
+          py::gil_scoped_release nogil;
+          r = run_batch(p, thread_vm(), theta.data(), B, in, true, &ls, lim, ids.empty() ? nullptr : &ids);
+        }
+        py::list ig;
+        size_t base = 0;
+        for (int id : ids) {
+          const Array& a = in.shared[id];
+          std::vector<double> g(r.input_grads.begin() + base, r.input_grads.begin() + base + a.numel());
+          std::vector<py::ssize_t> shape;
+          if (a.rank >= 1) shape.push_back(a.rows);
+          if (a.rank == 2) shape.push_back(a.cols);
+          ig.append(shaped(g, shape));
+          base += a.numel();
+        }
+        return py::make_tuple(values_array(r, B), shaped(r.losses, {B}),
+                              shaped(r.grads, {B, static_cast<py::ssize_t>(p.params.size())}), ig);
+      })
+      .def("run", [](const Program& p, Arr theta_row, py::dict shared, py::tuple lim_t) {
+        if (theta_row.size() != static_cast<py::ssize_t>(p.params.size()))
+          throw py::value_error("expected " + std::to_string(p.params.size()) + " parameter values");
+        Inputs in = inputs_from(p, shared, py::dict(), 1);
+        Limits lim = limits_from(lim_t);
+        OutValue v;
+        {
+          py::gil_scoped_release nogil;
+          v = run_one(p, thread_vm(), theta_row.data(), in, lim);
+        }
+        return to_python(v);
+      });
+
+  m.def("compile", [](const std::string& src, bool f32) { return compile_program(src, f32); }, py::arg("source"),
+        py::arg("f32") = false);
+  m.def("canonical_form", &canonical_form);
+
+  m.def("calibrate", [](std::shared_ptr<Program> p, Arr theta0, py::dict shared, py::dict lane, py::dict spec_d,
+                        py::tuple lim_t, int threads) {
+    check_theta(*p, theta0);
+    int R = static_cast<int>(theta0.shape(0));
+    Inputs in = inputs_from(*p, shared, lane, R);
+    CalibSpec spec = spec_from(*p, spec_d);
+    Limits lim = limits_from(lim_t);
+    CalibResult r;
+    {
+      py::gil_scoped_release nogil;
+      r = calibrate_threaded(*p, thread_vm(), theta0.data(), R, in, spec, lim, threads == 0 ? 1 : threads);
+    }
+    return result_dict(r, spec.steps);
+  });
+
+  m.def("calibrate_many", [](std::vector<std::shared_ptr<Program>> progs, std::vector<Arr> theta0s, py::dict shared,
+                             py::dict lane, py::dict spec_d, py::tuple lim_t, int threads) {
+    Limits lim = limits_from(lim_t);
+    std::vector<Inputs> ins(progs.size());
+    std::vector<CalibJob> jobs(progs.size());
+    std::vector<std::string> prep_errors(progs.size());
+    for (size_t i = 0; i < progs.size(); ++i) {
+      try {
+        check_theta(*progs[i], theta0s[i]);
+        ins[i] = inputs_from(*progs[i], shared, lane, static_cast<int>(theta0s[i].shape(0)));
+        jobs[i] = CalibJob{progs[i].get(),
+                           std::vector<double>(theta0s[i].data(), theta0s[i].data() + theta0s[i].size()),
+                           static_cast<int>(theta0s[i].shape(0)), &ins[i], spec_from(*progs[i], spec_d)};
+      } catch (const std::exception& e) {
+        prep_errors[i] = e.what();
+      }
+    }
+    std::vector<CalibJob> runnable;
+    std::vector<size_t> where;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (prep_errors[i].empty()) { runnable.push_back(jobs[i]); where.push_back(i); }
+    std::vector<CalibResult> rs;
+    {
+      py::gil_scoped_release nogil;
+      rs = calibrate_many(runnable, lim, threads);
+    }
+    int steps = spec_d["steps"].cast<int>();
+    py::list out;
+    size_t k = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (!prep_errors[i].empty()) {
+        CalibResult e;
+        e.error = prep_errors[i];
+        e.error_kind = static_cast<int>(ErrorKind::Eval);
+        out.append(result_dict(e, 0));
+      } else {
+        out.append(result_dict(rs[k++], steps));
+      }
+    }
+    return out;
+  });
+
+  m.def("hardware_threads", &hardware_threads);
+  m.def("build_info", []() {
+    py::dict d;
+    d["compiler"] = NDVM_CXX_COMPILER;
+    d["flags"] = NDVM_CXX_FLAGS;
+    d["build_type"] = NDVM_BUILD_TYPE;
+    d["simd"] = simd_level();
+    d["value_bytes"] = sizeof(Value);
+    d["threads"] = hardware_threads();
+    return d;
+  });
+}

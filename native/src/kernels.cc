@@ -1,0 +1,818 @@
+// Numeric kernels, forward and backward. Every kernel is a loop over lanes (innermost, contiguous)
+// so that one walk of the program serves B parameter vectors; operands that are uniform (shared
+// by all lanes) or scalar (broadcast over elements) are read with a zero stride.
+// Kernels are elementwise in the lanes and never reorder a lane's arithmetic, so a lane computes
+// the same bits whatever the batch width.
+#include <cmath>
+#include <cstring>
+
+#include "prims.h"
+#include "vm.h"
+
+namespace ndvm {
+
+namespace {
+
+constexpr double kMaxExact = 9007199254740992.0;  // 2^53
+
+[[noreturn]] void err_at(const Node* site, const std::string& msg) {
+  eval_error(msg, site ? site->line : 0, site ? site->col : 0);
+}
+
+inline double sigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+  double e = std::exp(x);
+  return e / (1.0 + e);
+}
+inline double softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+
+// A read view of a value inside a run of L lanes: element stride and lane stride.
+struct View {
+  const double* p;
+  uint32_t es;  // 0: a scalar broadcast over the elements
+  uint32_t ls;  // 0: uniform (one lane shared)
+};
+
+inline View view(VM& vm, const Value& v, bool broadcast_scalar) {
+  uint32_t lanes = vm.lanes_of(v);
+  return View{vm.data(v), (broadcast_scalar && v.numel() == 1) ? 0u : lanes, v.uniform() ? 0u : 1u};
+}
+
+double fwd1(Op op, double x) {
+  switch (op) {
+    case O_NEG: return -x;
+    case O_EXP: return std::exp(x);
+    case O_LOG: return std::log(x);
+    case O_SQRT: return std::sqrt(x);
+    case O_SIN: return std::sin(x);
+    case O_COS: return std::cos(x);
+    case O_TAN: return std::tan(x);
+    case O_ASIN: return std::asin(x);
+    case O_ACOS: return std::acos(x);
+    case O_ATAN: return std::atan(x);
+    case O_TANH: return std::tanh(x);
+    case O_ABS: return std::fabs(x);
+    case O_SQUARE: return x * x;
+    case O_SIGMOID: return sigmoid(x);
+    case O_SOFTPLUS: return softplus(x);
+    default: return NAN;
+  }
+}
+
+// d out / d in, given the input x and the output z
+double der1(Op op, double x, double z) {
+  switch (op) {
+    case O_NEG: return -1.0;
+    case O_EXP: return z;
+    case O_LOG: return 1.0 / x;
+    case O_SQRT: return 0.5 / z;
+    case O_SIN: return std::cos(x);
+    case O_COS: return -std::sin(x);
+    case O_TAN: return 1.0 + z * z;
+    case O_ASIN: return 1.0 / std::sqrt(1.0 - x * x);
+    case O_ACOS: return -1.0 / std::sqrt(1.0 - x * x);
+    case O_ATAN: return 1.0 / (1.0 + x * x);
+    case O_TANH: return 1.0 - z * z;
+    case O_ABS: return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
+    case O_SQUARE: return 2.0 * x;
+    case O_SIGMOID: return z * (1.0 - z);
+    case O_SOFTPLUS: return sigmoid(x);
+    default: return NAN;
+  }
+}
+
+template <class F>
+inline void map2(double* o, uint32_t n, uint32_t Lo, View a, View b, F f) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const double* pa = a.p + i * a.es;
+    const double* pb = b.p + i * b.es;
+    double* po = o + static_cast<size_t>(i) * Lo;
+    if (a.ls && b.ls) {
+      for (uint32_t l = 0; l < Lo; ++l) po[l] = f(pa[l], pb[l]);
+    } else if (a.ls) {
+      const double y = *pb;
+      for (uint32_t l = 0; l < Lo; ++l) po[l] = f(pa[l], y);
+    } else if (b.ls) {
+      const double x = *pa;
+      for (uint32_t l = 0; l < Lo; ++l) po[l] = f(x, pb[l]);
+    } else {
+      po[0] = f(*pa, *pb);
+    }
+  }
+}
+
+void fwd2(Op op, double* o, uint32_t n, uint32_t Lo, View a, View b) {
+  switch (op) {
+    case O_ADD: map2(o, n, Lo, a, b, [](double x, double y) { return x + y; }); break;
+    case O_SUB: map2(o, n, Lo, a, b, [](double x, double y) { return x - y; }); break;
+    case O_MUL: map2(o, n, Lo, a, b, [](double x, double y) { return x * y; }); break;
+    case O_DIV: map2(o, n, Lo, a, b, [](double x, double y) { return x / y; }); break;
+    case O_POW: map2(o, n, Lo, a, b, [](double x, double y) { return std::pow(x, y); }); break;
+    case O_ATAN2: map2(o, n, Lo, a, b, [](double x, double y) { return std::atan2(x, y); }); break;
+    case O_MIN: map2(o, n, Lo, a, b, [](double x, double y) { return y < x ? y : x; }); break;
+    case O_MAX: map2(o, n, Lo, a, b, [](double x, double y) { return y > x ? y : x; }); break;
+    default: break;
+  }
+}
+
+void round_f32(double* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<double>(static_cast<float>(p[i]));
+}
+
+std::string opname(const Node* site) { return site && !site->name.empty() ? "'" + site->name + "'" : "arithmetic"; }
+
+}  // namespace
+
+// ---- elementwise ---------------------------------------------------------------------------
+
+Value VM::binary(Op op, Value a, Value b, const Node* site) {
+  if (a.tag != T_NUM) type_error(site, "numbers", a);
+  if (b.tag != T_NUM) type_error(site, "numbers", b);
+  // shape: equal shapes, or a scalar broadcast against anything
+  int rank;
+  uint32_t rows, cols;
+  if (a.rank == 0) { rank = b.rank; rows = b.rows; cols = b.cols(); }
+  else if (b.rank == 0 || (a.rank == b.rank && a.rows == b.rows && a.cols() == b.cols())) { rank = a.rank; rows = a.rows; cols = a.cols(); }
+  else err_at(site, opname(site) + ": shape mismatch between " + describe(a) + " and " + describe(b));
+
+  if (a.exact() && b.exact()) {  // exact integer arithmetic (uniform scalars)
+    double x = pay[a.n.off], y = pay[b.n.off], r;
+    bool exact = true;
+    switch (op) {
+      case O_ADD: r = x + y; break;
+      case O_SUB: r = x - y; break;
+      case O_MUL: r = x * y; break;
+      case O_DIV:
+        if (y == 0) err_at(site, "division by zero");
+        r = x / y;
+        exact = std::fmod(x, y) == 0;
+        break;
+      case O_POW:
+        if (y < 0) { r = std::pow(x, y); exact = false; }
+        else r = std::pow(x, y);
+        break;
+      case O_MIN: r = y < x ? y : x; break;
+      case O_MAX: r = y > x ? y : x; break;
+      default: r = NAN; exact = false; fwd2(op, &r, 1, 1, View{&x, 0, 0}, View{&y, 0, 0});
+    }
+    return make_scalar(r, exact && std::fabs(r) <= kMaxExact);
+  }
+  bool uni = a.uniform() && b.uniform();
+  Value out = alloc_num(rank, rows, cols, uni);
+  uint32_t n = out.numel();
+  uint32_t Lo = uni ? 1 : L;
+  fwd2(op, data(out), n, Lo, view(*this, a, true), view(*this, b, true));
+  if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * Lo);
+  if (recording && (a.active() || b.active())) record(op, out, {a, b});
+  return out;
+}
+
+Value VM::unary(Op op, Value a, const Node* site) {
+  if (a.tag != T_NUM) type_error(site, "a number", a);
+  if (a.exact() && (op == O_NEG || op == O_ABS || op == O_SQUARE)) {
+    double x = pay[a.n.off];
+    double r = op == O_NEG ? -x : op == O_ABS ? std::fabs(x) : x * x;
+    return make_scalar(r, std::fabs(r) <= kMaxExact);
+  }
+  if (a.exact() && op == O_SQRT) {  // exact for perfect squares, as in Scheme
+    double x = pay[a.n.off], r = std::sqrt(x);
+    return make_scalar(r, x >= 0 && r == std::floor(r));
+  }
+  bool uni = a.uniform();
+  Value out = alloc_num(a.rank, a.rows, a.cols(), uni);
+  size_t total = static_cast<size_t>(out.numel()) * (uni ? 1 : L);
+  const double* x = data(a);
+  double* o = data(out);
+  switch (op) {  // specialized loops for the common cases so they vectorize
+    case O_NEG: for (size_t i = 0; i < total; ++i) o[i] = -x[i]; break;
+    case O_EXP: for (size_t i = 0; i < total; ++i) o[i] = std::exp(x[i]); break;
+    case O_SQUARE: for (size_t i = 0; i < total; ++i) o[i] = x[i] * x[i]; break;
+    default: for (size_t i = 0; i < total; ++i) o[i] = fwd1(op, x[i]);
+  }
+  if (prog->f32) round_f32(o, total);
+  if (recording && a.active()) record(op, out, {a});
+  return out;
+}
+
+Value VM::rounding(int prim, Value a, const Node* site) {
+  if (a.tag != T_NUM) type_error(site, "a number", a);
+  if (a.exact()) return a;
+  Value out = alloc_num(a.rank, a.rows, a.cols(), a.uniform());
+  size_t total = static_cast<size_t>(out.numel()) * lanes_of(a);
+  const double* x = data(a);
+  double* o = data(out);
+  for (size_t i = 0; i < total; ++i) {
+    switch (prim) {
+      case P_FLOOR: o[i] = std::floor(x[i]); break;
+      case P_CEILING: o[i] = std::ceil(x[i]); break;
+      case P_ROUND: o[i] = std::nearbyint(x[i]); break;  // round half to even (default FP mode)
+      default: o[i] = std::trunc(x[i]); break;
+    }
+  }
+  return out;  // piecewise constant: gradient zero, no tape record
+}
+
+Value VM::int_div(int prim, Value a, Value b, const Node* site) {
+  if (a.tag != T_NUM || a.rank != 0) type_error(site, "an integer", a);
+  if (b.tag != T_NUM || b.rank != 0) type_error(site, "an integer", b);
+  bool uni = a.uniform() && b.uniform();
+  Value out = alloc_num(0, 1, 1, uni);
+  uint32_t Lo = uni ? 1 : L;
+  View va = view(*this, a, true), vb = view(*this, b, true);
+  double* o = data(out);
+  for (uint32_t l = 0; l < Lo; ++l) {
+    double x = va.p[l * va.ls], y = vb.p[l * vb.ls];
+    if (x != std::floor(x) || y != std::floor(y))
+      err_at(site, opname(site) + ": expects integers");
+    if (y == 0) err_at(site, opname(site) + ": division by zero");
+    double r;
+    if (prim == P_QUOTIENT) r = std::trunc(x / y);
+    else if (prim == P_REMAINDER) r = std::fmod(x, y);
+    else { r = std::fmod(x, y); if (r != 0 && ((r < 0) != (y < 0))) r += y; }
+    o[l] = r == 0 ? 0.0 : r;  // no negative zero
+  }
+  if (a.exact() && b.exact()) out.flags |= NF_EXACT;
+  return out;
+}
+
+Value VM::lanes_to_bool(const uint8_t* m) {
+  for (int l = 1; l < L; ++l)
+    if (m[l] != m[0]) throw Divergence{std::vector<uint8_t>(m, m + L)};
+  return Value::make_bool(m[0] != 0);
+}
+
+Value VM::compare(int prim, const Value* args, int n, const Node* site) {
+  for (int i = 0; i < n; ++i) {
+    if (args[i].tag != T_NUM) type_error(site, "numbers", args[i]);
+    if (args[i].rank != 0)
+      err_at(site, opname(site) + ": compares numbers, got " + describe(args[i]) +
+                       " (comparisons of data vectors have no single truth value)");
+  }
+  uint8_t* m = lane_mask_buf(L);
+  std::memset(m, 1, L);
+  for (int i = 0; i + 1 < n; ++i) {
+    View a = view(*this, args[i], true), b = view(*this, args[i + 1], true);
+    for (int l = 0; l < L; ++l) {
+      double x = a.p[l * a.ls], y = b.p[l * b.ls];
+      bool r;
+      switch (prim) {
+        case P_NUM_EQ: r = x == y; break;
+        case P_LT: r = x < y; break;
+        case P_GT: r = x > y; break;
+        case P_LE: r = x <= y; break;
+        default: r = x >= y; break;
+      }
+      m[l] &= r;
+    }
+  }
+  bool all_uniform = true;
+  for (int i = 0; i < n; ++i) all_uniform &= args[i].uniform();
+  if (all_uniform) return Value::make_bool(m[0]);
+  return lanes_to_bool(m);
+}
+
+Value VM::num_pred(int prim, Value a, const Node* site) {
+  if (a.tag != T_NUM || a.rank != 0) type_error(site, "a number", a);
+  uint8_t* m = lane_mask_buf(L);
+  View v = view(*this, a, true);
+  int lanes = a.uniform() ? 1 : L;
+  for (int l = 0; l < lanes; ++l) {
+    double x = v.p[l * v.ls];
+    bool r;
+    switch (prim) {
+      case P_ZEROP: r = x == 0; break;
+      case P_POSITIVEP: r = x > 0; break;
+      case P_NEGATIVEP: r = x < 0; break;
+      case P_INTEGERP: r = std::isfinite(x) && x == std::floor(x); break;
+      case P_EVENP:
+      case P_ODDP:
+        if (x != std::floor(x)) err_at(site, opname(site) + ": expects an integer");
+        r = (std::fmod(std::fabs(x), 2.0) == 0) == (prim == P_EVENP);
+        break;
+      default: r = false;
+    }
+    m[l] = r;
+  }
+  if (a.uniform()) return Value::make_bool(m[0]);
+  return lanes_to_bool(m);
+}
+
+void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
+  if (a.tag != b.tag) { std::memset(m, 0, L); return; }
+  switch (a.tag) {
+    case T_NUM: {
+      if (a.rank != b.rank || a.rows != b.rows || a.cols() != b.cols()) { std::memset(m, 0, L); return; }
+      if (a.rank != 0 && !deep) {  // eqv? on arrays: identity
+        bool same = a.n.off == b.n.off;
+        if (!same) std::memset(m, 0, L);
+        return;
+      }
+      if (a.rank == 0 && !deep && a.exact() != b.exact()) { std::memset(m, 0, L); return; }
+      View va = view(*this, a, false), vb = view(*this, b, false);
+      for (uint32_t e = 0; e < a.numel(); ++e)
+        for (int l = 0; l < L; ++l) m[l] &= va.p[e * va.es + l * va.ls] == vb.p[e * vb.es + l * vb.ls];
+      return;
+    }
+    case T_PAIR:
+      if (!deep) { if (a.ptr != b.ptr) std::memset(m, 0, L); return; }
+      for (;;) {
+        const Pair* p = static_cast<const Pair*>(a.ptr);
+        const Pair* q = static_cast<const Pair*>(b.ptr);
+        eqv_into(p->car, q->car, m, true, site);
+        a = p->cdr;
+        b = q->cdr;
+        if (a.tag != T_PAIR || b.tag != T_PAIR) { eqv_into(a, b, m, true, site); return; }
+      }
+    case T_CLOSURE: if (a.ptr != b.ptr) std::memset(m, 0, L); return;
+    case T_BOOL: case T_SYM: case T_PRIM: if (a.i != b.i) std::memset(m, 0, L); return;
+    default: return;  // nil, unspecified: equal
+  }
+}
+
+// ---- arrays --------------------------------------------------------------------------------
+
+Value VM::slice(Value a, uint32_t start, int rank, uint32_t rows, uint32_t cols) {
+  Value out = alloc_num(rank, rows, cols, a.uniform());
+  uint32_t lanes = lanes_of(a);
+  std::memcpy(data(out), data(a) + static_cast<size_t>(start) * lanes, sizeof(double) * out.numel() * lanes);
+  if (recording && a.active()) record(O_SLICE, out, {a}, start);
+  return out;
+}
+
+Value VM::concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols) {
+  bool uni = true, act = false;
+  for (int i = 0; i < n; ++i) { uni &= parts[i].uniform(); act |= parts[i].active(); }
+  Value out = alloc_num(rank, rows, cols, uni);
+  uint32_t Lo = uni ? 1 : L;
+  double* o = data(out);
+  size_t e = 0;
+  for (int i = 0; i < n; ++i) {
+    const Value& p = parts[i];
+    const double* src = data(p);
+    for (uint32_t k = 0; k < p.numel(); ++k, ++e) {
+      double* dst = o + e * Lo;
+      if (p.uniform()) for (uint32_t l = 0; l < Lo; ++l) dst[l] = src[k];
+      else std::memcpy(dst, src + static_cast<size_t>(k) * Lo, sizeof(double) * Lo);
+    }
+  }
+  if (recording && act) record_n(O_CONCAT, out, parts, n);
+  return out;
+}
+
+Value VM::transpose(Value a) {
+  uint32_t r = a.rows, c = a.n.cols, lanes = lanes_of(a);
+  Value out = alloc_num(2, c, r, a.uniform());
+  const double* x = data(a);
+  double* o = data(out);
+  for (uint32_t i = 0; i < r; ++i)
+    for (uint32_t j = 0; j < c; ++j)
+      std::memcpy(o + (static_cast<size_t>(j) * r + i) * lanes, x + (static_cast<size_t>(i) * c + j) * lanes, sizeof(double) * lanes);
+  if (recording && a.active()) record(O_TRANSPOSE, out, {a}, r, c);
+  return out;
+}
+
+Value VM::gemm(Value a, Value b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols) {
+  bool uni = a.uniform() && b.uniform();
+  Value out = alloc_num(out_rank, out_rows, out_cols, uni);
+  uint32_t Lo = uni ? 1 : L;
+  View va = view(*this, a, false), vb = view(*this, b, false);
+  double* o = data(out);
+  std::memset(o, 0, sizeof(double) * m * n * Lo);
+  for (uint32_t i = 0; i < m; ++i)
+    for (uint32_t j = 0; j < n; ++j) {
+      double* po = o + (static_cast<size_t>(i) * n + j) * Lo;
+      for (uint32_t q = 0; q < k; ++q) {
+        const double* pa = va.p + (static_cast<size_t>(i) * k + q) * va.es;
+        const double* pb = vb.p + (static_cast<size_t>(q) * n + j) * vb.es;
+        if (va.ls && vb.ls) for (uint32_t l = 0; l < Lo; ++l) po[l] += pa[l] * pb[l];
+        else if (va.ls) { double y = *pb; for (uint32_t l = 0; l < Lo; ++l) po[l] += pa[l] * y; }
+        else if (vb.ls) { double x = *pa; for (uint32_t l = 0; l < Lo; ++l) po[l] += x * pb[l]; }
+        else po[0] += *pa * *pb;
+      }
+    }
+  if (prog->f32) round_f32(o, static_cast<size_t>(m) * n * Lo);
+  if (recording && (a.active() || b.active())) record(O_GEMM, out, {a, b}, m, k, n);
+  return out;
+}
+
+namespace {
+
+// LU decomposition with partial pivoting of one n x n matrix (row-major, in place).
+// Returns the sign of the permutation, or 0 when singular.
+int lu(double* A, int n, int* piv) {
+  int sign = 1;
+  for (int i = 0; i < n; ++i) piv[i] = i;
+  for (int c = 0; c < n; ++c) {
+    int p = c;
+    double best = std::fabs(A[c * n + c]);
+    for (int r = c + 1; r < n; ++r)
+      if (std::fabs(A[r * n + c]) > best) { best = std::fabs(A[r * n + c]); p = r; }
+    if (best == 0 || !std::isfinite(best)) return 0;
+    if (p != c) {
+      for (int j = 0; j < n; ++j) std::swap(A[c * n + j], A[p * n + j]);
+      std::swap(piv[c], piv[p]);
+      sign = -sign;
+    }
+    for (int r = c + 1; r < n; ++r) {
+      double f = A[r * n + c] /= A[c * n + c];
+      for (int j = c + 1; j < n; ++j) A[r * n + j] -= f * A[c * n + j];
+    }
+  }
+  return sign;
+}
+
+// Solves LU X = P B for X (B: n x m, row-major), overwriting B.
+void lu_solve(const double* LU, const int* piv, int n, double* B, int m, double* tmp) {
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < m; ++j) tmp[i * m + j] = B[piv[i] * m + j];
+  for (int i = 0; i < n; ++i)
+    for (int k = 0; k < i; ++k)
+      for (int j = 0; j < m; ++j) tmp[i * m + j] -= LU[i * n + k] * tmp[k * m + j];
+  for (int i = n - 1; i >= 0; --i) {
+    for (int k = i + 1; k < n; ++k)
+      for (int j = 0; j < m; ++j) tmp[i * m + j] -= LU[i * n + k] * tmp[k * m + j];
+    for (int j = 0; j < m; ++j) tmp[i * m + j] /= LU[i * n + i];
+  }
+  std::memcpy(B, tmp, sizeof(double) * n * m);
+}
+
+// Gathers lane l of a matrix value into dense row-major storage.
+void gather(VM& vm, const Value& v, uint32_t l, double* dst) {
+  uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
+  const double* p = vm.data(v);
+  for (uint32_t e = 0; e < v.numel(); ++e) dst[e] = p[static_cast<size_t>(e) * lanes + l * ls];
+}
+void scatter(VM& vm, const Value& v, uint32_t l, const double* src) {
+  uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
+  double* p = vm.data(v);
+  for (uint32_t e = 0; e < v.numel(); ++e) p[static_cast<size_t>(e) * lanes + l * ls] = src[e];
+}
+void scatter_add(VM& vm, double* adj, const Value& v, uint32_t l, const double* src) {
+  uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
+  double* p = adj + v.n.off;
+  for (uint32_t e = 0; e < v.numel(); ++e) p[static_cast<size_t>(e) * lanes + l * ls] += src[e];
+}
+
+// Inverse of an n x n matrix; fills with NaN when singular (that lane's loss becomes non-finite).
+void invert(const double* A, int n, double* out, double* work, int* piv, double* tmp) {
+  std::memcpy(work, A, sizeof(double) * n * n);
+  if (!lu(work, n, piv)) {
+    for (int i = 0; i < n * n; ++i) out[i] = NAN;
+    return;
+  }
+  for (int i = 0; i < n * n; ++i) out[i] = 0;
+  for (int i = 0; i < n; ++i) out[i * n + i] = 1;
+  lu_solve(work, piv, n, out, n, tmp);
+}
+
+}  // namespace
+
+Value VM::inv(Value a, const Node*) {
+  int n = static_cast<int>(a.rows);
+  Value out = alloc_num(2, n, n, a.uniform());
+  uint32_t lanes = lanes_of(a);
+  scratch.resize(5 * n * n + 8);
+  std::vector<int> piv(n);
+  double *A = scratch.data(), *Y = A + n * n, *W = Y + n * n, *T = W + n * n;
+  for (uint32_t l = 0; l < lanes; ++l) {
+    gather(*this, a, l, A);
+    if (n == 2) {  // closed form: the common case of small state-space models
+      double det = A[0] * A[3] - A[1] * A[2];
+      Y[0] = A[3] / det; Y[1] = -A[1] / det; Y[2] = -A[2] / det; Y[3] = A[0] / det;
+    } else {
+      invert(A, n, Y, W, piv.data(), T);
+    }
+    scatter(*this, out, l, Y);
+  }
+  if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * n * lanes);
+  if (recording && a.active()) record(O_INV, out, {a}, n);
+  return out;
+}
+
+Value VM::solve(Value a, Value b, const Node*) {
+  int n = static_cast<int>(a.rows);
+  int m = static_cast<int>(b.cols());
+  bool uni = a.uniform() && b.uniform();
+  Value out = alloc_num(b.rank, b.rows, b.cols(), uni);
+  uint32_t lanes = uni ? 1 : L;
+  scratch.resize(2 * n * n + 2 * n * m + 8);
+  std::vector<int> piv(n);
+  double *A = scratch.data(), *X = A + n * n, *T = X + n * m;
+  for (uint32_t l = 0; l < lanes; ++l) {
+    gather(*this, a, a.uniform() ? 0 : l, A);
+    gather(*this, b, b.uniform() ? 0 : l, X);
+    if (!lu(A, n, piv.data())) for (int i = 0; i < n * m; ++i) X[i] = NAN;
+    else lu_solve(A, piv.data(), n, X, m, T);
+    scatter(*this, out, l, X);
+  }
+  if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * m * lanes);
+  if (recording && (a.active() || b.active())) record(O_SOLVE, out, {a, b}, n, m);
+  return out;
+}
+
+Value VM::cholesky(Value a, const Node*) {
+  int n = static_cast<int>(a.rows);
+  Value out = alloc_num(2, n, n, a.uniform());
+  uint32_t lanes = lanes_of(a);
+  scratch.resize(2 * n * n + 8);
+  double *A = scratch.data(), *C = A + n * n;
+  for (uint32_t l = 0; l < lanes; ++l) {
+    gather(*this, a, l, A);
+    for (int i = 0; i < n * n; ++i) C[i] = 0;
+    bool ok = true;
+    for (int j = 0; j < n && ok; ++j) {
+      double s = A[j * n + j];
+      for (int k = 0; k < j; ++k) s -= C[j * n + k] * C[j * n + k];
+      if (!(s > 0)) { ok = false; break; }
+      double d = std::sqrt(s);
+      C[j * n + j] = d;
+      for (int i = j + 1; i < n; ++i) {
+        double t = A[i * n + j];  // reads the lower triangle only
+        for (int k = 0; k < j; ++k) t -= C[i * n + k] * C[j * n + k];
+        C[i * n + j] = t / d;
+      }
+    }
+    if (!ok) for (int i = 0; i < n * n; ++i) C[i] = NAN;  // not positive definite in this lane
+    scatter(*this, out, l, C);
+  }
+  if (recording && a.active()) record(O_CHOL, out, {a}, n);
+  return out;
+}
+
+Value VM::reduce(Op op, Value a) {
+  Value out = alloc_num(0, 1, 1, a.uniform());
+  uint32_t lanes = lanes_of(a);
+  const double* x = data(a);
+  double* o = data(out);
+  uint32_t ne = a.numel();
+  int n = static_cast<int>(a.rows);
+  switch (op) {
+    case O_VSUM:
+    case O_NORM:
+      for (uint32_t l = 0; l < lanes; ++l) o[l] = 0;
+      for (uint32_t e = 0; e < ne; ++e)
+        for (uint32_t l = 0; l < lanes; ++l) {
+          double v = x[static_cast<size_t>(e) * lanes + l];
+          o[l] += op == O_VSUM ? v : v * v;
+        }
+      if (op == O_NORM) for (uint32_t l = 0; l < lanes; ++l) o[l] = std::sqrt(o[l]);
+      break;
+    case O_TRACE:
+      for (uint32_t l = 0; l < lanes; ++l) o[l] = 0;
+      for (int i = 0; i < n; ++i)
+        for (uint32_t l = 0; l < lanes; ++l) o[l] += x[static_cast<size_t>(i * n + i) * lanes + l];
+      break;
+    case O_DET:
+    case O_LOGDET: {
+      scratch.resize(n * n + 8);
+      std::vector<int> piv(n);
+      for (uint32_t l = 0; l < lanes; ++l) {
+        double* A = scratch.data();
+        gather(*this, a, l, A);
+        double det;
+        if (n == 2) det = A[0] * A[3] - A[1] * A[2];
+        else {
+          int sign = lu(A, n, piv.data());
+          det = sign;
+          for (int i = 0; i < n && sign; ++i) det *= A[i * n + i];
+          if (!sign) det = 0;
+        }
+        o[l] = op == O_DET ? det : std::log(det);  // logdet of a non-positive determinant: NaN / -inf
+      }
+      break;
+    }
+    default: break;
+  }
+  if (prog->f32) round_f32(o, lanes);
+  if (recording && a.active()) record(op, out, {a}, n);
+  return out;
+}
+
+// ---- backward ------------------------------------------------------------------------------
+
+void backward_record(VM& vm, const TapeRec& t) {
+  const Value* in = vm.targs.data() + t.args;
+  double* adj = vm.adj;
+  const Value& out = t.out;
+  const uint32_t Lo = vm.lanes_of(out);
+  const double* go = adj + out.n.off;
+  const double* z = vm.data(out);
+  const uint32_t n = out.numel();
+
+  switch (t.op) {
+    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_ATAN2: case O_MIN: case O_MAX: {
+      const Value& a = in[0];
+      const Value& b = in[1];
+      View va = view(vm, a, true), vb = view(vm, b, true);
+      double* ga = a.active() ? adj + a.n.off : nullptr;
+      double* gb = b.active() ? adj + b.n.off : nullptr;
+      for (uint32_t i = 0; i < n; ++i)
+        for (uint32_t l = 0; l < Lo; ++l) {
+          size_t io = static_cast<size_t>(i) * Lo + l;
+          double g = go[io];
+          if (g == 0) continue;
+          size_t ia = i * va.es + l * va.ls, ib = i * vb.es + l * vb.ls;
+          double x = va.p[ia], y = vb.p[ib];
+          double da = 0, db = 0;
+          switch (t.op) {
+            case O_ADD: da = 1; db = 1; break;
+            case O_SUB: da = 1; db = -1; break;
+            case O_MUL: da = y; db = x; break;
+            case O_DIV: da = 1 / y; db = -x / (y * y); break;
+            case O_POW:
+              da = y == 0 ? 0 : y * std::pow(x, y - 1);
+              if (gb) db = z[io] == 0 ? 0 : z[io] * std::log(x);
+              break;
+            case O_ATAN2: { double r = x * x + y * y; da = y / r; db = -x / r; break; }
+            case O_MIN: da = y < x ? 0 : 1; db = 1 - da; break;
+            case O_MAX: da = y > x ? 0 : 1; db = 1 - da; break;
+          }
+          if (ga) ga[ia] += g * da;
+          if (gb) gb[ib] += g * db;
+        }
+      break;
+    }
+    case O_NEG: case O_EXP: case O_LOG: case O_SQRT: case O_SIN: case O_COS: case O_TAN: case O_ASIN:
+    case O_ACOS: case O_ATAN: case O_TANH: case O_ABS: case O_SQUARE: case O_SIGMOID: case O_SOFTPLUS: {
+      const double* x = vm.data(in[0]);
+      double* ga = adj + in[0].n.off;
+      size_t total = static_cast<size_t>(n) * Lo;
+      Op op = static_cast<Op>(t.op);
+      for (size_t i = 0; i < total; ++i)
+        if (go[i] != 0) ga[i] += go[i] * der1(op, x[i], z[i]);
+      break;
+    }
+    case O_SLICE: {
+      const Value& a = in[0];
+      double* ga = adj + a.n.off + static_cast<size_t>(t.d0) * Lo;
+      for (size_t i = 0; i < static_cast<size_t>(n) * Lo; ++i) ga[i] += go[i];
+      break;
+    }
+    case O_CONCAT: {
+      int parts = t.nin == 255 ? static_cast<int>(t.d2) : t.nin;
+      size_t e = 0;
+      for (int k = 0; k < parts; ++k) {
+        const Value& p = in[k];
+        uint32_t pe = p.numel();
+        if (p.active()) {
+          double* gp = adj + p.n.off;
+          uint32_t pl = vm.lanes_of(p);
+          for (uint32_t q = 0; q < pe; ++q)
+            for (uint32_t l = 0; l < Lo; ++l) gp[static_cast<size_t>(q) * pl + (pl == 1 ? 0 : l)] += go[(e + q) * Lo + l];
+        }
+        e += pe;
+      }
+      break;
+    }
+    case O_TRANSPOSE: {
+      uint32_t r = t.d0, c = t.d1;
+      double* ga = adj + in[0].n.off;
+      for (uint32_t i = 0; i < r; ++i)
+        for (uint32_t j = 0; j < c; ++j)
+          for (uint32_t l = 0; l < Lo; ++l)
+            ga[(static_cast<size_t>(i) * c + j) * Lo + l] += go[(static_cast<size_t>(j) * r + i) * Lo + l];
+      break;
+    }
+    case O_GEMM: {
+      uint32_t m = t.d0, k = t.d1, nn = t.d2;
+      const Value& a = in[0];
+      const Value& b = in[1];
+      View va = view(vm, a, false), vb = view(vm, b, false);
+      double* ga = a.active() ? adj + a.n.off : nullptr;
+      double* gb = b.active() ? adj + b.n.off : nullptr;
+      for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t j = 0; j < nn; ++j) {
+          const double* g = go + (static_cast<size_t>(i) * nn + j) * Lo;
+          for (uint32_t q = 0; q < k; ++q) {
+            size_t ea = (static_cast<size_t>(i) * k + q), eb = (static_cast<size_t>(q) * nn + j);
+            for (uint32_t l = 0; l < Lo; ++l) {
+              if (ga) ga[ea * va.es + l * va.ls] += g[l] * vb.p[eb * vb.es + l * vb.ls];
+              if (gb) gb[eb * vb.es + l * vb.ls] += g[l] * va.p[ea * va.es + l * va.ls];
+            }
+          }
+        }
+      break;
+    }
+    case O_VSUM:
+    case O_NORM:
+    case O_TRACE: {
+      const Value& a = in[0];
+      const double* x = vm.data(a);
+      double* ga = adj + a.n.off;
+      uint32_t ne = a.numel();
+      int dim = static_cast<int>(t.d0);
+      for (uint32_t e = 0; e < ne; ++e) {
+        if (t.op == O_TRACE && (e % (dim + 1)) != 0) continue;
+        for (uint32_t l = 0; l < Lo; ++l) {
+          size_t ie = static_cast<size_t>(e) * Lo + l;
+          double d = t.op == O_NORM ? (z[l] == 0 ? 0 : x[ie] / z[l]) : 1.0;
+          ga[ie] += go[l] * d;
+        }
+      }
+      break;
+    }
+    case O_DET:
+    case O_LOGDET:
+    case O_INV:
+    case O_CHOL: {
+      // per lane: d det = det A^-T, d logdet = A^-T, d inv: -Y^T G Y^T, cholesky: Murray (2016)
+      const Value& a = in[0];
+      int d = static_cast<int>(t.d0);
+      size_t dd = static_cast<size_t>(d) * d;
+      std::vector<double> buf(6 * dd + 8);
+      std::vector<int> piv(d);
+      double *A = buf.data(), *Ainv = A + dd, *G = Ainv + dd, *R = G + dd, *W = R + dd, *T = W + dd;
+      for (uint32_t l = 0; l < Lo; ++l) {
+        if (t.op == O_DET || t.op == O_LOGDET) {
+          double g = go[l];
+          if (g == 0) continue;
+          gather(vm, a, l, A);
+          invert(A, d, Ainv, W, piv.data(), T);
+          double s = t.op == O_DET ? g * z[l] : g;
+          for (int i = 0; i < d; ++i)
+            for (int j = 0; j < d; ++j) R[i * d + j] = s * Ainv[j * d + i];
+        } else if (t.op == O_INV) {
+          gather(vm, out, l, Ainv);  // Y
+          for (size_t e = 0; e < dd; ++e) G[e] = go[e * Lo + l];
+          // R = -Y^T G Y^T
+          for (int i = 0; i < d; ++i)
+            for (int j = 0; j < d; ++j) {
+              double s = 0;
+              for (int p = 0; p < d; ++p) s += Ainv[p * d + i] * G[p * d + j];
+              W[i * d + j] = s;
+            }
+          for (int i = 0; i < d; ++i)
+            for (int j = 0; j < d; ++j) {
+              double s = 0;
+              for (int p = 0; p < d; ++p) s += W[i * d + p] * Ainv[j * d + p];
+              R[i * d + j] = -s;
+            }
+        } else {  // cholesky
+          gather(vm, out, l, A);  // L
+          for (size_t e = 0; e < dd; ++e) G[e] = go[e * Lo + l];
+          // P = Phi(L^T Lbar): lower triangle, diagonal halved
+          for (int i = 0; i < d; ++i)
+            for (int j = 0; j < d; ++j) {
+              double s = 0;
+              for (int p = 0; p < d; ++p) s += A[p * d + i] * G[p * d + j];
+              W[i * d + j] = j > i ? 0 : (j == i ? 0.5 * s : s);
+            }
+          // S = L^-T P L^-1, via Linv
+          invert(A, d, Ainv, T, piv.data(), R);
+          for (int i = 0; i < d; ++i)
+            for (int j = 0; j < d; ++j) {
+              double s = 0;
+              for (int p = 0; p < d; ++p) s += Ainv[p * d + i] * W[p * d + j];
+              T[i * d + j] = s;
+            }
+          for (int i = 0; i < d; ++i)
+            for (int j = 0; j < d; ++j) {
+              double s = 0;
+              for (int p = 0; p < d; ++p) s += T[i * d + p] * Ainv[p * d + j];
+              G[i * d + j] = s;
+            }
+          // the algorithm reads only the lower triangle: fold the symmetric gradient onto it
+          for (int i = 0; i < d; ++i)
+            for (int j = 0; j < d; ++j) {
+              double sym = 0.5 * (G[i * d + j] + G[j * d + i]);
+              R[i * d + j] = j > i ? 0 : (j == i ? sym : 2 * sym);
+            }
+        }
+        scatter_add(vm, adj, a, l, R);
+      }
+      break;
+    }
+    case O_SOLVE: {
+      // x = A^-1 b:  gb = A^-T g,  gA = -gb x^T
+      const Value& a = in[0];
+      const Value& b = in[1];
+      int d = static_cast<int>(t.d0), m = static_cast<int>(t.d1);
+      size_t dd = static_cast<size_t>(d) * d, dm = static_cast<size_t>(d) * m;
+      std::vector<double> buf(3 * dd + 3 * dm + 8);
+      std::vector<int> piv(d);
+      double *A = buf.data(), *AT = A + dd, *X = AT + dd, *GB = X + dm, *T = GB + dm, *RA = T + dm;
+      for (uint32_t l = 0; l < Lo; ++l) {
+        gather(vm, a, a.uniform() ? 0 : l, A);
+        for (int i = 0; i < d; ++i)
+          for (int j = 0; j < d; ++j) AT[i * d + j] = A[j * d + i];
+        for (size_t e = 0; e < dm; ++e) GB[e] = go[e * Lo + l];
+        if (!lu(AT, d, piv.data())) for (size_t e = 0; e < dm; ++e) GB[e] = NAN;
+        else lu_solve(AT, piv.data(), d, GB, m, T);
+        if (b.active()) scatter_add(vm, adj, b, l, GB);
+        if (a.active()) {
+          gather(vm, out, l, X);
+          for (int i = 0; i < d; ++i)
+            for (int j = 0; j < d; ++j) {
+              double s = 0;
+              for (int p = 0; p < m; ++p) s += GB[i * m + p] * X[j * m + p];
+              RA[i * d + j] = -s;
+            }
+          scatter_add(vm, adj, a, l, RA);
+        }
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace ndvm

@@ -1,0 +1,65 @@
+// Fused calibration: Adam, L-BFGS and gradient descent run natively over all restart lanes for
+// the whole step budget; Python is called once. Plus the thread pool of calibrate_many.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "program.h"
+
+namespace ndvm {
+
+enum class Optimizer { Adam, LBFGS, GD };
+
+struct CalibSpec {
+  Optimizer optimizer = Optimizer::Adam;
+  int steps = 200;
+  double lr = 0.05;
+  double tol = 0;      // > 0: a lane stops when its loss changes by less than tol*(1+|loss|) for `patience` steps
+  int patience = 5;
+  int lbfgs_memory = 10;
+  LossSpec loss;
+};
+
+enum LaneStatus : int { LANE_RUNNING = 0, LANE_NONFINITE = 1, LANE_CONVERGED = 2 };
+
+struct CalibResult {
+  int R = 0, P = 0;
+  std::vector<double> best_theta;  // [R, P] natural units, best iterate of each lane
+  std::vector<double> best_loss;   // [R]
+  std::vector<double> history;     // [steps, R] loss at each step (NaN once a lane stopped)
+  std::vector<int> status;         // [R] LaneStatus
+  int steps_done = 0;
+  int evaluations = 0;
+  std::string error;               // non-empty: the program failed (calibrate_many only)
+  int error_kind = -1, error_line = 0, error_col = 0;
+};
+
+class VM;
+
+// theta0 [R, P] in natural units. Lane inputs and lane targets, when given, have R entries.
+CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,
+                      const CalibSpec& spec, const Limits& lim);
+
+// The same, with the restart lanes split into `threads` chunks run on the pool (threads <= 1: on
+// the calling thread with `vm`). Lanes are independent, so the result is identical either way.
+CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,
+                               const CalibSpec& spec, const Limits& lim, int threads);
+
+// Calibrates each program on the persistent pool (threads <= 0: all cores). Results are in
+// order, identical to a serial run; a failing program yields CalibResult.error.
+struct CalibJob {
+  const Program* program;
+  std::vector<double> theta0;  // [R, P]
+  int R;
+  const Inputs* inputs;
+  CalibSpec spec;
+};
+std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const Limits& lim, int threads);
+
+// Runs fn(i) for i in [0, n) on the pool; fn must not throw.
+void parallel_for(int n, int threads, const std::function<void(int, VM&)>& fn);
+
+int hardware_threads();
+
+}  // namespace ndvm

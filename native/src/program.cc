@@ -1,0 +1,289 @@
+// The evaluation driver: loads parameters and inputs into a VM, runs the program over a group of
+// lanes, and splits the group when its lanes disagree on a branch (Divergence). Each part is run
+// again on its own, so a lane's result never depends on the other lanes of the batch.
+#include <cmath>
+#include <cstring>
+
+#include "vm.h"
+
+namespace ndvm {
+
+std::unique_ptr<VM> make_vm() { return std::make_unique<VM>(); }
+
+namespace {
+
+void check_inputs(const Program& p, const Inputs& in, int B) {
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    bool lane = i < in.per_lane.size() && !in.per_lane[i].empty();
+    bool shared = i < in.shared.size() && !in.shared[i].data.empty();
+    if (!lane && !shared)
+      eval_error("missing input '" + p.inputs[i] + "': pass it in inputs (or lane_inputs)", p.input_line[i], p.input_col[i]);
+    if (lane && static_cast<int>(in.per_lane[i].size()) != B)
+      eval_error("lane input '" + p.inputs[i] + "' has " + std::to_string(in.per_lane[i].size()) + " lanes, expected " +
+                 std::to_string(B));
+  }
+}
+
+Value load_array(VM& vm, const Array& a, bool uniform) {
+  return vm.alloc_num(a.rank, a.rows, a.cols, uniform);
+}
+
+// Loads parameters (lane-varying, active when differentiating) and inputs into a reset VM.
+void load(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+          bool grad, const std::vector<int>* input_grad_ids) {
+  int L = static_cast<int>(lanes.size());
+  for (int j = 0; j < P; ++j) {
+    Value v = vm.alloc_num(0, 1, 1, false);
+    double* d = vm.data(v);
+    for (int l = 0; l < L; ++l) d[l] = theta[static_cast<size_t>(lanes[l]) * P + j];
+    if (p.f32) for (int l = 0; l < L; ++l) d[l] = static_cast<float>(d[l]);
+    if (grad) v.flags |= NF_ACTIVE;
+    vm.params[j] = v;
+  }
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    Value v;
+    if (i < in.per_lane.size() && !in.per_lane[i].empty()) {
+      const Array& first = in.per_lane[i][lanes[0]];
+      v = load_array(vm, first, false);
+      double* d = vm.data(v);
+      uint32_t ne = v.numel();
+      for (int l = 0; l < L; ++l) {
+        const Array& a = in.per_lane[i][lanes[l]];
+        for (uint32_t e = 0; e < ne; ++e) d[static_cast<size_t>(e) * L + l] = a.data[e];
+      }
+    } else {
+      const Array& a = in.shared[i];
+      v = load_array(vm, a, true);
+      std::memcpy(vm.data(v), a.data.data(), sizeof(double) * a.numel());
+      bool integral = a.rank == 0 && a.data[0] == std::floor(a.data[0]) && std::fabs(a.data[0]) <= 9007199254740992.0;
+      (void)integral;  // inputs are data: always inexact numbers
+    }
+    if (p.f32) {
+      double* d = vm.data(v);
+      for (size_t e = 0; e < static_cast<size_t>(v.numel()) * vm.lanes_of(v); ++e) d[e] = static_cast<float>(d[e]);
+    }
+    if (grad && input_grad_ids)
+      for (int id : *input_grad_ids)
+        if (id == static_cast<int>(i)) v.flags |= NF_ACTIVE;
+    vm.inputs[i] = v;
+  }
+}
+
+struct Driver {
+  const Program& p;
+  VM& vm;
+  const double* theta;
+  int B, P;
+  const Inputs& in;
+  bool grad;
+  const LossSpec* loss;
+  const Limits& lim;
+  const std::vector<int>* input_grad_ids;
+  BatchResult res;
+  bool shape_set = false;
+
+  void run_group(const std::vector<int>& lanes) {
+    int L = static_cast<int>(lanes.size());
+    vm.reset(p, L, grad, lim);
+    load(p, vm, theta, P, lanes, in, grad, input_grad_ids);
+    Value out;
+    try {
+      out = vm.run();
+    } catch (Divergence& d) {
+      std::vector<int> yes, no;
+      for (int l = 0; l < L; ++l) (d.mask[l] ? yes : no).push_back(lanes[l]);
+      run_group(yes);
+      run_group(no);
+      return;
+    }
+    store(lanes, out);
+  }
+
+  void store(const std::vector<int>& lanes, const Value& out) {
+    int L = static_cast<int>(lanes.size());
+    if (out.tag != T_NUM) {
+      if (out.tag == T_BOOL && !grad && !loss) {  // booleans evaluate to 0/1
+        set_shape(0, 1, 1);
+        for (int l = 0; l < L; ++l) res.values[lanes[l]] = out.i ? 1.0 : 0.0;
+        return;
+      }
+      eval_error("the program's result is " + vm.describe(out) + ", not a number, vector or matrix" +
+                 (grad ? " (gradients need a numeric result)" : " (use run() for structured results)"));
+    }
+    set_shape(out.rank, out.rows, out.cols());
+    uint32_t ne = out.numel();
+    uint32_t Lo = vm.lanes_of(out);
+    const double* d = vm.data(out);
+    for (int l = 0; l < L; ++l)
+      for (uint32_t e = 0; e < ne; ++e)
+        res.values[static_cast<size_t>(lanes[l]) * ne + e] = d[static_cast<size_t>(e) * Lo + (Lo == 1 ? 0 : l)];
+    if (!grad && !loss) return;
+
+    // objective per lane and its adjoint seed
+    if (grad) vm.prepare_adjoints();
+    double* seed = grad ? vm.adj + out.n.off : nullptr;
+    LossKind kind = loss ? loss->kind : LossKind::Value;
+    for (int l = 0; l < L; ++l) {
+      int lane = lanes[l];
+      const double* y = res.values.data() + static_cast<size_t>(lane) * ne;
+      const double* t = nullptr;
+      if (kind != LossKind::Value) {
+        const std::vector<double>& tv = loss->lane_target.empty() ? loss->target : loss->lane_target[lane];
+        if (tv.size() != ne)
+          eval_error("the target has " + std::to_string(tv.size()) + " values but the program returned " +
+                     std::to_string(ne));
+        t = tv.data();
+      }
+      double obj = 0;
+      size_t sl = Lo == 1 ? 0 : l;
+      switch (kind) {
+        case LossKind::Value:
+          if (ne != 1) eval_error("a gradient needs a scalar result; the program returned " + vm.describe(out) +
+                                  " (use a loss such as mse to compare it with a target)");
+          obj = y[0];
+          if (seed) seed[sl] += 1.0;
+          break;
+        case LossKind::MSE: {
+          for (uint32_t e = 0; e < ne; ++e) obj += (y[e] - t[e]) * (y[e] - t[e]);
+          obj /= ne;
+          if (seed)
+            for (uint32_t e = 0; e < ne; ++e) seed[static_cast<size_t>(e) * Lo + sl] += 2.0 * (y[e] - t[e]) / ne;
+          break;
+        }
+        case LossKind::GaussianNLL: {
+          double sse = 0;
+          for (uint32_t e = 0; e < ne; ++e) sse += (y[e] - t[e]) * (y[e] - t[e]);
+          const double log2pi = std::log(2 * M_PI);
+          if (loss->sigma_param >= 0) {
+            double s = vm.data(vm.params[loss->sigma_param])[l];
+            obj = 0.5 * sse / (s * s * ne) + std::log(s) + 0.5 * log2pi;
+            if (seed) {
+              for (uint32_t e = 0; e < ne; ++e) seed[static_cast<size_t>(e) * Lo + sl] += (y[e] - t[e]) / (s * s * ne);
+              vm.adj[vm.params[loss->sigma_param].n.off + l] += -sse / (s * s * s * ne) + 1.0 / s;
+            }
+          } else {  // sigma profiled out: sigma^2 = mse
+            double mse = sse / ne;
+            obj = 0.5 * std::log(2 * M_PI * mse) + 0.5;
+            if (seed)
+              for (uint32_t e = 0; e < ne; ++e) seed[static_cast<size_t>(e) * Lo + sl] += (y[e] - t[e]) / (ne * mse);
+          }
+          break;
+        }
+      }
+      res.losses[lane] = obj;
+    }
+    if (!grad) return;
+    if (out.active()) vm.backward();
+    for (int j = 0; j < P; ++j) {
+      const double* g = vm.adj + vm.params[j].n.off;
+      for (int l = 0; l < L; ++l) res.grads[static_cast<size_t>(lanes[l]) * P + j] = g[l];  // adj was zeroed: 0 when inactive
+    }
+    if (input_grad_ids) {
+      size_t base = 0;
+      for (int id : *input_grad_ids) {
+        const Value& v = vm.inputs[id];
+        uint32_t ne_in = v.numel(), lanes_in = vm.lanes_of(v);
+        for (uint32_t e = 0; e < ne_in; ++e)
+          for (uint32_t l = 0; l < lanes_in; ++l)
+            res.input_grads[base + e] += vm.adj[v.n.off + static_cast<size_t>(e) * lanes_in + l];
+        base += ne_in;
+      }
+    }
+  }
+
+  void set_shape(int rank, uint32_t rows, uint32_t cols) {
+    if (!shape_set) {
+      res.rank = rank;
+      res.rows = rows;
+      res.cols = cols;
+      size_t ne = rank == 0 ? 1 : rank == 1 ? rows : static_cast<size_t>(rows) * cols;
+      res.values.assign(static_cast<size_t>(B) * ne, 0.0);
+      shape_set = true;
+      return;
+    }
+    if (res.rank != rank || (rank >= 1 && res.rows != rows) || (rank == 2 && res.cols != cols))
+      eval_error("lanes returned results of different shapes");
+  }
+};
+
+}  // namespace
+
+BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, const Inputs& in, bool grad,
+                      const LossSpec* loss, const Limits& lim, const std::vector<int>* input_grad_ids) {
+  if (B <= 0) eval_error("theta must have at least one row (lane)");
+  check_inputs(p, in, B);
+  int P = static_cast<int>(p.params.size());
+  Driver d{p, vm, theta, B, P, in, grad, loss, lim, input_grad_ids, {}, false};
+  if (grad) d.res.grads.assign(static_cast<size_t>(B) * P, 0.0);
+  if (grad || loss) d.res.losses.assign(B, 0.0);
+  if (input_grad_ids) {
+    size_t total = 0;
+    for (int id : *input_grad_ids) total += in.shared[id].numel();
+    d.res.input_grads.assign(total, 0.0);
+  }
+  std::vector<int> lanes(B);
+  for (int l = 0; l < B; ++l) lanes[l] = l;
+  d.run_group(lanes);
+  return std::move(d.res);
+}
+
+namespace {
+OutValue convert(VM& vm, const Value& v) {
+  OutValue o;
+  switch (v.tag) {
+    case T_UNDEF:
+    case T_UNSPEC: o.kind = OutValue::Unspec; break;
+    case T_NIL: o.kind = OutValue::Nil; break;
+    case T_BOOL: o.kind = OutValue::Bool; o.b = v.i != 0; break;
+    case T_SYM: o.kind = OutValue::Sym; o.sym = vm.prog->symbols[v.i]; break;
+    case T_CLOSURE:
+    case T_PRIM: o.kind = OutValue::Procedure; break;
+    case T_NUM:
+      if (v.rank == 0) {
+        o.kind = v.exact() ? OutValue::Int : OutValue::Real;
+        o.num = vm.data(v)[0];
+      } else {
+        o.kind = OutValue::Array_;
+        o.arr.rank = v.rank;
+        o.arr.rows = v.rows;
+        o.arr.cols = v.cols();
+        o.arr.data.assign(vm.data(v), vm.data(v) + v.numel());
+      }
+      break;
+    case T_PAIR: {
+      Value cur = v;
+      while (cur.tag == T_PAIR) {
+        const Pair* p = static_cast<const Pair*>(cur.ptr);
+        o.items.push_back(convert(vm, p->car));
+        cur = p->cdr;
+      }
+      if (cur.tag == T_NIL) {
+        o.kind = OutValue::List;
+      } else {  // improper: items + tail, as nested pairs (car . cdr)
+        OutValue tail = convert(vm, cur);
+        for (size_t i = o.items.size(); i-- > 0;) {
+          OutValue pr;
+          pr.kind = OutValue::Pair_;
+          pr.items.push_back(std::move(o.items[i]));
+          pr.items.push_back(std::move(tail));
+          tail = std::move(pr);
+        }
+        return tail;
+      }
+      break;
+    }
+  }
+  return o;
+}
+}  // namespace
+
+OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in, const Limits& lim) {
+  check_inputs(p, in, 1);
+  vm.reset(p, 1, false, lim);
+  std::vector<int> lanes{0};
+  load(p, vm, theta, static_cast<int>(p.params.size()), lanes, in, false, nullptr);
+  Value v = vm.run();
+  return convert(vm, v);
+}
+
+}  // namespace ndvm

@@ -1,0 +1,116 @@
+// A compiled program and the public C++ API of the runtime: compile, evaluate a population of
+// parameter vectors, value and gradient. The Python module (native/python/module.cc) wraps this.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ast.h"
+#include "value.h"
+
+namespace ndvm {
+
+enum Constraint : int { C_FREE = 0, C_POSITIVE = 1, C_BETWEEN = 2 };
+
+struct ParamDecl {
+  std::string name;
+  double init = 0;
+  Constraint constraint = C_FREE;
+  double lo = 0, hi = 0;
+};
+
+struct Limits {
+  uint64_t max_steps = 100'000'000;        // evaluation steps (node visits) per run
+  int max_depth = 100'000;                 // nested evaluations (also bounded by C stack bytes)
+  uint64_t max_bytes = 2ull << 30;         // payload + heap + tape per run
+};
+
+struct Program {
+  std::string source;
+  bool f32 = false;  // float32: every numeric result is rounded to float32
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<std::unique_ptr<Lambda>> lambdas;
+  const Lambda* top = nullptr;        // the whole program as a lambda of no arguments
+  std::vector<double> const_payload;  // payload of pooled numeric constants (offset 0.. in every run)
+  std::deque<Pair> const_pairs;       // quoted list structure (immutable)
+  std::vector<std::string> symbols;   // symbol id -> name
+  std::vector<ParamDecl> params;
+  std::vector<std::string> inputs;    // free variables, first-use order
+  std::vector<int> input_line, input_col;
+  std::string canonical;              // canonical form (see canonical.cc)
+
+  int intern(const std::string& s);
+};
+
+// source -> Program. Throws Error(Parse|Check).
+std::shared_ptr<Program> compile_program(const std::string& source, bool f32 = false);
+
+// Canonical form for deduplication: alpha-renamed, inexact literals abstracted, commutative
+// arguments ordered. Computed at compile time.
+std::string canonical_form(const std::string& source);
+
+// A numeric array handed to the runtime: rank 0, 1 or 2, row-major doubles.
+struct Array {
+  int rank = 0;
+  uint32_t rows = 1, cols = 1;
+  std::vector<double> data;
+  uint32_t numel() const { return rank == 0 ? 1u : rank == 1 ? rows : rows * cols; }
+};
+
+// The data of one evaluation request. Shared inputs are the same for every lane; a lane input
+// holds one Array per lane (all of one shape).
+struct Inputs {
+  std::vector<Array> shared;                 // indexed like Program::inputs (unused where lane-given)
+  std::vector<std::vector<Array>> per_lane;  // per input: empty, or one Array per lane
+};
+
+// A structural result converted out of the VM for one lane (what Program.run returns in Python).
+struct OutValue {
+  enum Kind { Unspec, Nil, Bool, Sym, Int, Real, Array_, List, Pair_, Procedure } kind = Unspec;
+  double num = 0;
+  bool b = false;
+  std::string sym;
+  Array arr;
+  std::vector<OutValue> items;  // List items, or Pair_ (car, cdr)
+};
+
+enum class LossKind { Value, MSE, GaussianNLL };
+
+// How one lane's scalar objective is formed from the program's result.
+struct LossSpec {
+  LossKind kind = LossKind::Value;
+  std::vector<double> target;          // MSE / NLL: one target per output element (shared by lanes)
+  std::vector<std::vector<double>> lane_target;  // or one target vector per lane
+  int sigma_param = -1;                // NLL: index of a declared `sigma` parameter, or -1 (profiled)
+};
+
+// Results of a batched run over B lanes.
+struct BatchResult {
+  std::vector<double> values;  // [B, numel]
+  int rank = 0;
+  uint32_t rows = 1, cols = 1;
+  std::vector<double> losses;  // [B] objective per lane (when a loss or gradient was asked for)
+  std::vector<double> grads;   // [B, P] when requested
+  std::vector<double> input_grads;  // per requested shared input: numel doubles, summed over lanes
+};
+
+class VM;
+
+// Evaluates `theta` [B, P] (natural units). With `grad`, also d(objective)/d(theta) where the
+// objective is the scalar result (LossKind::Value) or the loss against a target.
+// Lanes that disagree on a branch are split into groups and each group is re-run on its own, so
+// every lane computes exactly what a one-lane run computes.
+BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, const Inputs& in,
+                      bool grad, const LossSpec* loss, const Limits& lim,
+                      const std::vector<int>* input_grad_ids = nullptr);
+
+// One lane, any result type.
+OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in, const Limits& lim);
+
+// A VM owns the arenas (payload, heap, tape) reused across runs; one per thread.
+std::unique_ptr<VM> make_vm();
+
+
+}  // namespace ndvm

@@ -1,0 +1,209 @@
+#include "reader.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "error.h"
+
+namespace ndvm {
+namespace {
+
+constexpr int kMaxNesting = 2000;  // deeper input is rejected instead of overflowing the C stack
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : src_(s) {}
+
+  std::vector<DatumP> all() {
+    std::vector<DatumP> out;
+    for (;;) {
+      skip_space();
+      if (at_end()) break;
+      if (peek() == ')') parse_error("unexpected ')'", line_, col_);
+      out.push_back(datum(0));
+    }
+    return out;
+  }
+
+ private:
+  const std::string& src_;
+  size_t pos_ = 0;
+  int line_ = 1, col_ = 1;
+
+  bool at_end() const { return pos_ >= src_.size(); }
+  char peek() const { return src_[pos_]; }
+  char next() {
+    char c = src_[pos_++];
+    if (c == '\n') { ++line_; col_ = 1; } else { ++col_; }
+    return c;
+  }
+
+  void skip_space() {
+    while (!at_end()) {
+      char c = peek();
+      if (c == ';') {
+        while (!at_end() && peek() != '\n') next();
+      } else if (c == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '|') {
+        int l = line_, co = col_, depth = 0;
+        do {
+          if (at_end()) parse_error("unterminated block comment #|", l, co);
+          if (peek() == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '|') { next(); next(); ++depth; }
+          else if (peek() == '|' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '#') { next(); next(); --depth; }
+          else next();
+        } while (depth > 0);
+      } else if (c == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == ';') {
+        next(); next();
+        skip_space();
+        if (at_end()) parse_error("#; comment without a datum", line_, col_);
+        datum(0);  // read and drop
+      } else if (isspace(static_cast<unsigned char>(c))) {
+        next();
+      } else {
+        break;
+      }
+    }
+  }
+
+  static bool delimiter(char c) {
+    return isspace(static_cast<unsigned char>(c)) || c == '(' || c == ')' || c == '"' || c == ';' || c == '\'';
+  }
+
+  DatumP make(Datum::Kind k, int l, int c) {
+    auto d = std::make_shared<Datum>();
+    d->kind = k; d->line = l; d->col = c;
+    return d;
+  }
+
+  DatumP datum(int depth) {
+    if (depth > kMaxNesting) parse_error("nesting deeper than 2000 levels", line_, col_);
+    skip_space();
+    if (at_end()) parse_error("unexpected end of input", line_, col_);
+    int l = line_, c = col_;
+    char ch = peek();
+    if (ch == '(' || ch == '[') {
+      char close = ch == '(' ? ')' : ']';
+      next();
+      auto d = make(Datum::List, l, c);
+      for (;;) {
+        skip_space();
+        if (at_end()) parse_error(std::string("unbalanced '") + ch + "': missing '" + close + "'", l, c);
+        char p = peek();
+        if (p == ')' || p == ']') {
+          if (p != close) parse_error(std::string("'") + ch + "' closed by '" + p + "'", line_, col_);
+          next();
+          return d;
+        }
+        if (p == '.' && pos_ + 1 < src_.size() && delimiter(src_[pos_ + 1])) {
+          int dl = line_, dc = col_;
+          next();
+          if (d->items.empty()) parse_error("'.' with nothing before it", dl, dc);
+          d->tail = datum(depth + 1);
+          d->dotted = true;
+          skip_space();
+          if (at_end() || (peek() != close)) parse_error("expected ')' after the dotted tail", line_, col_);
+          next();
+          return d;
+        }
+        d->items.push_back(datum(depth + 1));
+      }
+    }
+    if (ch == ')' || ch == ']') parse_error("unexpected ')'", l, c);
+    if (ch == '\'') {
+      next();
+      auto d = make(Datum::List, l, c);
+      auto q = make(Datum::Symbol, l, c);
+      q->sym = "quote";
+      d->items.push_back(q);
+      d->items.push_back(datum(depth + 1));
+      return d;
+    }
+    if (ch == '"') parse_error("strings are not supported by the language", l, c);
+    if (ch == '`' || ch == ',') parse_error("quasiquote is not supported by the language", l, c);
+    // an atom
+    size_t start = pos_;
+    while (!at_end() && !delimiter(peek())) next();
+    std::string tok = src_.substr(start, pos_ - start);
+    if (tok.empty()) parse_error(std::string("unreadable character '") + ch + "'", l, c);
+    return atom(tok, l, c);
+  }
+
+  DatumP atom(const std::string& tok, int l, int c) {
+    if (tok[0] == '#') {
+      if (tok == "#t" || tok == "#true") { auto d = make(Datum::Bool, l, c); d->boolean = true; return d; }
+      if (tok == "#f" || tok == "#false") { auto d = make(Datum::Bool, l, c); d->boolean = false; return d; }
+      if (tok.size() > 1 && tok[1] == '(') parse_error("vector literals #( ... ) are not supported; use (vec ...)", l, c);
+      if (tok.size() > 1 && tok[1] == '\\') parse_error("characters are not supported by the language", l, c);
+      parse_error("unreadable token '" + tok + "'", l, c);
+    }
+    if (tok == "+inf.0" || tok == "-inf.0" || tok == "+nan.0" || tok == "-nan.0") {
+      auto d = make(Datum::Number, l, c);
+      d->num = tok[1] == 'i' ? (tok[0] == '-' ? -INFINITY : INFINITY) : NAN;
+      return d;
+    }
+    if (looks_numeric(tok)) {
+      bool is_int = true;
+      for (size_t i = 0; i < tok.size(); ++i) {
+        char ch = tok[i];
+        if (!(isdigit(static_cast<unsigned char>(ch)) || ((ch == '-' || ch == '+') && i == 0))) { is_int = false; break; }
+      }
+      char* end = nullptr;
+      double v = std::strtod(tok.c_str(), &end);
+      if (end != tok.c_str() + tok.size()) parse_error("malformed number '" + tok + "'", l, c);
+      auto d = make(Datum::Number, l, c);
+      d->num = v;
+      d->exact = is_int && std::fabs(v) <= 9007199254740992.0;  // beyond 2^53 an integer is not exact
+      return d;
+    }
+    for (char ch : tok)
+      if (ch == '|' || ch == '#' || ch == '[' || ch == ']' || ch == '{' || ch == '}' ||
+          static_cast<unsigned char>(ch) < 32)
+        parse_error("unreadable symbol '" + tok + "'", l, c);
+    auto d = make(Datum::Symbol, l, c);
+    d->sym = tok;
+    return d;
+  }
+
+  static bool looks_numeric(const std::string& t) {
+    size_t i = 0;
+    if (t[0] == '+' || t[0] == '-') i = 1;
+    if (i >= t.size()) return false;
+    if (isdigit(static_cast<unsigned char>(t[i]))) return true;
+    return t[i] == '.' && i + 1 < t.size() && isdigit(static_cast<unsigned char>(t[i + 1]));
+  }
+};
+
+void write_rec(const Datum& d, std::ostringstream& o) {
+  switch (d.kind) {
+    case Datum::Number: {
+      if (d.exact) { o << static_cast<long long>(d.num); break; }
+      char buf[64];
+      snprintf(buf, sizeof buf, "%.17g", d.num);
+      o << buf;
+      break;
+    }
+    case Datum::Symbol: o << d.sym; break;
+    case Datum::Bool: o << (d.boolean ? "#t" : "#f"); break;
+    case Datum::List:
+      o << '(';
+      for (size_t i = 0; i < d.items.size(); ++i) {
+        if (i) o << ' ';
+        write_rec(*d.items[i], o);
+      }
+      if (d.dotted) { o << " . "; write_rec(*d.tail, o); }
+      o << ')';
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<DatumP> read_all(const std::string& src) { return Reader(src).all(); }
+
+std::string write_datum(const Datum& d) {
+  std::ostringstream o;
+  write_rec(d, o);
+  return o.str();
+}
+
+}  // namespace ndvm

@@ -1,0 +1,363 @@
+// The evaluator: one dispatch loop over resolved nodes (eval), where every tail position is a
+// `continue` of the loop rather than a C++ call, so tail calls, loops and recursion in tail
+// position run in constant C++ stack. Primitives are one switch (call_prim).
+#include "vm.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "prims.h"
+
+namespace ndvm {
+
+namespace {
+constexpr size_t kStackCapacity = 1 << 18;  // argument stack slots per VM (4 MiB)
+}
+
+VM::VM() {
+  stack_cap = kStackCapacity;
+  stack = static_cast<Value*>(std::malloc(stack_cap * sizeof(Value)));
+  if (!stack) throw std::bad_alloc();
+}
+
+VM::~VM() {
+  std::free(stack);
+  std::free(pay);
+  std::free(adj);
+}
+
+void VM::reset(const Program& p, int lanes, bool rec, const Limits& l) {
+  prog = &p;
+  L = lanes;
+  recording = rec;
+  lim = &l;
+  heap.reset();
+  tape.clear();
+  targs.clear();
+  sp = 0;
+  steps = 0;
+  depth = 0;
+  pay_top = 0;
+  size_t nconst = p.const_payload.size();
+  grow_payload(nconst + 1024);
+  if (nconst) std::memcpy(pay, p.const_payload.data(), nconst * sizeof(double));
+  pay_top = nconst;
+  params.assign(p.params.size(), Value());
+  inputs.assign(p.inputs.size(), Value());
+}
+
+void VM::grow_payload(size_t need) {
+  if (need <= pay_cap) return;
+  size_t cap = pay_cap ? pay_cap : 4096;
+  while (cap < need) cap *= 2;
+  double* p = static_cast<double*>(std::realloc(pay, cap * sizeof(double)));
+  if (!p) throw std::bad_alloc();
+  pay = p;
+  pay_cap = cap;
+}
+
+void VM::check_memory(const Node* site) {
+  uint64_t bytes = pay_top * sizeof(double) + heap.used() + tape.size() * sizeof(TapeRec) +
+                   targs.size() * sizeof(Value);
+  if (bytes > lim->max_bytes)
+    limit_error("memory budget exceeded (" + std::to_string(lim->max_bytes >> 20) +
+                    " MiB per evaluation); raise Limits.max_bytes if the program really needs more",
+                site ? site->line : 0, site ? site->col : 0);
+}
+
+Value VM::alloc_num(int rank, uint32_t rows, uint32_t cols, bool uniform) {
+  Value v;
+  v.tag = T_NUM;
+  v.rank = static_cast<uint8_t>(rank);
+  v.rows = rank == 0 ? 1 : rows;
+  v.n.cols = rank == 2 ? cols : 1;
+  v.flags = uniform ? NF_UNIFORM : 0;
+  size_t n = static_cast<size_t>(v.numel()) * (uniform ? 1 : L);
+  if (pay_top + n > pay_cap) {
+    if ((pay_top + n) * sizeof(double) > lim->max_bytes || pay_top + n > 0xFFFFFFF0ull)
+      limit_error("memory budget exceeded (" + std::to_string(lim->max_bytes >> 20) + " MiB per evaluation)");
+    grow_payload(pay_top + n);
+  }
+  v.n.off = static_cast<uint32_t>(pay_top);
+  pay_top += n;
+  return v;
+}
+
+Value VM::make_scalar(double x, bool exact) {
+  Value v = alloc_num(0, 1, 1, true);
+  pay[v.n.off] = x;
+  if (exact) v.flags |= NF_EXACT;
+  return v;
+}
+
+void VM::prepare_adjoints() {
+  if (adj_cap < pay_top) {
+    std::free(adj);
+    adj_cap = pay_cap;
+    adj = static_cast<double*>(std::malloc(adj_cap * sizeof(double)));
+    if (!adj) throw std::bad_alloc();
+  }
+  std::memset(adj, 0, pay_top * sizeof(double));
+}
+
+void VM::record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0, uint32_t d1, uint32_t d2) {
+  record_n(op, out, in.begin(), static_cast<int>(in.size()), d0, d1, d2);
+}
+
+void VM::record_n(Op op, Value& out, const Value* in, int n, uint32_t d0, uint32_t d1, uint32_t d2) {
+  out.flags |= NF_ACTIVE;
+  TapeRec t;
+  t.op = op;
+  t.nin = static_cast<uint8_t>(n > 255 ? 255 : n);
+  t.args = static_cast<uint32_t>(targs.size());
+  t.d0 = d0;
+  t.d1 = d1;
+  t.d2 = n > 255 ? static_cast<uint32_t>(n) : d2;  // O_CONCAT with many parts keeps the count in d2
+  t.out = out;
+  targs.insert(targs.end(), in, in + n);
+  tape.push_back(t);
+}
+
+void VM::backward() {
+  for (size_t r = tape.size(); r-- > 0;) backward_record(*this, tape[r]);
+}
+
+Value VM::cons(Value a, Value b) {
+  Pair* p = static_cast<Pair*>(heap.alloc(sizeof(Pair)));
+  p->car = a;
+  p->cdr = b;
+  Value v;
+  v.tag = T_PAIR;
+  v.ptr = p;
+  return v;
+}
+
+Frame* VM::new_frame(uint32_t size, Frame* parent) {
+  size_t bytes = sizeof(Frame) + (size ? size - 1 : 0) * sizeof(Value);
+  Frame* f = static_cast<Frame*>(heap.alloc(bytes));
+  f->parent = parent;
+  f->size = size;
+  for (uint32_t i = 0; i < size; ++i) f->slots[i] = Value::make_undef();
+  return f;
+}
+
+// ---- error helpers ---------------------------------------------------------------------------
+
+std::string VM::describe(const Value& v) {
+  switch (v.tag) {
+    case T_UNDEF: return "an undefined value";
+    case T_UNSPEC: return "an unspecified value";
+    case T_NIL: return "the empty list";
+    case T_BOOL: return v.i ? "#t" : "#f";
+    case T_SYM: return "the symbol " + prog->symbols[v.i];
+    case T_NUM:
+      if (v.rank == 0) return v.exact() ? "the integer " + std::to_string(static_cast<long long>(pay[v.n.off])) : "a number";
+      if (v.rank == 1) return "a vector of " + std::to_string(v.rows);
+      return "a " + std::to_string(v.rows) + "x" + std::to_string(v.n.cols) + " matrix";
+    case T_PAIR: return "a pair";
+    case T_CLOSURE: return "a procedure";
+    case T_PRIM: return std::string("the primitive ") + kPrims[v.i].name;
+  }
+  return "a value";
+}
+
+void VM::type_error(const Node* site, const char* what, const Value& got) {
+  eval_error(std::string(site && !site->name.empty() ? "'" + site->name + "': " : "") + "expected " + what +
+                 ", got " + describe(got),
+             site ? site->line : 0, site ? site->col : 0);
+}
+
+// ---- the evaluator ---------------------------------------------------------------------------
+
+namespace {
+thread_local size_t t_stack_budget = 6u << 20;  // the default 8 MiB thread stack, with margin
+}
+size_t thread_stack_budget() { return t_stack_budget; }
+void set_thread_stack_budget(size_t bytes) { t_stack_budget = bytes; }
+
+Value VM::run() {
+  char here;
+  stack_base = &here;
+  stack_budget = t_stack_budget;
+  return eval(prog->top->body, new_frame(prog->top->frame_size, nullptr));
+}
+
+namespace {
+struct DepthGuard {
+  int& d;
+  explicit DepthGuard(int& x) : d(x) { ++d; }
+  ~DepthGuard() { --d; }
+};
+}  // namespace
+
+// Binds a closure's arguments into a fresh frame.
+static Frame* bind_args(VM& vm, const Lambda* lam, Frame* env, const Value* args, int nargs, const Node* site) {
+  if (nargs < lam->nreq || (!lam->rest && nargs != lam->nreq)) {
+    std::string want = lam->rest ? "at least " + std::to_string(lam->nreq) : std::to_string(lam->nreq);
+    eval_error("procedure '" + lam->name + "' (line " + std::to_string(lam->line) + ") expects " + want +
+                   " argument" + (lam->nreq == 1 && !lam->rest ? "" : "s") + ", got " + std::to_string(nargs),
+               site ? site->line : 0, site ? site->col : 0);
+  }
+  Frame* fr = vm.new_frame(lam->frame_size, env);
+  for (int i = 0; i < lam->nreq; ++i) fr->slots[i] = args[i];
+  if (lam->rest) {
+    Value rest = Value::make_nil();
+    for (int i = nargs; i-- > lam->nreq;) rest = vm.cons(args[i], rest);
+    fr->slots[lam->nreq] = rest;
+  }
+  return fr;
+}
+
+Value VM::eval(const Node* n, Frame* env) {
+  DepthGuard guard(depth);
+  if (depth > lim->max_depth || static_cast<size_t>(stack_base - reinterpret_cast<const char*>(&guard)) > stack_budget)
+    limit_error("recursion depth exceeded (" + std::to_string(lim->max_depth) +
+                    " nested calls); use a tail call or raise Limits.max_depth",
+                n->line, n->col);
+  const uint64_t max_steps = lim->max_steps;
+  for (;;) {
+    if (++steps > max_steps)
+      limit_error("step budget exceeded (" + std::to_string(max_steps) + " steps): an infinite loop?", n->line, n->col);
+    switch (n->kind) {
+      case N_CONST:
+        return n->k;
+      case N_LOCAL: {
+        Frame* f = env;
+        for (int d = n->a; d > 0; --d) f = f->parent;
+        const Value& v = f->slots[n->b];
+        if (v.tag == T_UNDEF) eval_error("'" + n->name + "' is used before its definition", n->line, n->col);
+        return v;
+      }
+      case N_PARAM:
+        return params[n->a];
+      case N_INPUT:
+        return inputs[n->a];
+      case N_IF: {
+        Value t = eval(n->kids[0], env);
+        n = t.truthy() ? n->kids[1] : n->kids[2];
+        continue;
+      }
+      case N_SEQ: {
+        size_t k = n->kids.size();
+        for (size_t i = 0; i + 1 < k; ++i) eval(n->kids[i], env);
+        n = n->kids[k - 1];
+        continue;
+      }
+      case N_BIND:
+        env->slots[n->b] = eval(n->kids[0], env);
+        return Value::make_unspec();
+      case N_LAMBDA: {
+        Closure* c = static_cast<Closure*>(heap.alloc(sizeof(Closure)));
+        c->lambda = n->lam;
+        c->env = env;
+        Value v;
+        v.tag = T_CLOSURE;
+        v.ptr = c;
+        return v;
+      }
+      case N_AND: {
+        size_t k = n->kids.size();
+        size_t i = 0;
+        for (; i + 1 < k; ++i) {
+          Value v = eval(n->kids[i], env);
+          if (!v.truthy()) return v;
+        }
+        n = n->kids[i];
+        continue;
+      }
+      case N_OR: {
+        size_t k = n->kids.size();
+        size_t i = 0;
+        for (; i + 1 < k; ++i) {
+          Value v = eval(n->kids[i], env);
+          if (v.truthy()) return v;
+        }
+        n = n->kids[i];
+        continue;
+      }
+      case N_PRIMCALL: {
+        size_t base = sp;
+        size_t k = n->kids.size();
+        if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
+        for (size_t i = 0; i < k; ++i) {
+          Value v = eval(n->kids[i], env);
+          stack[sp++] = v;
+        }
+        Value r = call_prim(n->a, stack + base, static_cast<int>(k), n);
+        sp = base;
+        return r;
+      }
+      case N_LOOP:
+      case N_RECUR: {
+        const Node* loop = n->kind == N_LOOP ? n : n->loop;
+        size_t base = sp;
+        size_t k = loop->slots.size();
+        if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
+        for (size_t i = 0; i < k; ++i) {
+          Value v = eval(n->kids[i], env);
+          stack[sp++] = v;
+        }
+        for (size_t i = 0; i < k; ++i) env->slots[loop->slots[i]] = stack[base + i];
+        sp = base;
+        n = loop->kids.back();
+        continue;
+      }
+      case N_CALL: {
+        size_t base = sp;
+        size_t k = n->kids.size();
+        if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
+        for (size_t i = 0; i < k; ++i) {
+          Value v = eval(n->kids[i], env);
+          stack[sp++] = v;
+        }
+        Value f = stack[base];
+        int nargs = static_cast<int>(k - 1);
+        if (f.tag == T_PRIM) {
+          const PrimInfo& pi = kPrims[f.i];
+          if (nargs < pi.min_args || (pi.max_args >= 0 && nargs > pi.max_args))
+            eval_error(std::string("wrong number of arguments to '") + pi.name + "': got " + std::to_string(nargs),
+                       n->line, n->col);
+          Value r = call_prim(static_cast<int>(f.i), stack + base + 1, nargs, n);
+          sp = base;
+          return r;
+        }
+        if (f.tag != T_CLOSURE)
+          eval_error("attempt to call " + describe(f) + (n->name.empty() ? "" : " ('" + n->name + "')") +
+                         ", which is not a procedure",
+                     n->line, n->col);
+        const Closure* c = static_cast<const Closure*>(f.ptr);
+        Frame* fr = bind_args(*this, c->lambda, c->env, stack + base + 1, nargs, n);
+        sp = base;
+        if (n->tail) {
+          env = fr;
+          n = c->lambda->body;
+          continue;
+        }
+        return eval(c->lambda->body, fr);
+      }
+    }
+    eval_error("internal error: unknown node kind", n->line, n->col);
+  }
+}
+
+Value VM::apply(Value f, const Value* args, int nargs, const Node* site) {
+  if (f.tag == T_PRIM) {
+    const PrimInfo& pi = kPrims[f.i];
+    if (nargs < pi.min_args || (pi.max_args >= 0 && nargs > pi.max_args))
+      eval_error(std::string("wrong number of arguments to '") + pi.name + "': got " + std::to_string(nargs),
+                 site ? site->line : 0, site ? site->col : 0);
+    size_t base = sp;
+    if (sp + nargs >= stack_cap) limit_error("argument stack exhausted");
+    for (int i = 0; i < nargs; ++i) stack[sp++] = args[i];
+    Value r = call_prim(static_cast<int>(f.i), stack + base, nargs, site);
+    sp = base;
+    return r;
+  }
+  if (f.tag != T_CLOSURE) type_error(site, "a procedure", f);
+  const Closure* c = static_cast<const Closure*>(f.ptr);
+  Frame* fr = bind_args(*this, c->lambda, c->env, args, nargs, site);
+  return eval(c->lambda->body, fr);
+}
+
+}  // namespace ndvm

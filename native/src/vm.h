@@ -1,0 +1,161 @@
+// The virtual machine: arenas, the tape, and the evaluator. One VM per thread; a Program is
+// immutable and shared. Every run starts with reset(): the arenas are rewound, not freed.
+#pragma once
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "ast.h"
+#include "error.h"
+#include "program.h"
+#include "value.h"
+
+namespace ndvm {
+
+// Numeric operations that leave a tape record (structural operations never do).
+enum Op : uint8_t {
+  // elementwise binary
+  O_ADD, O_SUB, O_MUL, O_DIV, O_POW, O_ATAN2, O_MIN, O_MAX,
+  // elementwise unary
+  O_NEG, O_EXP, O_LOG, O_SQRT, O_SIN, O_COS, O_TAN, O_ASIN, O_ACOS, O_ATAN, O_TANH, O_ABS,
+  O_SQUARE, O_SIGMOID, O_SOFTPLUS,
+  // structure of dense arrays
+  O_SLICE,      // out = in elements [d0, d0 + numel)
+  O_CONCAT,     // out = the elements of all inputs, in order
+  O_TRANSPOSE,  // in [d0, d1] -> out [d1, d0]
+  // linear algebra
+  O_GEMM,       // out[d0, d2] = A[d0, d1] B[d1, d2] (also dot, matvec, outer)
+  O_TRACE, O_VSUM, O_NORM, O_INV, O_SOLVE, O_DET, O_LOGDET, O_CHOL,
+};
+
+// One tape record: op, output, inputs (in VM::targs), dimensions.
+struct TapeRec {
+  uint8_t op;
+  uint8_t nin;
+  uint32_t args;       // first input in VM::targs
+  uint32_t d0, d1, d2; // op-specific dimensions
+  Value out;
+};
+
+// Bump allocator for frames, pairs and closures. Chunks are kept across resets.
+class Heap {
+ public:
+  ~Heap() { for (auto& c : chunks_) std::free(c.p); }
+  void reset() { cur_ = 0; used_ = 0; if (!chunks_.empty()) chunks_[0].top = 0; }
+  size_t used() const { return used_; }
+  void* alloc(size_t bytes) {
+    bytes = (bytes + 15) & ~size_t(15);
+    used_ += bytes;
+    while (cur_ < chunks_.size()) {
+      Chunk& c = chunks_[cur_];
+      if (c.top + bytes <= c.size) { void* p = c.p + c.top; c.top += bytes; return p; }
+      if (++cur_ < chunks_.size()) chunks_[cur_].top = 0;
+    }
+    size_t size = bytes > (1u << 20) ? bytes : (1u << 20);
+    char* p = static_cast<char*>(std::malloc(size));
+    if (!p) throw std::bad_alloc();
+    chunks_.push_back(Chunk{p, size, bytes});
+    cur_ = chunks_.size() - 1;
+    return p;
+  }
+ private:
+  struct Chunk { char* p; size_t size, top; };
+  std::vector<Chunk> chunks_;
+  size_t cur_ = 0, used_ = 0;
+};
+
+class VM {
+ public:
+  VM();
+  ~VM();
+  VM(const VM&) = delete;
+  VM& operator=(const VM&) = delete;
+
+  // ---- a run ---------------------------------------------------------------------------------
+  void reset(const Program& p, int lanes, bool recording, const Limits& lim);
+  Value run();  // evaluates the program's top level
+  void backward();  // replays the tape; call after seeding adjoints with adj_of()
+
+  const Program* prog = nullptr;
+  int L = 1;               // lanes of the current group
+  bool recording = false;  // build the tape
+  const Limits* lim = nullptr;
+  std::vector<Value> params, inputs;
+
+  // ---- payload arena (numbers, lane-minor) ---------------------------------------------------
+  double* pay = nullptr;
+  size_t pay_top = 0, pay_cap = 0;
+  double* adj = nullptr;  // adjoints, same offsets as pay (valid after backward setup)
+  size_t adj_cap = 0;
+
+  Value alloc_num(int rank, uint32_t rows, uint32_t cols, bool uniform);
+  double* data(const Value& v) { return pay + v.n.off; }
+  uint32_t lanes_of(const Value& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
+  Value make_scalar(double x, bool exact);
+  void prepare_adjoints();  // zeroes adj over the used payload
+
+  // ---- tape ----------------------------------------------------------------------------------
+  std::vector<TapeRec> tape;
+  std::vector<Value> targs;
+  void record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0 = 0, uint32_t d1 = 0,
+              uint32_t d2 = 0);
+  void record_n(Op op, Value& out, const Value* in, int n, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0);
+
+  // ---- evaluator -----------------------------------------------------------------------------
+  Value eval(const Node* n, Frame* env);
+  Value apply(Value f, const Value* args, int nargs, const Node* site);  // non-tail call
+  Value call_prim(int id, Value* args, int nargs, const Node* site);
+
+  // ---- numeric operations (kernels.cc) -------------------------------------------------------
+  Value binary(Op op, Value a, Value b, const Node* site);
+  Value unary(Op op, Value a, const Node* site);
+  Value rounding(int prim, Value a, const Node* site);  // floor ceiling round truncate: no gradient
+  Value int_div(int prim, Value a, Value b, const Node* site);  // quotient remainder modulo
+  Value compare(int prim, const Value* args, int n, const Node* site);
+  Value num_pred(int prim, Value a, const Node* site);
+  Value slice(Value a, uint32_t start, int rank, uint32_t rows, uint32_t cols);
+  Value concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols);
+  Value gemm(Value a, Value b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols);
+  Value transpose(Value a);
+  Value reduce(Op op, Value a);  // trace vsum norm det logdet
+  Value inv(Value a, const Node* site);
+  Value solve(Value a, Value b, const Node* site);
+  Value cholesky(Value a, const Node* site);
+  uint8_t* lane_mask_buf(size_t n) { if (mask_.size() < n) mask_.resize(n); return mask_.data(); }
+  // Turns a per-lane truth mask into a boolean, or signals divergence when the lanes disagree.
+  Value lanes_to_bool(const uint8_t* m);
+  // eqv? on two values: per-lane mask accumulation (AND) into m
+  void eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site);
+
+  // ---- heap ----------------------------------------------------------------------------------
+  Heap heap;
+  Value cons(Value a, Value b);
+  Frame* new_frame(uint32_t size, Frame* parent);
+  void check_memory(const Node* site);
+
+  // error helpers
+  std::string describe(const Value& v);
+  [[noreturn]] void type_error(const Node* site, const char* what, const Value& got);
+
+  Value* stack = nullptr;  // argument stack (fixed capacity: pointers into it stay valid)
+  size_t sp = 0, stack_cap = 0;
+  uint64_t steps = 0;
+  int depth = 0;
+  const char* stack_base = nullptr;  // C stack address at the start of run(): bounds recursion in bytes
+  size_t stack_budget = 0;
+  std::vector<double> scratch;  // per-lane small dense linear algebra
+
+ private:
+  std::vector<uint8_t> mask_;
+  void grow_payload(size_t need);
+};
+
+// C stack bytes a run may use on the current thread (pool threads have large stacks).
+size_t thread_stack_budget();
+void set_thread_stack_budget(size_t bytes);
+
+// Kernels for backward (kernels.cc)
+void backward_record(VM& vm, const TapeRec& t);
+
+}  // namespace ndvm

@@ -1,0 +1,141 @@
+// C++ unit tests of the runtime, run by ctest (and by tests/test_native_cpp.py).
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "optim.h"
+#include "program.h"
+#include "reader.h"
+#include "vm.h"
+
+using namespace ndvm;
+
+static int failures = 0, checks = 0;
+#define CHECK(cond)                                                        \
+  do {                                                                     \
+    ++checks;                                                              \
+    if (!(cond)) {                                                         \
+      ++failures;                                                          \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                      \
+  } while (0)
+
+static Limits lim;
+
+static double scalar(const std::string& src, std::vector<double> theta = {}) {
+  auto p = compile_program(src);
+  auto vm = make_vm();
+  Inputs in;
+  in.shared.resize(p->inputs.size());
+  in.per_lane.resize(p->inputs.size());
+  if (theta.empty()) for (auto& d : p->params) theta.push_back(d.init);
+  return run_batch(*p, *vm, theta.data(), 1, in, false, nullptr, lim).values[0];
+}
+
+static ErrorKind error_of(const std::string& src) {
+  try {
+    scalar(src);
+  } catch (const Error& e) {
+    return e.kind;
+  }
+  return static_cast<ErrorKind>(-1);
+}
+
+static void test_reader() {
+  auto ds = read_all("(a (b . c) 1 2.5 #t) ; comment\n'x");
+  CHECK(ds.size() == 2);
+  CHECK(write_datum(*ds[0]) == "(a (b . c) 1 2.5 #t)");
+  CHECK(write_datum(*ds[1]) == "(quote x)");
+  CHECK(ds[1]->line == 2);
+  bool threw = false;
+  try { read_all("(a (b)"); } catch (const Error& e) { threw = e.kind == ErrorKind::Parse && e.line == 1; }
+  CHECK(threw);
+}
+
+static void test_eval() {
+  CHECK(scalar("(+ 1 2 3)") == 6);
+  CHECK(scalar("(define (f x) (* x x)) (f 7)") == 49);
+  CHECK(scalar("(let loop ((i 0) (s 0)) (if (= i 100000) s (loop (+ i 1) (+ s i))))") == 4999950000.0);
+  CHECK(scalar("(define (even2? n) (if (= n 0) #t (odd2? (- n 1)))) (define (odd2? n) (if (= n 0) #f (even2? (- n 1)))) (if (even2? 100001) 1 0)") == 0);
+  CHECK(scalar("(apply + (map (lambda (x) (* 2 x)) '(1 2 3)))") == 12);
+  CHECK(scalar("(loop ((s 1.0) (k 0)) (if (= k 10) s (recur (* s 2) (+ k 1))))") == 1024);
+  CHECK(std::fabs(scalar("(logdet (mat (vec 2 0) (vec 0 3)))") - std::log(6.0)) < 1e-15);
+}
+
+static void test_errors() {
+  CHECK(error_of("(car 1.0)") == ErrorKind::Eval);
+  CHECK(error_of("(frobnicate 1)") == ErrorKind::Check);
+  CHECK(error_of("(car 1 2)") == ErrorKind::Check);
+  CHECK(error_of("(let loop () (loop))") == ErrorKind::Limit);
+  CHECK(error_of("(define (f n) (+ 1 (f n))) (f 1)") == ErrorKind::Limit);
+  CHECK(error_of("(1 2") == ErrorKind::Parse);
+}
+
+// gradient of a closure-heavy program against central differences
+static void test_gradient() {
+  auto p = compile_program("(param a 0.7) (param b 1.3) (define (f x) (* a (exp (* b x)))) (+ (f 0.5) (sin (* a b)))");
+  auto vm = make_vm();
+  Inputs in;
+  std::vector<double> th{0.7, 1.3};
+  LossSpec ls;
+  auto r = run_batch(*p, *vm, th.data(), 1, in, true, &ls, lim);
+  for (int j = 0; j < 2; ++j) {
+    double h = 1e-6;
+    auto tp = th, tm = th;
+    tp[j] += h;
+    tm[j] -= h;
+    double fd = (run_batch(*p, *vm, tp.data(), 1, in, false, nullptr, lim).values[0] -
+                 run_batch(*p, *vm, tm.data(), 1, in, false, nullptr, lim).values[0]) / (2 * h);
+    CHECK(std::fabs(fd - r.grads[j]) < 1e-7 * (1 + std::fabs(fd)));
+  }
+}
+
+// divergent lanes: each lane equals its own one-lane run, bit for bit
+static void test_divergence() {
+  auto p = compile_program("(param a 0.5) (if (> a 0) (* a a) (let loop ((x a) (k 0)) (if (< x -1) k (loop (* x 1.5) (+ k 1)))))");
+  auto vm = make_vm();
+  Inputs in;
+  std::vector<double> th{-0.3, 0.4, -2.0, 1.5, -0.01};
+  auto all = run_batch(*p, *vm, th.data(), 5, in, true, nullptr, lim);
+  for (int l = 0; l < 5; ++l) {
+    auto one = run_batch(*p, *vm, &th[l], 1, in, true, nullptr, lim);
+    CHECK(one.values[0] == all.values[l]);
+    CHECK(one.grads[0] == all.grads[l]);
+  }
+}
+
+static void test_calibrate() {
+  // fit a x + b to y = 2 x - 1 (exact)
+  auto p = compile_program("(param a 0.1) (param b 0.1) (+ (* a x) b)");
+  auto vm = make_vm();
+  Inputs in;
+  in.shared.resize(1);
+  in.per_lane.resize(1);
+  in.shared[0].rank = 1;
+  in.shared[0].rows = 20;
+  CalibSpec spec;
+  spec.optimizer = Optimizer::LBFGS;
+  spec.steps = 100;
+  spec.loss.kind = LossKind::MSE;
+  for (int i = 0; i < 20; ++i) {
+    in.shared[0].data.push_back(i / 10.0);
+    spec.loss.target.push_back(2 * (i / 10.0) - 1);
+  }
+  std::vector<double> th{0.1, 0.1, 1.0, -2.0};
+  auto r = calibrate(*p, *vm, th.data(), 2, in, spec, lim);
+  CHECK(std::fabs(r.best_theta[0] - 2) < 1e-6 && std::fabs(r.best_theta[1] + 1) < 1e-6);
+  CHECK(r.best_loss[1] < 1e-12);
+}
+
+int main() {
+  test_reader();
+  test_eval();
+  test_errors();
+  test_gradient();
+  test_divergence();
+  test_calibrate();
+  std::printf("%d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}

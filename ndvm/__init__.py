@@ -1,0 +1,36 @@
+"""NDVM: a native differentiable virtual machine for batched calibration of model programs.
+
+    import ndvm
+    prog = ndvm.compile("(param a 1.0) (param b 0.0) (+ (* a x) b)")
+    prog.evaluate([[2.0, 1.0]], inputs={"x": [0.0, 1.0, 2.0]})      # -> [[1., 3., 5.]]
+    fit = ndvm.calibrate(prog, {"x": x}, target=y)                   # fused native Adam
+
+``ndvm`` alone is a complete library: it imports none of the pipeline (Prefect, MLflow, litellm).
+"""
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version as _version
+
+from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
+from .program import DEFAULT_LIMITS, Limits, Param, Program, compile
+from .calibrate import Fit, calibrate, calibrate_many
+from .values import Pair, Procedure, Symbol, to_scheme
+
+try:
+    __version__ = _version("ndvm-discovery")
+except PackageNotFoundError:  # running from a source tree without installation
+    __version__ = "0.0.0+unknown"
+
+
+def build_info() -> dict:
+    """Facts about the native build: compiler, flags, SIMD level, threads."""
+    from . import _native
+
+    return dict(_native.build_info())
+
+
+__all__ = [
+    "compile", "Program", "Param", "Limits", "DEFAULT_LIMITS", "calibrate", "calibrate_many", "Fit",
+    "NDVMError", "ParseError", "CheckError", "EvalError", "LimitError", "Symbol", "Pair", "Procedure",
+    "to_scheme", "build_info", "__version__",
+]

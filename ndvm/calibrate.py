@@ -1,0 +1,208 @@
+"""Calibration: fit a program's parameters to data with the fused native optimizers.
+
+Restarts are lanes: one walk of the program evaluates every restart at once, and the whole loop of
+``steps`` iterations runs in C++ (Adam, L-BFGS with a backtracking line search, or gradient
+descent) in unconstrained coordinates (softplus for ``positive``, logistic for ``between``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import _native
+from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
+from .program import Program, _inputs, _lane_inputs, compile
+
+LOSSES = ("mse", "gaussian_nll", "value")
+OPTIMIZERS = ("adam", "lbfgs", "gd")
+_LANE_STATUS = {0: "ok", 1: "nonfinite", 2: "converged"}
+_ERROR_TYPES = {0: ParseError, 1: CheckError, 2: EvalError, 3: LimitError}
+
+
+@dataclass
+class Fit:
+    """The result of a calibration. ``params`` are the best restart's values in natural units."""
+
+    program: Program | None
+    params: dict[str, float] = field(default_factory=dict)
+    loss: float = math.inf
+    history: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    all_params: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    all_losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    lane_status: list[str] = field(default_factory=list)
+    status: str = "ok"  # "ok" | "nonfinite" (no restart produced a finite loss) | "error"
+    error: str | None = None
+    error_type: type[NDVMError] | None = None
+    seconds: float = 0.0
+    steps: int = 0
+    evaluations: int = 0
+    best_restart: int = -1
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The best parameters as a [1, P] row."""
+        return np.array([[self.params[n] for n in self.program.param_names]], dtype=np.float64)
+
+    def predict(self, inputs: Mapping[str, Any] | None = None, lane_inputs: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Evaluates the fitted program on (new) inputs; returns the result of the best restart."""
+        if self.program is None or self.status == "error":
+            raise EvalError(f"this fit failed and cannot predict: {self.error}")
+        return self.program.evaluate(self.theta, inputs, lane_inputs)[0]
+
+    def raise_for_error(self) -> "Fit":
+        if self.error is not None:
+            raise (self.error_type or EvalError)(self.error)
+        return self
+
+
+def _check_options(loss: str, optimizer: str, steps: int, restarts: int, lr: float) -> None:
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSSES)}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    if restarts < 1:
+        raise ValueError("restarts must be >= 1")
+    if not (lr > 0):
+        raise ValueError("lr must be > 0")
+
+
+def _unconstrained(p, x):
+    if p.constraint == "positive":
+        x = np.maximum(x, 1e-300)
+        return np.where(x > 30, x, np.log(np.expm1(np.minimum(x, 30))))
+    if isinstance(p.constraint, tuple):
+        lo, hi = p.constraint[1], p.constraint[2]
+        t = np.clip((x - lo) / (hi - lo), 1e-12, 1 - 1e-12)
+        return np.log(t / (1 - t))
+    return x
+
+
+def _natural(p, u):
+    if p.constraint == "positive":
+        return np.where(u > 30, u, np.log1p(np.exp(np.minimum(u, 30))))
+    if isinstance(p.constraint, tuple):
+        lo, hi = p.constraint[1], p.constraint[2]
+        return lo + (hi - lo) / (1 + np.exp(-u))
+    return u
+
+
+def initial_theta(program: Program, restarts: int, seed: int, init: Any = "declared", jitter: float = 0.5) -> np.ndarray:
+    """[restarts, P] starting points in natural units.
+
+    ``"declared"``: restart 0 starts at the declared inits, the others at the inits jittered by
+    ``jitter`` standard normal steps in unconstrained coordinates (seeded). An array is used as is.
+    """
+    P = len(program.params)
+    if isinstance(init, str):
+        if init != "declared":
+            raise ValueError(f"init must be 'declared' or an array [restarts, {P}], got {init!r}")
+        rng = np.random.default_rng(seed)
+        base = program.theta(lanes=1)[0]
+        u0 = np.array([_unconstrained(p, np.float64(base[j])) for j, p in enumerate(program.params)])
+        noise = rng.standard_normal((restarts, P)) * jitter
+        noise[0] = 0.0
+        u = u0[None, :] + noise
+        theta = np.empty_like(u)
+        for j, p in enumerate(program.params):
+            theta[:, j] = _natural(p, u[:, j])
+        return np.ascontiguousarray(theta.reshape(restarts, P))
+    arr = np.asarray(init, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.shape != (restarts, P):
+        raise ValueError(f"init array must have shape [restarts={restarts}, P={P}], got {list(arr.shape)}")
+    return np.ascontiguousarray(arr)
+
+
+def _spec(optimizer, steps, lr, tol, loss, target, lane_target) -> dict:
+    return {
+        "optimizer": optimizer, "steps": int(steps), "lr": float(lr), "tol": float(tol or 0.0), "loss": loss,
+        "target": None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
+        "lane_target": None if lane_target is None else np.ascontiguousarray(np.asarray(lane_target, dtype=np.float64)),
+    }
+
+
+def _fit_from(program: Program, res: dict, seconds: float) -> Fit:
+    if res["error"] is not None:
+        return Fit(program=program, status="error", error=res["error"],
+                   error_type=_ERROR_TYPES.get(res["error_kind"], EvalError), seconds=seconds)
+    losses = np.asarray(res["best_loss"])
+    finite = np.isfinite(losses)
+    fit = Fit(program=program, all_params=res["best_theta"], all_losses=losses,
+              lane_status=[_LANE_STATUS.get(s, "ok") for s in res["status"]], seconds=seconds,
+              steps=int(res["steps_done"]), evaluations=int(res["evaluations"]))
+    if not finite.any():
+        fit.status = "nonfinite"
+        fit.error = "no restart produced a finite loss"
+        fit.error_type = EvalError
+        fit.params = dict(zip(program.param_names, program.theta()[0].tolist()))
+        return fit
+    best = int(np.nanargmin(np.where(finite, losses, np.inf)))
+    fit.best_restart = best
+    fit.loss = float(losses[best])
+    fit.params = dict(zip(program.param_names, res["best_theta"][best].tolist()))
+    hist = np.asarray(res["history"])[: fit.steps, best]
+    fit.history = hist
+    return fit
+
+
+def calibrate(prog: Program | str, inputs: Mapping[str, Any] | None = None, target: Any = None, loss: str = "mse",
+              optimizer: str = "adam", steps: int = 200, lr: float = 0.05, restarts: int = 32, seed: int = 0,
+              lane_inputs: Mapping[str, Any] | None = None, init: Any = "declared", tol: float | None = None,
+              threads: int | None = None, lane_target: Any = None, jitter: float = 0.5) -> Fit:
+    """Fits ``prog`` to data; see the module docstring. Raises on malformed programs or options."""
+    program = compile(prog) if isinstance(prog, str) else prog
+    _check_options(loss, optimizer, steps, restarts, lr)
+    if loss != "value" and target is None and lane_target is None:
+        raise ValueError(f"loss {loss!r} needs a target (or lane_target)")
+    theta0 = initial_theta(program, restarts, seed, init, jitter)
+    spec = _spec(optimizer, steps, lr, tol, loss, target, lane_target)
+    t0 = time.perf_counter()
+    res = _native.calibrate(program._native, theta0, _inputs(inputs), _lane_inputs(lane_inputs), spec,
+                            program.limits.as_tuple(), int(threads or 0))
+    return _fit_from(program, res, time.perf_counter() - t0)
+
+
+def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] | None = None, target: Any = None,
+                   loss: str = "mse", optimizer: str = "adam", steps: int = 200, lr: float = 0.05, restarts: int = 32,
+                   seed: int = 0, lane_inputs: Mapping[str, Any] | None = None, init: Any = "declared",
+                   tol: float | None = None, threads: int | None = None, lane_target: Any = None,
+                   jitter: float = 0.5) -> list[Fit]:
+    """Calibrates many programs on the native thread pool (GIL released). One ``Fit`` per program, in
+    order; a program that fails to compile or run gives ``fit.error`` instead of an exception.
+    ``threads`` defaults to the cores available; results are identical to a serial run."""
+    _check_options(loss, optimizer, steps, restarts, lr)
+    if loss != "value" and target is None and lane_target is None:
+        raise ValueError(f"loss {loss!r} needs a target (or lane_target)")
+    fits: list[Fit | None] = [None] * len(programs)
+    natives, thetas, where, compiled = [], [], [], []
+    for i, p in enumerate(programs):
+        try:
+            program = compile(p) if isinstance(p, str) else p
+            theta0 = initial_theta(program, restarts, seed, init, jitter)
+        except NDVMError as exc:
+            fits[i] = Fit(program=None, status="error", error=str(exc), error_type=type(exc))
+            continue
+        except ValueError as exc:
+            fits[i] = Fit(program=None, status="error", error=str(exc), error_type=EvalError)
+            continue
+        natives.append(program._native)
+        thetas.append(theta0)
+        where.append(i)
+        compiled.append(program)
+    if natives:
+        limits = compiled[0].limits.as_tuple()
+        spec = _spec(optimizer, steps, lr, tol, loss, target, lane_target)
+        t0 = time.perf_counter()
+        results = _native.calibrate_many(natives, thetas, _inputs(inputs), _lane_inputs(lane_inputs), spec, limits,
+                                         int(threads or 0))
+        seconds = (time.perf_counter() - t0) / max(len(natives), 1)
+        for i, program, res in zip(where, compiled, results):
+            fits[i] = _fit_from(program, res, seconds)
+    return fits  # type: ignore[return-value]

@@ -1,0 +1,114 @@
+"""The ``ndvm`` command line. Subcommands are registered in ``COMMANDS``; each one works."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parse_assignments(items: list[str] | None, what: str) -> dict[str, object]:
+    import numpy as np
+
+    out: dict[str, object] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise SystemExit(f"ndvm: --{what} expects NAME=VALUE, got {item!r}")
+        name, value = item.split("=", 1)
+        try:
+            if "," in value:
+                out[name] = np.array([float(v) for v in value.split(",")])
+            else:
+                out[name] = float(value)
+        except ValueError:
+            raise SystemExit(f"ndvm: --{what} {name}: {value!r} is not a number or comma-separated numbers") from None
+    return out
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    import ndvm
+
+    info = ndvm.build_info()
+    print(f"ndvm-discovery {ndvm.__version__}")
+    print(f"native: {info['compiler']}, {info['build_type']}, flags '{info['flags'].strip()}', SIMD {info['simd']}")
+    print(f"value word: {info['value_bytes']} bytes; threads available: {info['threads']}")
+    print(f"python {sys.version.split()[0]}")
+    return 0
+
+
+def _read_source(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise SystemExit(f"ndvm: no such file: {path}")
+    return p.read_text()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import ndvm
+
+    prog = ndvm.compile(_read_source(args.file), dtype=args.dtype)
+    params = {k: float(v) for k, v in _parse_assignments(args.param, "param").items()}
+    value = prog.run(params=params, inputs=_parse_assignments(args.input, "input"))
+    print(ndvm.to_scheme(value))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import ndvm
+
+    prog = ndvm.compile(_read_source(args.file))
+    print(f"{args.file}: ok")
+    for p in prog.params:
+        c = "free" if p.constraint is None else p.constraint if isinstance(p.constraint, str) else f"between {p.constraint[1]} {p.constraint[2]}"
+        print(f"  param {p.name} = {p.init} ({c})")
+    for name in prog.inputs:
+        print(f"  input {name}")
+    print(f"  canonical hash {prog.canonical_hash}")
+    return 0
+
+
+COMMANDS = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ndvm", description="NDVM discovery: a native differentiable VM and the "
+                                     "model-discovery pipeline around it.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("version", help="package and native build information")
+    p.set_defaults(fn=cmd_version)
+
+    p = sub.add_parser("run", help="run a program and print its value in Scheme notation")
+    p.add_argument("file")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="override a declared parameter")
+    p.add_argument("--input", action="append", metavar="NAME=VALUE[,VALUE...]", help="an input (scalar or vector)")
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("check", help="compile a program and report its errors, or its parameters and inputs")
+    p.add_argument("file")
+    p.set_defaults(fn=cmd_check)
+
+    for name, register in COMMANDS.items():
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 2
+    from ndvm.errors import NDVMError
+
+    try:
+        return int(args.fn(args) or 0)
+    except NDVMError as exc:
+        print(f"ndvm: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

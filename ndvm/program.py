@@ -1,0 +1,168 @@
+"""``ndvm.compile`` and the ``Program`` it returns: the Python face of a compiled program."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import _native
+from .errors import EvalError
+
+
+@dataclass(frozen=True)
+class Param:
+    """A declared parameter: ``(param NAME INIT [CONSTRAINT])``.
+
+    ``constraint`` is ``None`` (free), ``"positive"`` or ``("between", lo, hi)``.
+    """
+
+    name: str
+    init: float
+    constraint: None | str | tuple = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one evaluation; exceeding any raises ``LimitError``.
+
+    The defaults stop an infinite loop or a runaway recursion within a few seconds.
+    """
+
+    max_steps: int = 100_000_000  # evaluation steps (about 1-3 s of work)
+    max_depth: int = 100_000  # nested evaluations; the C stack is also bounded in bytes
+    max_bytes: int = 2 << 30  # payload + heap + tape of one evaluation
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (int(self.max_steps), int(self.max_depth), int(self.max_bytes))
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def as_array(value: Any, name: str) -> np.ndarray:
+    """Converts an input value (number, sequence, numpy, polars or torch) to a float64 array."""
+    if hasattr(value, "detach"):  # torch tensor
+        value = value.detach().cpu().numpy()
+    elif hasattr(value, "to_numpy") and not isinstance(value, np.ndarray):  # polars / pandas
+        value = value.to_numpy()
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise EvalError(f"input '{name}' is not numeric: {exc}") from None
+    if arr.ndim > 2:
+        raise EvalError(f"input '{name}' has {arr.ndim} dimensions; inputs are scalars, vectors or matrices")
+    return np.require(arr, requirements="C")  # (np.ascontiguousarray would turn a scalar into [x])
+
+
+def _inputs(inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+    return {str(k): as_array(v, str(k)) for k, v in (inputs or {}).items()}
+
+
+def _lane_inputs(lane_inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+    out = {}
+    for k, v in (lane_inputs or {}).items():
+        arr = as_array(v, str(k)) if np.ndim(v) <= 2 else np.ascontiguousarray(np.asarray(v, dtype=np.float64))
+        if arr.ndim < 1:
+            raise EvalError(f"lane input '{k}' needs a leading lane axis")
+        out[str(k)] = arr
+    return out
+
+
+class Program:
+    """A compiled program: immutable, shareable across threads, cheap to evaluate many times."""
+
+    def __init__(self, native: "_native.Program", limits: Limits = DEFAULT_LIMITS):
+        self._native = native
+        self.limits = limits
+        self.params: list[Param] = [Param(n, float(i), c) for n, i, c in native.params]
+        self.param_names: list[str] = [p.name for p in self.params]
+        self.inputs: list[str] = list(native.inputs)
+        self._canonical: str | None = None
+
+    # ---- description ----
+    @property
+    def source(self) -> str:
+        return self._native.source
+
+    @property
+    def dtype(self) -> str:
+        return "float32" if self._native.f32 else "float64"
+
+    @property
+    def canonical_form(self) -> str:
+        """Alpha-renamed, inexact literals abstracted, commutative arguments ordered."""
+        if self._canonical is None:
+            self._canonical = _native.canonical_form(self.source)
+        return self._canonical
+
+    @property
+    def canonical_hash(self) -> str:
+        return hashlib.sha256(self.canonical_form.encode()).hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return f"<ndvm.Program params={self.param_names} inputs={self.inputs}>"
+
+    # ---- parameters ----
+    def theta(self, params: Mapping[str, float] | None = None, lanes: int = 1) -> np.ndarray:
+        """A [lanes, P] array of declared initial values, overridden by ``params``."""
+        row = np.array([p.init for p in self.params], dtype=np.float64)
+        for name, value in (params or {}).items():
+            if name not in self.param_names:
+                raise EvalError(f"unknown parameter '{name}' (declared: {', '.join(self.param_names) or 'none'})")
+            row[self.param_names.index(name)] = float(value)
+        return np.tile(row, (lanes, 1))
+
+    def _theta(self, theta: Any) -> np.ndarray:
+        if theta is None:
+            return self.theta()
+        if isinstance(theta, Mapping):
+            return self.theta(theta)
+        arr = np.asarray(theta, dtype=np.float64)
+        if arr.ndim == 1 and len(self.params) > 0 and arr.shape[0] == len(self.params):
+            arr = arr[None, :]
+        if arr.ndim == 1 and len(self.params) == 0:
+            arr = arr.reshape(-1, 0)
+        if arr.ndim != 2 or arr.shape[1] != len(self.params):
+            raise EvalError(f"theta must have shape [B, {len(self.params)}], got {list(arr.shape)}")
+        return np.ascontiguousarray(arr)
+
+    # ---- evaluation ----
+    def run(self, params: Mapping[str, float] | None = None, inputs: Mapping[str, Any] | None = None) -> Any:
+        """Runs one lane and returns the value as a Python object (see ``ndvm.values``)."""
+        row = self.theta(params)[0]
+        return self._native.run(row, _inputs(inputs), self.limits.as_tuple())
+
+    def evaluate(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
+                 lane_inputs: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Evaluates B parameter vectors in one walk: ``theta`` [B, P] -> values [B] or [B, ...]."""
+        th = self._theta(theta)
+        return self._native.evaluate(th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.as_tuple())
+
+    def value_and_grad(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
+                       lane_inputs: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """For a scalar-valued program: (values [B], d value / d theta [B, P])."""
+        th = self._theta(theta)
+        values, _, grads, _ = self._native.value_and_grad(
+            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.as_tuple(), [], "value", None)
+        return values, grads
+
+    def loss_and_grad(self, theta: Any, inputs: Mapping[str, Any] | None = None, target: Any = None,
+                      loss: str = "mse", lane_inputs: Mapping[str, Any] | None = None):
+        """Per-lane loss of the output against ``target`` and its gradient: (losses [B], grads [B, P])."""
+        th = self._theta(theta)
+        tgt = None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel())
+        _, losses, grads, _ = self._native.value_and_grad(
+            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.as_tuple(), [], loss, tgt)
+        return losses, grads
+
+
+def compile(source: str, dtype: str = "float64", limits: Limits | None = None) -> Program:  # noqa: A001
+    """Compiles a program. Raises ``ParseError`` or ``CheckError`` with the source position."""
+    if not isinstance(source, str):
+        raise TypeError(f"ndvm.compile expects source text (str), got {type(source).__name__}")
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    native = _native.compile(source, dtype == "float32")
+    return Program(native, limits or DEFAULT_LIMITS)
