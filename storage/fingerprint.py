@@ -18,6 +18,7 @@ parameters are declared in the same roles).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -73,7 +74,11 @@ def _probe_value(key: tuple, u: float) -> float:
 def probe_theta(params: list[Any]) -> tuple[np.ndarray, int]:
     """The probe parameter matrix [rows * permutations, P] for a program's declared parameters,
     and the number of permutations per row. ``params`` are ``ndvm.Param`` (name, init, constraint)."""
-    keys = [_constraint_key(p.constraint) for p in params]
+    return _probe_theta(tuple(_constraint_key(p.constraint) for p in params))
+
+
+@functools.lru_cache(maxsize=256)  # a run's programs share a handful of constraint signatures
+def _probe_theta(keys: tuple[tuple, ...]) -> tuple[np.ndarray, int]:
     groups: dict[tuple, list[int]] = {}
     for index, key in enumerate(keys):
         groups.setdefault(key, []).append(index)
@@ -99,12 +104,14 @@ def probe_theta(params: list[Any]) -> tuple[np.ndarray, int]:
     rows = []
     for row_values in values:
         for combo in combos:
-            theta = np.empty(len(params))
+            theta = np.empty(len(keys))
             for (key, members), perm, group_values in zip(group_list, combo, row_values):
                 for slot, member in enumerate(members):
                     theta[member] = group_values[perm[slot]]
             rows.append(theta)
-    return np.array(rows, dtype=np.float64).reshape(len(rows), len(params)), len(combos)
+    matrix = np.array(rows, dtype=np.float64).reshape(len(rows), len(keys))
+    matrix.setflags(write=False)  # shared by every caller through the cache
+    return matrix, len(combos)
 
 
 def round_significant(values: np.ndarray, digits: int = SIGNIFICANT_DIGITS) -> np.ndarray:
