@@ -85,7 +85,7 @@ BATTERY_REFERENCES = (
         "(param a 1.0)\n(param b -0.01)\n(param c -0.001)\n(param d 0.5)\n(+ (* a (exp (* b x))) (* c (exp (* d x))))",
         lambda x, a, b, c, d: a * np.exp(b * x) + c * np.exp(d * x), ("a", "b", "c", "d"),
         ((1.0, -0.01, -0.001, 0.5), (1.0, -0.05, -0.01, 1.0), (0.9, -0.01, 0.1, -1.0)),
-        (-np.inf,) * 4, (np.inf, np.inf, np.inf, 20.0)),
+        (-np.inf,) * 4, (np.inf, np.inf, np.inf, 3.0)),
 )
 
 GENERIC_REFERENCES = (
@@ -209,23 +209,27 @@ class CurveTask:
             return TaskFit(self.name, name, candidate, {}, INF, time.perf_counter() - start, error=str(exc))
         params, fits, losses, errors = {}, [], [], []
         for group in self.groups():
-            fit = ndvm.calibrate(program, self.train_inputs(group), target=self.train_target(group),
-                                 loss=self.loss, **calibrate_options)
+            try:
+                fit = ndvm.calibrate(program, self.train_inputs(group), target=self.train_target(group),
+                                     loss=self.loss, **calibrate_options)
+            except ndvm.NDVMError as exc:  # the program fails on this group's data
+                errors.append(f"group {group}: {exc}")
+                continue
             fits.append(fit)
             if fit.error:
                 errors.append(f"group {group}: {fit.error}")
                 continue
             params[group] = dict(fit.params)
             losses.append(float(fit.loss))
-        predict = self._program_predictor(program)
         result = TaskFit(
             self.name, name, candidate,
             params if self.per_group else params.get(None, {}),
             float(np.mean(losses)) if losses and not errors else INF,
             time.perf_counter() - start, fits=fits, error="; ".join(errors) or None,
             n_params=len(program.param_names),
-            predictor=lambda group, inputs: predict(self._group_params(result, group), inputs),
         )
+        predict = self._program_predictor(program)
+        result.predictor = lambda group, inputs: predict(self._group_params(result, group), inputs)
         return result
 
     def _group_params(self, fit: TaskFit, group) -> dict[str, float]:
@@ -327,7 +331,7 @@ Contract:
   `(param name init (between lo hi))`. Use 1 to 6 parameters; give sensible initial values.
 - Allowed: define, lambda, let, let*, if, cond, and, or, + - * / expt exp log sqrt tanh sigmoid
   softplus min max abs square, and the usual Scheme list forms. No strings, no set!, no I/O.
-- {groups}Fit: {'mean squared error' if self.loss == 'mse' else 'Gaussian negative log-likelihood'} on the
+- {groups}Fit: {'mean squared error' if self.loss == 'mse' else 'Gaussian negative log-likelihood (declare `(param sigma 0.05 positive)` for the noise scale, else it is profiled out)'} on the
   first part of each series; score: RMSE on the held-out later rows (extrapolation), lower is better.
 
 Example:

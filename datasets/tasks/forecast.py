@@ -316,7 +316,11 @@ class ForecastTask:
             program = self.compile(candidate)
         except (CandidateError, ndvm.NDVMError) as exc:
             return TaskFit(self.name, name, candidate, {}, INF, time.perf_counter() - start, error=str(exc))
-        fit = ndvm.calibrate(program, self.train_inputs(), loss="value", **calibrate_options)
+        try:
+            fit = ndvm.calibrate(program, self.train_inputs(), loss="value", **calibrate_options)
+        except ndvm.NDVMError as exc:  # the candidate fails while walking the training series
+            return TaskFit(self.name, name, candidate, {}, INF, time.perf_counter() - start, error=str(exc),
+                           n_params=len(program.param_names))
         error = fit.error or (None if np.isfinite(fit.loss) else "non-finite training loss")
         return TaskFit(self.name, name, candidate, dict(fit.params) if not error else {},
                        float(fit.loss) if not error else INF, time.perf_counter() - start, fits=[fit],
