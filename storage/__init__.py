@@ -4,7 +4,8 @@
 ``storage.tracking`` load MLflow (about a second), so they are imported on first use.
 """
 from storage.store import (OUTCOMES, Candidate, CandidateStore, EvaluationResult, MetricDirectionError,
-                           RunStatus, StoreError, StoreLockedError, metric_higher_is_better, redact)
+                           RunStatus, StoreError, StoreLockedError, default_store_path, metric_higher_is_better,
+                           redact)
 
 _LAZY = {
     "Tracker": "storage.tracking", "LeaderboardEntry": "storage.tracking", "entry_from_store": "storage.tracking",
@@ -22,4 +23,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "StoreError", "StoreLockedError",
-           "MetricDirectionError", "metric_higher_is_better", "redact", "OUTCOMES", *_LAZY]
+           "MetricDirectionError", "metric_higher_is_better", "redact", "default_store_path", "OUTCOMES", *_LAZY]

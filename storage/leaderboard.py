@@ -1,6 +1,7 @@
 """``ndvm leaderboard [--run ID]``: the best candidates of a run, as a rich table.
 
-The CLI calls ``show_leaderboard(store_path, run_id=..., k=..., metric=...)``; it opens the store
+The CLI calls ``show_leaderboard(store_path, run_id=..., k=..., metric=...)`` (the store path
+defaults to ``storage.default_store_path()``, ``runs/candidates.duckdb``); it opens the store
 read-only, so it fails with a clear message while a discovery run still holds the file.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from storage.store import CandidateStore, RunStatus, StoreError
+from storage.store import CandidateStore, RunStatus, StoreError, default_store_path
 
 
 def _short(text: str, width: int) -> str:
@@ -49,9 +50,10 @@ def leaderboard_table(top: pl.DataFrame, status: RunStatus, metric: str | None =
     return table
 
 
-def show_leaderboard(store_path: str | Path, run_id: str | None = None, k: int = 10, metric: str | None = None,
+def show_leaderboard(store_path: str | Path | None = None, run_id: str | None = None, k: int = 10, metric: str | None = None,
                      console: Console | None = None) -> pl.DataFrame:
     """Print the top ``k`` candidates of ``run_id`` (default: the latest run) and return them."""
+    store_path = default_store_path() if store_path is None else store_path
     with CandidateStore(store_path, read_only=True) as store:
         run_id = run_id or store.latest_run()
         if run_id is None:

@@ -171,6 +171,11 @@ def redact(config: Any) -> Any:
     return config
 
 
+def default_store_path(run_folder: str | Path = "runs") -> Path:
+    """Where the flow and ``ndvm leaderboard`` keep the store unless told otherwise."""
+    return Path(run_folder) / "candidates.duckdb"
+
+
 def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
 
@@ -746,4 +751,4 @@ class CandidateStore:
 
 
 __all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "StoreError", "StoreLockedError",
-           "MetricDirectionError", "metric_higher_is_better", "redact", "OUTCOMES"]
+           "MetricDirectionError", "metric_higher_is_better", "redact", "default_store_path", "OUTCOMES"]
