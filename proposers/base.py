@@ -13,7 +13,7 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 PROMPTS_DIR = Path(__file__).with_name("prompts")
 
@@ -41,6 +41,9 @@ class TaskSpec:
 
     ``inputs`` are the names a program may use without declaring them (the data it is given);
     ``contract`` states what the program's value must be (e.g. "one prediction per point of x").
+    ``program_source``, for tasks that wrap candidates (the forecast task appends its driver to a
+    candidate made of definitions): candidate -> the text to compile; it raises ValueError when the
+    candidate breaks the task's contract. None: the candidate is the program.
     """
 
     dataset: str
@@ -51,6 +54,7 @@ class TaskSpec:
     sample_rows: list[dict[str, Any]] = field(default_factory=list)
     score_label: str = "score (higher is better)"
     seed_programs: list[str] = field(default_factory=list)
+    program_source: Callable[[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class Failure:
 
     ``kind`` is one of: ``parse``, ``check``, ``eval``, ``limit`` (the ndvm error classes),
     ``static`` (the proposers' own static check: an undeclared name, an unused parameter),
+    ``contract`` (the task's wrapper refused the candidate, e.g. a missing required function),
     ``extract`` (no code found in a reply), ``rate_limit``, ``server``, ``timeout``, ``api``
     (other errors of the model API), ``replay`` (a malformed replay line).
     """

@@ -151,8 +151,9 @@ def _arith_uses(node: Node, out: set[str]) -> None:
 class _Walker:
     """Walks a program once, recording sites, free names and problems."""
 
-    def __init__(self, forms: list[Node], data_inputs: set[str] | None):
+    def __init__(self, forms: list[Node], data_inputs: set[str] | None, require_expression: bool = True):
         self.forms = forms
+        self.require_expression = require_expression
         self.params: dict[str, ParamDecl] = {}
         self.free: set[str] = set()
         self.sites: list[Site] = []
@@ -466,7 +467,7 @@ class _Walker:
         # classes of top-level value defines, in order (a define of a numeric expression is usable)
         body_forms = [(i, f) for i, f in enumerate(self.forms)
                       if not (isinstance(f, list) and f and _is_sym(f[0], "param"))]
-        if not body_forms:
+        if not body_forms and self.require_expression:
             self.problems.append("the program has no expression to compute")
         for i, form in body_forms:
             last = i == body_forms[-1][0]
@@ -474,7 +475,7 @@ class _Walker:
                 self.define(form, (i,), top_env)
                 if isinstance(form[1], Sym) and len(form) == 3:
                     top_env[str(form[1])] = self.klass(form[2], top_env)
-                if last:
+                if last and self.require_expression:
                     self.problems.append("the last top-level form is a define: the program computes nothing")
             else:
                 self.expr(form, (i,), top_env, "value")
@@ -491,9 +492,13 @@ class _Walker:
         self.params[name] = ParamDecl(name, float(form[2]), constraint, index)
 
 
-def analyze(forms: list[Node], data_inputs: set[str] | None = None) -> Analysis:
-    """Scope analysis of a read program (see module docstring)."""
-    walker = _Walker(forms, data_inputs)
+def analyze(forms: list[Node], data_inputs: set[str] | None = None, require_expression: bool = True) -> Analysis:
+    """Scope analysis of a read program (see module docstring).
+
+    ``require_expression=False`` accepts a program of definitions only: a candidate that a task
+    wraps with its own driver (the forecast task appends the expression that uses the definitions).
+    """
+    walker = _Walker(forms, data_inputs, require_expression)
     walker.program()
     control: set[str] = set()
     for site in walker.sites:
@@ -522,13 +527,14 @@ def _collect_locals(node: Node, env: dict[str, str], out: set[str]) -> None:
             _collect_locals(x, env, out)
 
 
-def static_problems(forms: list[Node], inputs: set[str] | None = None) -> list[str]:
+def static_problems(forms: list[Node], inputs: set[str] | None = None, require_expression: bool = True) -> list[str]:
     """What is certainly wrong with a program, as messages (empty when nothing was found).
 
     ``inputs``: the task's input names; when given, any other free name is reported as undeclared.
     Declared but unused parameters are reported too: they cannot be identified from data.
+    ``require_expression``: see :func:`analyze`.
     """
-    result = analyze(forms)
+    result = analyze(forms, require_expression=require_expression)
     problems = list(result.problems)
     if inputs is not None:
         for name in sorted(result.free - set(inputs)):

@@ -31,7 +31,7 @@ from typing import Any, Callable
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # noqa: E402
 
-from .base import Failure, Origin, Proposal, ProposalContext, Proposer, load_prompt  # noqa: E402
+from .base import Failure, Origin, Proposal, ProposalContext, Proposer, TaskSpec, load_prompt  # noqa: E402
 from .validate import Validation, validate_source  # noqa: E402
 
 log = logging.getLogger("proposers.llm")
@@ -158,7 +158,8 @@ def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_f
         description=task.description.strip(),
         columns=columns,
         rows=_render_rows(task.sample_rows),
-        inputs="\n".join(f"- {name}: {desc}" for name, desc in task.inputs.items()),
+        inputs="\n".join(f"- {name}: {desc}" for name, desc in task.inputs.items())
+        or "(none: the program receives no data directly; see the contract)",
         contract=task.contract.strip(),
         score_label=task.score_label,
         best=best,
@@ -227,8 +228,8 @@ class LLMProposer(Proposer):
             ``max_backoff``; a Retry-After header wins when shorter than the cap).
         completion_kwargs: extra keyword arguments for ``litellm.acompletion`` (``top_p``,
             ``mock_response`` in tests...); never put a key here.
-        validator: ``(source, inputs) -> Validation``; default ``validate_source`` (ndvm.compile
-            plus the static checks).
+        validator: ``(source, inputs, *, proposer, model, program_source) -> Validation``; default
+            ``validate_source`` (ndvm.compile plus the static checks).
     """
 
     name = "llm"
@@ -343,7 +344,7 @@ class LLMProposer(Proposer):
         return _Reply(text, tokens_in, tokens_out, None if cost is None else float(cost))
 
     # -- one request: ask, extract, validate, repair ------------------------------------------
-    async def _request(self, messages: list[dict], k: int, inputs: set[str] | None,
+    async def _request(self, messages: list[dict], k: int, task: TaskSpec,
                        semaphore: asyncio.Semaphore) -> list[Proposal]:
         reply = await self._call(messages, semaphore)
         if reply is None:
@@ -366,17 +367,18 @@ class LLMProposer(Proposer):
             return []
         programs = programs[:k]
         share = len(programs)
-        tasks = [self._validate_and_repair(src, messages, reply, share, inputs, semaphore) for src in programs]
+        tasks = [self._validate_and_repair(src, messages, reply, share, task, semaphore) for src in programs]
         return [p for p in await asyncio.gather(*tasks) if p is not None]
 
     async def _validate_and_repair(self, source: str, messages: list[dict], reply: _Reply, share: int,
-                                   inputs: set[str] | None, semaphore: asyncio.Semaphore) -> Proposal | None:
+                                   task: TaskSpec, semaphore: asyncio.Semaphore) -> Proposal | None:
         cost = _Cost()
         cost.add(reply, share)
         conversation = messages + [{"role": "assistant", "content": reply.text}]
         for repair in range(self.max_repairs + 1):
             # validation compiles the program: cheap (microseconds to milliseconds), done inline
-            result = self.validator(source, inputs, proposer=self.name, model=self.model)
+            result = self.validator(source, set(task.inputs), proposer=self.name, model=self.model,
+                                    program_source=task.program_source)
             if result.ok:
                 return Proposal(
                     source=source,
@@ -409,7 +411,6 @@ class LLMProposer(Proposer):
         if n <= 0:
             return []
         semaphore = asyncio.Semaphore(self.concurrency)
-        inputs = set(context.task.inputs)
         requests = math.ceil(n / self.per_request)
         sizes = [min(self.per_request, n - i * self.per_request) for i in range(requests)]
         tasks = []
@@ -419,7 +420,7 @@ class LLMProposer(Proposer):
                 hint = self.hints[self._next_hint % len(self.hints)]
                 self._next_hint += 1
             messages = build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures, hint=hint)
-            tasks.append(self._request(messages, k, inputs, semaphore))
+            tasks.append(self._request(messages, k, context.task, semaphore))
         batches = await asyncio.gather(*tasks)
         out: list[Proposal] = []
         seen: set[str] = set()

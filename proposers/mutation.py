@@ -28,6 +28,7 @@ import copy
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
 from .language import NUMERIC_OPS, Analysis, Site, _arith_uses, analyze, static_problems, structure_key
@@ -195,7 +196,8 @@ class MutationProposer(Proposer):
         self._compile = require_compile() if validate else None
 
     # -- parents ---------------------------------------------------------------------------
-    def _parent(self, source: str, weight: float, known_hash: str | None) -> _Parent | None:
+    def _parent(self, source: str, weight: float, known_hash: str | None,
+                wrapper: Callable[[str], str] | None) -> _Parent | None:
         if source not in self._parent_cache:
             try:
                 forms = read_all(source)
@@ -203,38 +205,40 @@ class MutationProposer(Proposer):
                 self.record_failure(Failure("parse", f"parent not readable: {exc}", source, self.name))
                 self._parent_cache[source] = None
                 return None
-            self._parent_cache[source] = _Parent(source, forms, analyze(forms), known_hash or self._hash(source),
+            self._parent_cache[source] = _Parent(source, forms, analyze(forms), known_hash or self._hash(source, wrapper),
                                                  weight)
         parent = self._parent_cache[source]
         if parent is None:
             return None
         return _Parent(parent.source, parent.forms, parent.analysis, known_hash or parent.canonical_hash, weight)
 
-    def _hash(self, source: str) -> str | None:
+    def _hash(self, source: str, wrapper: Callable[[str], str] | None) -> str | None:
+        """The parent's canonical hash as the store computes it (of the wrapped text, if wrapped)."""
         if self._compile is None:
             return None
         import ndvm
 
         try:
-            return getattr(self._compile(source), "canonical_hash", None)
-        except ndvm.NDVMError:
+            return getattr(self._compile(source if wrapper is None else wrapper(source)), "canonical_hash", None)
+        except (ndvm.NDVMError, ValueError):
             return None
 
     def _parents(self, context: ProposalContext | None) -> list[_Parent]:
+        wrapper = context.task.program_source if context is not None else None
         parents: list[_Parent] = []
         seen: set[str] = set()
         best = list(context.best) if context else []
         for rank, scored in enumerate(best):  # rank-based selection pressure: 1, 1/2, 1/3...
             if scored.source not in seen:
                 seen.add(scored.source)
-                p = self._parent(scored.source, 1.0 / (rank + 1), scored.canonical_hash)
+                p = self._parent(scored.source, 1.0 / (rank + 1), scored.canonical_hash, wrapper)
                 if p:
                     parents.append(p)
         seeds = self.seed_programs + (list(context.task.seed_programs) if context else [])
         for source in seeds:
             if source not in seen:
                 seen.add(source)
-                p = self._parent(source, 0.5 if best else 1.0, None)
+                p = self._parent(source, 0.5 if best else 1.0, None, wrapper)
                 if p:
                     parents.append(p)
         return parents
@@ -257,6 +261,7 @@ class MutationProposer(Proposer):
                     _arith_uses(form, uses)
             data = sorted(set(inputs) & uses) if parents else list(inputs)
         input_set, data_set = set(inputs), set(data)
+        wrapper = context.task.program_source if context is not None else None
         # re-analyse parents with the data inputs known, so value classes are right
         parents = [_Parent(p.source, p.forms, analyze(p.forms, data_set), p.canonical_hash, p.weight)
                    for p in parents]
@@ -267,13 +272,14 @@ class MutationProposer(Proposer):
 
         out: list[Proposal] = []
         for _ in range(n):
-            proposal = self._one(parents, input_set, data_set)
+            proposal = self._one(parents, input_set, data_set, wrapper)
             if proposal is not None:
                 out.append(proposal)
         return out
 
     # -- one proposal ----------------------------------------------------------------------
-    def _one(self, parents: list[_Parent], inputs: set[str], data: set[str]) -> Proposal | None:
+    def _one(self, parents: list[_Parent], inputs: set[str], data: set[str],
+             wrapper: Callable[[str], str] | None) -> Proposal | None:
         ops = list(self.weights)
         op_weights = [self.weights[o] for o in ops]
         for _ in range(self.attempts):
@@ -300,7 +306,7 @@ class MutationProposer(Proposer):
             if size > max_size or n_params > self.max_params or n_params < self.min_params:
                 self.stats.too_large += 1
                 continue
-            if static_problems(forms, inputs):
+            if static_problems(forms, inputs, require_expression=wrapper is None):
                 self.stats.static_rejects += 1
                 continue
             source = to_source(forms)
@@ -311,8 +317,8 @@ class MutationProposer(Proposer):
                 import ndvm
 
                 try:
-                    program = self._compile(source)
-                except ndvm.NDVMError:
+                    program = self._compile(source if wrapper is None else wrapper(source))
+                except (ndvm.NDVMError, ValueError):  # ValueError: the task's contract check
                     self.stats.compile_rejects += 1
                     continue
                 chash = getattr(program, "canonical_hash", None)

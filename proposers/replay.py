@@ -47,8 +47,8 @@ class ReplayProposer(Proposer):
         default_init: initial value for parameters listed by name only.
         validate: check each candidate (recommended); invalid lines become failures.
         cycle: start again at the top when the file is exhausted.
-        validator: ``(source, inputs) -> Validation``; default ``validate_source`` (ndvm.compile
-            plus the static checks).
+        validator: ``(source, inputs, *, proposer, program_source) -> Validation``; default
+            ``validate_source`` (ndvm.compile plus the static checks).
     """
 
     name = "replay"
@@ -97,6 +97,7 @@ class ReplayProposer(Proposer):
 
     def propose(self, context: ProposalContext | None, n: int) -> list[Proposal]:
         inputs = set(context.task.inputs) if context is not None else None
+        wrapper = context.task.program_source if context is not None else None
         out: list[Proposal] = []
         fruitless = 0  # lines read since the last valid one: a whole file of them ends a cycling replay
         while len(out) < n and self._lines and fruitless < len(self._lines):
@@ -117,7 +118,7 @@ class ReplayProposer(Proposer):
                 out.append(Proposal(source, origin, meta=meta))
                 fruitless = 0
                 continue
-            result = self.validator(source, inputs, proposer=self.name)
+            result = self.validator(source, inputs, proposer=self.name, program_source=wrapper)
             if not result.ok:
                 self.record_failure(result.failure)
                 continue

@@ -5,6 +5,7 @@ task input, a declared parameter that is never used).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .base import Failure
 from .language import static_problems
@@ -49,18 +50,35 @@ class Validation:
     failure: Failure | None = None
 
 
+def _wrap(source: str, program_source: Callable[[str], str] | None, proposer: str,
+          model: str | None) -> tuple[str | None, Failure | None]:
+    """The text to compile: the candidate itself, or what the task's wrapper makes of it."""
+    if program_source is None:
+        return source, None
+    try:
+        return program_source(source), None
+    except ValueError as exc:  # the task's contract check (datasets' CandidateError is a ValueError)
+        return None, Failure("contract", str(exc), source, proposer, model)
+
+
 def validate_source(source: str, inputs: set[str] | None = None, proposer: str = "",
-                    model: str | None = None) -> Validation:
+                    model: str | None = None, program_source: Callable[[str], str] | None = None) -> Validation:
     """Compile ``source`` with ndvm and run the static checks.
 
-    ``inputs``: the task's input names; other free names are reported as undeclared. A failure
-    carries the ndvm error kind and message (with line/column) so it can go back to an LLM.
+    ``inputs``: the task's input names; other free names are reported as undeclared.
+    ``program_source``: the task's wrapper when it compiles more than the candidate (the forecast
+    task appends its driver); its ValueError becomes a ``contract`` failure, the wrapped text is
+    what ndvm compiles (and hashes), the static checks look at the candidate alone.
+    A failure carries the error kind and message (with line/column) so it can go back to an LLM.
     """
     compile_fn = require_compile()
     import ndvm
 
+    text, failure = _wrap(source, program_source, proposer, model)
+    if failure is not None:
+        return Validation(False, source, failure=failure)
     try:
-        program = compile_fn(source)
+        program = compile_fn(text)
     except ndvm.NDVMError as exc:
         kind = _KINDS.get(type(exc).__name__, "check")
         return Validation(False, source, failure=Failure(kind, getattr(exc, "message", str(exc)), source,
@@ -72,12 +90,11 @@ def validate_source(source: str, inputs: set[str] | None = None, proposer: str =
         # ndvm accepted what our reader rejects: report it as ours, it is a proposer-side limitation
         return Validation(False, source, failure=Failure("static", f"proposers reader: {exc.message}", source,
                                                           proposer, model, exc.line, exc.column))
-    problems = static_problems(forms, inputs)
+    problems = static_problems(forms, inputs, require_expression=program_source is None)
     if problems:
         return Validation(False, source, failure=Failure("static", "; ".join(problems), source, proposer, model))
     return Validation(True, source, canonical_hash=getattr(program, "canonical_hash", None),
-                      param_names=list(getattr(program, "param_names", [])),
-                      inputs=list(getattr(program, "inputs", [])))
+                      param_names=list(program.param_names), inputs=list(program.inputs))
 
 
 def canonical_hash(source: str) -> str | None:
@@ -96,7 +113,7 @@ __all__ = ["Validation", "validate_source", "canonical_hash", "require_compile",
 
 
 def validate_static(source: str, inputs: set[str] | None = None, proposer: str = "",
-                    model: str | None = None) -> Validation:
+                    model: str | None = None, program_source: Callable[[str], str] | None = None) -> Validation:
     """The proposers' own checks only (reader, scopes, primitive arities, parameters), no runtime.
 
     Weaker than :func:`validate_source` (no canonical hash, no checks the runtime's compiler makes
@@ -107,7 +124,10 @@ def validate_static(source: str, inputs: set[str] | None = None, proposer: str =
     except SexprError as exc:
         return Validation(False, source, failure=Failure("parse", exc.message, source, proposer, model,
                                                           exc.line, exc.column))
-    problems = static_problems(forms, inputs)
+    _, failure = _wrap(source, program_source, proposer, model)
+    if failure is not None:
+        return Validation(False, source, failure=failure)
+    problems = static_problems(forms, inputs, require_expression=program_source is None)
     if problems:
         return Validation(False, source, failure=Failure("static", "; ".join(problems), source, proposer, model))
     names = [str(f[1]) for f in forms if isinstance(f, list) and len(f) >= 2 and f[0] == "param"]
