@@ -20,7 +20,8 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
     ``static_inputs``, inputs that are not DataFrame columns). ``predict`` takes a pandas DataFrame
     whose columns are the program's inputs and returns one prediction per row: a program whose
     value is a vector over its inputs (a closed-form model of ``x``) is evaluated once on the
-    columns; a program whose value is a scalar is evaluated once per row (one lane per row).
+    columns; a program whose value is a scalar, or that cannot take the columns as vectors (a
+    branch on ``x``), is evaluated once per row (one lane per row, the row's values its inputs).
     """
 
     def load_context(self, context: Any) -> None:
@@ -47,15 +48,22 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             else:
                 raise ValueError(f"input {name!r} is neither a column of the DataFrame "
                                  f"({sorted(columns)}) nor a static input of the model")
-        theta = self._theta if self._theta.shape[1] else None
-        out = np.asarray(self._program.evaluate(theta, inputs))[0]
+        import ndvm
+
+        out = None
+        try:
+            theta = self._theta if self._theta.shape[1] else None
+            out = np.asarray(self._program.evaluate(theta, inputs))[0]
+        except ndvm.EvalError:
+            # e.g. a branch on x: (if (> x 1) ...) has no single truth value for a column of x.
+            if len(model_input) < 2:
+                raise
         n = len(model_input)
-        if np.ndim(out) == 0 and n > 1:
+        if out is None or (np.ndim(out) == 0 and n > 1):
             # A scalar program: one lane per row, each row's values as that lane's inputs.
             lane = {name: columns[name] for name in self._program.inputs if name in columns}
             shared = {name: self._static[name] for name in self._program.inputs if name not in columns}
-            theta_rows = np.repeat(self._theta, n, axis=0) if self._theta.shape[1] else None
-            out = np.asarray(self._program.evaluate(theta_rows, shared, lane_inputs=lane))
+            out = np.asarray(self._program.evaluate(np.repeat(self._theta, n, axis=0), shared, lane_inputs=lane))
         return np.asarray(out, dtype=np.float64).reshape(-1)
 
 
