@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import mlflow
 import mlflow.pyfunc
@@ -212,6 +212,23 @@ class Tracker:
             self.client.set_tag(run_id, "ndvm.model_uri", model_uri)
             self.client.set_terminated(run_id, status="FINISHED")
             return run_id, model_uri
+
+    def log_leaderboard(self, store: Any, run_id: str, k: int = 10,
+                        extras: Callable[[str], Mapping[str, Any]] | None = None) -> list[tuple[str, str]]:
+        """Log the run's top ``k`` candidates that are not logged yet, and remember them in the
+        store; return [(candidate hash, nested run id)]. ``extras(hash)`` supplies what the store
+        does not keep: ``fit_plot``, ``forecast_plot``, ``input_example``, ``static_inputs``,
+        ``model_source``. The ``ndvm.rank`` tag is the rank when the entry was logged."""
+        done = store.logged(run_id)
+        logged = []
+        for digest in store.top(k, run_id=run_id)["hash"].to_list():
+            if digest in done:
+                continue
+            entry = entry_from_store(store, run_id, digest, **dict(extras(digest) if extras else {}))
+            nested, _ = self.log_entry(entry)
+            store.mark_logged(run_id, digest, nested)
+            logged.append((digest, nested))
+        return logged
 
     def _log_entry_contents(self, run_id: str, entry: LeaderboardEntry) -> str:
         stamp = int(time.time() * 1000)

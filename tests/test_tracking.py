@@ -148,3 +148,22 @@ def test_leaderboard_prints_the_top_candidates(logged):
     assert top["hash"].to_list() == [logged["cand"].hash]
     assert logged["cand"].hash in text and "held-out rmse" in text and "1 calibrated" in text
     logged["store"] = CandidateStore(logged["root"] / "candidates.duckdb")
+
+
+def test_log_leaderboard_logs_each_entry_once(logged):
+    store, run, tracker = logged["store"], logged["run"], logged["tracker"]
+    tracker.start_run(run, mlflow_run_id=logged["parent"])
+    assert tracker.log_leaderboard(store, run, k=5) == []          # the only entry is logged already
+    (second,) = store.add([{"source": "(param a 0.5) (param b 0.1) (* a (exp (- 0.0 (* b x))))",
+                            "origin": "replay"}], run)
+    store.record([EvaluationResult(candidate=second.hash, run_id=run, dataset="cosearch-toy", task="curve",
+                                   split="x>4.5", parameters={"a": 0.5, "b": 0.1}, train_metrics={"mse": 0.3},
+                                   heldout_metrics={"rmse": 0.5}, seconds=0.01)])
+    done = tracker.log_leaderboard(store, run, k=5,
+                                   extras=lambda h: {"input_example": pd.DataFrame({"x": X[:3]})})
+    assert [h for h, _ in done] == [second.hash]
+    run_info = tracker.client.get_run(done[0][1])
+    assert run_info.data.tags["ndvm.rank"] == "2" and run_info.data.tags["mlflow.parentRunId"] == logged["parent"]
+    assert set(store.logged(run)) == {logged["cand"].hash, second.hash}
+    assert tracker.log_leaderboard(store, run, k=5) == []
+    tracker.end_run()
