@@ -287,3 +287,55 @@ def test_wrapped_forecast_candidates_dedup_and_resume(tmp_path):
         pending = store.pending("f")
         assert {p.hash for p in pending} == {c.hash for c in new}
         assert all(p.program.canonical_hash == p.hash and p.program.inputs == [SERIES] for p in pending)
+
+
+def test_kill_9_loses_nothing_committed(tmp_path):
+    """A writer killed with SIGKILL right after committing: the reopened store has every proposal,
+    candidate and result it committed (DuckDB replays its write-ahead log)."""
+    path = tmp_path / "killed.duckdb"
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        import numpy as np
+        sys.path.insert(0, {str(REPO)!r})
+        from storage import CandidateStore, EvaluationResult
+        store = CandidateStore({str(path)!r})
+        run = store.start_run("k", probe_inputs={{"x": np.linspace(0.1, 6.0, 9)}})
+        ops = ["+", "-", "*", "/"]
+        sources = [f"(param a 0.5) (param b 1.5) ({{op}} a (* b {{' '.join(['x'] * k)}}))" for op in ops for k in (1, 2, 3)]
+        new = store.add(sources + ["(+ 1", sources[0]], run)
+        store.record([EvaluationResult(c.hash, run, "toy", "curve", "s", {{"a": 1.0}}, {{"mse": 1.0}},
+                                       {{"rmse": float(i)}}, 0.1) for i, c in enumerate(new[:5])])
+        print(len(new), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == -9, out.stderr
+    n_new = int(out.stdout.split()[0])
+    with CandidateStore(path) as store:
+        status = store.resume("k")
+        assert (status.proposed, status.new, status.invalid, status.duplicates) == (14, n_new, 1, 14 - n_new - 1)
+        assert (status.calibrated, status.pending) == (5, n_new - 5)
+        assert status.best_score == 0.0
+
+
+def test_threads_of_the_writer_share_one_store(store, run):
+    import threading
+
+    sources = [AB + f"(+ a (* b {' '.join(['x'] * k)}))" for k in range(1, 41)]  # x^k: 40 structures
+    errors = []
+
+    def worker(chunk):
+        try:
+            for i in range(0, len(chunk), 5):
+                store.add(chunk[i:i + 5] + sources[:2], run)  # every thread also repeats two shared ones
+        except Exception as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(sources[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    status = store.run_status(run)
+    assert status.new == 40 and status.proposed == 40 + 4 * 2 * 2 and status.duplicates == 16
