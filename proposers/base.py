@@ -75,7 +75,8 @@ class Failure:
     ``static`` (the proposers' own static check: an undeclared name, an unused parameter),
     ``contract`` (the task's wrapper refused the candidate, e.g. a missing required function),
     ``extract`` (no code found in a reply), ``rate_limit``, ``server``, ``timeout``, ``api``
-    (other errors of the model API), ``replay`` (a malformed replay line).
+    (other errors of the model API), ``budget`` (a call not made: the cost budget was spent),
+    ``replay`` (a malformed replay line).
     """
 
     kind: str

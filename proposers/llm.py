@@ -112,6 +112,18 @@ class _Cost:
         self.cost_usd = plus(self.cost_usd, reply.cost_usd)
 
 
+@dataclass
+class _Round:
+    """State shared by the requests of one ``apropose`` call."""
+
+    semaphore: asyncio.Semaphore
+    cost_limit: float | None   # USD this round may spend (the context's budget), None: unlimited
+    cost_start: float          # proposer.usage.cost_usd when the round started
+
+    def over_budget(self, usage: Usage) -> bool:
+        return self.cost_limit is not None and usage.cost_usd - self.cost_start >= self.cost_limit
+
+
 def _render_rows(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
@@ -280,7 +292,7 @@ class LLMProposer(Proposer):
             raise RuntimeError(f"environment variable {self.api_key_env} (the API key) is not set")
         return value
 
-    async def _call(self, messages: list[dict], semaphore: asyncio.Semaphore) -> _Reply | None:
+    async def _call(self, messages: list[dict], round_: _Round) -> _Reply | None:
         """One completion with retries; None (and a recorded failure) when it could not be had."""
         kwargs: dict[str, Any] = dict(model=self.model, messages=messages, temperature=self.temperature,
                                       timeout=self.timeout, max_retries=0, num_retries=0)
@@ -296,13 +308,17 @@ class LLMProposer(Proposer):
         for attempt in range(self.max_retries + 1):
             started = time.monotonic()
             try:
-                async with semaphore:
+                async with round_.semaphore:
+                    # checked once a slot is free: calls that were waiting see what the others spent
+                    if round_.over_budget(self.usage):
+                        last = ("budget", f"cost budget of {round_.cost_limit} USD spent in this round")
+                        break
                     started = time.monotonic()
                     self.usage.calls += 1
                     # litellm enforces `timeout`; wait_for is the backstop for providers that ignore it
                     response = await asyncio.wait_for(litellm.acompletion(**kwargs), self.timeout + 5.0)
                 self.usage.seconds += time.monotonic() - started
-                return self._reply(response)
+                return self._reply(response)  # synchronous: the cost is counted before a waiter runs
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # classified below: every API error becomes a Failure or a retry
@@ -345,8 +361,8 @@ class LLMProposer(Proposer):
 
     # -- one request: ask, extract, validate, repair ------------------------------------------
     async def _request(self, messages: list[dict], k: int, task: TaskSpec,
-                       semaphore: asyncio.Semaphore) -> list[Proposal]:
-        reply = await self._call(messages, semaphore)
+                       round_: _Round) -> list[Proposal]:
+        reply = await self._call(messages, round_)
         if reply is None:
             return []
         programs = extract_programs(reply.text)
@@ -357,7 +373,7 @@ class LLMProposer(Proposer):
             rounds += 1
             retry = messages + [{"role": "assistant", "content": reply.text},
                                 {"role": "user", "content": Template(load_prompt("no_code.md")).substitute(n=k)}]
-            reply = await self._call(retry, semaphore)
+            reply = await self._call(retry, round_)
             if reply is None:
                 return []
             programs = extract_programs(reply.text)
@@ -367,11 +383,11 @@ class LLMProposer(Proposer):
             return []
         programs = programs[:k]
         share = len(programs)
-        tasks = [self._validate_and_repair(src, messages, reply, share, task, semaphore) for src in programs]
+        tasks = [self._validate_and_repair(src, messages, reply, share, task, round_) for src in programs]
         return [p for p in await asyncio.gather(*tasks) if p is not None]
 
     async def _validate_and_repair(self, source: str, messages: list[dict], reply: _Reply, share: int,
-                                   task: TaskSpec, semaphore: asyncio.Semaphore) -> Proposal | None:
+                                   task: TaskSpec, round_: _Round) -> Proposal | None:
         cost = _Cost()
         cost.add(reply, share)
         conversation = messages + [{"role": "assistant", "content": reply.text}]
@@ -394,7 +410,7 @@ class LLMProposer(Proposer):
             if repair == self.max_repairs:
                 return None
             conversation = conversation + [repair_message(result.failure)]
-            fixed = await self._call(conversation, semaphore)
+            fixed = await self._call(conversation, round_)
             if fixed is None:
                 return None
             cost.add(fixed)
@@ -410,7 +426,11 @@ class LLMProposer(Proposer):
     async def apropose(self, context: ProposalContext, n: int) -> list[Proposal]:
         if n <= 0:
             return []
-        semaphore = asyncio.Semaphore(self.concurrency)
+        round_ = _Round(asyncio.Semaphore(self.concurrency), context.budget.cost_left_usd, self.usage.cost_usd)
+        if round_.over_budget(self.usage):
+            self.record_failure(Failure("budget", f"no cost budget left ({context.budget.cost_left_usd} USD)", None,
+                                        self.name, self.model))
+            return []
         requests = math.ceil(n / self.per_request)
         sizes = [min(self.per_request, n - i * self.per_request) for i in range(requests)]
         tasks = []
@@ -420,7 +440,7 @@ class LLMProposer(Proposer):
                 hint = self.hints[self._next_hint % len(self.hints)]
                 self._next_hint += 1
             messages = build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures, hint=hint)
-            tasks.append(self._request(messages, k, context.task, semaphore))
+            tasks.append(self._request(messages, k, context.task, round_))
         batches = await asyncio.gather(*tasks)
         out: list[Proposal] = []
         seen: set[str] = set()

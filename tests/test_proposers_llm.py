@@ -408,3 +408,20 @@ def test_concurrent_requests_get_different_hints(server):
     used = sorted(hints.index(h) for text in sent for h in hints if h in text)
     assert used == [0, 1, 2]  # one different suggestion per request, in turn
     assert LLMProposer("gpt-4o-mini", hints=False).hints == []
+
+
+def test_cost_budget_stops_new_calls():
+    reply = "```scheme\n(param a 1.0)\n(* a cycle)\n```"
+    context = rich_context()
+    context.budget = Budget(cost_left_usd=0.0)
+    llm = LLMProposer("gpt-4o-mini", per_request=1, validator=validate_static,
+                      completion_kwargs={"mock_response": reply})
+    assert llm.propose(context, 3) == [] and llm.usage.calls == 0
+    assert [f.kind for f in llm.drain_failures()] == ["budget"]
+
+    context.budget = Budget(cost_left_usd=1e-12)  # less than one call: the first one spends it
+    llm = LLMProposer("gpt-4o-mini", per_request=1, concurrency=1, validator=validate_static,
+                      completion_kwargs={"mock_response": reply})
+    props = llm.propose(context, 3)
+    assert len(props) == 1 and llm.usage.calls == 1
+    assert [f.kind for f in llm.drain_failures()] == ["budget", "budget"]
