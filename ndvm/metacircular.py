@@ -157,6 +157,12 @@ class MetacircularProgram:
         return self.direct.theta(params, lanes)
 
     @property
+    def _native(self):
+        """The host's native program: ``ndvm.calibrate`` and ``calibrate_many`` run it, so a
+        calibration through the tower is the fused native loop on the interpreter."""
+        return self.host._native
+
+    @property
     def limits(self):
         """The host's resource limits (the interpreter takes many host steps per program step)."""
         return self.host.limits

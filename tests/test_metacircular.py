@@ -198,6 +198,21 @@ def test_program_like_interface():
     assert meta.run(params={"k": 2.0}, inputs={"y": 3.0}) == direct.run(params={"k": 2.0}, inputs={"y": 3.0})
 
 
+def test_calibration_through_the_tower_equals_direct_calibration():
+    bench = BENCH_PROGRAMS["michaelis_menten"]
+    S = np.linspace(0.1, 2.0, 12)
+    target = 1.7 * S / (0.6 + S)
+    kwargs = dict(inputs={"S": S}, target=target, optimizer="adam", steps=60, restarts=4, seed=3)
+    fit_direct = ndvm.calibrate(ndvm.compile(bench.source), **kwargs)
+    fit_meta = ndvm.calibrate(mc.compile(bench.source), **kwargs)
+    assert fit_meta.error is None and fit_direct.error is None
+    assert fit_meta.loss == pytest.approx(fit_direct.loss, rel=1e-12, abs=1e-300)
+    assert list(fit_meta.params) == list(fit_direct.params) == ["Vmax", "Km"]
+    for name in fit_direct.params:
+        assert fit_meta.params[name] == pytest.approx(fit_direct.params[name], rel=1e-10)
+    np.testing.assert_allclose(fit_meta.history, fit_direct.history, rtol=1e-10)
+
+
 # -------------------------------------------------------------------------------------------
 # Errors of the interpreted program surface as ndvm errors
 
