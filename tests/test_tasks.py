@@ -268,3 +268,32 @@ def test_broken_candidates_score_inf_with_a_reason():
     assert score["test_rmse"] == float("inf") and score["error"]
     unknown = task.fit("(param a 1.0)\n(+ a z)", steps=10, restarts=2)
     assert not unknown.ok and "z" in unknown.error
+
+
+@needs_ndvm
+@needs_data
+def test_group_lanes_give_the_same_fits_as_the_loop():
+    ds = datasets.load("battery", path=NASA)
+    loop, lanes = CurveTask(ds), CurveTask(ds, group_lanes=True)
+    assert "ndvm-task-w" in lanes.lanes_source(BATTERY_REFERENCES[2].source)
+    for ref in BATTERY_REFERENCES[:3]:
+        a = loop.fit(ref.source, optimizer="lbfgs", steps=200, restarts=4, seed=0)
+        b = lanes.fit(ref.source, optimizer="lbfgs", steps=200, restarts=4, seed=0)
+        assert a.ok and b.ok, (a.error, b.error)
+        for group in loop.groups():
+            for name in ref.param_names:
+                assert b.params[group][name] == pytest.approx(a.params[group][name], rel=1e-6, abs=1e-8)
+        assert lanes.score(b)["test_rmse"] == pytest.approx(loop.score(a)["test_rmse"], rel=1e-6)
+
+
+@needs_ndvm
+def test_forecast_gaussian_nll_with_predict_var():
+    task = ForecastTask(datasets.load("enso"), loss="gaussian_nll")
+    source = fc.AR1_SOURCE + "\n(param v 0.2 positive)\n(define (predict-var s) v)"
+    fit = task.fit(source, optimizer="lbfgs", steps=300, restarts=4, seed=0)
+    assert fit.ok, fit.error
+    mse_fit = make_task(datasets.load("enso")).fit(fc.AR1_SOURCE, optimizer="lbfgs", steps=300, restarts=4, seed=0)
+    # a constant variance leaves the mean fit unchanged and estimates the one-step error variance
+    assert fit.params["phi"] == pytest.approx(mse_fit.params["phi"], abs=1e-5)
+    assert fit.params["v"] == pytest.approx(mse_fit.train_loss, rel=1e-4)
+    assert np.isfinite(task.score(fit)["mean_rmse"])
