@@ -54,6 +54,7 @@ class MutationStats:
     produced: int = 0
     no_site: int = 0          # the operator found nothing to edit in that parent
     too_large: int = 0
+    lost_inputs: int = 0      # the edit removed every use of the task's inputs
     static_rejects: int = 0
     compile_rejects: int = 0
     duplicates: int = 0
@@ -290,9 +291,10 @@ class MutationProposer(Proposer):
                 edit = _Edit(parent, self.rng, set(inputs))
                 used_parents = [parent]
                 parent_size = sum(count_nodes(f) for f in parent.forms)
+                parent_inputs = parent.analysis.free & inputs
                 ok = getattr(self, f"_op_{op}")(edit, parent, parents, data, used_parents)
             else:
-                op, used_parents, parent_size = "grow", [], 0
+                op, used_parents, parent_size, parent_inputs = "grow", [], 0, set()
                 edit = _Edit(_Parent("", [], analyze([]), None, 1.0), self.rng, set(inputs))
                 ok = self._op_grow(edit, data or inputs)
             if not ok:
@@ -305,6 +307,10 @@ class MutationProposer(Proposer):
             max_size = max(self.max_nodes, parent_size + 24)
             if size > max_size or n_params > self.max_params or n_params < self.min_params:
                 self.stats.too_large += 1
+                continue
+            # a model that used the data must still use it (a hoist or a subtree can drop x)
+            if used_parents and parent_inputs and not (symbols_in(forms) & parent_inputs):
+                self.stats.lost_inputs += 1
                 continue
             if static_problems(forms, inputs, require_expression=wrapper is None):
                 self.stats.static_rejects += 1

@@ -73,6 +73,7 @@ def test_declarations_stay_consistent(seeds, inputs):
         assert kinds == sorted(kinds, reverse=True), p.source
         assert 1 <= len(params_of(p.source)) <= proposer.max_params
         assert p.param_names == params_of(p.source)
+        assert symbols_in(forms) & set(inputs), p.source  # still a model of the data
 
 
 def test_loop_control_is_never_edited():
@@ -234,3 +235,20 @@ def test_wrapped_forecast_candidates_from_the_enso_task():
     # a candidate breaking the contract is a "contract" failure, not an exception
     broken = validate_source("(param a 1.0)\n(define (init) a)", set(), program_source=forecast.program_source)
     assert not broken.ok and broken.failure.kind == "contract" and "predict" in broken.failure.message
+
+
+@needs_runtime
+def test_proposals_calibrate_on_the_corpus_task():
+    """Mutation proposals are fit for calibration: on the corpus task (y = exp(-0.3 x) cos(2 x) +
+    noise, 64 points), every one of 200 proposals calibrates without error to a finite loss."""
+    import ndvm
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = np.linspace(0.1, 6.0, 64)
+    y = np.exp(-0.3 * x) * np.cos(2 * x) + 0.02 * rng.normal(size=64)
+    props = MutationProposer(seed=0, seed_programs=CLOSED).propose(task(), 200)
+    fits = ndvm.calibrate_many([p.source for p in props], {"x": x}, y, steps=100, restarts=8, threads=2)
+    assert [f.error for f in fits if f.error] == []
+    assert all(np.isfinite(f.loss) for f in fits)
+    assert max(1 - f.loss / np.var(y) for f in fits) > 0.9
