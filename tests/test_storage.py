@@ -16,7 +16,7 @@ import ndvm
 if not hasattr(ndvm, "compile"):
     pytest.skip("the ndvm runtime (ndvm.compile) is not built yet", allow_module_level=True)
 
-from storage import CandidateStore, EvaluationResult, MetricDirectionError, StoreError, StoreLockedError  # noqa: E402
+from storage import CandidateStore, EvaluationResult, MetricDirectionError, StoreError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path("/work/shared/data/ndvm_corpora/cosearch_candidates_valid.jsonl")
