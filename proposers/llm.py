@@ -112,6 +112,12 @@ class _Cost:
         self.cost_usd = plus(self.cost_usd, reply.cost_usd)
 
 
+def _no_code(text: str, proposer: str, model: str) -> Failure:
+    start = " ".join(text.split())[:160]
+    return Failure("extract", f"no program in a fenced ```scheme block in the reply (it began: {start!r})",
+                   None, proposer, model)
+
+
 @dataclass
 class _Round:
     """State shared by the requests of one ``apropose`` call."""
@@ -368,8 +374,7 @@ class LLMProposer(Proposer):
         programs = extract_programs(reply.text)
         rounds = 0
         while not programs and rounds < self.max_repairs:  # ask again once the model forgot the fences
-            self.record_failure(Failure("extract", "no program found in the reply", reply.text[:300], self.name,
-                                        self.model))
+            self.record_failure(_no_code(reply.text, self.name, self.model))
             rounds += 1
             retry = messages + [{"role": "assistant", "content": reply.text},
                                 {"role": "user", "content": Template(load_prompt("no_code.md")).substitute(n=k)}]
@@ -378,8 +383,7 @@ class LLMProposer(Proposer):
                 return []
             programs = extract_programs(reply.text)
         if not programs:
-            self.record_failure(Failure("extract", "no program found in the reply", reply.text[:300], self.name,
-                                        self.model))
+            self.record_failure(_no_code(reply.text, self.name, self.model))
             return []
         programs = programs[:k]
         share = len(programs)
@@ -417,8 +421,7 @@ class LLMProposer(Proposer):
             conversation = conversation + [{"role": "assistant", "content": fixed.text}]
             candidates = extract_programs(fixed.text)
             if not candidates:
-                self.record_failure(Failure("extract", "no program found in the repair reply", fixed.text[:300],
-                                            self.name, self.model))
+                self.record_failure(_no_code(fixed.text, self.name, self.model))
                 return None
             source = candidates[0]
         return None

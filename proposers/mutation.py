@@ -53,7 +53,7 @@ class MutationStats:
     attempts: int = 0
     produced: int = 0
     no_site: int = 0          # the operator found nothing to edit in that parent
-    too_large: int = 0
+    size_rejects: int = 0     # too many nodes or parameters, or no parameter left
     lost_inputs: int = 0      # the edit removed every use of the task's inputs
     static_rejects: int = 0
     compile_rejects: int = 0
@@ -165,7 +165,8 @@ class MutationProposer(Proposer):
             parameter has nothing to calibrate, hence ``min_params=1``).
         validate: check each proposal with ``ndvm.compile`` (recommended; the measured rate of
             the raw generator is in docs/proposers.md).
-        attempts: edits tried per returned proposal before giving up on it.
+        attempts: edits tried per returned proposal before giving up on it; when they run out,
+            ``propose`` returns fewer than ``n`` (``stats`` tells why the edits were rejected).
     """
 
     name = "mutation"
@@ -306,7 +307,7 @@ class MutationProposer(Proposer):
             # the size cap grows with the parent, so large seed programs can still be edited
             max_size = max(self.max_nodes, parent_size + 24)
             if size > max_size or n_params > self.max_params or n_params < self.min_params:
-                self.stats.too_large += 1
+                self.stats.size_rejects += 1
                 continue
             # a model that used the data must still use it (a hoist or a subtree can drop x)
             if used_parents and parent_inputs and not (symbols_in(forms) & parent_inputs):
