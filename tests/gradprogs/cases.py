@@ -147,6 +147,17 @@ case("long-expression-chain",
      "(param a 0.3)\n(define (f v) (+ (* 0.5 v) (sin v)))\n(f (f (f (f (f (f (f (f a))))))))", (0.3,),
      torch_fn=None)
 
+case("expt-negative-base-integral-float-exponent", "(param a -1.3) (+ (expt a 3.0) (expt a 2))", (-1.3,),
+     torch_fn=lambda t, I: t[0] ** 3.0 + t[0] ** 2)
+case("softplus-large-argument", "(param a 8.0) (+ (softplus (* 100 a)) (softplus (* -100 a)))", (8.0,), spread=0.5,
+     torch_fn=lambda t, I: torch.logaddexp(100 * t[0], tt(0.0)) + torch.logaddexp(-100 * t[0], tt(0.0)))
+case("sigmoid-saturated", "(param a 8.0) (+ (sigmoid (* 100 a)) (sigmoid (* -100 a)) a)", (8.0,), spread=0.5,
+     torch_fn=lambda t, I: torch.sigmoid(100 * t[0]) + torch.sigmoid(-100 * t[0]) + t[0])
+case("tanh-saturated", "(param a 8.0) (+ (tanh (* 100 a)) (tanh (* -100 a)) a)", (8.0,), spread=0.5,
+     torch_fn=lambda t, I: torch.tanh(100 * t[0]) + torch.tanh(-100 * t[0]) + t[0])
+case("exp-underflow-times-param", "(param a 8.0) (+ (* a (exp (* -200 a))) (square a))", (8.0,), spread=0.5,
+     torch_fn=lambda t, I: t[0] * torch.exp(-200 * t[0]) + t[0] ** 2)
+
 # ----------------------------------------------------------------------------- closures and higher order
 case("closure-make-adder", "(param a 0.5) (define (make-adder n) (lambda (x) (+ x n))) ((make-adder (* 2 a)) (square a))", (0.5,),
      torch_fn=lambda t, I: t[0] ** 2 + 2 * t[0])
@@ -364,7 +375,7 @@ case("diverge-recursive-fn-sign", "(param a 0.5)\n(define (pw x n) (if (= n 0) 1
      lanes=mixed(SIGNS), torch_fn=lambda t, I: t[0] ** 3 if t[0] < 0 else t[0] ** 4)
 case("diverge-vector-input-branch", "(param a 0.5)\n(if (> a 0) (vsum (square (- x a))) (vsum (* a x)))", (0.5,), inputs={"x": X8},
      lanes=mixed(SIGNS), torch_fn=lambda t, I: torch.sum((I["x"] - t[0]) ** 2) if t[0] > 0 else torch.sum(t[0] * I["x"]))
-case("diverge-nested-in-loop", "(param a 0.5)\n(let loop ((i 0) (s 0.0)) (if (= i 8) s (loop (+ i 1) (+ s (if (> (* a (- i 3.5)) 0) (* a i) (- (* a a))))))))", (0.5,),
+case("diverge-nested-in-loop", "(param a 0.5)\n(let loop ((i 0) (s 0.0)) (if (= i 8) s (loop (+ i 1) (+ s (if (> (* a (- i 3.5)) 0) (* a i) (- (* a a)))))))", (0.5,),
      lanes=mixed(SIGNS), torch_fn=lambda t, I: _nested(t[0]))
 case("diverge-two-params-quadrants", "(param a 0.5) (param b -0.5)\n(cond ((and (> a 0) (> b 0)) (* a b)) ((> a 0) (- a b)) ((> b 0) (+ (* a a) b)) (else (* a b b)))", (0.5, -0.5),
      lanes=np.stack([SIGNS, -SIGNS[::-1] * 0.9], axis=1), torch_fn=lambda t, I: _quad(t[0], t[1]))
