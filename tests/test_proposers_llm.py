@@ -425,3 +425,41 @@ def test_cost_budget_stops_new_calls():
     props = llm.propose(context, 3)
     assert len(props) == 1 and llm.usage.calls == 1
     assert [f.kind for f in llm.drain_failures()] == ["budget", "budget"]
+
+
+@pytest.fixture
+def sent_messages():
+    """The messages litellm is about to send, captured with a litellm callback (pre-API-call hook)."""
+    import litellm
+    from litellm.integrations.custom_logger import CustomLogger
+
+    class Capture(CustomLogger):
+        def __init__(self):
+            super().__init__()
+            self.calls: list[list[dict]] = []
+
+        def log_pre_api_call(self, model, messages, kwargs):
+            self.calls.append(messages)
+
+    capture = Capture()
+    saved = litellm.callbacks
+    litellm.callbacks = [capture]
+    try:
+        yield capture.calls
+    finally:
+        litellm.callbacks = saved
+
+
+def test_mock_response_prompt_and_repair_conversation_as_sent(sent_messages):
+    broken = "```scheme\n(param a 1.0)\n(* a (expt cycle b))\n```"
+    llm = LLMProposer("gpt-4o-mini", per_request=1, max_repairs=1, validator=validate_static, hints=False,
+                      completion_kwargs={"mock_response": broken})
+    assert llm.propose(rich_context(), 1) == []
+    assert len(sent_messages) == 2  # the request and one repair
+    first, repair = sent_messages
+    assert first == build_messages(rich_context(), 1)
+    assert [m["role"] for m in repair] == ["system", "user", "assistant", "user"]
+    assert repair[:2] == first and repair[2]["content"] == broken
+    assert "(* a (expt cycle b))" in repair[3]["content"]
+    assert "undeclared name 'b'" in repair[3]["content"] and "Error (static)" in repair[3]["content"]
+    assert [f.kind for f in llm.drain_failures()] == ["static", "static"]
