@@ -324,7 +324,7 @@ LIMIT_ERRORS = {
     "runaway-mutual-recursion": "(define (f n) (+ 1 (g n)))\n(define (g n) (* 2 (f n)))\n(f 0)",
     "runaway-allocation-cons": "(let loop ((l '())) (loop (cons 1.5 l)))",
     "runaway-allocation-list-doubling": "(let loop ((l (list 1))) (loop (append l l)))",
-    "runaway-allocation-matrix-loop": "(let loop ((acc (zeros 2 2))) (loop (+ acc (ones 200 200))))",
+    "runaway-allocation-matrix-loop": "(let loop ((acc (ones 200 200))) (loop (+ acc (ones 200 200))))",
     "huge-matrix": "(trace (zeros 100000 100000))",
     "huge-identity": "(trace (eye 3000000))",
     "huge-vector": "(vsum (ones 20000000000))",
@@ -352,6 +352,81 @@ def test_limit_errors_in_batched_gradient_runs():
     assert time.perf_counter() - start < LIMIT_SECONDS
 
 
+# Configurable limits (ndvm.compile(source, limits=ndvm.Limits(...))): small budgets stop at once.
+
+def test_small_step_budget():
+    prog = ndvm.compile("(let loop ((i 0)) (loop (+ i 1)))", limits=ndvm.Limits(max_steps=10_000))
+    start = time.perf_counter()
+    with pytest.raises(ndvm.LimitError) as info:
+        prog.run()
+    assert time.perf_counter() - start < 0.5
+    assert "step" in info.value.message
+    ok = ndvm.compile("(let loop ((i 0)) (if (= i 100) i (loop (+ i 1))))", limits=ndvm.Limits(max_steps=10_000))
+    assert ok.run() == 100
+
+
+def test_small_recursion_depth():
+    source = "(define (sum n) (if (= n 0) 0 (+ n (sum (- n 1)))))\n(sum N)"
+    limits = ndvm.Limits(max_depth=200)
+    assert ndvm.compile(source.replace("N", "50"), limits=limits).run() == 1275
+    with pytest.raises(ndvm.LimitError) as info:
+        ndvm.compile(source.replace("N", "1000"), limits=limits).run()
+    assert "depth" in info.value.message
+    # tail calls do not count against the depth
+    assert ndvm.compile("(define (c n) (if (= n 0) 'done (c (- n 1))))\n(c 5000)", limits=limits).run() == "done"
+
+
+def test_small_memory_budget():
+    limits = ndvm.Limits(max_bytes=1 << 20)
+    assert ndvm.compile("(vsum (ones 1000))", limits=limits).run() == 1000.0
+    with pytest.raises(ndvm.LimitError) as info:
+        ndvm.compile("(vsum (ones 1000000))", limits=limits).run()
+    assert "memory" in info.value.message
+    with pytest.raises(ndvm.LimitError):
+        ndvm.compile("(let loop ((l '()) (i 0)) (if (= i 1000000) (length l) (loop (cons 1.5 l) (+ i 1))))",
+                     limits=limits).run()
+
+
+def test_limits_apply_to_batched_gradients():
+    prog = ndvm.compile("(param a 0.5) (let loop ((x a)) (loop (+ x 1)))", limits=ndvm.Limits(max_steps=10_000))
+    with pytest.raises(ndvm.LimitError):
+        prog.value_and_grad(np.full((64, 1), 0.5))
+
+
+_MEMORY_CHILD = textwrap.dedent("""
+    import json, resource, sys
+    import ndvm
+    src = sys.stdin.read()
+    try:
+        ndvm.compile(src, limits=ndvm.Limits(max_bytes=256 << 20)).run()
+        kind = "value"
+    except ndvm.NDVMError as exc:
+        kind = type(exc).__name__
+    print(json.dumps({"kind": kind, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+""")
+
+RUNAWAY_ALLOCATION = {
+    "list-doubling": "(let loop ((l (list 1))) (loop (append l l)))",
+    "cons-loop": "(let loop ((l '())) (loop (cons 1.5 l)))",
+    "tail-self-call": "(define (f) (f))\n(f)",
+    "tail-mutual-call": "(define (f n) (g n))\n(define (g n) (f n))\n(f 1)",
+    "closure-loop": "(let loop ((f (lambda () 0))) (loop (lambda () (f))))",
+    "vector-loop": "(let loop ((v (ones 1000))) (loop (+ v 1.0)))",
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", RUNAWAY_ALLOCATION)
+def test_memory_budget_bounds_real_memory(name):
+    """With a 256 MiB budget, a runaway program stops with LimitError before the process grows far past it."""
+    proc = subprocess.run([sys.executable, "-c", _MEMORY_CHILD], input=RUNAWAY_ALLOCATION[name],
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, f"{name}: process died with {proc.returncode}: {proc.stderr[-2000:]}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["kind"] == "LimitError", report
+    assert report["peak_kb"] < (256 + 400) * 1024, f"{name}: peak RSS {report['peak_kb'] / 1024:.0f} MiB"
+
+
 def test_runtime_keeps_working_after_errors():
     for source in ("(car 1.0)", "(let loop () (loop))", "(define (f n) (+ 1 (f n)))\n(f 0)"):
         with pytest.raises(ndvm.NDVMError):
@@ -377,6 +452,10 @@ NASTY = {
     "deep-non-tail-recursion": "(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1)))))\n(f 100000000)",
     "deep-list-to-python": "(let loop ((i 0) (acc '())) (if (= i 100000) acc (loop (+ i 1) (list acc))))",
     "exception-in-map-callback": "(map (lambda (x) (car x)) '(1 2))",
+    "deep-equal-same-object": "(define d (let loop ((i 0) (acc '())) (if (= i 100000) acc (loop (+ i 1) (list acc)))))\n(equal? d d)",
+    "deep-equal-car-chain": "(define (mk i acc) (if (= i 100000) acc (mk (+ i 1) (cons acc 1))))\n(equal? (mk 0 1) (mk 0 1))",
+    "deep-nested-list-result": "(let loop ((i 0) (acc '())) (if (= i 30000) acc (loop (+ i 1) (list acc))))",
+    "apply-huge-list": "(define (build n acc) (if (= n 0) acc (build (- n 1) (cons n acc))))\n(apply + (build 1000000 '()))",
 }
 
 _CHILD = textwrap.dedent("""

@@ -253,3 +253,6 @@
 
 ;;; list-eqv-empty
 (list (eqv? '() '()) (equal? 1.0 1.0) (eqv? 'a 'a))
+
+;;; equal-nested-exactness
+(list (equal? '(1 (2)) '(1 (2.0))) (equal? '(1 (2)) '(1 (2))))

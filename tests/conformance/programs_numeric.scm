@@ -252,3 +252,9 @@
 ;;; num-apply-plus-iota-1000
 (define (iota n) (let loop ((i (- n 1)) (acc '())) (if (< i 0) acc (loop (- i 1) (cons i acc)))))
 (apply + (iota 1000))
+
+;;; num-exact-integer-past-2-pow-53
+(+ 9007199254740992 1)
+
+;;; num-exact-product-past-2-pow-53
+(* 94906267 94906267)
