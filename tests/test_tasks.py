@@ -119,6 +119,20 @@ def test_forecast_candidate_contract():
     assert "(define (predict s)" in text and "leads 1..12" in text and "calendar month 1" in text
 
 
+def test_forecast_task_on_user_series(tmp_path):
+    path = tmp_path / "series.csv"
+    rng = np.random.default_rng(0)
+    y = np.zeros(300)
+    for t in range(1, 300):
+        y[t] = 0.8 * y[t - 1] + rng.normal()
+    pl.DataFrame({"t": np.arange(300.0), "v": y}).write_csv(path)
+    task = make_task(datasets.load(path, x="t", y="v"), kind="forecast")
+    assert task.n_train == 210 and task.first_month is None
+    rows = {r["model"]: r for r in task.score_references()}
+    assert rows["damped-persistence"]["mean_rmse"] < rows["persistence"]["mean_rmse"]
+    assert "calendar month" not in task.contract_text().split("\n")[0]
+
+
 def test_sexpr_reader():
     src = "; comment\n(param a 1.0) #| block |# (define (f x) (* a x)) (define k 2) 'sym (f k)"
     assert sexpr.top_level_forms(src) == ["(param a 1.0)", "(define (f x) (* a x))", "(define k 2)", "'sym", "(f k)"]
@@ -158,7 +172,8 @@ def test_forecast_drivers_under_guile():
     pred = phi * np.concatenate([[0.0], y[:-1]])
     assert loss == pytest.approx(np.mean((y - pred)[12:] ** 2), rel=1e-12)
     text = _guile(task.forecast_source(candidate), task.y, "(ndvm-task-forecasts")
-    forecasts = np.array(eval(text.replace("(", "[").replace(")", "]").replace(" ", ",")))
+    rows = text.strip()[2:-2].split(") (")  # Guile writes ((f1 ... f12) (f1 ... f12) ...)
+    forecasts = np.array([[float(v) for v in row.split()] for row in rows])
     assert forecasts.shape == (240, 12)
     assert np.allclose(forecasts, task.y[task.origins][:, None] * phi ** np.arange(1, 13), atol=1e-12)
 
