@@ -66,7 +66,30 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {}
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ndvm import bench
+
+    argv = []
+    if args.suite:
+        for s in args.suite:
+            argv += ["--suite", s]
+    if args.json:
+        argv += ["--json", args.json]
+    if args.quick:
+        argv.append("--quick")
+    return int(bench.main(argv) or 0)
+
+
+def _register_pipeline(sub) -> None:
+    """The pipeline commands (discover, serve, ui, ...) live in flows/, which imports Prefect,
+    MLflow and litellm; ndvm itself does not depend on them."""
+    try:
+        from flows.cli import register
+    except ImportError as exc:  # the library installed without the pipeline
+        if "flows" not in str(exc):
+            raise
+        return
+    register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,8 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(fn=cmd_check)
 
-    for name, register in COMMANDS.items():
-        register(sub)
+    p = sub.add_parser("bench", help="run the benchmark suites (tables, --json PATH)")
+    p.add_argument("--suite", action="append", help="a suite to run (repeatable); default: all")
+    p.add_argument("--json", help="write the results as JSON")
+    p.add_argument("--quick", action="store_true", help="small repetitions, for a smoke run")
+    p.set_defaults(fn=cmd_bench)
+
+    _register_pipeline(sub)
     return parser
 
 

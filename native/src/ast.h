@@ -25,6 +25,7 @@ enum NodeKind : uint8_t {
   N_OR,        // kids
   N_LOOP,      // a frame-reusing loop: slots[i] := kids[i] for the inits, then body = kids.back()
   N_RECUR,     // loop: target N_LOOP; kids are the new values of its slots; jumps to its body
+  N_ARITH2,    // a = Op (+ - * / with exactly two operands): skips the generic primitive call
 };
 
 struct Lambda;

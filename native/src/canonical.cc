@@ -40,11 +40,24 @@ class Canon {
   std::map<std::string, std::string> param_constraint_, param_name_;
   std::vector<std::string> param_order_;
   int next_var_ = 0;
+  // While computing sort keys for commutative arguments, names are masked (P, V) so that the order
+  // does not depend on which parameter happened to be named first.
+  bool masking_ = false;
+
+  std::string sort_key(const Datum& d) {
+    bool was = masking_;
+    int saved = next_var_;
+    masking_ = true;
+    std::string k = expr(d);
+    masking_ = was;
+    next_var_ = saved;
+    return k;
+  }
 
   std::string bind(const std::string& name) {
     std::string v = "v" + std::to_string(next_var_++);
     scopes_.back()[name] = v;
-    return v;
+    return masking_ ? "V" : v;
   }
   bool bound(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
@@ -54,9 +67,10 @@ class Canon {
   std::string ref(const std::string& name) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
       auto f = it->find(name);
-      if (f != it->end()) return f->second;
+      if (f != it->end()) return masking_ ? "V" : f->second;
     }
     if (param_constraint_.count(name)) {
+      if (masking_) return "P";
       if (!param_name_.count(name)) {
         param_name_[name] = "p" + std::to_string(param_order_.size());
         param_order_.push_back(name);
@@ -186,11 +200,12 @@ class Canon {
     if (h == "letrec" || h == "letrec*") return let_like(d, h, false, true);
     if (h == "do") return let_like(d, h, false, false);
     if ((h == "+" || h == "*" || h == "min" || h == "max") && !param_constraint_.count(h)) {
-      std::vector<std::string> args;
-      for (size_t i = 1; i < d.items.size(); ++i) args.push_back(expr(*d.items[i]));
-      std::sort(args.begin(), args.end());
+      std::vector<std::pair<std::string, size_t>> keyed;
+      for (size_t i = 1; i < d.items.size(); ++i) keyed.emplace_back(sort_key(*d.items[i]), i);
+      std::stable_sort(keyed.begin(), keyed.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
       std::string out = '(' + h;
-      for (auto& a : args) out += ' ' + a;
+      for (auto& k : keyed) out += ' ' + (masking_ ? k.first : expr(*d.items[k.second]));
       return out + ')';
     }
     return generic(d);

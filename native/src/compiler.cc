@@ -355,6 +355,10 @@ class Compiler {
     n->a = pid;
     n->name = pi.name;
     for (size_t i = 1; i < d.items.size(); ++i) n->kids.push_back(compile(*d.items[i], s, Ctx{}));
+    if (nargs == 2 && (pid == P_ADD || pid == P_SUB || pid == P_MUL || pid == P_DIV)) {
+      n->kind = N_ARITH2;  // the opcode values are fixed in vm.h: O_ADD, O_SUB, O_MUL, O_DIV
+      n->a = pid == P_ADD ? 0 : pid == P_SUB ? 1 : pid == P_MUL ? 2 : 3;
+    }
     return n;
   }
 

@@ -83,6 +83,10 @@ double der1(Op op, double x, double z) {
 
 template <class F>
 inline void map2(double* o, uint32_t n, uint32_t Lo, View a, View b, F f) {
+  if (Lo == 1) {  // one lane: only element broadcasting
+    for (uint32_t i = 0; i < n; ++i) o[i] = f(a.p[i * a.es], b.p[i * b.es]);
+    return;
+  }
   for (uint32_t i = 0; i < n; ++i) {
     const double* pa = a.p + i * a.es;
     const double* pb = b.p + i * b.es;
@@ -126,6 +130,16 @@ std::string opname(const Node* site) { return site && !site->name.empty() ? "'" 
 // ---- elementwise ---------------------------------------------------------------------------
 
 Value VM::binary(Op op, Value a, Value b, const Node* site) {
+  // fast path: two inexact scalars (the bulk of scalar model code)
+  if (a.tag == T_NUM && b.tag == T_NUM && (a.rank | b.rank) == 0 && !((a.flags | b.flags) & NF_EXACT) && op <= O_DIV) {
+    bool uni = a.uniform() && b.uniform();
+    Value out = alloc_num(0, 1, 1, uni);
+    uint32_t Lo = uni ? 1 : L;
+    fwd2(op, data(out), 1, Lo, View{data(a), 0, a.uniform() ? 0u : 1u}, View{data(b), 0, b.uniform() ? 0u : 1u});
+    if (prog->f32) round_f32(data(out), Lo);
+    if (recording && ((a.flags | b.flags) & NF_ACTIVE)) record(op, out, {a, b});
+    return out;
+  }
   if (a.tag != T_NUM) type_error(site, "numbers", a);
   if (b.tag != T_NUM) type_error(site, "numbers", b);
   // shape: equal shapes, or a scalar broadcast against anything
@@ -377,6 +391,19 @@ Value VM::gemm(Value a, Value b, uint32_t m, uint32_t k, uint32_t n, int out_ran
   uint32_t Lo = uni ? 1 : L;
   View va = view(*this, a, false), vb = view(*this, b, false);
   double* o = data(out);
+  if (Lo == 1) {  // one lane (B = 1 or both uniform): a plain small matrix product
+    const double* A = va.p;
+    const double* Bm = vb.p;
+    for (uint32_t i = 0; i < m; ++i)
+      for (uint32_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (uint32_t q = 0; q < k; ++q) acc += A[i * k + q] * Bm[q * n + j];
+        o[i * n + j] = acc;
+      }
+    if (prog->f32) round_f32(o, static_cast<size_t>(m) * n);
+    if (recording && (a.active() || b.active())) record(O_GEMM, out, {a, b}, m, k, n);
+    return out;
+  }
   std::memset(o, 0, sizeof(double) * m * n * Lo);
   for (uint32_t i = 0; i < m; ++i)
     for (uint32_t j = 0; j < n; ++j) {
@@ -471,8 +498,20 @@ Value VM::inv(Value a, const Node*) {
   int n = static_cast<int>(a.rows);
   Value out = alloc_num(2, n, n, a.uniform());
   uint32_t lanes = lanes_of(a);
-  scratch.resize(5 * n * n + 8);
-  std::vector<int> piv(n);
+  if (n == 2) {  // closed form, vectorized over lanes: the common case of small state-space models
+    const double *a0 = data(a), *a1 = a0 + lanes, *a2 = a1 + lanes, *a3 = a2 + lanes;
+    double *y0 = data(out), *y1 = y0 + lanes, *y2 = y1 + lanes, *y3 = y2 + lanes;
+    for (uint32_t l = 0; l < lanes; ++l) {
+      double det = a0[l] * a3[l] - a1[l] * a2[l];
+      y0[l] = a3[l] / det; y1[l] = -a1[l] / det; y2[l] = -a2[l] / det; y3[l] = a0[l] / det;
+    }
+    if (prog->f32) round_f32(data(out), 4u * lanes);
+    if (recording && a.active()) record(O_INV, out, {a}, n);
+    return out;
+  }
+  if (scratch.size() < 5u * n * n + 8) scratch.resize(5u * n * n + 8);
+  if (pivots.size() < static_cast<size_t>(n)) pivots.resize(n);
+  int* piv = pivots.data();
   double *A = scratch.data(), *Y = A + n * n, *W = Y + n * n, *T = W + n * n;
   for (uint32_t l = 0; l < lanes; ++l) {
     gather(*this, a, l, A);
@@ -480,7 +519,7 @@ Value VM::inv(Value a, const Node*) {
       double det = A[0] * A[3] - A[1] * A[2];
       Y[0] = A[3] / det; Y[1] = -A[1] / det; Y[2] = -A[2] / det; Y[3] = A[0] / det;
     } else {
-      invert(A, n, Y, W, piv.data(), T);
+      invert(A, n, Y, W, piv, T);
     }
     scatter(*this, out, l, Y);
   }
@@ -495,14 +534,15 @@ Value VM::solve(Value a, Value b, const Node*) {
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(b.rank, b.rows, b.cols(), uni);
   uint32_t lanes = uni ? 1 : L;
-  scratch.resize(2 * n * n + 2 * n * m + 8);
-  std::vector<int> piv(n);
+  if (scratch.size() < 2u * n * n + 2u * n * m + 8) scratch.resize(2u * n * n + 2u * n * m + 8);
+  if (pivots.size() < static_cast<size_t>(n)) pivots.resize(n);
+  int* piv = pivots.data();
   double *A = scratch.data(), *X = A + n * n, *T = X + n * m;
   for (uint32_t l = 0; l < lanes; ++l) {
     gather(*this, a, a.uniform() ? 0 : l, A);
     gather(*this, b, b.uniform() ? 0 : l, X);
-    if (!lu(A, n, piv.data())) for (int i = 0; i < n * m; ++i) X[i] = NAN;
-    else lu_solve(A, piv.data(), n, X, m, T);
+    if (!lu(A, n, piv)) for (int i = 0; i < n * m; ++i) X[i] = NAN;
+    else lu_solve(A, piv, n, X, m, T);
     scatter(*this, out, l, X);
   }
   if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * m * lanes);
@@ -514,7 +554,7 @@ Value VM::cholesky(Value a, const Node*) {
   int n = static_cast<int>(a.rows);
   Value out = alloc_num(2, n, n, a.uniform());
   uint32_t lanes = lanes_of(a);
-  scratch.resize(2 * n * n + 8);
+  if (scratch.size() < 2u * n * n + 8) scratch.resize(2u * n * n + 8);
   double *A = scratch.data(), *C = A + n * n;
   for (uint32_t l = 0; l < lanes; ++l) {
     gather(*this, a, l, A);
@@ -564,15 +604,16 @@ Value VM::reduce(Op op, Value a) {
       break;
     case O_DET:
     case O_LOGDET: {
-      scratch.resize(n * n + 8);
-      std::vector<int> piv(n);
+      if (scratch.size() < static_cast<size_t>(n) * n + 8) scratch.resize(static_cast<size_t>(n) * n + 8);
+      if (pivots.size() < static_cast<size_t>(n)) pivots.resize(n);
+      int* piv = pivots.data();
       for (uint32_t l = 0; l < lanes; ++l) {
         double* A = scratch.data();
         gather(*this, a, l, A);
         double det;
         if (n == 2) det = A[0] * A[3] - A[1] * A[2];
         else {
-          int sign = lu(A, n, piv.data());
+          int sign = lu(A, n, piv);
           det = sign;
           for (int i = 0; i < n && sign; ++i) det *= A[i * n + i];
           if (!sign) det = 0;
@@ -588,6 +629,71 @@ Value VM::reduce(Op op, Value a) {
   return out;
 }
 
+namespace {
+
+// Local derivatives of the binary operations: da, db given x, y and the output z.
+struct DAdd { static double da(double, double, double) { return 1; } static double db(double, double, double) { return 1; } };
+struct DSub { static double da(double, double, double) { return 1; } static double db(double, double, double) { return -1; } };
+struct DMul { static double da(double, double y, double) { return y; } static double db(double x, double, double) { return x; } };
+struct DDiv { static double da(double, double y, double) { return 1 / y; } static double db(double, double y, double z) { return -z / y; } };
+struct DPow {
+  static double da(double x, double y, double) { return y == 0 ? 0 : y * std::pow(x, y - 1); }
+  static double db(double x, double, double z) { return z == 0 ? 0 : z * std::log(x); }
+};
+struct DAtan2 {
+  static double da(double x, double y, double) { return y / (x * x + y * y); }
+  static double db(double x, double y, double) { return -x / (x * x + y * y); }
+};
+struct DMin { static double da(double x, double y, double) { return y < x ? 0 : 1; } static double db(double x, double y, double) { return y < x ? 1 : 0; } };
+struct DMax { static double da(double x, double y, double) { return y > x ? 0 : 1; } static double db(double x, double y, double) { return y > x ? 1 : 0; } };
+
+template <class D>
+void bwd2(VM& vm, const Value* in, const double* go, const double* z, uint32_t n, uint32_t Lo) {
+  const Value& a = in[0];
+  const Value& b = in[1];
+  View va = view(vm, a, true), vb = view(vm, b, true);
+  double* ga = a.active() ? vm.adj + a.n.off : nullptr;
+  double* gb = b.active() ? vm.adj + b.n.off : nullptr;
+  if (va.es == Lo && vb.es == Lo && va.ls && vb.ls) {  // same layout as the output: flat loops
+    size_t total = static_cast<size_t>(n) * Lo;
+    // a zero cotangent contributes nothing, even where the local derivative is infinite
+    if (ga)
+      for (size_t i = 0; i < total; ++i) {
+        double c = go[i] * D::da(va.p[i], vb.p[i], z[i]);
+        ga[i] += go[i] != 0 ? c : 0.0;
+      }
+    if (gb)
+      for (size_t i = 0; i < total; ++i) {
+        double c = go[i] * D::db(va.p[i], vb.p[i], z[i]);
+        gb[i] += go[i] != 0 ? c : 0.0;
+      }
+    return;
+  }
+  if (Lo == 1) {  // one lane: broadcasting is only over elements
+    for (uint32_t i = 0; i < n; ++i) {
+      double g = go[i];
+      if (g == 0) continue;
+      size_t ia = i * va.es, ib = i * vb.es;
+      double x = va.p[ia], y = vb.p[ib];
+      if (ga) ga[ia] += g * D::da(x, y, z[i]);
+      if (gb) gb[ib] += g * D::db(x, y, z[i]);
+    }
+    return;
+  }
+  for (uint32_t i = 0; i < n; ++i)
+    for (uint32_t l = 0; l < Lo; ++l) {
+      size_t io = static_cast<size_t>(i) * Lo + l;
+      double g = go[io];
+      if (g == 0) continue;
+      size_t ia = i * va.es + l * va.ls, ib = i * vb.es + l * vb.ls;
+      double x = va.p[ia], y = vb.p[ib];
+      if (ga) ga[ia] += g * D::da(x, y, z[io]);
+      if (gb) gb[ib] += g * D::db(x, y, z[io]);
+    }
+}
+
+}  // namespace
+
 // ---- backward ------------------------------------------------------------------------------
 
 void backward_record(VM& vm, const TapeRec& t) {
@@ -600,38 +706,14 @@ void backward_record(VM& vm, const TapeRec& t) {
   const uint32_t n = out.numel();
 
   switch (t.op) {
-    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_ATAN2: case O_MIN: case O_MAX: {
-      const Value& a = in[0];
-      const Value& b = in[1];
-      View va = view(vm, a, true), vb = view(vm, b, true);
-      double* ga = a.active() ? adj + a.n.off : nullptr;
-      double* gb = b.active() ? adj + b.n.off : nullptr;
-      for (uint32_t i = 0; i < n; ++i)
-        for (uint32_t l = 0; l < Lo; ++l) {
-          size_t io = static_cast<size_t>(i) * Lo + l;
-          double g = go[io];
-          if (g == 0) continue;
-          size_t ia = i * va.es + l * va.ls, ib = i * vb.es + l * vb.ls;
-          double x = va.p[ia], y = vb.p[ib];
-          double da = 0, db = 0;
-          switch (t.op) {
-            case O_ADD: da = 1; db = 1; break;
-            case O_SUB: da = 1; db = -1; break;
-            case O_MUL: da = y; db = x; break;
-            case O_DIV: da = 1 / y; db = -x / (y * y); break;
-            case O_POW:
-              da = y == 0 ? 0 : y * std::pow(x, y - 1);
-              if (gb) db = z[io] == 0 ? 0 : z[io] * std::log(x);
-              break;
-            case O_ATAN2: { double r = x * x + y * y; da = y / r; db = -x / r; break; }
-            case O_MIN: da = y < x ? 0 : 1; db = 1 - da; break;
-            case O_MAX: da = y > x ? 0 : 1; db = 1 - da; break;
-          }
-          if (ga) ga[ia] += g * da;
-          if (gb) gb[ib] += g * db;
-        }
-      break;
-    }
+    case O_ADD: bwd2<DAdd>(vm, in, go, z, n, Lo); break;
+    case O_SUB: bwd2<DSub>(vm, in, go, z, n, Lo); break;
+    case O_MUL: bwd2<DMul>(vm, in, go, z, n, Lo); break;
+    case O_DIV: bwd2<DDiv>(vm, in, go, z, n, Lo); break;
+    case O_POW: bwd2<DPow>(vm, in, go, z, n, Lo); break;
+    case O_ATAN2: bwd2<DAtan2>(vm, in, go, z, n, Lo); break;
+    case O_MIN: bwd2<DMin>(vm, in, go, z, n, Lo); break;
+    case O_MAX: bwd2<DMax>(vm, in, go, z, n, Lo); break;
     case O_NEG: case O_EXP: case O_LOG: case O_SQRT: case O_SIN: case O_COS: case O_TAN: case O_ASIN:
     case O_ACOS: case O_ATAN: case O_TANH: case O_ABS: case O_SQUARE: case O_SIGMOID: case O_SOFTPLUS: {
       const double* x = vm.data(in[0]);
@@ -680,6 +762,30 @@ void backward_record(VM& vm, const TapeRec& t) {
       View va = view(vm, a, false), vb = view(vm, b, false);
       double* ga = a.active() ? adj + a.n.off : nullptr;
       double* gb = b.active() ? adj + b.n.off : nullptr;
+      if (Lo == 1) {
+        for (uint32_t i = 0; i < m; ++i)
+          for (uint32_t j = 0; j < nn; ++j) {
+            double g = go[i * nn + j];
+            if (g == 0) continue;
+            for (uint32_t q = 0; q < k; ++q) {
+              if (ga) ga[i * k + q] += g * vb.p[q * nn + j];
+              if (gb) gb[q * nn + j] += g * va.p[i * k + q];
+            }
+          }
+        break;
+      }
+      if (va.ls && vb.ls) {  // both lane-varying: contiguous lane loops
+        for (uint32_t i = 0; i < m; ++i)
+          for (uint32_t j = 0; j < nn; ++j) {
+            const double* g = go + (static_cast<size_t>(i) * nn + j) * Lo;
+            for (uint32_t q = 0; q < k; ++q) {
+              size_t ea = (static_cast<size_t>(i) * k + q) * Lo, eb = (static_cast<size_t>(q) * nn + j) * Lo;
+              if (ga) { double* d = ga + ea; const double* y = vb.p + eb; for (uint32_t l = 0; l < Lo; ++l) d[l] += g[l] * y[l]; }
+              if (gb) { double* d = gb + eb; const double* x = va.p + ea; for (uint32_t l = 0; l < Lo; ++l) d[l] += g[l] * x[l]; }
+            }
+          }
+        break;
+      }
       for (uint32_t i = 0; i < m; ++i)
         for (uint32_t j = 0; j < nn; ++j) {
           const double* g = go + (static_cast<size_t>(i) * nn + j) * Lo;
@@ -718,16 +824,47 @@ void backward_record(VM& vm, const TapeRec& t) {
       // per lane: d det = det A^-T, d logdet = A^-T, d inv: -Y^T G Y^T, cholesky: Murray (2016)
       const Value& a = in[0];
       int d = static_cast<int>(t.d0);
+      if (d == 2 && t.op != O_CHOL && !a.uniform()) {  // closed forms, vectorized over lanes
+        const double *a0 = vm.data(a), *a1 = a0 + Lo, *a2 = a1 + Lo, *a3 = a2 + Lo;
+        double *g0 = adj + a.n.off, *g1 = g0 + Lo, *g2 = g1 + Lo, *g3 = g2 + Lo;
+        if (t.op == O_INV) {
+          const double *y0 = z, *y1 = y0 + Lo, *y2 = y1 + Lo, *y3 = y2 + Lo;
+          const double *h0 = go, *h1 = h0 + Lo, *h2 = h1 + Lo, *h3 = h2 + Lo;
+          for (uint32_t l = 0; l < Lo; ++l) {
+            // W = Y^T G, R = -W Y^T
+            double w0 = y0[l] * h0[l] + y2[l] * h2[l], w1 = y0[l] * h1[l] + y2[l] * h3[l];
+            double w2 = y1[l] * h0[l] + y3[l] * h2[l], w3 = y1[l] * h1[l] + y3[l] * h3[l];
+            g0[l] -= w0 * y0[l] + w1 * y1[l];
+            g1[l] -= w0 * y2[l] + w1 * y3[l];
+            g2[l] -= w2 * y0[l] + w3 * y1[l];
+            g3[l] -= w2 * y2[l] + w3 * y3[l];
+          }
+        } else {
+          for (uint32_t l = 0; l < Lo; ++l) {
+            double det = a0[l] * a3[l] - a1[l] * a2[l];
+            double s = (t.op == O_DET ? go[l] * z[l] : go[l]) / det;  // A^-T = [a3 -a2; -a1 a0] / det
+            if (go[l] == 0) continue;
+            g0[l] += s * a3[l]; g1[l] -= s * a2[l]; g2[l] -= s * a1[l]; g3[l] += s * a0[l];
+          }
+        }
+        break;
+      }
       size_t dd = static_cast<size_t>(d) * d;
-      std::vector<double> buf(6 * dd + 8);
-      std::vector<int> piv(d);
-      double *A = buf.data(), *Ainv = A + dd, *G = Ainv + dd, *R = G + dd, *W = R + dd, *T = W + dd;
+      if (vm.scratch.size() < 6 * dd + 8) vm.scratch.resize(6 * dd + 8);
+      if (vm.pivots.size() < static_cast<size_t>(d)) vm.pivots.resize(d);
+      int* piv = vm.pivots.data();
+      double *A = vm.scratch.data(), *Ainv = A + dd, *G = Ainv + dd, *R = G + dd, *W = R + dd, *T = W + dd;
       for (uint32_t l = 0; l < Lo; ++l) {
         if (t.op == O_DET || t.op == O_LOGDET) {
           double g = go[l];
           if (g == 0) continue;
           gather(vm, a, l, A);
-          invert(A, d, Ainv, W, piv.data(), T);
+          if (d == 2) {
+            double det = A[0] * A[3] - A[1] * A[2];
+            Ainv[0] = A[3] / det; Ainv[1] = -A[1] / det; Ainv[2] = -A[2] / det; Ainv[3] = A[0] / det;
+          } else {
+            invert(A, d, Ainv, W, piv, T);
+          }
           double s = t.op == O_DET ? g * z[l] : g;
           for (int i = 0; i < d; ++i)
             for (int j = 0; j < d; ++j) R[i * d + j] = s * Ainv[j * d + i];
@@ -758,7 +895,7 @@ void backward_record(VM& vm, const TapeRec& t) {
               W[i * d + j] = j > i ? 0 : (j == i ? 0.5 * s : s);
             }
           // S = L^-T P L^-1, via Linv
-          invert(A, d, Ainv, T, piv.data(), R);
+          invert(A, d, Ainv, T, piv, R);
           for (int i = 0; i < d; ++i)
             for (int j = 0; j < d; ++j) {
               double s = 0;
@@ -788,16 +925,17 @@ void backward_record(VM& vm, const TapeRec& t) {
       const Value& b = in[1];
       int d = static_cast<int>(t.d0), m = static_cast<int>(t.d1);
       size_t dd = static_cast<size_t>(d) * d, dm = static_cast<size_t>(d) * m;
-      std::vector<double> buf(3 * dd + 3 * dm + 8);
-      std::vector<int> piv(d);
-      double *A = buf.data(), *AT = A + dd, *X = AT + dd, *GB = X + dm, *T = GB + dm, *RA = T + dm;
+      if (vm.scratch.size() < 3 * dd + 3 * dm + 8) vm.scratch.resize(3 * dd + 3 * dm + 8);
+      if (vm.pivots.size() < static_cast<size_t>(d)) vm.pivots.resize(d);
+      int* piv = vm.pivots.data();
+      double *A = vm.scratch.data(), *AT = A + dd, *X = AT + dd, *GB = X + dm, *T = GB + dm, *RA = T + dm;
       for (uint32_t l = 0; l < Lo; ++l) {
         gather(vm, a, a.uniform() ? 0 : l, A);
         for (int i = 0; i < d; ++i)
           for (int j = 0; j < d; ++j) AT[i * d + j] = A[j * d + i];
         for (size_t e = 0; e < dm; ++e) GB[e] = go[e * Lo + l];
-        if (!lu(AT, d, piv.data())) for (size_t e = 0; e < dm; ++e) GB[e] = NAN;
-        else lu_solve(AT, piv.data(), d, GB, m, T);
+        if (!lu(AT, d, piv)) for (size_t e = 0; e < dm; ++e) GB[e] = NAN;
+        else lu_solve(AT, piv, d, GB, m, T);
         if (b.active()) scatter_add(vm, adj, b, l, GB);
         if (a.active()) {
           gather(vm, out, l, X);

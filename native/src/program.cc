@@ -37,7 +37,10 @@ void load(const Program& p, VM& vm, const double* theta, int P, const std::vecto
     double* d = vm.data(v);
     for (int l = 0; l < L; ++l) d[l] = theta[static_cast<size_t>(lanes[l]) * P + j];
     if (p.f32) for (int l = 0; l < L; ++l) d[l] = static_cast<float>(d[l]);
-    if (grad) v.flags |= NF_ACTIVE;
+    if (grad) {
+      v.flags |= NF_ACTIVE;
+      vm.zero_adjoint(v);
+    }
     vm.params[j] = v;
   }
   for (size_t i = 0; i < p.inputs.size(); ++i) {
@@ -64,7 +67,10 @@ void load(const Program& p, VM& vm, const double* theta, int P, const std::vecto
     }
     if (grad && input_grad_ids)
       for (int id : *input_grad_ids)
-        if (id == static_cast<int>(i)) v.flags |= NF_ACTIVE;
+        if (id == static_cast<int>(i)) {
+          v.flags |= NF_ACTIVE;
+          vm.zero_adjoint(v);
+        }
     vm.inputs[i] = v;
   }
 }
@@ -120,7 +126,8 @@ struct Driver {
     if (!grad && !loss) return;
 
     // objective per lane and its adjoint seed
-    if (grad) vm.prepare_adjoints();
+    // an inactive result has no zeroed adjoint of its own: seed into a scratch slot instead
+    if (grad && !out.active()) vm.zero_adjoint(out);
     double* seed = grad ? vm.adj + out.n.off : nullptr;
     LossKind kind = loss ? loss->kind : LossKind::Value;
     for (int l = 0; l < L; ++l) {

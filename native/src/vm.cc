@@ -47,6 +47,7 @@ void VM::reset(const Program& p, int lanes, bool rec, const Limits& l) {
   inputs.assign(p.inputs.size(), Value());
 }
 
+// The adjoint buffer mirrors the payload arena (same offsets), so it grows with it.
 void VM::grow_payload(size_t need) {
   if (need <= pay_cap) return;
   size_t cap = pay_cap ? pay_cap : 4096;
@@ -54,7 +55,10 @@ void VM::grow_payload(size_t need) {
   double* p = static_cast<double*>(std::realloc(pay, cap * sizeof(double)));
   if (!p) throw std::bad_alloc();
   pay = p;
-  pay_cap = cap;
+  double* a = static_cast<double*>(std::realloc(adj, cap * sizeof(double)));
+  if (!a) throw std::bad_alloc();
+  adj = a;
+  pay_cap = adj_cap = cap;
 }
 
 void VM::check_memory(const Node* site) {
@@ -66,22 +70,10 @@ void VM::check_memory(const Node* site) {
                 site ? site->line : 0, site ? site->col : 0);
 }
 
-Value VM::alloc_num(int rank, uint32_t rows, uint32_t cols, bool uniform) {
-  Value v;
-  v.tag = T_NUM;
-  v.rank = static_cast<uint8_t>(rank);
-  v.rows = rank == 0 ? 1 : rows;
-  v.n.cols = rank == 2 ? cols : 1;
-  v.flags = uniform ? NF_UNIFORM : 0;
-  size_t n = static_cast<size_t>(v.numel()) * (uniform ? 1 : L);
-  if (pay_top + n > pay_cap) {
-    if ((pay_top + n) * sizeof(double) > lim->max_bytes || pay_top + n > 0xFFFFFFF0ull)
-      limit_error("memory budget exceeded (" + std::to_string(lim->max_bytes >> 20) + " MiB per evaluation)");
-    grow_payload(pay_top + n);
-  }
-  v.n.off = static_cast<uint32_t>(pay_top);
-  pay_top += n;
-  return v;
+void VM::grow_for(size_t n) {
+  if ((pay_top + n) * sizeof(double) > lim->max_bytes || pay_top + n > 0xFFFFFFF0ull)
+    limit_error("memory budget exceeded (" + std::to_string(lim->max_bytes >> 20) + " MiB per evaluation)");
+  grow_payload(pay_top + n);
 }
 
 Value VM::make_scalar(double x, bool exact) {
@@ -91,14 +83,11 @@ Value VM::make_scalar(double x, bool exact) {
   return v;
 }
 
-void VM::prepare_adjoints() {
-  if (adj_cap < pay_top) {
-    std::free(adj);
-    adj_cap = pay_cap;
-    adj = static_cast<double*>(std::malloc(adj_cap * sizeof(double)));
-    if (!adj) throw std::bad_alloc();
-  }
-  std::memset(adj, 0, pay_top * sizeof(double));
+// Adjoints are zeroed where they are needed and when the memory is hot: an active output when its
+// tape record is written (record_n), a parameter or differentiated input when it is loaded
+// (zero_adjoint). Inactive values never receive an adjoint, so nothing else needs clearing.
+void VM::zero_adjoint(const Value& v) {
+  std::memset(adj + v.n.off, 0, sizeof(double) * v.numel() * lanes_of(v));
 }
 
 void VM::record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0, uint32_t d1, uint32_t d2) {
@@ -107,6 +96,7 @@ void VM::record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0,
 
 void VM::record_n(Op op, Value& out, const Value* in, int n, uint32_t d0, uint32_t d1, uint32_t d2) {
   out.flags |= NF_ACTIVE;
+  zero_adjoint(out);
   TapeRec t;
   t.op = op;
   t.nin = static_cast<uint8_t>(n > 255 ? 255 : n);
@@ -209,6 +199,29 @@ static Frame* bind_args(VM& vm, const Lambda* lam, Frame* env, const Value* args
   return fr;
 }
 
+// Operands that are leaves (constants, variables, parameters, inputs) are read inline instead of
+// through a recursive eval: most operands of numeric code are leaves.
+inline Value VM::operand(const Node* k, Frame* env) {
+  switch (k->kind) {
+    case N_CONST: return k->k;
+    case N_PARAM: return params[k->a];
+    case N_INPUT: return inputs[k->a];
+    case N_ARITH2: {
+      Value x = operand(k->kids[0], env);
+      Value y = operand(k->kids[1], env);
+      return binary(static_cast<Op>(k->a), x, y, k);
+    }
+    case N_LOCAL: {
+      Frame* f = env;
+      for (int d = k->a; d > 0; --d) f = f->parent;
+      const Value& v = f->slots[k->b];
+      if (v.tag == T_UNDEF) eval_error("'" + k->name + "' is used before its definition", k->line, k->col);
+      return v;
+    }
+    default: return eval(k, env);
+  }
+}
+
 Value VM::eval(const Node* n, Frame* env) {
   DepthGuard guard(depth);
   if (depth > lim->max_depth || static_cast<size_t>(stack_base - reinterpret_cast<const char*>(&guard)) > stack_budget)
@@ -234,7 +247,7 @@ Value VM::eval(const Node* n, Frame* env) {
       case N_INPUT:
         return inputs[n->a];
       case N_IF: {
-        Value t = eval(n->kids[0], env);
+        Value t = operand(n->kids[0], env);
         n = t.truthy() ? n->kids[1] : n->kids[2];
         continue;
       }
@@ -245,7 +258,7 @@ Value VM::eval(const Node* n, Frame* env) {
         continue;
       }
       case N_BIND:
-        env->slots[n->b] = eval(n->kids[0], env);
+        env->slots[n->b] = operand(n->kids[0], env);
         return Value::make_unspec();
       case N_LAMBDA: {
         Closure* c = static_cast<Closure*>(heap.alloc(sizeof(Closure)));
@@ -281,12 +294,17 @@ Value VM::eval(const Node* n, Frame* env) {
         size_t k = n->kids.size();
         if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
         for (size_t i = 0; i < k; ++i) {
-          Value v = eval(n->kids[i], env);
+          Value v = operand(n->kids[i], env);
           stack[sp++] = v;
         }
         Value r = call_prim(n->a, stack + base, static_cast<int>(k), n);
         sp = base;
         return r;
+      }
+      case N_ARITH2: {
+        Value x = operand(n->kids[0], env);
+        Value y = operand(n->kids[1], env);
+        return binary(static_cast<Op>(n->a), x, y, n);
       }
       case N_LOOP:
       case N_RECUR: {
@@ -295,7 +313,7 @@ Value VM::eval(const Node* n, Frame* env) {
         size_t k = loop->slots.size();
         if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
         for (size_t i = 0; i < k; ++i) {
-          Value v = eval(n->kids[i], env);
+          Value v = operand(n->kids[i], env);
           stack[sp++] = v;
         }
         for (size_t i = 0; i < k; ++i) env->slots[loop->slots[i]] = stack[base + i];
@@ -308,7 +326,7 @@ Value VM::eval(const Node* n, Frame* env) {
         size_t k = n->kids.size();
         if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
         for (size_t i = 0; i < k; ++i) {
-          Value v = eval(n->kids[i], env);
+          Value v = operand(n->kids[i], env);
           stack[sp++] = v;
         }
         Value f = stack[base];

@@ -15,8 +15,8 @@ namespace ndvm {
 
 // Numeric operations that leave a tape record (structural operations never do).
 enum Op : uint8_t {
-  // elementwise binary
-  O_ADD, O_SUB, O_MUL, O_DIV, O_POW, O_ATAN2, O_MIN, O_MAX,
+  // elementwise binary (the first four are also N_ARITH2 opcodes: keep their order)
+  O_ADD = 0, O_SUB = 1, O_MUL = 2, O_DIV = 3, O_POW, O_ATAN2, O_MIN, O_MAX,
   // elementwise unary
   O_NEG, O_EXP, O_LOG, O_SQRT, O_SIN, O_COS, O_TAN, O_ASIN, O_ACOS, O_ATAN, O_TANH, O_ABS,
   O_SQUARE, O_SIGMOID, O_SOFTPLUS,
@@ -89,11 +89,24 @@ class VM {
   double* adj = nullptr;  // adjoints, same offsets as pay (valid after backward setup)
   size_t adj_cap = 0;
 
-  Value alloc_num(int rank, uint32_t rows, uint32_t cols, bool uniform);
+  Value alloc_num(int rank, uint32_t rows, uint32_t cols, bool uniform) {
+    Value v;
+    v.tag = T_NUM;
+    v.rank = static_cast<uint8_t>(rank);
+    v.rows = rank == 0 ? 1 : rows;
+    v.n.cols = rank == 2 ? cols : 1;
+    v.flags = uniform ? NF_UNIFORM : 0;
+    size_t n = static_cast<size_t>(v.numel()) * (uniform ? 1 : L);
+    if (pay_top + n > pay_cap) grow_for(n);
+    v.n.off = static_cast<uint32_t>(pay_top);
+    pay_top += n;
+    return v;
+  }
+  void grow_for(size_t n);  // grows the payload arena or raises LimitError
   double* data(const Value& v) { return pay + v.n.off; }
   uint32_t lanes_of(const Value& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
   Value make_scalar(double x, bool exact);
-  void prepare_adjoints();  // zeroes adj over the used payload
+  void zero_adjoint(const Value& v);
 
   // ---- tape ----------------------------------------------------------------------------------
   std::vector<TapeRec> tape;
@@ -104,6 +117,7 @@ class VM {
 
   // ---- evaluator -----------------------------------------------------------------------------
   Value eval(const Node* n, Frame* env);
+  Value operand(const Node* n, Frame* env);
   Value apply(Value f, const Value* args, int nargs, const Node* site);  // non-tail call
   Value call_prim(int id, Value* args, int nargs, const Node* site);
 
@@ -145,6 +159,7 @@ class VM {
   const char* stack_base = nullptr;  // C stack address at the start of run(): bounds recursion in bytes
   size_t stack_budget = 0;
   std::vector<double> scratch;  // per-lane small dense linear algebra
+  std::vector<int> pivots;
 
  private:
   std::vector<uint8_t> mask_;
