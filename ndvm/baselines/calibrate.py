@@ -47,6 +47,14 @@ def _to_natural(u: torch.Tensor, constraint) -> torch.Tensor:
     return u
 
 
+def warm_up() -> None:
+    """Pay torch.optim's one-time start-up (lazy imports, ~1-2 s on first use) before timing anything."""
+    u = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([u], lr=0.1)
+    (u * u).sum().backward()
+    opt.step()
+
+
 def calibrate(program: BaselineProgram, inputs: dict, target=None, loss: str = "mse", steps: int = 50,
               lr: float = 0.05, init: np.ndarray | None = None) -> BaselineFit:
     """Fit ``program``'s parameters with torch Adam; ``init`` (natural units) defaults to the declared
@@ -86,4 +94,4 @@ def calibrate(program: BaselineProgram, inputs: dict, target=None, loss: str = "
     return BaselineFit(natural, best_loss, np.asarray(history), time.perf_counter() - t0, error)
 
 
-__all__ = ["BaselineFit", "calibrate"]
+__all__ = ["BaselineFit", "calibrate", "warm_up"]

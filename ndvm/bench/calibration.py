@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ndvm.baselines import eager, tagged
-from ndvm.baselines.calibrate import calibrate as baseline_calibrate
+from ndvm.baselines.calibrate import calibrate as baseline_calibrate, warm_up
 from ndvm.bench.common import BenchConfig, SuiteResult, fmt_num, fmt_ratio, fmt_time, ratio, require_ndvm, time_call
 from ndvm.bench.programs import PROGRAMS
 
@@ -42,6 +42,7 @@ def run_calibration(config: BenchConfig) -> SuiteResult:
         rows.append([f"NDVM, restarts={R}", fmt_time(t), fmt_num(per_hour), fmt_num(fit.loss), "measured"])
 
     # eager baseline: the whole 30-step loop, measured
+    warm_up()
     e_prog = eager.compile(p.source)
     e_fit = baseline_calibrate(e_prog, p.inputs, loss="value", steps=STEPS, lr=LR)
     data["eager"] = {"seconds": e_fit.seconds, "calibrations_per_core_hour": 3600.0 / e_fit.seconds,

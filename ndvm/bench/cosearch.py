@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ndvm.baselines import tagged
-from ndvm.baselines.calibrate import calibrate as baseline_calibrate
+from ndvm.baselines.calibrate import calibrate as baseline_calibrate, warm_up
 from ndvm.bench.common import (BenchConfig, SuiteResult, SuiteSkipped, find_data_dir, fmt_num, fmt_ratio,
                                fmt_time, ratio, require_ndvm)
 
@@ -89,6 +89,7 @@ def replay_ndvm(task: CosearchTask, budget_s: float = math.inf) -> dict:
 
 def replay_tagged(task: CosearchTask, budget_s: float) -> dict:
     """The same replay through the tagged baseline, stopped after ``budget_s`` seconds."""
+    warm_up()
     t0 = time.perf_counter()
     first_success, best, done, failed = None, -math.inf, 0, 0
     for src in task.sources:

@@ -174,16 +174,23 @@ def run_highdim(config: BenchConfig) -> SuiteResult:
     e_prog = eager.compile(source)
     vg_eager = time_call(lambda: e_prog.value_and_grad(theta0, inputs), min_time=config.pick(1.0, 0.1),
                          min_reps=config.pick(3, 1)).median
-    tagged_steps = config.pick(1, T)
+    # The tagged interpreter needs seconds per filter step at D = 20: time 1 and 2 steps, and scale the
+    # per-step difference to T (the set-up: boxing the parameters, building F, L and Q, counted once).
     t_prog = tagged.compile(source)
-    t0 = time.perf_counter()
-    t_prog.value_and_grad(theta0, {"ys": ys[:tagged_steps]})
-    vg_tagged = (time.perf_counter() - t0) * T / tagged_steps
+    step_times = []
+    for n in (1, 2):
+        t0 = time.perf_counter()
+        t_prog.value_and_grad(theta0, {"ys": ys[:n]})
+        step_times.append(time.perf_counter() - t0)
+    per_step = max(step_times[1] - step_times[0], 0.0)
+    vg_tagged = step_times[0] + (T - 1) * per_step
+    tagged_steps = 2
 
     data.update({
         "nll_at_init": nll0,
         "ndvm_value_and_grad_s": vg.median, "eager_value_and_grad_s": vg_eager,
         "tagged_value_and_grad_s": vg_tagged, "tagged_measured_steps": tagged_steps,
+        "tagged_step_times_s": step_times,
         "gradient": {"optimizer": "adam", "steps": steps, "restarts": restarts, "lr": lr, "best_nll": fit.loss,
                      "seconds": t_grad, "all_losses": np.asarray(fit.all_losses).tolist()},
         "de": {"population": pop, "best_nll": de_best, "seconds": t_de, "history": de_hist},
@@ -197,7 +204,7 @@ def run_highdim(config: BenchConfig) -> SuiteResult:
         [f"differential evolution (pop {pop}, {evaluations} evaluations)", fmt_num(de_best, 6),
          fmt_num(improvement_de, 6), fmt_time(t_de)],
     ]
-    tag_how = "measured" if tagged_steps == T else f"{tagged_steps} step(s) scaled to T={T}"
+    tag_how = f"1 and 2 steps measured, scaled to T={T}"
     timing_rows = [
         ["value+gradient, NDVM (B=1)", fmt_time(vg.median), "", ""],
         ["value+gradient, eager", fmt_time(vg_eager), fmt_ratio(ratio(vg_eager, vg.median)), "vs NDVM"],

@@ -36,16 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def print_result(result: SuiteResult, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"[bold]{result.name}[/bold]: {result.title}", title_justify="left")
+    table = Table(title=f"[bold]{result.name}[/bold]: {escape(result.title)}", title_justify="left")
     for i, col in enumerate(result.columns):
-        table.add_column(col, justify="left" if i == 0 else "right")
+        table.add_column(escape(col), justify="left" if i == 0 else "right")
     for row in result.rows:
-        table.add_row(*[str(c) for c in row])
+        table.add_row(*[escape(str(c)) for c in row])
     console.print(table)
     for note in result.notes:
-        console.print(f"  [dim]- {note}[/dim]")
+        console.print(f"  [dim]- {escape(note)}[/dim]")
     console.print(f"  [dim]({result.seconds:.1f} s)[/dim]\n")
 
 
@@ -67,7 +68,8 @@ def run(names: list[str], config: BenchConfig, console=None) -> dict:
         except SuiteSkipped as e:
             doc["suites"][name] = {"skipped": str(e)}
             if console:
-                console.print(f"[yellow]{name}: skipped: {e}[/yellow]\n")
+                from rich.markup import escape
+                console.print(f"[yellow]{name}: skipped: {escape(str(e))}[/yellow]\n")
             continue
         result.seconds = time.perf_counter() - t0
         doc["suites"][name] = result.to_json()
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = BenchConfig(quick=args.quick, data_dir=Path(args.data_dir) if args.data_dir else None)
     console = Console()
+    if not console.is_terminal:  # piped to a file (make bench | tee): do not squeeze the tables to 80 columns
+        console = Console(width=160)
     console.print(f"[bold]ndvm bench[/bold]{' --quick' if args.quick else ''}\n")
     doc = run(args.suite or SUITE_NAMES, config, console)
     if args.json:
