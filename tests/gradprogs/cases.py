@@ -158,6 +158,25 @@ case("tanh-saturated", "(param a 8.0) (+ (tanh (* 100 a)) (tanh (* -100 a)) a)",
 case("exp-underflow-times-param", "(param a 8.0) (+ (* a (exp (* -200 a))) (square a))", (8.0,), spread=0.5,
      torch_fn=lambda t, I: t[0] * torch.exp(-200 * t[0]) + t[0] ** 2)
 
+case("identity-param-is-the-value", "(param a 1.0) a", (1.0,),
+     torch_fn=lambda t, I: t[0] * 1.0)
+case("structural-path-only", "(param a 1.0) (param b 2.0) (car (cdr (list b a)))", (1.0, 2.0),
+     torch_fn=lambda t, I: t[0] + 0.0 * t[1])
+case("constant-program", "(param a 1.0) 5.0", (1.0,),
+     torch_fn=lambda t, I: tt(5.0) + 0.0 * t[0])
+case("exact-integer-result", "(param a 1.0) (if (> a -100) 3 4)", (1.0,),
+     torch_fn=lambda t, I: tt(3.0) + 0.0 * t[0])
+case("cond-test-only-clause-value", "(param a 0.7) (+ 1.0 (cond ((and (> a 0) (* a a))) (else 0.0)))", (0.7,),
+     torch_fn=lambda t, I: 1.0 + t[0] * t[0])
+case("or-and-return-numbers", "(param a 0.7) (param b 0.2) (+ (or #f (* a b)) (and #t (exp b)))", (0.7, 0.2),
+     torch_fn=lambda t, I: t[0] * t[1] + torch.exp(t[1]))
+case("param-shadowed-by-let", "(param a 0.7) (+ a (let ((a (* 3 a))) (* a a)))", (0.7,),
+     torch_fn=lambda t, I: t[0] + 9 * t[0] ** 2)
+case("param-used-many-times", "(param a 0.7)\n(let loop ((i 0) (acc 0.0)) (if (= i 500) acc (loop (+ i 1) (+ acc (* a 0.001 i)))))", (0.7,),
+     torch_fn=lambda t, I: t[0] * 0.001 * sum(range(500)))
+case("deep-recursion-gradient", "(param a 1.0)\n(define m (- 1.0 (* 0.0001 a)))\n(define (p n) (if (= n 0) 1.0 (* m (p (- n 1)))))\n(p 5000)", (1.0,), spread=0.3,
+     torch_fn=lambda t, I: (1.0 - 0.0001 * t[0]) ** 5000)
+
 # ----------------------------------------------------------------------------- closures and higher order
 case("closure-make-adder", "(param a 0.5) (define (make-adder n) (lambda (x) (+ x n))) ((make-adder (* 2 a)) (square a))", (0.5,),
      torch_fn=lambda t, I: t[0] ** 2 + 2 * t[0])
