@@ -158,7 +158,8 @@ def tidy_dataset(
     """Clean, split per cell and add state of health.
 
     Cleaning (counted in ``meta['dropped_rows']``): rows with a missing or non-positive capacity are
-    removed; cells with fewer than ``min_cycles`` remaining cycles are removed.
+    removed; cells with fewer than ``min_cycles`` remaining cycles are removed. (Rows removed by a
+    reader before this point, such as Severson's flagged outliers, are counted by that loader.)
     """
     if not 0.0 < train_fraction < 1.0:
         raise SplitError(f"train_fraction must be in (0, 1), got {train_fraction}")
@@ -247,6 +248,7 @@ def load_battery(
     if not path.is_file():
         raise DataNotFoundError(f"{path}: no such file. " + WHERE_TO_GET.format(cache=cache.cache_dir(cache_dir) / "battery"))
     fmt = sniff_format(_scan(path).collect_schema().names()) if format == "auto" else format
+    extra_meta: dict = {}
     if fmt == "nasa":
         lf = read_nasa(path)
         cells = NASA_DEFAULT_CELLS if cells is None else cells
@@ -255,13 +257,17 @@ def load_battery(
         lf = read_severson(path, drop_outliers=drop_outliers)
         cells = ("b1*", "b2*") if cells is None else cells
         source = "Severson et al. 2019, Nature Energy (Toyota-MIT/MATR)"
+        if drop_outliers and "qd_outlier_flag" in _scan(path).collect_schema().names():
+            flagged = _select_cells(_scan(path), cells).filter(pl.col("qd_outlier_flag") == 1)
+            extra_meta["dropped_outlier_rows"] = flagged.select(pl.len()).collect().item()
     elif fmt == "tidy":
         lf = read_tidy(path)
         source = "user file"
     else:
         raise DataFormatError(f"unknown battery format {format!r}; use auto, nasa, severson or tidy")
     return tidy_dataset(lf, name="battery", train_fraction=train_fraction, soh_ref_cycles=soh_ref_cycles,
-                        min_cycles=min_cycles, cells=cells, meta={"format": fmt, "file": str(path), "source": source})
+                        min_cycles=min_cycles, cells=cells,
+                        meta={"format": fmt, "file": str(path), "source": source, **extra_meta})
 
 
 # --------------------------------------------------------------------------- synthetic

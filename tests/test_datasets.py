@@ -252,6 +252,7 @@ def test_severson_loader():
     assert all(c.startswith(("b1", "b2")) for c in ds.groups) and len(ds.groups) == 82
     full = datasets.load("battery", path=SEVERSON, cells="all")
     assert len(full.groups) == 120 and full.frame.height == 96995 - 14  # 14 rows flagged in the file
+    assert full.meta["dropped_outlier_rows"] == 14
     raw = datasets.load("battery", path=SEVERSON, cells="all", drop_outliers=False)
     assert raw.frame.height == 96995
     b1c0 = full.frame.filter(pl.col("cell_id") == "b1c0")
