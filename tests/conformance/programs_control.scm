@@ -316,3 +316,48 @@
         ((eq? (car e) 'mul) (* (ev (cadr e) env) (ev (caddr e) env)))
         (else 'bad)))
 (ev '(add (mul x 3) (add y 1.5)) (list (cons 'x 2) (cons 'y 10)))
+
+;;; tail-in-case-else
+(define (f n) (case n ((0) 'z) (else (f (- n 1)))))
+(f 200000)
+
+;;; tail-in-do-result
+(define (g n) (if (= n 0) 'done (do ((i 0 (+ i 1))) ((= i 1) (g (- n 1))))))
+(g 100000)
+
+;;; tail-in-let-star-body
+(define (f n) (let* ((m (- n 1))) (if (< m 0) 'ok (f m))))
+(f 200000)
+
+;;; tail-in-letrec-body
+(define (f n) (letrec ((k n)) (if (= k 0) 'ok (f (- k 1)))))
+(f 200000)
+
+;;; tail-in-internal-define-body
+(define (f n) (define k (- n 1)) (if (< k 0) 'ok (f k)))
+(f 200000)
+
+;;; tail-in-when-last
+(define (f n) (when #t 1 (if (= n 0) 'ok (f (- n 1)))))
+(f 200000)
+
+;;; tail-in-lambda-immediate
+(define (f n) ((lambda () (if (= n 0) 'ok (f (- n 1))))))
+(f 200000)
+
+;;; closure-loop-counter-fresh
+(define (make-list-of-closures n) (let loop ((i 0) (acc '())) (if (= i n) acc (loop (+ i 1) (cons (lambda () i) acc)))))
+(map (lambda (f) (f)) (make-list-of-closures 5))
+
+;;; letrec-star-closure-refers-later
+(letrec* ((f (lambda () (g))) (g (lambda () 'g-result))) (f))
+
+;;; internal-defines-in-named-let
+(let loop ((i 0))
+  (define (sq x) (* x x))
+  (if (= i 3) (sq i) (loop (+ i 1))))
+
+;;; nested-named-lets-same-name
+(let loop ((i 0) (acc 0))
+  (if (= i 3) acc
+      (loop (+ i 1) (+ acc (let loop ((j 0) (s 0)) (if (= j i) s (loop (+ j 1) (+ s j))))))))

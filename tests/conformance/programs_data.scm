@@ -256,3 +256,36 @@
 
 ;;; equal-nested-exactness
 (list (equal? '(1 (2)) '(1 (2.0))) (equal? '(1 (2)) '(1 (2))))
+
+;;; list-append-shares-last
+(let ((tail (list 3 4))) (eq? (cddr (append '(1 2) tail)) tail))
+
+;;; list-reverse-does-not-share
+(let ((l (list 1 2))) (eq? l (reverse (reverse l))))
+
+;;; list-cadr-of-dotted
+(cadr '(1 2 . 3))
+
+;;; list-cddr-improper
+(cddr '(1 2 . 3))
+
+;;; list-list?-long
+(list? (let loop ((i 0) (acc '())) (if (= i 10000) acc (loop (+ i 1) (cons i acc)))))
+
+;;; list-nested-quote-in-list
+(length '(a 'b c))
+
+;;; list-quoted-quote-structure
+(car (cadr '(a 'b)))
+
+;;; list-not-of-empty-list
+(not '())
+
+;;; list-if-with-empty-list-test
+(if '() 'truthy 'falsy)
+
+;;; list-assq-on-empty
+(assq 'a '())
+
+;;; list-member-on-empty
+(member 1 '())

@@ -334,3 +334,27 @@ x
 
 ;;; and-or-nested
 (list (and 1 (or #f 2) (and 3 4)) (or (and #f 1) (and 2 #f) 'z))
+
+;;; do-variable-named-like-primitive
+(do ((list '(1 2 3) (cdr list)) (n 0 (+ n 1))) ((null? list) n))
+
+;;; lambda-param-named-like-form
+(define (f if) (+ if 1))
+(f 2)
+
+;;; let-binding-named-like-form
+(let ((define 5)) (* define 2))
+
+;;; let-binding-named-quote
+(let ((quote -)) (quote 5 3))
+
+;;; shadow-lambda
+(define (f lambda) (* lambda 2))
+(f 4)
+
+;;; apply-with-closure-rest
+(define (f . xs) xs)
+(apply f 1 '(2 3))
+
+;;; variadic-compare-single
+(list (< 1) (= 5) (> 2))

@@ -258,3 +258,21 @@
 
 ;;; num-exact-product-past-2-pow-53
 (* 94906267 94906267)
+
+;;; num-quotient-exact-neg-big
+(quotient -123456789012 1000)
+
+;;; num-modulo-exact-neg-big
+(modulo -123456789012 1000)
+
+;;; num-expt-int-negative-base-even
+(expt -2 4)
+
+;;; num-expt-float-fractional
+(expt 8.0 (/ 1.0 3))
+
+;;; num-exact-plus-float-zero
+(+ 0 0.0)
+
+;;; num-number-formats
+(list -0.5 +0.5 1. -1e-3)
