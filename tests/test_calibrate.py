@@ -1,0 +1,151 @@
+"""Calibration: the fused native optimizers reach known optima, respect constraints, freeze
+non-finite lanes without poisoning the others, and threads give the same bits as serial."""
+import numpy as np
+import pytest
+
+import ndvm
+
+LINEAR = "(param a 0.1) (param b -0.2) (param c 0.3) (+ (* a x1) (* b x2) c)"
+
+
+@pytest.fixture(scope="module")
+def linear_data():
+    rng = np.random.default_rng(3)
+    x1, x2 = rng.normal(size=50), rng.normal(size=50)
+    y = 1.5 * x1 - 0.7 * x2 + 0.25 + 0.1 * rng.normal(size=50)
+    X = np.column_stack([x1, x2, np.ones(50)])
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)  # closed-form least squares
+    return {"x1": x1, "x2": x2}, y, beta
+
+
+@pytest.mark.parametrize("optimizer,steps,lr", [("lbfgs", 60, 0.1), ("adam", 3000, 0.05), ("gd", 3000, 0.3)])
+def test_optimizers_reach_least_squares(linear_data, optimizer, steps, lr):
+    inputs, y, beta = linear_data
+    fit = ndvm.calibrate(LINEAR, inputs, target=y, optimizer=optimizer, steps=steps, lr=lr, restarts=4)
+    got = np.array([fit.params["a"], fit.params["b"], fit.params["c"]])
+    tol = 1e-7 if optimizer == "lbfgs" else 1e-4
+    np.testing.assert_allclose(got, beta, atol=tol)
+    mse = np.mean((np.column_stack([inputs["x1"], inputs["x2"], np.ones(50)]) @ beta - y) ** 2)
+    assert fit.loss == pytest.approx(mse, rel=1e-6)
+    np.testing.assert_allclose(fit.predict(inputs), np.column_stack([inputs["x1"], inputs["x2"], np.ones(50)]) @ got)
+    assert fit.history.shape[0] == fit.steps and fit.history[0] >= fit.loss
+
+
+def test_constraints_are_respected():
+    # y = exp(-k t) with k > 0 and an offset in (0, 0.2): the data pull k negative and the offset to 0.5
+    t = np.linspace(0, 3, 30)
+    y = np.exp(0.4 * t) + 0.5
+    src = "(param k 1.0 positive) (param off 0.1 (between 0 0.2)) (+ (exp (- (* k t))) off)"
+    fit = ndvm.calibrate(src, {"t": t}, target=y, optimizer="adam", steps=300, lr=0.1, restarts=8)
+    assert (fit.all_params[:, 0] > 0).all()
+    assert ((fit.all_params[:, 1] > 0) & (fit.all_params[:, 1] < 0.2)).all()
+    assert fit.params["off"] > 0.19  # pushed against its upper bound
+
+
+def test_nonfinite_lanes_freeze_without_poisoning_others():
+    # lanes starting with a < 0 hit log of a negative number: NaN loss; they are frozen
+    src = "(param a 1.0) (* (log a) x)"
+    x = np.linspace(1, 2, 10)
+    y = np.log(2.0) * x
+    init = np.array([[1.0], [-1.0], [1.5], [-3.0]])
+    fit = ndvm.calibrate(src, {"x": x}, target=y, steps=200, lr=0.05, restarts=4, init=init)
+    assert fit.lane_status[1] == "nonfinite" and fit.lane_status[3] == "nonfinite"
+    assert fit.params["a"] == pytest.approx(2.0, rel=1e-3)
+    solo = ndvm.calibrate(src, {"x": x}, target=y, steps=200, lr=0.05, restarts=1, init=init[:1])
+    assert solo.all_losses[0] == fit.all_losses[0]  # bit for bit: the frozen lanes changed nothing
+
+
+def test_threads_identical_to_serial():
+    rng = np.random.default_rng(0)
+    x = np.linspace(0.1, 6, 40)
+    y = np.exp(-0.3 * x) * np.cos(2 * x)
+    sources = [f"(param a 0.5) (param b 0.1) (param c {1 + k / 10}) (* a (exp (- (* b x))) (cos (* c x)))"
+               for k in range(12)] + ["(param a 1) (car a)"]
+    serial = ndvm.calibrate_many(sources, {"x": x}, target=y, steps=40, restarts=8, threads=1)
+    threaded = ndvm.calibrate_many(sources, {"x": x}, target=y, steps=40, restarts=8, threads=2)
+    for s, t in zip(serial[:-1], threaded[:-1]):
+        assert s.error is None
+        np.testing.assert_array_equal(s.all_params, t.all_params)
+        np.testing.assert_array_equal(s.all_losses, t.all_losses)
+    assert serial[-1].error and "car" in serial[-1].error and serial[-1].error_type is ndvm.EvalError
+    # restarts split across threads inside one calibration: same bits again
+    one = ndvm.calibrate(sources[0], {"x": x}, target=y, steps=40, restarts=32, threads=1)
+    two = ndvm.calibrate(sources[0], {"x": x}, target=y, steps=40, restarts=32, threads=2)
+    np.testing.assert_array_equal(one.all_params, two.all_params)
+    del rng
+
+
+def test_lane_inputs_fit_one_series_per_lane():
+    # three "cells", each with its own decay rate: one walk fits all three
+    t = np.linspace(0, 5, 25)
+    rates = np.array([0.2, 0.5, 0.9])
+    ys = np.exp(-rates[:, None] * t[None, :])
+    fit = ndvm.calibrate("(param k 0.3 positive) (exp (- (* k t)))", lane_inputs={"t": np.tile(t, (3, 1))},
+                         lane_target=ys, optimizer="lbfgs", steps=80, restarts=3, init=np.full((3, 1), 0.3))
+    np.testing.assert_allclose(fit.all_params[:, 0], rates, rtol=1e-6)
+
+
+def test_kalman_mle_matches_statsmodels():
+    """A local-level model (random walk + noise): NDVM's native L-BFGS MLE against statsmodels'
+    UnobservedComponents on the same data and initialization; log-likelihood within 1e-6 relative."""
+    sm = pytest.importorskip("statsmodels.api")
+    rng = np.random.default_rng(7)
+    level = np.cumsum(rng.normal(scale=0.5, size=120))
+    y = level + rng.normal(scale=1.0, size=120)
+    # the same initialization for both: x1 ~ N(0, 1e6) (approximately diffuse); like statsmodels,
+    # the first observation is a burn-in period that does not enter the likelihood
+    src = """
+    (param q 0.5 positive) (param r 0.5 positive)
+    (let loop ((t 0) (x 0.0) (P 1e6) (ll 0.0))
+      (if (= t (size y)) (- ll)
+          (let* ((S (+ P r)) (e (- (ref y t) x)) (K (/ P S)))
+            (loop (+ t 1) (+ x (* K e)) (+ (* (- 1 K) P) q)
+                  (if (= t 0) ll (- ll (* 0.5 (+ (log (* 2 3.141592653589793 S)) (/ (* e e) S)))))))))
+    """
+    fit = ndvm.calibrate(src, {"y": y}, loss="value", optimizer="lbfgs", steps=200, restarts=1)
+    mod = sm.tsa.UnobservedComponents(y, level="llevel", initialization="known", initial_state=[0.0],
+                                      initial_state_cov=[[1e6]])
+    res = mod.fit(start_params=[0.5, 0.5], disp=False, method="lbfgs", maxiter=500, pgtol=1e-10)
+    assert mod.loglikelihood_burn == 1
+    llf_ndvm = -fit.loss
+    assert llf_ndvm == pytest.approx(res.llf, rel=1e-6)
+    assert fit.params["q"] == pytest.approx(res.params[1], rel=1e-3)
+    assert fit.params["r"] == pytest.approx(res.params[0], rel=1e-3)
+    # and the likelihood surfaces agree at statsmodels' optimum
+    sig_eps, sig_eta = res.params  # (irregular variance, level variance)
+    val = ndvm.compile(src).evaluate([[sig_eta, sig_eps]], {"y": y})[0]
+    assert -val == pytest.approx(mod.loglike(res.params), rel=1e-9)
+
+
+def test_torch_boundary_drives_ndvm():
+    torch = pytest.importorskip("torch")
+    import ndvm.torch as nt
+
+    x = np.linspace(0, 1, 20)
+    y = 2 * x + 1
+    prog = ndvm.compile("(param a 0.0) (param b 0.0) (+ (* a x) b)")
+    theta = torch.zeros((1, 2), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([theta], lr=0.1)
+    for _ in range(500):
+        opt.zero_grad()
+        loss = ((nt.apply(prog, theta, {"x": x})[0] - torch.from_numpy(y)) ** 2).mean()
+        loss.backward()
+        opt.step()
+    np.testing.assert_allclose(theta.detach().numpy()[0], [2, 1], atol=1e-3)
+    # scalar programs: gradient equals value_and_grad's; tensor inputs get gradients too
+    sp = ndvm.compile("(param a 1.5) (* a (vsum (* x x)))")
+    xt = torch.tensor(x, requires_grad=True)
+    th = torch.tensor([[1.5]], dtype=torch.float64, requires_grad=True)
+    out = nt.apply(sp, th, {"x": xt})
+    out.sum().backward()
+    np.testing.assert_allclose(th.grad.numpy(), [[np.sum(x * x)]])
+    np.testing.assert_allclose(xt.grad.numpy(), 2 * 1.5 * x)
+
+
+def test_bad_options_raise_clearly():
+    with pytest.raises(ValueError, match="unknown loss"):
+        ndvm.calibrate(LINEAR, {}, target=[1.0], loss="l1")
+    with pytest.raises(ValueError, match="needs a target"):
+        ndvm.calibrate(LINEAR, {"x1": [1.0], "x2": [1.0]})
+    with pytest.raises(ndvm.EvalError, match="missing input 'x2'"):
+        ndvm.calibrate(LINEAR, {"x1": [1.0]}, target=[1.0])
