@@ -450,12 +450,30 @@ class _Walker:
         self.body(node[2:], path, 2, inner, "value")
 
     # -- top level -------------------------------------------------------------------------
+    def top_level(self) -> list[tuple[tuple[int, ...], Node]]:
+        """(path, form) of every top-level form, with top-level ``begin`` spliced as in R7RS."""
+        out: list[tuple[tuple[int, ...], Node]] = []
+
+        def visit(form: Node, path: tuple[int, ...]) -> None:
+            if isinstance(form, list) and form and _is_sym(form[0], "begin"):
+                for k, sub in enumerate(form[1:], start=1):
+                    visit(sub, path + (k,))
+            else:
+                out.append((path, form))
+
+        for i, form in enumerate(self.forms):
+            visit(form, (i,))
+        return out
+
     def program(self) -> None:
         top_env: dict[str, str] = {}
-        for i, form in enumerate(self.forms):
+        forms = self.top_level()
+        for path, form in forms:
             if isinstance(form, list) and form and _is_sym(form[0], "param"):
-                self.param(form, i)
-        for form in self.forms:
+                if len(path) > 1:
+                    self.problems.append("param declarations are only allowed at top level")
+                self.param(form, path[0])
+        for _, form in forms:
             if isinstance(form, list) and len(form) >= 2 and _is_sym(form[0], "define"):
                 target = form[1]
                 if isinstance(target, Sym):
@@ -465,20 +483,20 @@ class _Walker:
                     if names:
                         top_env[names[0]] = "proc"
         # classes of top-level value defines, in order (a define of a numeric expression is usable)
-        body_forms = [(i, f) for i, f in enumerate(self.forms)
+        body_forms = [(path, f) for path, f in forms
                       if not (isinstance(f, list) and f and _is_sym(f[0], "param"))]
         if not body_forms and self.require_expression:
             self.problems.append("the program has no expression to compute")
-        for i, form in body_forms:
-            last = i == body_forms[-1][0]
+        for k, (path, form) in enumerate(body_forms):
+            last = k == len(body_forms) - 1
             if isinstance(form, list) and form and _is_sym(form[0], "define"):
-                self.define(form, (i,), top_env)
+                self.define(form, path, top_env)
                 if isinstance(form[1], Sym) and len(form) == 3:
                     top_env[str(form[1])] = self.klass(form[2], top_env)
                 if last and self.require_expression:
                     self.problems.append("the last top-level form is a define: the program computes nothing")
             else:
-                self.expr(form, (i,), top_env, "value")
+                self.expr(form, path, top_env, "value")
 
     def param(self, form: list, index: int) -> None:
         if len(form) not in (3, 4) or not isinstance(form[1], Sym) or isinstance(form[2], bool) \

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
-from .language import NUMERIC_OPS, Analysis, Site, _arith_uses, analyze, static_problems, structure_key
+from .language import (NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, analyze, static_problems,
+                       structure_key)
 from .sexpr import Node, SexprError, Sym, count_nodes, read_all, symbols_in, to_source
 from .validate import require_compile
 
@@ -351,6 +352,8 @@ class MutationProposer(Proposer):
     def _editable(site: Site) -> bool:
         return (site.klass in ("scalar", "data") and site.context in ("numeric", "value")
                 and not site.in_loop_control and len(site.path) >= 1
+                # exact integers are structure (counts, sizes, keys), as in ndvm's canonical form
+                and not (isinstance(site.node, int) and not isinstance(site.node, bool))
                 and not (isinstance(site.node, list) and site.node and site.node[0] == "quote"))
 
     def _targets(self, parent: _Parent) -> list[Site]:
@@ -359,8 +362,29 @@ class MutationProposer(Proposer):
     def _pick(self, sites: list[Site]) -> Site | None:
         return self.rng.choice(sites) if sites else None
 
+    @staticmethod
+    def _elementwise_path(site: Site, parent: _Parent) -> bool:
+        """True when the value at ``site`` reaches the result through elementwise arithmetic and
+        special forms only; a call of another primitive (outer, matvec, list, ref...) or of a
+        user procedure on the way means its shape matters, so it must keep its class."""
+        node: Node = parent.forms
+        for i in site.path[:-1]:
+            node = node[i]
+            if isinstance(node, list) and node and isinstance(node[0], Sym):
+                head = str(node[0])
+                if head in SPECIAL_FORMS and head not in site.env:
+                    continue
+                if head in NUMERIC_OPS and head not in site.env:
+                    continue
+                return False
+        return True
+
     def _leaves(self, site: Site, parent: _Parent, data: set[str]) -> tuple[list[str], list[str]]:
-        """(data-like names, scalar names) usable at ``site``."""
+        """(data-like names, scalar names) that a new term at ``site`` may use.
+
+        A ``data`` site keeps its shape: new terms there use the data names it already uses. A
+        ``scalar`` site may become data only on an elementwise path to the result.
+        """
         control = parent.analysis.control_vars
         data_names = sorted(data - set(site.env))  # an input shadowed by a local is not visible
         scalars = sorted(parent.analysis.params)
@@ -371,7 +395,18 @@ class MutationProposer(Proposer):
                 data_names.append(name)
             elif klass == "scalar":
                 scalars.append(name)
+        if site.klass == "data":
+            own = [name for name in data_names if name in symbols_in(site.node)]
+            data_names = own or data_names
+        elif not self._elementwise_path(site, parent):
+            data_names = []
         return data_names, scalars
+
+    def _keep_class(self, edit: _Edit, site: Site, term: Node, data_names: list[str]) -> Node:
+        """``term``, made to use the data when it replaces a data site (so the shape is kept)."""
+        if site.klass == "data" and data_names and not (symbols_in(term) & set(data_names)):
+            return [Sym("+"), term, [Sym("*"), edit.fresh_param(0.5), Sym(self.rng.choice(data_names))]]
+        return term
 
     # -- the grammar -----------------------------------------------------------------------
     def _leaf(self, edit: _Edit, data_names: list[str], scalars: list[str]) -> Node:
@@ -414,7 +449,8 @@ class MutationProposer(Proposer):
         if site is None:
             return False
         data_names, scalars = self._leaves(site, parent, data)
-        edit.set(site.path, self._term(edit, data_names, scalars, self.rng.randint(1, 3)))
+        term = self._term(edit, data_names, scalars, self.rng.randint(1, 3))
+        edit.set(site.path, self._keep_class(edit, site, term, data_names))
         return True
 
     def _op_crossover(self, edit, parent, parents, data, used) -> bool:
@@ -428,6 +464,13 @@ class MutationProposer(Proposer):
                       if not (symbols_in(s.node) & (set(s.env) | donor.analysis.control_vars))]
         visible_locals = set(site.env)
         candidates = [s for s in candidates if not (symbols_in(s.node) & visible_locals)]
+        # shapes: a data site takes a piece that uses the same data; a scalar site off an
+        # elementwise path takes a scalar piece
+        if site.klass == "data":
+            own = symbols_in(site.node) & data
+            candidates = [s for s in candidates if s.klass == "data" and symbols_in(s.node) & data <= own]
+        elif not self._elementwise_path(site, parent):
+            candidates = [s for s in candidates if s.klass == "scalar"]
         donor_site = self._pick(candidates)
         if donor_site is None:
             return False
@@ -552,7 +595,8 @@ class MutationProposer(Proposer):
             return False
         n = len(site.path)
         inner = [s for s in targets if len(s.path) > n and s.path[:n] == site.path
-                 and set(s.env) == set(site.env)]  # same scope: no variable escapes its binder
+                 and set(s.env) == set(site.env)  # same scope: no variable escapes its binder
+                 and (s.klass == site.klass or self._elementwise_path(site, parent))]
         choice = self._pick(inner)
         if choice is None:
             return False

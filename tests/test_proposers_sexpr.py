@@ -126,3 +126,25 @@ def test_structure_key_abstracts_constants_and_parameter_names():
 ])
 def test_static_problems_the_runtime_also_reports(src, fragment):
     assert any(fragment in p for p in static_problems(read_all(src), {"x"}))
+
+
+CONFORMANCE = Path(__file__).with_name("conformance") / "expected.jsonl"
+
+
+def conformance_sources() -> list[str]:
+    return [json.loads(line)["source"] for line in CONFORMANCE.read_text().splitlines()]
+
+
+@pytest.mark.skipif(not __import__("proposers").runtime_available(), reason="ndvm runtime not built")
+def test_reader_printer_and_checks_agree_with_the_runtime_on_the_conformance_suite():
+    """For every conformance program: our print of our read compiles to the same canonical hash,
+    and the static checks report nothing on a program the runtime accepts (no false positives)."""
+    import ndvm
+
+    sources = conformance_sources()
+    assert len(sources) >= 300
+    for src in sources:
+        original = ndvm.compile(src)
+        forms = read_all(src)
+        assert ndvm.compile(to_source(forms)).canonical_hash == original.canonical_hash, src
+        assert static_problems(forms, set(original.inputs)) == [], src
