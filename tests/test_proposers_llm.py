@@ -463,3 +463,19 @@ def test_mock_response_prompt_and_repair_conversation_as_sent(sent_messages):
     assert "(* a (expt cycle b))" in repair[3]["content"]
     assert "undeclared name 'b'" in repair[3]["content"] and "Error (static)" in repair[3]["content"]
     assert [f.kind for f in llm.drain_failures()] == ["static", "static"]
+
+
+@pytest.mark.timeout(60)
+def test_command_line_llm_against_the_local_server(server, tmp_path, capsys):
+    from proposers.__main__ import main
+
+    out = tmp_path / "llm.jsonl"
+    code = main(["llm", "--model", "openai/fake-model", "--api-base", server.api_base, "--api-key-env", KEY_ENV,
+                 "--dataset", "valid", "-n", "2", "--per-request", "2", "--timeout", "5", "--out", str(out),
+                 "--no-validate"])
+    assert code == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["src"] for r in records) == sorted([VALID_A, VALID_B])
+    assert all(r["model"] == "openai/fake-model" and r["tokens_in"] == 50 for r in records)
+    err = capsys.readouterr().err
+    assert '"usage"' in err and SECRET not in err

@@ -106,3 +106,29 @@ def test_written_proposals_replay_identically(tmp_path):
     replayed = ReplayProposer(path, validator=validate_static).propose(context(), 100)
     assert [p.source for p in replayed] == [p.source for p in props]
     assert replayed[0].meta["proposer"] == "mutation" and replayed[0].meta["operator"] == props[0].origin.operator
+
+
+def test_command_line_mutation_and_replay(tmp_path, capsys):
+    from proposers.__main__ import main
+
+    seeds = tmp_path / "seeds.scm"
+    seeds.write_text("(param a 1.0)\n(param k 0.5 positive)\n(* a (exp (- (* k x))))\n\n"
+                     "(param a 1.0)\n(param w 2.0)\n(* a (sin (* w x)))\n")
+    out = tmp_path / "cands.jsonl"
+    assert main(["mutation", "--seeds", str(seeds), "-n", "25", "--out", str(out), "--no-validate"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 25 and all(r["proposer"] == "mutation" and r["operator"] for r in records)
+    assert "25 proposals" in capsys.readouterr().err
+    # and back through replay
+    assert main(["replay", str(out), "-n", "100", "--no-validate"]) == 0
+    replayed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["src"] for r in replayed] == [r["src"] for r in records]
+
+
+@needs_runtime
+def test_command_line_replay_of_the_corpus_with_validation(capsys):
+    from proposers.__main__ import main
+
+    assert main(["replay", str(CORPORA / "cosearch_rec_candidates_valid.jsonl"), "-n", "5"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(records) == 5 and all(r["canonical_hash"] for r in records)
