@@ -168,6 +168,9 @@ class MutationProposer(Proposer):
             the raw generator is in docs/proposers.md).
         attempts: edits tried per returned proposal before giving up on it; when they run out,
             ``propose`` returns fewer than ``n`` (``stats`` tells why the edits were rejected).
+
+    One instance serves one call at a time (its random state and duplicate set are shared by
+    successive calls, which is what makes a run reproducible); use one instance per thread.
     """
 
     name = "mutation"
