@@ -138,6 +138,9 @@ class FakeOpenAI:
         if scenario == "concurrency":
             time.sleep(0.3)
             return self.reply(handler, body, fenced(VALID_A))
+        if scenario == "throughput":  # a different valid program per request, after 0.2 s
+            time.sleep(0.2)
+            return self.reply(handler, body, fenced(f"(param a 1.0)\n(* a (expt x {nth}))"))
         if scenario in ("ratelimit-once", "error500-once"):
             return self.reply(handler, body, fenced(VALID_A))
         return self.send(handler, 400, {"error": {"message": f"unknown scenario {scenario}"}})
@@ -479,3 +482,16 @@ def test_command_line_llm_against_the_local_server(server, tmp_path, capsys):
     assert all(r["model"] == "openai/fake-model" and r["tokens_in"] == 50 for r in records)
     err = capsys.readouterr().err
     assert '"usage"' in err and SECRET not in err
+
+
+@pytest.mark.timeout(120)
+def test_many_requests_in_flight(server):
+    """200 requests, 32 in flight, against a server that answers each in 0.2 s."""
+    llm = proposer(server, validate_static, per_request=1, concurrency=32, timeout=10)
+    started = time.monotonic()
+    props = llm.propose(context("throughput"), 200)
+    elapsed = time.monotonic() - started
+    print(f"\n200 requests, 32 in flight: {elapsed:.2f} s, {len(props)} proposals")
+    assert len(props) == 200 and llm.drain_failures() == []
+    assert llm.usage.calls == 200
+    assert elapsed < 200 * 0.2 / 4  # far from serial (40 s); ideal is 200 / 32 * 0.2 = 1.3 s
