@@ -1,0 +1,1 @@
+(define (compose f g) (lambda (x) (f (g x)))) ((compose sin cos) 0.3)

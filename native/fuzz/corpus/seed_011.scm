@@ -1,0 +1,1 @@
+(define (f . xs) (length xs)) (f 1 2 3)

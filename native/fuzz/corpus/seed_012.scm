@@ -1,0 +1,1 @@
+(define (g a . rest) (cons a rest)) (g 1 2 3)

@@ -1,0 +1,1 @@
+(equal? '(a (b c)) (list 'a (list 'b 'c)))

@@ -1,0 +1,1 @@
+(quotient -7 2) (remainder -7 2) (modulo -7 2)

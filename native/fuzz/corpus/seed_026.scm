@@ -1,0 +1,1 @@
+(round 2.5) (floor -1.5) (ceiling 1.2) (truncate -1.7)

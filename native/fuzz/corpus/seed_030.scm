@@ -1,0 +1,1 @@
+(matmul (ones 2 3) (zeros 3 2))

@@ -1,0 +1,1 @@
+(param a 0.5) (softplus (* a u))

@@ -1,0 +1,1 @@
+(let loop ((l '())) (loop (cons 1.0 l)))

@@ -1,0 +1,1 @@
+(car '()) (vector-ref v 0)

@@ -1,0 +1,1 @@
+(define x 1) (define x 2) x

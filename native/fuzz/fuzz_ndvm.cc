@@ -1,0 +1,107 @@
+// libFuzzer harness for the NDVM runtime: bytes -> reader -> checker -> compiler -> VM (values,
+// batched lanes with divergence, reverse mode) and the canonical form used for deduplication.
+//
+// Every failure a program can cause must surface as ndvm::Error (Parse, Check, Eval, Limit);
+// anything else -- a crash, a sanitizer report, another exception type, a hang past libFuzzer's
+// -timeout -- is a runtime bug. Limits are small so that runaway programs end quickly.
+//
+// Build and run: scripts/fuzz.sh (clang -fsanitize=fuzzer,address,undefined).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "program.h"
+#include "vm.h"
+
+namespace {
+
+ndvm::Limits small_limits() {
+  ndvm::Limits lim;
+  lim.max_steps = 200'000;
+  lim.max_depth = 2'000;
+  lim.max_bytes = 64ull << 20;
+  return lim;
+}
+
+// Inputs for every free variable: alternately a scalar, a 3-vector and a 2x2 matrix, so the
+// broadcasting and linear-algebra paths meet all three ranks. One lane input exercises per_lane.
+ndvm::Inputs make_inputs(const ndvm::Program& p, int lanes) {
+  ndvm::Inputs in;
+  in.shared.resize(p.inputs.size());
+  in.per_lane.resize(p.inputs.size());
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    ndvm::Array a;
+    switch (i % 3) {
+      case 0: a.rank = 0; a.data = {0.75}; break;
+      case 1: a.rank = 1; a.rows = 3; a.data = {0.5, -1.25, 2.0}; break;
+      default: a.rank = 2; a.rows = 2; a.cols = 2; a.data = {2.0, 0.5, 0.5, 1.5}; break;
+    }
+    if (i == 3 && lanes > 1) {
+      for (int l = 0; l < lanes; ++l) {
+        ndvm::Array lane = a;
+        lane.data[0] += 0.5 * l;
+        in.per_lane[i].push_back(lane);
+      }
+    } else {
+      in.shared[i] = a;
+    }
+  }
+  return in;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static std::unique_ptr<ndvm::VM> vm = ndvm::make_vm();  // reused like the Python module's per-thread VM
+  const ndvm::Limits lim = small_limits();
+  const std::string source(reinterpret_cast<const char*>(data), size);
+
+  try {
+    (void)ndvm::canonical_form(source);
+  } catch (const ndvm::Error&) {
+  }
+
+  std::shared_ptr<ndvm::Program> prog;
+  try {
+    prog = ndvm::compile_program(source, /*f32=*/size % 7 == 0);
+  } catch (const ndvm::Error&) {
+    return 0;
+  }
+
+  const size_t P = prog->params.size();
+  // One lane at the declared initial values: any result type.
+  try {
+    std::vector<double> theta;
+    for (const auto& d : prog->params) theta.push_back(d.init);
+    ndvm::Inputs in = make_inputs(*prog, 1);
+    (void)ndvm::run_one(*prog, *vm, theta.data(), in, lim);
+  } catch (const ndvm::Error&) {
+  }
+
+  // Three lanes spread around the inits (they may diverge at comparisons), values and gradients.
+  const int B = 3;
+  std::vector<double> theta(B * P);
+  for (int l = 0; l < B; ++l)
+    for (size_t j = 0; j < P; ++j) theta[l * P + j] = prog->params[j].init + 0.6 * (l - 1);
+  ndvm::Inputs in = make_inputs(*prog, B);
+  try {
+    (void)ndvm::run_batch(*prog, *vm, theta.data(), B, in, /*grad=*/false, nullptr, lim);
+  } catch (const ndvm::Error&) {
+  }
+  try {
+    ndvm::LossSpec value;  // LossKind::Value: needs a scalar result, else an Eval error
+    (void)ndvm::run_batch(*prog, *vm, theta.data(), B, in, /*grad=*/true, &value, lim);
+  } catch (const ndvm::Error&) {
+  }
+  try {
+    ndvm::LossSpec mse;
+    mse.kind = ndvm::LossKind::MSE;
+    mse.target = {0.5, 1.0, -0.5};
+    (void)ndvm::run_batch(*prog, *vm, theta.data(), B, in, /*grad=*/true, &mse, lim);
+  } catch (const ndvm::Error&) {
+  }
+  return 0;
+}
