@@ -1,5 +1,0 @@
-(param a 3.0)
-(define table '((x . 1.5) (y . 2.5)))
-(+ (cond ((assq 'y table) => cdr) (else 0.0))
-   (cond ((memq 'z '(x y)) 1.0) ((* a a)))
-   a)
