@@ -32,13 +32,23 @@ Types are tuples: ``REAL`` (inexact), ``INT`` (exact, small), ``BOOL``, ``SYM``,
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import random
+import re
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 REAL, INT, BOOL, SYM = "real", "int", "bool", "sym"
 SYMBOLS = ("alpha", "beta", "gamma", "delta")
 X_LEN = 4  # length of the vector input x in model mode
 PARAM_CONSTRAINTS = (None, "positive", ("between", -1.0, 2.0))
+# How model programs compare a parameter against a literal (lanes diverge there).
+PARAM_COMPARISON = re.compile(r"\((<=|>=|<|>) (th\d+) (-?\d+\.\d+)\)")
+GUILE_FIXTURE = Path(__file__).resolve().parent / "differential" / "guile_r7rs.jsonl"
+GUILE_FIXTURE_SEEDS = 500
 
 
 def list_t(elem, n: int):
@@ -208,9 +218,13 @@ class _Gen:
 
     def param_branch(self, env: list, d: int) -> str:
         """A comparison of a parameter against a literal: lanes at different parameters diverge."""
-        p = self.rng.choice(self.params)[0]
         op = self.rng.choice(["<", ">", "<=", ">="])
-        return f"(if ({op} {p} {self.real_lit(-0.5, 1.5)}) {self.real(env, d)} {self.real(env, d)})"
+        return f"(if ({op} {self.param_threshold()}) {self.real(env, d)} {self.real(env, d)})"
+
+    def param_threshold(self) -> str:
+        """`PARAM LITERAL` with the literal near the parameter's init, where lanes straddle it."""
+        name, init, _ = self.rng.choice(self.params)
+        return f"{name} {round(init + self.rng.uniform(-0.4, 0.4), 2)!r}"
 
     def loop_recur(self, env: list, d: int) -> str:
         i, acc = self.fresh("i"), self.fresh("acc")
@@ -305,7 +319,7 @@ class _Gen:
             if vars_ and self.chance(0.5):
                 return self.rng.choice(vars_)
             if self.model and self.params and self.chance(0.7):
-                return f"(> {self.rng.choice(self.params)[0]} {self.real_lit(-0.5, 1.5)})"
+                return f"({self.rng.choice(['>', '<'])} {self.param_threshold()})"
             return self.rng.choice(["#t", "#f"])
         d = depth - 1
         r = lambda: self.real(env, d)  # noqa: E731
@@ -636,6 +650,8 @@ def generate(seed: int, mode: str = "r7rs", result: str | None = None, max_depth
             final = f"(+ {g.vec(X_LEN, env, max_depth)} (* {g.rng.choice(g.params)[0]} x))"
         else:
             final = g.real(env, max_depth)
+            if rng.random() < 0.6:
+                final = f"(+ {final} {g.param_branch(env, 2)})"
             special = g.special_calls(env)
             if special is not None:
                 final = f"(+ {final} {special})"
@@ -645,6 +661,10 @@ def generate(seed: int, mode: str = "r7rs", result: str | None = None, max_depth
             t = rng.choice([REAL, REAL, REAL, INT, INT, BOOL, SYM, list_t(REAL, rng.randint(0, 3)),
                             list_t(INT, rng.randint(1, 3)), list_t(SYM, 2)])
         final = g.expr(t, env, max_depth)
+        for _ in range(4):  # a bare literal or variable as the program's value checks little
+            if final.startswith("(") and not final.startswith("(quote"):
+                break
+            final = g.expr(t, env, max_depth)
         if kind(t) == REAL:
             special = g.special_calls(env)
             if special is not None:
@@ -654,13 +674,81 @@ def generate(seed: int, mode: str = "r7rs", result: str | None = None, max_depth
                      uses_x=g.uses_x, uses_u=g.uses_u)
 
 
+def source_sha(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+# Guile runs a whole batch in one process: each entry `(SEED form ...)` is evaluated form by form in
+# a fresh module, like the top level of a file, and `SEED value` (or `SEED #<error KEY>`) is written.
+# R7RS `square` is not in Guile's default environment, so it is defined first.
+GUILE_BATCH_DRIVER = r"""
+(define (run-one forms)
+  (let ((module (make-fresh-user-module)))
+    (eval '(define (square x) (* x x)) module)
+    (let loop ((forms forms) (last #f))
+      (if (null? forms) last (loop (cdr forms) (eval (car forms) module))))))
+(define port (open-input-file (cadr (command-line))))
+(let next ()
+  (let ((entry (read port)))
+    (unless (eof-object? entry)
+      (write (car entry))
+      (display " ")
+      (catch #t
+        (lambda () (write (run-one (cdr entry))))
+        (lambda (key . args) (display "#<error ") (write key) (display ">")))
+      (newline)
+      (next))))
+"""
+
+
+def run_guile(seeds: list[int], guile: str = "guile", timeout_s: float = 600.0) -> dict[int, str]:
+    """Guile's `write` of the value of each r7rs-mode program, keyed by seed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        driver = Path(tmp) / "driver.scm"
+        driver.write_text(GUILE_BATCH_DRIVER)
+        batch = Path(tmp) / "batch.scm"
+        batch.write_text("".join(f"({seed}\n{generate(seed, 'r7rs').source})\n" for seed in seeds))
+        proc = subprocess.run([guile, "--no-auto-compile", "-s", str(driver), str(batch)],
+                              capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"guile failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+    out: dict[int, str] = {}
+    for line in proc.stdout.splitlines():
+        seed, _, value = line.partition(" ")
+        out[int(seed)] = value
+    missing = [s for s in seeds if s not in out]
+    if missing:
+        raise RuntimeError(f"guile printed no value for seeds {missing[:10]}")
+    return out
+
+
+def write_guile_fixture(guile: str = "guile") -> Path:
+    """Writes Guile's answers for seeds 0..GUILE_FIXTURE_SEEDS-1 (reviewed and committed)."""
+    seeds = list(range(GUILE_FIXTURE_SEEDS))
+    answers = run_guile(seeds, guile)
+    version = subprocess.run([guile, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    GUILE_FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+    with GUILE_FIXTURE.open("w") as f:
+        for seed in seeds:
+            record = {"seed": seed, "source_sha": source_sha(generate(seed, "r7rs").source),
+                      "expected": answers[seed], "guile": version}
+            f.write(json.dumps(record) + "\n")
+    return GUILE_FIXTURE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="print generated NDVM programs")
     parser.add_argument("--mode", choices=("r7rs", "model"), default="r7rs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--result", default=None)
+    parser.add_argument("--write-guile-fixture", action="store_true",
+                        help=f"run seeds 0..{GUILE_FIXTURE_SEEDS - 1} (r7rs mode) through Guile into {GUILE_FIXTURE.name}")
     args = parser.parse_args(argv)
+    if args.write_guile_fixture:
+        path = write_guile_fixture()
+        print(f"wrote {GUILE_FIXTURE_SEEDS} Guile answers to {path}")
+        return 0
     for seed in range(args.seed, args.seed + args.count):
         print(f";;; seed {seed}")
         print(generate(seed, args.mode, args.result).source)
