@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,7 +48,14 @@ def print_result(result: SuiteResult, console) -> None:
     console.print(table)
     for note in result.notes:
         console.print(f"  [dim]- {escape(note)}[/dim]")
-    console.print(f"  [dim]({result.seconds:.1f} s)[/dim]\n")
+    console.print(f"  [dim]({result.seconds:.1f} s; load average {_load_average()})[/dim]\n")
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def run(names: list[str], config: BenchConfig, console=None) -> dict:
@@ -63,6 +71,7 @@ def run(names: list[str], config: BenchConfig, console=None) -> dict:
            "suites": {}}
     for name in names:
         t0 = time.perf_counter()
+        load = _load_average()
         try:
             result = suites[name](config)
         except SuiteSkipped as e:
@@ -73,6 +82,9 @@ def run(names: list[str], config: BenchConfig, console=None) -> dict:
             continue
         result.seconds = time.perf_counter() - t0
         doc["suites"][name] = result.to_json()
+        # Other processes on the machine distort every timing: keep the load beside the figures.
+        doc["suites"][name]["load_average_before"] = load
+        doc["suites"][name]["load_average_after"] = _load_average()
         if console:
             print_result(result, console)
     return doc
