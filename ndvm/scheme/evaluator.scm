@@ -157,9 +157,21 @@
         (global (if (symbol? (car x))
                     (if (mc-resolve (car x) (car cx) 0) #f (assq (car x) (cdr cx)))
                     #f)))
-    (if (if global (procedure? (cdr global)) #f)
-        (mc-primitive-call (cdr global) operands)
-        (mc-general-call (mc-analyze (car x) cx) operands))))
+    (cond ((if global (eq? (car x) 'apply) #f) (mc-apply-call operands))
+          ((if global (procedure? (cdr global)) #f) (mc-primitive-call (cdr global) operands))
+          (else (mc-general-call (mc-analyze (car x) cx) operands)))))
+
+;; (apply f a ... list): the host's `apply` written out, in tail position, so that a tail call
+;; through apply stays a tail call (the runtime makes `apply` a tail call only where it is
+;; called by name, not as a procedure value).
+(define (mc-apply-call operands)
+  (lambda (env)
+    (let ((values (mc-run-all operands env)))
+      (mc-apply (car values) (mc-spread (cdr values))))))
+
+;; (a ... list) -> (a ... . list), the arguments `apply` passes
+(define (mc-spread args)
+  (if (null? (cdr args)) (car args) (cons (car args) (mc-spread (cdr args)))))
 
 (define (mc-primitive-call f operands)
   (let ((n (length operands)))
