@@ -1,0 +1,413 @@
+"""The pipeline commands of ``ndvm``: discover, recalibrate, serve, leaderboard, datasets, calibrate, ui.
+
+``ndvm.cli`` calls ``register(subparsers)`` when this package is importable; ``ndvm`` itself
+imports none of Prefect, MLflow or litellm. Each command imports what it needs when it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FOLDER = "runs"
+
+# Telemetry and network look-ups at start-up, off unless the user set them (see STACK.md).
+QUIET_ENV = {
+    "DO_NOT_TRACK": "true",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "DASK_LOGGING__DISTRIBUTED": "warning",
+}
+
+
+def _quiet_environment(verbose: bool = False) -> None:
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    if not verbose:
+        # The rich display shows progress; Prefect's per-task INFO lines would scroll it away.
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        for name in ("mlflow", "alembic", "distributed", "LiteLLM", "httpx"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=False)
+
+
+# ---------------------------------------------------------------------------- shared options
+def _add_problem_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--task", default="enso", metavar="DATASET",
+                   help="a registered dataset (see `ndvm datasets`); default: enso (embedded, offline)")
+    g.add_argument("--data", metavar="FILE", help="a CSV/Parquet file (or PSL/CPC text) instead of --task")
+    g.add_argument("--x", help="input column of --data")
+    g.add_argument("--y", help="target column of --data")
+    g.add_argument("--group", help="group column of --data (one series per group, e.g. cell_id)")
+    g.add_argument("--task-kind", choices=["curve", "forecast"], help="override the dataset's default task")
+
+
+def _add_calibration_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("calibration")
+    g.add_argument("--steps", type=int, default=100, help="optimizer steps per fit (default 100)")
+    g.add_argument("--restarts", type=int, default=8, help="multi-start lanes per fit (default 8)")
+    g.add_argument("--optimizer", default="adam", choices=["adam", "lbfgs", "gd"])
+    g.add_argument("--lr", type=float, default=0.05)
+    g.add_argument("--seed", type=int, default=0)
+
+
+def _add_store_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--folder", default=DEFAULT_FOLDER,
+                   help="run folder: candidates.duckdb, mlflow.db, artifacts (default ./runs)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///<folder>/mlflow.db)")
+
+
+def _add_discover_options(p: argparse.ArgumentParser) -> None:
+    _add_problem_options(p)
+    g = p.add_argument_group("proposals")
+    g.add_argument("--proposer", default="auto", choices=["auto", "mutation", "llm", "replay"],
+                   help="auto: llm when --model or $NDVM_LLM_MODEL is set, else the offline mutation proposer")
+    g.add_argument("--model", help="litellm model, e.g. openai/gpt-4o-mini, anthropic/claude-..., ollama_chat/llama3.1")
+    g.add_argument("--api-base", help="OpenAI-compatible server URL (vLLM, llama.cpp, Ollama /v1)")
+    g.add_argument("--api-key-env", help="environment variable holding the API key (default: the provider's own)")
+    g.add_argument("--replay", metavar="FILE.jsonl", help="candidates to replay (with --proposer replay)")
+    g.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight (default 8)")
+    g.add_argument("--per-request", type=int, default=4, help="programs asked for per LLM request (default 4)")
+    b = p.add_argument_group("budget (whichever comes first)")
+    b.add_argument("--minutes", type=float, default=2.0, help="wall time for proposing (default 2)")
+    b.add_argument("--max-candidates", type=int, help="new candidates to accept")
+    b.add_argument("--max-cost", type=float, metavar="USD", help="LLM cost limit")
+    b.add_argument("--drain-minutes", type=float,
+                   help="time to calibrate what is queued after the deadline (default: 15%% of --minutes, 15-120 s)")
+    _add_calibration_options(p)
+    c = p.add_argument_group("execution")
+    c.add_argument("--batch-size", type=int, default=32, help="candidates per calibration batch (default 32)")
+    c.add_argument("--runner", default="threads", choices=["threads", "processes", "dask"],
+                   help="where batches run: in-process threads (default), worker processes, or Dask")
+    c.add_argument("--workers", type=int, help="worker processes (processes/dask runners)")
+    c.add_argument("--dask-address", metavar="tcp://HOST:PORT", help="calibrate on this Dask cluster (prefect-dask)")
+    c.add_argument("--top-k", type=int, default=10, help="leaderboard entries logged to MLflow (default 10)")
+    c.add_argument("--run-id", help="name of the new run (default run-<time>-<random>)")
+    c.add_argument("--resume", metavar="RUN_ID", help="continue a stopped or killed run (its configuration, a new budget)")
+    c.add_argument("--verbose", action="store_true", help="Prefect's and MLflow's own log lines")
+    _add_store_options(p)
+
+
+def _discover_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(task=args.task, proposer=args.proposer, model=args.model, api_base=args.api_base,
+                api_key_env=args.api_key_env, replay=args.replay, data=args.data, x=args.x, y=args.y,
+                group=args.group, task_kind=args.task_kind, seed=args.seed, concurrency=args.concurrency,
+                per_request=args.per_request, batch_size=args.batch_size, steps=args.steps, restarts=args.restarts,
+                optimizer=args.optimizer, lr=args.lr, runner=args.runner, workers=args.workers,
+                dask_address=args.dask_address, top_k=args.top_k, folder=args.folder, tracking_uri=args.tracking_uri)
+
+
+def _budget(args: argparse.Namespace) -> dict[str, Any]:
+    return {"minutes": args.minutes, "max_candidates": args.max_candidates, "max_cost_usd": args.max_cost,
+            "drain_minutes": args.drain_minutes}
+
+
+def ui_command(folder: str, port: int = 5000) -> str:
+    return f"ndvm ui --folder {folder}" + (f" --port {port}" if port != 5000 else "")
+
+
+# ---------------------------------------------------------------------------- discover
+class _ProgressDisplay:
+    """A rich live panel: proposals, calibrations, best score, busy fractions, time left."""
+
+    def __init__(self, console, minutes: float | None):
+        from rich.live import Live
+
+        self.console = console
+        self.minutes = minutes
+        self.live = Live(self._render(None), console=console, refresh_per_second=2, transient=False)
+
+    def _render(self, p) -> Any:
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 2))
+        if p is None:
+            table.add_row("[bold]ndvm discover[/]", "starting (Prefect, dataset, store, MLflow) ...")
+            return table
+        limit = f" / {self.minutes:g} min" if self.minutes else ""
+        best = "-" if p.best_score is None else f"{p.best_score:.5g} ({p.best_hash})"
+        cost = "" if p.cost_usd is None else f"   cost ${p.cost_usd:.4f}"
+        table.add_row("[bold]run[/]", f"{p.run_id}   {p.phase}   {p.elapsed / 60:.1f} min{limit}{cost}")
+        table.add_row("[bold]proposals[/]", f"{p.proposed} received: {p.new} new, {p.duplicates} duplicates, "
+                                            f"{p.invalid} invalid")
+        table.add_row("[bold]calibrations[/]", f"{p.calibrated} ok, {p.failed} failed, {p.queued} queued")
+        table.add_row(f"[bold]best {p.metric}[/]", best)
+        table.add_row("[bold]busy[/]", f"proposal {100 * p.proposal_busy:.0f}%   calibration {100 * p.calibration_busy:.0f}%")
+        return table
+
+    def update(self, progress) -> None:
+        self.live.update(self._render(progress))
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    _quiet_environment(args.verbose)
+    from flows.discover import add_progress_listener, discover
+    from storage.leaderboard import show_leaderboard
+
+    console = _console()
+    display = _ProgressDisplay(console, args.minutes)
+    remove = add_progress_listener(display.update)
+    try:
+        with display.live:
+            report = discover(**_discover_kwargs(args), budget=_budget(args), run_id=args.run_id, resume=args.resume)
+    finally:
+        remove()
+    _print_report(console, report, args.folder)
+    return 0
+
+
+def _print_report(console, report: dict[str, Any], folder: str) -> None:
+    from storage.leaderboard import show_leaderboard
+
+    console.print()
+    show_leaderboard(Path(report["store_path"]), run_id=report["run_id"], k=10, console=console)
+    best = "-" if report["best_score"] is None else f"{report['best_score']:.5g}"
+    console.print(
+        f"[bold]{report['run_id']}[/] {report['status']} after {report['elapsed_seconds'] / 60:.1f} min "
+        f"({report['stop_reason']}): {report['proposed']} proposed, {report['new']} new, "
+        f"{report['duplicates']} duplicates, {report['invalid']} invalid, {report['calibrated']} calibrated, "
+        f"{report['failed']} failed, {report['pending']} pending; best held-out {report['metric']} {best}")
+    console.print(f"busy fractions: proposal {100 * report['proposal_busy']:.0f}% "
+                  f"({report['proposal_requests']} requests), calibration {100 * report['calibration_busy']:.0f}% "
+                  f"({report['calibration_batches']} batches, {report['runner']})")
+    console.print(f"store: {report['store_path']}   MLflow: {report['tracking_uri']} "
+                  f"({report['logged_entries']} leaderboard entries logged as nested runs)")
+    console.print(f"browse the results:  [bold]{ui_command(folder)}[/]   (then open http://127.0.0.1:5000)")
+    if report["pending"]:
+        console.print(f"continue this run:  ndvm discover --resume {report['run_id']} --folder {folder}")
+
+
+# ---------------------------------------------------------------------------- recalibrate
+def cmd_recalibrate(args: argparse.Namespace) -> int:
+    _quiet_environment(getattr(args, "verbose", False))
+    from rich.table import Table
+
+    from flows.recalibrate import recalibrate
+
+    report = recalibrate(args.from_run, args.task, data=args.data, x=args.x, y=args.y, group=args.group,
+                         task_kind=args.task_kind, top=args.top, steps=args.steps, restarts=args.restarts,
+                         optimizer=args.optimizer, lr=args.lr, seed=args.seed, folder=args.folder,
+                         tracking_uri=args.tracking_uri, run_id=args.run_id)
+    console = _console()
+    table = Table(title=f"{report['from_run']} re-fitted on {report['dataset']} -> run {report['run_id']}",
+                  title_justify="left")
+    old_key = next(k for k in report["rows"][0] if k.startswith("old_") and k != "old_rank") if report["rows"] else ""
+    for column in ("old rank", "hash", old_key.replace("_", " ", 1), f"new {report['metric']}", "status"):
+        table.add_column(column)
+    for row in report["rows"]:
+        new = "-" if row["new_score"] is None else f"{row['new_score']:.5g}"
+        status = row["status"] if row["status"] == "ok" else f"{row['status']}: {(row['error'] or '')[:60]}"
+        table.add_row(str(row["old_rank"]), row["hash"], f"{row[old_key]:.5g}", new, status)
+    console.print(table)
+    console.print(f"logged {report['logged_entries']} nested runs under MLflow run {report['mlflow_run_id']}; "
+                  f"browse: [bold]{ui_command(args.folder)}[/]")
+    return 0
+
+
+# ---------------------------------------------------------------------------- serve
+def cmd_serve(args: argparse.Namespace) -> int:
+    _quiet_environment(args.verbose)
+    from flows.discover import build_config, discover
+
+    kwargs = _discover_kwargs(args)
+    build_config(**kwargs)  # fail now, not at 2 am, on a bad option
+    if args.resume:
+        raise SystemExit("ndvm serve: --resume does not apply to a schedule (each scheduled run is a new run)")
+    parameters = {**kwargs, "folder": str(Path(args.folder).resolve()), "budget": _budget(args)}
+    parameters = {k: v for k, v in parameters.items() if v is not None}
+    if not os.environ.get("PREFECT_API_URL"):
+        print("ndvm serve: PREFECT_API_URL is not set, so the schedule lives in a temporary Prefect server that "
+              "never fires cron runs. Start `prefect server start --host 127.0.0.1` and "
+              "`export PREFECT_API_URL=http://127.0.0.1:4200/api` first.", file=sys.stderr)
+    print(f"serving deployment ndvm-discover/{args.name} on cron {args.cron!r} (Ctrl-C or SIGTERM stops it)")
+    discover.serve(name=args.name, cron=args.cron, parameters=parameters, tags=["ndvm"],
+                   description="Scheduled NDVM discovery run (ndvm serve)", limit=1)
+    return 0
+
+
+# ---------------------------------------------------------------------------- small commands
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from storage import default_store_path
+    from storage.leaderboard import show_leaderboard
+
+    show_leaderboard(default_store_path(args.folder), run_id=args.run, k=args.k, metric=args.metric, console=_console())
+    return 0
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    import datasets
+
+    table = Table(title="datasets (select with --task NAME, or --data FILE --x COL --y COL)", title_justify="left")
+    for column in ("name", "task", "columns", "source", "licence", "notes"):
+        table.add_column(column)
+    for row in datasets.list_datasets():
+        name = row["name"] + (" [synthetic]" if row["synthetic"] else "")
+        notes = ("downloads at first use; " if row["download"] else "") + row["title"]
+        table.add_row(name, row["task"], row["columns"], row["source"], row["licence"], notes)
+    _console().print(table)
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Fit one program file to a dataset column: a curve program of one input (bound to the x
+    column), or a forecast candidate (init/predict/update) on a time series."""
+    import numpy as np
+
+    import ndvm
+    from flows.calibration import CalibrationOptions, calibrate_batch, BatchItem
+    from flows.problem import ProblemSpec, load_problem
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise SystemExit(f"ndvm calibrate: no such file: {args.file}")
+    source = path.read_text()
+    registered = _is_registered(args.data)
+    problem = ProblemSpec(dataset=args.data if registered else "enso", data=None if registered else args.data,
+                          x=args.x, y=args.y, group=args.group, task_kind=args.task_kind)
+    dataset, task = load_problem(problem)
+    if args.x and args.x != dataset.x or args.y and args.y != dataset.y:
+        raise SystemExit(f"ndvm calibrate: {args.data} has x={dataset.x}, y={dataset.y}; pass other columns with a "
+                         "file (--data FILE --x COL --y COL)")
+    wrapped = task.program_source(source)
+    program = ndvm.compile(wrapped)
+    if task.kind == "curve" and program.inputs != ["x"]:
+        raise SystemExit(f"ndvm calibrate: a curve program must use exactly one input, x (the column "
+                         f"{dataset.x}); this one uses {program.inputs or 'none'}")
+    options = CalibrationOptions(optimizer=args.optimizer, steps=args.steps, lr=args.lr, restarts=args.restarts,
+                                 seed=args.seed)
+    started = time.perf_counter()
+    [result] = calibrate_batch(task, [BatchItem(program.canonical_hash, source, wrapped)], options)
+    seconds = time.perf_counter() - started
+    console = _console()
+    console.print(f"{path}: {task.name} ({dataset.describe()})")
+    if result.status != "ok":
+        console.print(f"[red]fit failed[/]: {result.error}")
+        return 1
+    width = max(len(k) for k in result.parameters) if result.parameters else 0
+    for name, value in result.parameters.items():
+        console.print(f"  {name:<{width}} = {value:.6g}")
+    console.print(f"  training loss {result.train_metrics.get('loss', np.nan):.6g}  ({options.optimizer}, "
+                  f"{options.steps} steps x {options.restarts} restarts, {seconds:.2f} s)")
+    shown = {k: v for k, v in result.heldout_metrics.items() if "lead" not in k or k.endswith(("lead1", "lead12"))}
+    console.print("  held-out: " + ", ".join(f"{k} {v:.5g}" for k, v in shown.items()))
+    return 0
+
+
+def _is_registered(name: str) -> bool:
+    from datasets.registry import registered
+
+    return registered(name) is not None
+
+
+def mlflow_server_command(folder: str, host: str, port: int) -> list[str]:
+    db = Path(folder).resolve() / "mlflow.db"
+    mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
+    return [mlflow, "server", "--backend-store-uri", f"sqlite:///{db}", "--host", host, "--port", str(port),
+            "--workers", "1"]
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    _quiet_environment()
+    db = Path(args.folder).resolve() / "mlflow.db"
+    if not db.is_file():
+        raise SystemExit(f"ndvm ui: no MLflow store at {db}; run `ndvm discover` first (or pass --folder)")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"ndvm ui: binding to {args.host}: anyone who can reach this machine can read the results",
+              file=sys.stderr)
+    command = mlflow_server_command(args.folder, args.host, args.port)
+    env = {**os.environ, **{k: v for k, v in QUIET_ENV.items() if k not in os.environ}}
+    process = subprocess.Popen(command, env=env)
+    print(f"MLflow UI: http://{args.host}:{args.port}  (store {db}; Ctrl-C stops it)", flush=True)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        return 0
+
+
+# ---------------------------------------------------------------------------- registration
+def register(subparsers: Any) -> None:
+    """Add the pipeline commands to ``ndvm``'s argparse subparsers."""
+    p = subparsers.add_parser("discover", help="run a discovery: propose, calibrate, score, rank, log (default: "
+                              "enso, offline mutation proposer, 2 minutes)")
+    _add_discover_options(p)
+    p.set_defaults(fn=cmd_discover)
+
+    p = subparsers.add_parser("recalibrate", help="re-fit the top programs of an earlier run on new data and log them")
+    p.add_argument("--from-run", metavar="RUN_ID", help="the run whose leaderboard is re-fitted (default: latest)")
+    p.add_argument("--top", type=int, default=5, help="how many of its best programs (default 5)")
+    p.add_argument("--run-id", help="name of the new run")
+    _add_problem_options(p)
+    _add_calibration_options(p)
+    _add_store_options(p)
+    p.set_defaults(fn=cmd_recalibrate)
+
+    p = subparsers.add_parser("serve", help="register a scheduled discovery deployment and serve it (Prefect)")
+    p.add_argument("--cron", required=True, help='cron schedule, e.g. "0 2 * * *" (02:00 every night)')
+    p.add_argument("--name", default="nightly", help="deployment name (default nightly)")
+    _add_discover_options(p)
+    p.set_defaults(fn=cmd_serve)
+
+    p = subparsers.add_parser("leaderboard", help="the best candidates of a run (default: the latest)")
+    p.add_argument("--run", metavar="RUN_ID")
+    p.add_argument("-k", type=int, default=10, help="how many (default 10)")
+    p.add_argument("--metric", help="rank by another stored metric, e.g. heldout.mean_acc or train.loss")
+    p.add_argument("--folder", default=DEFAULT_FOLDER)
+    p.set_defaults(fn=cmd_leaderboard)
+
+    p = subparsers.add_parser("datasets", help="list the registered datasets")
+    p.set_defaults(fn=cmd_datasets)
+
+    p = subparsers.add_parser("calibrate", help="fit one program file to a dataset and print the fit")
+    p.add_argument("file")
+    p.add_argument("--data", required=True, help="a registered dataset name or a CSV/Parquet file")
+    p.add_argument("--x", help="input column (bound to the program's input x)")
+    p.add_argument("--y", help="target column")
+    p.add_argument("--group", help="group column (one fit per group)")
+    p.add_argument("--task-kind", choices=["curve", "forecast"])
+    _add_calibration_options(p)
+    p.set_defaults(fn=cmd_calibrate)
+
+    p = subparsers.add_parser("ui", help="start the MLflow UI on 127.0.0.1 over the run folder's store")
+    p.add_argument("--folder", default=DEFAULT_FOLDER)
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=5000)
+    p.set_defaults(fn=cmd_ui)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m flows.cli ...``: the pipeline commands alone (``ndvm`` is the usual entry point)."""
+    parser = argparse.ArgumentParser(prog="ndvm")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 2
+    return int(args.fn(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

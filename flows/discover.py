@@ -1,0 +1,706 @@
+"""The discovery flow: propose, deduplicate, calibrate, score, rank and log, all at once.
+
+    from flows.discover import discover
+    report = discover(task="enso", proposer="mutation", budget={"minutes": 2})
+
+Three stages run concurrently inside one Prefect flow run:
+
+- **proposal** (a thread with an asyncio loop): up to ``concurrency`` proposal requests in flight
+  (LLM requests, or mutation rounds). As each one returns, its proposals go straight into the
+  candidate store, which drops duplicates and invalid programs at once, and the new candidates
+  join the calibration queue. When the queue is longer than a few batches, no new request
+  starts (calibration is behind; the context will have better parents once it catches up).
+- **calibration** (the flow's main thread): whenever a worker slot is free it takes what is
+  queued (up to ``batch_size``; it never waits for the next proposals) and submits a batch
+  (``flows.calibration.calibrate_batch``: ``ndvm.calibrate_many`` on the training part, held-out
+  scoring by the task) to the Prefect task runner (threads, worker processes or Dask). Results
+  are recorded in the store as soon as a batch returns: each batch is one transaction, so a
+  killed run loses no calibrated candidate, and ``resume=RUN_ID`` continues it.
+- **tracking** (a thread): every ``log_every`` seconds it logs the run's counters to the MLflow
+  parent run and each new top-``top_k`` candidate as a nested run (plots, pyfunc model).
+
+Budgets: wall time (``minutes``: proposing stops then, queued candidates are calibrated within a
+drain allowance, the rest stay pending for a resume), number of new candidates
+(``max_candidates``), and LLM cost (``max_cost_usd``). The report gives the busy fraction of the
+proposal and calibration stages: the share of the run's wall time during which at least one
+proposal request, or one calibration batch, was in flight.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from prefect import flow, get_run_logger
+
+from flows.calibration import BatchItem, BatchResult, CalibrationOptions
+from flows.problem import ProblemSpec, entry_extras, load_problem, probe_inputs, task_spec
+from flows.runners import RunnerChoice, submit_batch
+
+log = logging.getLogger("ndvm.discover")
+
+PROPOSERS = ("auto", "mutation", "llm", "replay")
+LLM_MODEL_ENV = "NDVM_LLM_MODEL"
+
+
+class DiscoveryError(RuntimeError):
+    """A discovery run that cannot start or continue (bad configuration, unknown run to resume)."""
+
+
+# ---------------------------------------------------------------------------- configuration
+@dataclass(frozen=True)
+class Budget:
+    """When a run stops proposing: whichever limit comes first (None: no limit of that kind)."""
+
+    minutes: float | None = 2.0
+    max_candidates: int | None = None   # new (unique, valid) candidates accepted by the run
+    max_cost_usd: float | None = None   # LLM cost as litellm reports it
+    drain_minutes: float | None = None  # calibrating what is queued after the deadline; None: auto
+
+    def check(self) -> "Budget":
+        if self.minutes is None and self.max_candidates is None and self.max_cost_usd is None:
+            raise DiscoveryError("a run needs a budget: minutes, max_candidates or max_cost_usd")
+        for name in ("minutes", "max_candidates", "max_cost_usd", "drain_minutes"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise DiscoveryError(f"budget {name} must be >= 0, got {value}")
+        return self
+
+    def drain_seconds(self) -> float:
+        """How long queued candidates may still be calibrated after the wall-time deadline."""
+        if self.drain_minutes is not None:
+            return 60.0 * self.drain_minutes
+        if self.minutes is None:
+            return math.inf
+        return min(120.0, max(15.0, 0.15 * 60.0 * self.minutes))
+
+
+@dataclass(frozen=True)
+class DiscoverConfig:
+    """Everything that defines a run (stored with it, so ``resume`` continues it the same way)."""
+
+    problem: ProblemSpec = field(default_factory=ProblemSpec)
+    proposer: str = "mutation"          # mutation | llm | replay
+    model: str | None = None            # litellm model for the llm proposer
+    api_base: str | None = None         # OpenAI-compatible server, Ollama, ...
+    llm_env: str | None = None          # environment variable holding the API key (its name only)
+    replay: str | None = None           # JSONL file for the replay proposer
+    seed: int = 0
+    concurrency: int = 8                # proposal requests in flight (mutation: 1)
+    per_request: int = 4                # programs per request (mutation: 16 per round)
+    temperature: float = 0.8
+    llm_timeout: float = 60.0
+    batch_size: int = 32
+    calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
+    runner: RunnerChoice = field(default_factory=RunnerChoice)
+    top_k: int = 10                     # leaderboard entries logged to MLflow
+    log_every: float = 10.0             # seconds between MLflow progress snapshots
+    folder: str = "runs"
+    tracking_uri: str | None = None     # None: sqlite under the run folder
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self), default=str))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DiscoverConfig":
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["problem"] = ProblemSpec(**data.get("problem", {}))
+        values["calibration"] = CalibrationOptions(**data.get("calibration", {}))
+        values["runner"] = RunnerChoice(**data.get("runner", {}))
+        if values.get("llm_env") == "***":  # redacted by an older store; fall back to the provider's variable
+            values["llm_env"] = None
+        return cls(**values)
+
+
+def resolve_proposer(proposer: str, model: str | None) -> tuple[str, str | None]:
+    """``auto``: the LLM proposer when a model is given (``--model`` or $NDVM_LLM_MODEL), else mutation."""
+    if proposer not in PROPOSERS:
+        raise DiscoveryError(f"unknown proposer {proposer!r}; use one of {', '.join(PROPOSERS)}")
+    model = model or os.environ.get(LLM_MODEL_ENV) or None
+    if proposer == "auto":
+        proposer = "llm" if model else "mutation"
+    if proposer == "llm" and not model:
+        raise DiscoveryError(f"the llm proposer needs a model: --model or ${LLM_MODEL_ENV} (e.g. openai/gpt-4o-mini)")
+    return proposer, model if proposer == "llm" else None
+
+
+def make_proposer(config: DiscoverConfig, seed_offset: int = 0) -> Any:
+    if config.proposer == "mutation":
+        from proposers import MutationProposer
+
+        # A resumed run starts the generator elsewhere: the same seed would re-propose known programs.
+        return MutationProposer(seed=config.seed + seed_offset)
+    if config.proposer == "replay":
+        from proposers import ReplayProposer
+
+        if not config.replay:
+            raise DiscoveryError("the replay proposer needs --replay FILE.jsonl")
+        return ReplayProposer(config.replay)
+    from proposers import LLMProposer
+
+    return LLMProposer(config.model, temperature=config.temperature, concurrency=config.concurrency,
+                       timeout=config.llm_timeout, api_base=config.api_base, api_key_env=config.llm_env,
+                       per_request=config.per_request, seed=config.seed + seed_offset)
+
+
+# ---------------------------------------------------------------------------- measuring
+class StageMeter:
+    """Wall time during which a stage had at least one operation in flight."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._since = 0.0
+        self._busy = 0.0
+        self.operations = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._since = time.monotonic()
+            self._active += 1
+            self.operations += 1
+
+    def exit(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._busy += time.monotonic() - self._since
+
+    def busy_seconds(self) -> float:
+        with self._lock:
+            return self._busy + (time.monotonic() - self._since if self._active else 0.0)
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+
+@dataclass
+class Progress:
+    """A snapshot for progress displays (``on_progress``) and the status file."""
+
+    run_id: str
+    elapsed: float
+    proposed: int
+    new: int
+    duplicates: int
+    invalid: int
+    calibrated: int
+    failed: int
+    pending: int
+    queued: int
+    best_score: float | None
+    best_hash: str | None
+    metric: str
+    proposal_busy: float
+    calibration_busy: float
+    cost_usd: float | None
+    phase: str
+
+
+@dataclass
+class DiscoveryReport:
+    """What a finished (or stopped) run reports."""
+
+    run_id: str
+    status: str
+    stop_reason: str
+    elapsed_seconds: float
+    proposed: int
+    new: int
+    duplicates: int
+    invalid: int
+    calibrated: int
+    failed: int
+    pending: int
+    metric: str
+    best_score: float | None
+    best_hash: str | None
+    proposal_busy: float
+    calibration_busy: float
+    proposal_requests: int
+    calibration_batches: int
+    cost_usd: float | None
+    store_path: str
+    tracking_uri: str
+    mlflow_run_id: str | None
+    mlflow_experiment_id: str | None
+    logged_entries: int
+    runner: str
+    proposer: str
+    model: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Progress callbacks are process-wide listeners rather than flow parameters (Prefect records and
+# validates parameters; a callable is neither serializable nor meaningful in the UI).
+_listeners: list[Callable[[Progress], None]] = []
+_listeners_lock = threading.Lock()
+
+
+def add_progress_listener(callback: Callable[[Progress], None]) -> Callable[[], None]:
+    """Call ``callback(Progress)`` about once a second during runs of this process; returns a remover."""
+    with _listeners_lock:
+        _listeners.append(callback)
+
+    def remove() -> None:
+        with _listeners_lock:
+            if callback in _listeners:
+                _listeners.remove(callback)
+
+    return remove
+
+
+def status_path(folder: str | Path, run_id: str) -> Path:
+    """The run's status file, rewritten every second: the store itself is locked by the writer."""
+    return Path(folder) / "status" / f"{run_id}.json"
+
+
+# ---------------------------------------------------------------------------- the engine
+class Discovery:
+    """One discovery run (or the continuation of one). ``run()`` blocks until the budget is spent."""
+
+    def __init__(self, config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
+                 logger: Any = None):
+        from storage import CandidateStore, default_store_path
+        from storage.tracking import Tracker
+
+        self.config, self.budget = config, budget.check()
+        self.log = logger or log
+        self.runner_choice = config.runner.check()
+        self.dataset, self.task = load_problem(config.problem)
+        self.spec = task_spec(self.dataset, self.task)
+        self.options = CalibrationOptions(**{**asdict(config.calibration),
+                                             "threads": config.calibration.threads or self.runner_choice.native_threads()})
+        self.folder = Path(config.folder)
+        self.store_path = default_store_path(self.folder)
+        self.store = CandidateStore(self.store_path)
+        try:
+            self._open_run(run_id, resume)
+            self.tracker = Tracker(config.tracking_uri, run_folder=self.folder)
+            status = self.store.run_status(self.run_id)
+            names = dict(dataset=self.config.problem.label, task=self.task.kind, proposer=config.proposer,
+                         model=config.model)
+            parent = self.tracker.start_run(self.run_id, config=self.config.to_dict(),
+                                            budget=asdict(self.budget), mlflow_run_id=status.mlflow_run_id, **names)
+            if status.mlflow_run_id is None:
+                self.store.set_mlflow_run(self.run_id, parent)
+        except BaseException:
+            self.store.close()
+            raise
+        self.proposer = make_proposer(config, seed_offset=self.resumed_from.proposed if self.resumed_from else 0)
+        self.accepted = self.store.run_status(self.run_id).new  # new candidates of the run so far
+        self.leaderboard_changed = threading.Event()
+        self.proposal_meter, self.calibration_meter = StageMeter(), StageMeter()
+        self.queue: collections.deque[BatchItem] = collections.deque()
+        self.queue_lock = threading.Lock()
+        self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
+        self.stop_proposing = threading.Event()
+        self.finished = threading.Event()
+        self.stop_reason = ""
+        self.started = time.monotonic()
+        self.batches = 0
+        self.logged_entries = 0
+        self.errors: list[BaseException] = []
+
+    def _open_run(self, run_id: str | None, resume: str | None) -> None:
+        from storage import StoreError
+
+        self.resumed_from = None
+        if resume:
+            try:
+                self.resumed_from = self.store.resume(resume)
+            except StoreError as exc:
+                raise DiscoveryError(f"cannot resume: {exc}") from exc
+            self.run_id = resume
+            pending = self.store.pending(resume)
+            self.queue_initial = [BatchItem(c.hash, c.source, c.program_source or c.source) for c in pending]
+            return
+        self.queue_initial = []
+        self.run_id = run_id or f"run-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+        self.store.start_run(self.run_id, dataset=self.config.problem.label, task=self.task.kind,
+                             proposer=self.config.proposer, model=self.config.model, config=self.config.to_dict(),
+                             budget=asdict(self.budget), metric=self.task.primary_metric,
+                             probe_inputs=probe_inputs(self.task))
+
+    # ------------------------------------------------------------------ budget
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def cost(self) -> float | None:
+        usage = getattr(self.proposer, "usage", None)
+        return None if usage is None else float(usage.cost_usd)
+
+    def _budget_reason(self) -> str | None:
+        b = self.budget
+        if b.minutes is not None and self.elapsed() >= 60.0 * b.minutes:
+            return f"wall time ({b.minutes:g} min)"
+        if b.max_candidates is not None and self.accepted >= b.max_candidates:
+            return f"candidates ({b.max_candidates})"
+        cost = self.cost()
+        if b.max_cost_usd is not None and cost is not None and cost >= b.max_cost_usd:
+            return f"LLM cost (${b.max_cost_usd:g})"
+        if getattr(self.proposer, "exhausted", False):
+            return "replay file exhausted"
+        return None
+
+    def _stop(self, reason: str) -> None:
+        if not self.stop_proposing.is_set():
+            self.stop_reason = reason
+            self.log.info("discovery %s: stops proposing: %s", self.run_id, reason)
+            self.stop_proposing.set()
+
+    # ------------------------------------------------------------------ proposal stage
+    def _context(self) -> Any:
+        from proposers import Budget as ProposalBudget, ProposalContext, ScoredProgram
+
+        best = []
+        for row in self.store.top(5, run_id=self.run_id).iter_rows(named=True):
+            best.append(ScoredProgram(row["source"], float(row["score"]), canonical_hash=row["hash"],
+                                      params=json.loads(row["parameters"] or "{}")))
+        b = self.budget
+        left = ProposalBudget(
+            proposals_left=None if b.max_candidates is None else max(0, b.max_candidates - self.accepted),
+            seconds_left=None if b.minutes is None else max(0.0, 60.0 * b.minutes - self.elapsed()),
+            cost_left_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.cost() or 0.0)))
+        return ProposalContext(self.spec, best=best, failures=list(self.failures), budget=left)
+
+    def _queue_limit(self) -> int:
+        return 2 * self.config.batch_size * self.runner_choice.batches_in_flight()
+
+    def _may_propose(self) -> bool:
+        if self.stop_proposing.is_set():
+            return False
+        reason = self._budget_reason()
+        if reason:
+            self._stop(reason)
+            return False
+        with self.queue_lock:
+            return len(self.queue) < self._queue_limit()
+
+    def _accept(self, proposals: list[Any]) -> None:
+        """Into the store at once; the new candidates join the calibration queue. With a candidate
+        budget the proposals are added in slices so the run accepts exactly that many."""
+        program_source = self.spec.program_source
+        while proposals:
+            take = len(proposals)
+            if self.budget.max_candidates is not None:
+                take = min(take, self.budget.max_candidates - self.accepted)
+                if take <= 0:
+                    return
+            chunk, proposals = proposals[:take], proposals[take:]
+            new = self.store.add(chunk, self.run_id, program_source=program_source)
+            self.accepted += len(new)
+            with self.queue_lock:
+                self.queue.extend(BatchItem(c.hash, c.source, c.program_source or c.source) for c in new)
+
+    async def _one_request(self, n: int) -> None:
+        from proposers import Failure
+
+        self.proposal_meter.enter()
+        try:
+            proposals = await self.proposer.apropose(self._context(), n)
+        except Exception as exc:  # a proposer bug or an API failure it did not absorb: record, go on
+            self.log.warning("proposal request failed: %s", exc)
+            self.failures.append(Failure("api", f"{type(exc).__name__}: {exc}"[:500], proposer=self.config.proposer))
+            proposals = []
+        finally:
+            self.proposal_meter.exit()
+        for failure in self.proposer.drain_failures():
+            self.failures.append(failure)
+        if proposals:
+            await asyncio.to_thread(self._accept, proposals)
+
+    async def _propose_loop(self) -> None:
+        mutation_like = self.config.proposer in ("mutation", "replay")
+        in_flight = 1 if mutation_like else self.config.concurrency
+        n = 16 if mutation_like else self.config.per_request
+        tasks: set[asyncio.Task] = set()
+        while True:
+            while len(tasks) < in_flight and self._may_propose():
+                tasks.add(asyncio.create_task(self._one_request(n)))
+            if not tasks:
+                if self.stop_proposing.is_set():
+                    break
+                await asyncio.sleep(0.05)  # the calibration queue is full: wait for it to drain
+                continue
+            _, tasks = await asyncio.wait(tasks, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
+            if self.stop_proposing.is_set() and tasks:
+                # Requests already in flight finish (their proposals are paid for), then stop.
+                await asyncio.wait(tasks)
+                tasks = set()
+
+    def _proposal_thread(self) -> None:
+        try:
+            asyncio.run(self._propose_loop())
+        except BaseException as exc:  # surfaced by run()
+            self.errors.append(exc)
+            self._stop(f"proposal stage failed: {exc}")
+
+    # ------------------------------------------------------------------ calibration stage
+    def _take_batch(self) -> list[BatchItem]:
+        with self.queue_lock:
+            items = []
+            while self.queue and len(items) < self.config.batch_size:
+                items.append(self.queue.popleft())
+            return items
+
+    def _record(self, items: list[BatchItem], results: list[BatchResult]) -> None:
+        from proposers import Failure
+        from storage import EvaluationResult
+
+        sources = {item.hash: item.source for item in items}
+        self.store.record([EvaluationResult(
+            candidate=r.hash, run_id=self.run_id, dataset=self.config.problem.label, task=self.task.kind,
+            split=self.split_label, parameters=r.parameters, train_metrics=r.train_metrics,
+            heldout_metrics=r.heldout_metrics, seconds=r.seconds, status=r.status, error=r.error,
+            loss_history=r.loss_history) for r in results])
+        for r in results:
+            if r.status != "ok":
+                self.failures.append(Failure("eval", f"calibration/scoring failed: {r.error}"[:500],
+                                             source=sources.get(r.hash), proposer="calibration"))
+
+    @property
+    def split_label(self) -> str:
+        if self.task.kind == "forecast":
+            return f"temporal: train {self.task.n_train} points, score leads 1..{self.task.leads} after"
+        return "temporal: per-series tail held out"
+
+    def _calibration_loop(self, runner: Any) -> None:
+        drain_deadline = None
+        in_flight: dict[Any, list[BatchItem]] = {}
+        last_progress = 0.0
+        slots = self.runner_choice.batches_in_flight()
+        while True:
+            # Results first: record every finished batch at once (one transaction each).
+            for future in [f for f in in_flight if f.state.is_final()]:
+                items = in_flight.pop(future)
+                self.calibration_meter.exit()
+                try:
+                    results = future.result()
+                except Exception as exc:  # a worker crash after Prefect's retry: mark the batch failed
+                    self.log.warning("calibration batch of %d failed: %s", len(items), exc)
+                    results = [BatchResult(i.hash, "error", error=f"worker failed: {type(exc).__name__}: {exc}"[:2000])
+                               for i in items]
+                self._record(items, results)
+                self.leaderboard_changed.set()
+            if self.errors:
+                raise self.errors[0]
+            if not self.stop_proposing.is_set():
+                reason = self._budget_reason()
+                if reason:
+                    self._stop(reason)
+            if self.stop_proposing.is_set() and drain_deadline is None:
+                drain_deadline = time.monotonic() + self.budget.drain_seconds()
+            past_drain = drain_deadline is not None and time.monotonic() > drain_deadline
+            # Never wait for the next proposals: a free slot takes whatever is queued now.
+            while len(in_flight) < slots and not past_drain:
+                items = self._take_batch()
+                if not items:
+                    break
+                self.calibration_meter.enter()
+                in_flight[submit_batch(runner, self.task, items, self.options)] = items
+                self.batches += 1
+            if time.monotonic() - last_progress >= 1.0:
+                last_progress = time.monotonic()
+                self._publish("proposing" if not self.stop_proposing.is_set() else "draining")
+            proposals_done = not self.proposal_thread.is_alive()
+            with self.queue_lock:
+                queued = len(self.queue)
+            if proposals_done and not in_flight and (queued == 0 or past_drain):
+                if queued and past_drain:
+                    self.stop_reason += f"; {queued} queued candidates left pending (drain time over; resume continues)"
+                return
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ tracking stage
+    def _log_leaderboard(self) -> None:
+        def extras(digest: str) -> dict[str, Any]:
+            evaluation = self.store.evaluation(self.run_id, digest)
+            source = self.store.candidate(digest)["source"]
+            return entry_extras(self.dataset, self.task, source, evaluation["parameters"])
+
+        logged = self.tracker.log_leaderboard(self.store, self.run_id, k=self.config.top_k, extras=extras)
+        self.logged_entries += len(logged)
+
+    def _tracking_thread(self) -> None:
+        while not self.finished.is_set():
+            self.leaderboard_changed.wait(timeout=self.config.log_every)
+            if self.finished.is_set():
+                return
+            try:
+                self.tracker.log_progress(self.store.run_status(self.run_id))
+                if self.leaderboard_changed.is_set():
+                    self.leaderboard_changed.clear()
+                    self._log_leaderboard()
+            except Exception as exc:  # MLflow trouble must not stop the search; the end retries
+                self.log.warning("MLflow logging failed (retried at the end): %s", exc)
+            self.finished.wait(timeout=self.config.log_every)
+
+    # ------------------------------------------------------------------ progress
+    def progress(self, phase: str) -> Progress:
+        status = self.store.run_status(self.run_id)
+        elapsed = max(self.elapsed(), 1e-9)
+        with self.queue_lock:
+            queued = len(self.queue)
+        return Progress(
+            run_id=self.run_id, elapsed=elapsed, proposed=status.proposed, new=status.new,
+            duplicates=status.duplicates, invalid=status.invalid, calibrated=status.calibrated, failed=status.failed,
+            pending=status.pending, queued=queued, best_score=status.best_score, best_hash=status.best_hash,
+            metric=status.metric, proposal_busy=self.proposal_meter.busy_seconds() / elapsed,
+            calibration_busy=self.calibration_meter.busy_seconds() / elapsed, cost_usd=self.cost(), phase=phase)
+
+    def _publish(self, phase: str) -> Progress:
+        snapshot = self.progress(phase)
+        path = status_path(self.folder, self.run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(snapshot)))
+        os.replace(tmp, path)  # atomic: a reader never sees half a file
+        with _listeners_lock:
+            listeners = list(_listeners)
+        for callback in listeners:
+            try:
+                callback(snapshot)
+            except Exception as exc:  # a broken display must not stop the run
+                self.log.warning("progress listener failed: %s", exc)
+        return snapshot
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> DiscoveryReport:
+        with self.queue_lock:
+            self.queue.extend(self.queue_initial)
+        if self.queue_initial:
+            self.log.info("resuming %s: %d candidates were pending", self.run_id, len(self.queue_initial))
+        self.proposal_thread = threading.Thread(target=self._proposal_thread, name="ndvm-propose", daemon=True)
+        tracking = threading.Thread(target=self._tracking_thread, name="ndvm-tracking", daemon=True)
+        status, mlflow_status = "failed", "FAILED"
+        try:
+            with self.runner_choice.make() as runner:
+                self.proposal_thread.start()
+                tracking.start()
+                self._calibration_loop(runner)
+            status, mlflow_status = "finished", "FINISHED"
+        except KeyboardInterrupt:
+            status, mlflow_status = "interrupted", "KILLED"
+            self._stop("interrupted")
+            raise
+        finally:
+            self._stop(self.stop_reason or "stopped")
+            self.finished.set()
+            self.proposal_thread.join(timeout=30)
+            tracking.join(timeout=60)
+            self.elapsed_final = self.elapsed()
+            try:
+                self._log_leaderboard()
+                self.tracker.log_progress(self.store.run_status(self.run_id))
+                self.tracker.end_run(mlflow_status)
+            finally:
+                self.store.set_run_status(self.run_id, status)
+                self._publish(status)
+        return self.report(status)
+
+    def report(self, status: str) -> DiscoveryReport:
+        s = self.store.run_status(self.run_id)
+        elapsed = max(self.elapsed_final, 1e-9)
+        return DiscoveryReport(
+            run_id=self.run_id, status=status, stop_reason=self.stop_reason, elapsed_seconds=elapsed,
+            proposed=s.proposed, new=s.new, duplicates=s.duplicates, invalid=s.invalid, calibrated=s.calibrated,
+            failed=s.failed, pending=s.pending, metric=s.metric, best_score=s.best_score, best_hash=s.best_hash,
+            proposal_busy=self.proposal_meter.busy_seconds() / elapsed,
+            calibration_busy=self.calibration_meter.busy_seconds() / elapsed,
+            proposal_requests=self.proposal_meter.operations, calibration_batches=self.batches, cost_usd=self.cost(),
+            store_path=str(self.store_path.resolve()), tracking_uri=self.tracker.tracking_uri,
+            mlflow_run_id=self.tracker.parent_run_id, mlflow_experiment_id=self.tracker.experiment_id,
+            logged_entries=self.logged_entries, runner=self.runner_choice.describe(), proposer=self.config.proposer,
+            model=self.config.model)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+# ---------------------------------------------------------------------------- the Prefect flow
+def build_config(task: str = "enso", proposer: str = "auto", *, model: str | None = None, api_base: str | None = None,
+                 api_key_env: str | None = None, replay: str | None = None, data: str | None = None,
+                 x: str | None = None, y: str | None = None, group: str | None = None, task_kind: str | None = None,
+                 seed: int = 0, concurrency: int = 8, per_request: int = 4, batch_size: int = 32, steps: int = 100,
+                 restarts: int = 8, optimizer: str = "adam", lr: float = 0.05, runner: str = "threads",
+                 workers: int | None = None, dask_address: str | None = None, top_k: int = 10,
+                 log_every: float = 10.0, folder: str = "runs", tracking_uri: str | None = None) -> DiscoverConfig:
+    kind, model = resolve_proposer(proposer, model)
+    if batch_size < 1 or concurrency < 1 or per_request < 1:
+        raise DiscoveryError("batch_size, concurrency and per_request must be >= 1")
+    return DiscoverConfig(
+        problem=ProblemSpec(dataset=task, data=data, x=x, y=y, group=group, task_kind=task_kind), proposer=kind,
+        model=model, api_base=api_base, llm_env=api_key_env, replay=replay, seed=seed, concurrency=concurrency,
+        per_request=per_request, batch_size=batch_size,
+        calibration=CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed),
+        runner=RunnerChoice(runner, workers, dask_address).check(), top_k=top_k, log_every=log_every, folder=folder,
+        tracking_uri=tracking_uri)
+
+
+def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
+                  logger: Any = None) -> DiscoveryReport:
+    """The engine without Prefect's flow wrapper (the flow calls this). ``resume``: continue that run
+    with its stored configuration (only the budget is new)."""
+    if resume:
+        from storage import CandidateStore, StoreError, default_store_path
+
+        try:
+            with CandidateStore(default_store_path(config.folder)) as store:
+                stored = store.run_status(resume).config
+        except StoreError as exc:
+            raise DiscoveryError(f"cannot resume {resume!r}: {exc}") from exc
+        config = DiscoverConfig.from_dict({**stored, "folder": config.folder,
+                                           "tracking_uri": config.tracking_uri or stored.get("tracking_uri")})
+    discovery = Discovery(config, budget, run_id=run_id, resume=resume, logger=logger)
+    try:
+        return discovery.run()
+    finally:
+        discovery.close()
+
+
+@flow(name="ndvm-discover", log_prints=True, persist_result=False)
+def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] | None = None, *,
+             model: str | None = None, api_base: str | None = None, api_key_env: str | None = None,
+             replay: str | None = None, data: str | None = None, x: str | None = None, y: str | None = None,
+             group: str | None = None, task_kind: str | None = None, seed: int = 0, concurrency: int = 8,
+             per_request: int = 4, batch_size: int = 32, steps: int = 100, restarts: int = 8,
+             optimizer: str = "adam", lr: float = 0.05, runner: str = "threads", workers: int | None = None,
+             dask_address: str | None = None, top_k: int = 10, log_every: float = 10.0, folder: str = "runs",
+             tracking_uri: str | None = None, run_id: str | None = None, resume: str | None = None) -> dict[str, Any]:
+    """Discover model programs for ``task`` (a registered dataset, or ``data=FILE`` with x/y columns).
+
+    ``proposer``: auto | mutation | llm | replay. ``budget``: {"minutes", "max_candidates",
+    "max_cost_usd", "drain_minutes"}. ``runner``: threads | processes | dask (``dask_address``).
+    Results go to ``<folder>/candidates.duckdb`` and MLflow (``<folder>/mlflow.db`` by default).
+    Returns the report as a dict (see ``DiscoveryReport``).
+    """
+    config = build_config(task, proposer, model=model, api_base=api_base, api_key_env=api_key_env, replay=replay,
+                          data=data, x=x, y=y, group=group, task_kind=task_kind, seed=seed, concurrency=concurrency,
+                          per_request=per_request, batch_size=batch_size, steps=steps, restarts=restarts,
+                          optimizer=optimizer, lr=lr, runner=runner, workers=workers, dask_address=dask_address,
+                          top_k=top_k, log_every=log_every, folder=folder, tracking_uri=tracking_uri)
+    report = run_discovery(config, Budget(**(budget or {})), run_id=run_id, resume=resume, logger=get_run_logger())
+    get_run_logger().info(
+        "run %s %s (%s): %d proposed, %d new, %d calibrated, best %s %s; busy: proposal %.0f%%, calibration %.0f%%",
+        report.run_id, report.status, report.stop_reason, report.proposed, report.new, report.calibrated,
+        report.metric, report.best_score, 100 * report.proposal_busy, 100 * report.calibration_busy)
+    return report.to_dict()
+
+
+__all__ = ["Budget", "DiscoverConfig", "Discovery", "DiscoveryError", "DiscoveryReport", "Progress", "StageMeter",
+           "add_progress_listener", "build_config", "discover", "resolve_proposer", "run_discovery", "status_path"]

@@ -1,0 +1,96 @@
+"""Where calibration batches run: the Prefect task runner a discovery run submits them to.
+
+- ``threads`` (default): a thread of the flow's own process. ``ndvm.calibrate_many`` releases the
+  GIL and spreads the batch over every core, so one batch at a time is enough.
+- ``processes``: Prefect's ``ProcessPoolTaskRunner``, ``workers`` worker processes, one batch each.
+- ``dask``: prefect-dask's ``DaskTaskRunner`` on the cluster at ``dask_address``
+  (``tcp://HOST:PORT``), or on a temporary local cluster of ``workers`` processes when no address
+  is given. Give the workers ``PREFECT_API_URL`` of a running ``prefect server start`` (or they
+  each start a temporary Prefect server, several seconds each).
+
+Every runner returns the workers' results to the flow's process, the only writer of the store.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from flows.calibration import BatchItem, BatchResult, CalibrationOptions, calibrate_batch
+
+RUNNERS = ("threads", "processes", "dask")
+
+
+# Inputs are large (the task object) and results are recorded by the flow, not cached by Prefect.
+calibrate_batch_task = task(calibrate_batch, name="calibrate-batch", cache_policy=NO_CACHE, retries=1,
+                            retry_delay_seconds=1, persist_result=False, log_prints=False)
+
+
+class RunnerError(ValueError):
+    """A task-runner option that cannot work (an unknown runner, a malformed Dask address)."""
+
+
+@dataclass(frozen=True)
+class RunnerChoice:
+    kind: str = "threads"
+    workers: int | None = None
+    dask_address: str | None = None
+
+    def check(self) -> "RunnerChoice":
+        kind = "dask" if self.dask_address else self.kind
+        if kind not in RUNNERS:
+            raise RunnerError(f"unknown runner {self.kind!r}; use one of {', '.join(RUNNERS)}")
+        if self.dask_address and not self.dask_address.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
+            raise RunnerError(f"--dask-address must look like tcp://HOST:PORT, got {self.dask_address!r}")
+        if self.workers is not None and self.workers < 1:
+            raise RunnerError("workers must be >= 1")
+        return RunnerChoice(kind, self.workers, self.dask_address)
+
+    def batches_in_flight(self) -> int:
+        """How many batches to keep submitted: one per worker (threads: one, it uses every core)."""
+        if self.kind == "threads":
+            return 1
+        return self.workers or (2 if self.kind == "dask" else max(1, os.cpu_count() or 1))
+
+    def native_threads(self) -> int | None:
+        """Native threads per batch: all cores in-process; split between local worker processes."""
+        if self.kind == "threads":
+            return None
+        if self.kind == "processes" or (self.kind == "dask" and not self.dask_address):
+            return max(1, (os.cpu_count() or 1) // self.batches_in_flight())
+        return None  # a remote cluster: the worker's own cores
+
+    def make(self) -> Any:
+        """A Prefect task runner (use as a context manager, then ``submit``)."""
+        if self.kind == "threads":
+            from prefect.task_runners import ThreadPoolTaskRunner
+
+            return ThreadPoolTaskRunner(max_workers=1)
+        if self.kind == "processes":
+            from prefect.task_runners import ProcessPoolTaskRunner
+
+            return ProcessPoolTaskRunner(max_workers=self.batches_in_flight())
+        from prefect_dask import DaskTaskRunner
+
+        if self.dask_address:
+            return DaskTaskRunner(address=self.dask_address)
+        return DaskTaskRunner(cluster_kwargs={"n_workers": self.batches_in_flight(), "threads_per_worker": 1,
+                                              "processes": True, "dashboard_address": None})
+
+    def describe(self) -> str:
+        if self.kind == "dask":
+            return f"dask ({self.dask_address or f'local cluster, {self.batches_in_flight()} workers'})"
+        if self.kind == "processes":
+            return f"processes ({self.batches_in_flight()} workers)"
+        return "threads (in-process, all cores)"
+
+
+def submit_batch(runner: Any, task_obj: Any, items: list[BatchItem], options: CalibrationOptions) -> Any:
+    """Submit one batch to ``runner``; returns a Prefect future whose result is list[BatchResult]."""
+    return runner.submit(calibrate_batch_task, parameters={"task": task_obj, "items": items, "options": options})
+
+
+__all__ = ["RUNNERS", "RunnerChoice", "RunnerError", "calibrate_batch_task", "submit_batch", "BatchResult"]
