@@ -226,3 +226,42 @@ def test_fixture_matches_live_guile():
     differ = {r["name"]: (r["expected"], live.get(r["name"])) for r in RECORDS
               if not same_datum(read_datum(r["expected"]), read_datum(live[r["name"]]))}
     assert not differ, f"Guile now disagrees with the fixture: {differ}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The runtime's own Scheme printer (ndvm.values.to_scheme, used by `ndvm run`) against Guile's.
+
+def test_runtime_printer_agrees_with_python_values():
+    """For every program that runs, the runtime's printed value reads back as the same datum."""
+    from ndvm.values import to_scheme as runtime_to_scheme
+
+    mismatches = []
+    for record in RECORDS:
+        try:
+            value = ndvm.compile(record["source"]).run()
+        except ndvm.NDVMError:
+            continue  # reported by test_program_matches_guile
+        printed = runtime_to_scheme(value)
+        if not same_datum(from_python(value), read_datum(printed)):
+            mismatches.append((record["name"], printed, write_datum(from_python(value))))
+    assert not mismatches, mismatches[:10]
+
+
+CLI_SAMPLE = ["list-cons-dotted", "list-build-with-cons-dotted-chain", "num-float-literals", "quote-numbers-and-booleans",
+              "symbols-with-punctuation", "num-round-to-even", "list-of-pairs", "hof-map-nested"]
+
+
+@pytest.mark.timeout(120)
+def test_cli_run_prints_what_guile_writes(tmp_path):
+    """`ndvm run FILE` prints the value in Scheme notation: the same datum as Guile's `write`."""
+    import subprocess
+
+    by_name = {r["name"]: r for r in RECORDS}
+    ndvm_cli = Path(sys.executable).with_name("ndvm")
+    for name in CLI_SAMPLE:
+        path = tmp_path / f"{name}.scm"
+        path.write_text(by_name[name]["source"])
+        proc = subprocess.run([str(ndvm_cli), "run", str(path)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-1000:]}"
+        assert same_datum(read_datum(by_name[name]["expected"]), read_datum(proc.stdout.strip())), (
+            f"{name}: Guile {by_name[name]['expected']}, ndvm run printed {proc.stdout.strip()}")
