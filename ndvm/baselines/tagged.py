@@ -32,7 +32,8 @@ from ndvm.errors import EvalError
 from ndvm.baselines.interp import BaselineProgram, Closure
 from ndvm.baselines.reader import Symbol
 
-TAG_NIL, TAG_BOOL, TAG_INT, TAG_FLOAT, TAG_SYMBOL, TAG_PAIR, TAG_CLOSURE, TAG_PRIMITIVE, TAG_VECTOR, TAG_MATRIX = range(10)
+(TAG_NIL, TAG_BOOL, TAG_INT, TAG_FLOAT, TAG_SYMBOL, TAG_PAIR, TAG_CLOSURE, TAG_PRIMITIVE, TAG_VECTOR,
+ TAG_MATRIX) = range(10)
 TAG_NAMES = ["nil", "boolean", "integer", "number", "symbol", "pair", "closure", "primitive", "vector", "matrix"]
 WIDTH = 14  # 10-way one-hot tag + 4-element payload
 P0 = 10  # first payload column
@@ -439,7 +440,8 @@ def _p_matmul(vals, args):
 
 def _p_transpose(vals, args):
     rows = vals.matrix_rows(args[0])
-    return vals.make_array((len(rows[0]), len(rows)), [rows[i][j] for j in range(len(rows[0])) for i in range(len(rows))])
+    r, c = len(rows), len(rows[0])
+    return vals.make_array((c, r), [rows[i][j] for j in range(c) for i in range(r)])
 
 
 def _p_outer(vals, args):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 
 from ndvm.baselines import eager, tagged
 from ndvm.baselines.calibrate import calibrate as baseline_calibrate, warm_up
-from ndvm.bench.common import BenchConfig, SuiteResult, fmt_num, fmt_ratio, fmt_time, ratio, require_ndvm, time_call
+from ndvm.bench.common import (BenchConfig, SuiteResult, fmt_num, fmt_ratio, fmt_time, ratio, require_ndvm,
+                               time_call)
 from ndvm.bench.programs import PROGRAMS
 
 STEPS, LR = 30, 0.08

@@ -141,7 +141,8 @@ def run_highdim(config: BenchConfig) -> SuiteResult:
     data_dir = find_data_dir(config)
     try:
         ys = enso_series(data_dir, D, T) if data_dir else None
-        data_label = f"ENSO: Niño 3.4 anomaly (ERSSTv5 CPC) and SOI (CPC), lags 0..{D // 2 - 1}, last {T} months to 2023-09"
+        data_label = (f"ENSO: Niño 3.4 anomaly (ERSSTv5 CPC) and SOI (CPC), lags 0..{D // 2 - 1}, "
+                      f"last {T} months to 2023-09")
     except (OSError, ValueError) as e:
         ys = None
         data_label = f"ENSO data unavailable ({e})"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 
 import numpy as np
 
@@ -82,7 +81,8 @@ def run_staging(config: BenchConfig) -> SuiteResult:
             staged = jax_baseline.stage(source, inputs, target)
             staged.value_and_grad(theta)
             entry["jax_stage_s"] = staged.staging_seconds
-            entry["jax_step_s"] = time_call(lambda: staged.value_and_grad(theta), min_time=config.pick(0.5, 0.05)).median
+            entry["jax_step_s"] = time_call(lambda: staged.value_and_grad(theta),
+                                            min_time=config.pick(0.5, 0.05)).median
             entry["crossover_steps"] = crossover_steps(entry["ndvm_compile_s"], step, entry["jax_stage_s"],
                                                        entry["jax_step_s"])
         data["programs"][name] = entry
