@@ -342,3 +342,14 @@ def test_bench_main_writes_json(tmp_path):
     assert main(["--quick", "--suite", "staging", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["quick"] is True and "staging" in doc["suites"] and doc["machine"]["cpu_count"] >= 1
+
+
+def test_markdown_tables_from_a_result_document():
+    from ndvm.bench.common import SuiteResult
+    from ndvm.bench.runner import to_markdown
+    res = SuiteResult("demo", "A demo", ["name", "time"], [["a|b", "1.00 ms"]], ["a note"], seconds=1.5)
+    doc = {"suites": {"demo": {**res.to_json(), "load_average_before": [0.5, 0.4, 0.3]},
+                      "other": {"skipped": "JAX is not installed"}}}
+    md = to_markdown(doc)
+    assert "### demo: A demo" in md and "| a\\|b | 1.00 ms |" in md and "|---|--:|" in md
+    assert "- a note" in md and "Skipped: JAX is not installed" in md

@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", metavar="PATH", help="write every measurement to this JSON file")
     ap.add_argument("--quick", action="store_true", help="CI-size runs: fewer repetitions, smaller problems")
     ap.add_argument("--data-dir", metavar="DIR", help="the shared data folder (default: ../shared/data)")
+    ap.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown (for BENCHMARKS.md)")
     return ap
 
 
@@ -49,6 +50,27 @@ def print_result(result: SuiteResult, console) -> None:
     for note in result.notes:
         console.print(f"  [dim]- {escape(note)}[/dim]")
     console.print(f"  [dim]({result.seconds:.1f} s; load average {_load_average()})[/dim]\n")
+
+
+def to_markdown(doc: dict) -> str:
+    """The suites' tables and notes as Markdown, in run order."""
+    out = []
+    for name, suite in doc["suites"].items():
+        if "skipped" in suite:
+            out.append(f"### {name}\n\nSkipped: {suite['skipped']}\n")
+            continue
+        out.append(f"### {name}: {suite['title']}\n")
+        cols = suite["columns"]
+        out.append("| " + " | ".join(cols) + " |")
+        out.append("|" + "|".join(["---"] + ["--:"] * (len(cols) - 1)) + "|")
+        for row in suite["rows"]:
+            out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+        out.append("")
+        for note in suite["notes"]:
+            out.append(f"- {note}")
+        load = suite.get("load_average_before")
+        out.append(f"- Suite time {suite['seconds']:.1f} s; load average (1, 5, 15 min) before: {load}.\n")
+    return "\n".join(out)
 
 
 def _load_average() -> list[float] | None:
@@ -103,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
         console.print(f"wrote {args.json}")
+    if args.markdown:
+        Path(args.markdown).write_text(to_markdown(doc))
+        console.print(f"wrote {args.markdown}")
     return 0
 
 
