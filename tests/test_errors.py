@@ -169,6 +169,13 @@ def test_static_arity_of_user_function_is_a_typed_error():
     check_error(info.value)
 
 
+@pytest.mark.parametrize("source", ["(apply +)", "(apply '())", "(define (f) (apply car))\n(f)", "(apply)"])
+def test_apply_with_too_few_arguments_is_a_typed_error(source):
+    with pytest.raises((ndvm.CheckError, ndvm.EvalError)) as info:
+        run_source(source)
+    check_error(info.value)
+
+
 def test_quasiquote_is_rejected_with_a_typed_error():
     with pytest.raises((ndvm.ParseError, ndvm.CheckError)):
         ndvm.compile("`(1 ,(+ 1 1))")
@@ -515,3 +522,75 @@ def test_limit_errors_in_a_subprocess(name):
     proc = subprocess.run([sys.executable, "-c", _CHILD], input=LIMIT_ERRORS[name], capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, f"{name}: process died with {proc.returncode}: {proc.stderr[-2000:]}"
     assert json.loads(proc.stdout.strip().splitlines()[-1])["kind"] == "LimitError"
+
+
+# ------------------------------------------------------------------------------------------------ mutation fuzz
+_FUZZ_CHILD = textwrap.dedent("""
+    import json, sys
+    import ndvm
+    sources = json.loads(sys.stdin.read())
+    limits = ndvm.Limits(max_steps=200_000, max_depth=2_000, max_bytes=64 << 20)
+    kinds, untyped = {}, []
+    for i, src in enumerate(sources):
+        print(i, file=sys.stderr, flush=True)  # the last index printed names the crashing program
+        try:
+            ndvm.compile(src, limits=limits).run()
+            kind = "value"
+        except ndvm.NDVMError as exc:
+            kind = type(exc).__name__
+        except Exception as exc:  # anything that is not a typed NDVM error
+            kind = "untyped"
+            untyped.append([src, type(exc).__name__, str(exc)[:200]])
+        kinds[kind] = kinds.get(kind, 0) + 1
+    print(json.dumps({"kinds": kinds, "untyped": untyped[:5]}))
+""")
+
+
+def _mutants(count: int, seed: int) -> list[str]:
+    """Programs of the conformance corpus with random token-level damage: dropped, duplicated,
+    swapped or replaced tokens and parentheses."""
+    import random
+    import re as _re
+
+    from test_conformance import RECORDS as CONFORMANCE_RECORDS
+
+    rng = random.Random(seed)
+    pool = ["(", ")", "'", ".", "#t", "#f", "0", "-1", "1e308", "'()", "car", "lambda", "define", "let", "if",
+            "loop", "recur", "vec", "mat", "(eye 3)", "x", "(param p 1.0)", "apply", "#", "..."]
+    out = []
+    for _ in range(count):
+        tokens = _re.findall(r"\(|\)|[^\s()]+", rng.choice(CONFORMANCE_RECORDS)["source"])
+        keep_balanced = rng.random() < 0.6  # most mutants still read, so they reach the checker and the VM
+        atoms = [k for k, tok in enumerate(tokens) if tok not in "()"] or [0]
+        for _ in range(rng.randint(1, 4)):
+            if keep_balanced:
+                i, j = rng.choice(atoms), rng.choice(atoms)
+                tokens[i] = rng.choice([tokens[j]] + [t for t in pool if t not in "()"])
+                continue
+            i = rng.randrange(len(tokens))
+            action = rng.randrange(4)
+            if action == 0 and len(tokens) > 1:
+                del tokens[i]
+            elif action == 1:
+                tokens.insert(i, tokens[rng.randrange(len(tokens))])
+            elif action == 2:
+                j = rng.randrange(len(tokens))
+                tokens[i], tokens[j] = tokens[j], tokens[i]
+            else:
+                tokens[i] = rng.choice(pool)
+        out.append(" ".join(tokens))
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_mutated_programs_never_crash():
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    sources = _mutants(12000, seed=20261130)
+    proc = subprocess.run([sys.executable, "-c", _FUZZ_CHILD], input=json.dumps(sources),
+                          capture_output=True, text=True, timeout=280)
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "?"
+        crashed = sources[int(last)] if last.isdigit() else "?"
+        raise AssertionError(f"process died with {proc.returncode} on program #{last}: {crashed!r}")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not report["untyped"], report
