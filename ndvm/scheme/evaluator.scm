@@ -13,16 +13,20 @@
 ;;; a local one the frame depth where it lives.
 ;;;
 ;;; The host language has no mutation, and the evaluator uses none:
-;;; - a run-time environment is a list of frames; a frame is a pair (values . procedures):
+;;; - a run-time environment is a list of frames; a frame is a pair (values . procedures).
+;;;   The frame of a procedure call, a let or a do holds its values by position: values is the
+;;;   list of the arguments (or inits), in the order of the names. The frame of a body's
+;;;   definitions, a letrec or a let* holds them by name:
 ;;;     values      an association list (name . value)
-;;;     procedures  an association list (name . (params . code)) holding the analyzed lambdas
-;;;                 of a letrec, a named let or a body's definitions. Looking one up makes a
-;;;                 closure over the environment that starts at its own frame, so a procedure
-;;;                 sees itself and its siblings: recursion is tied by construction, never by
+;;;     procedures  an association list (name . lambda-code) holding the analyzed lambdas of a
+;;;                 letrec, a named let or a body's definitions. Looking one up makes a closure
+;;;                 over the environment that starts at its own frame, so a procedure sees
+;;;                 itself and its siblings: recursion is tied by construction, never by
 ;;;                 assignment. Value definitions are added in order to a rebuilt frame.
 ;;; - the analysis context CX is a pair (frames . globals): frames is the compile-time image of
-;;;   the run-time frames, each a pair (value-names . procedure-names); globals the association
-;;;   list of parameters, inputs and primitives.
+;;;   the run-time frames, each a pair (value-names . procedure-names), or (value-names . #f)
+;;;   for a positional frame; globals the association list of parameters, inputs and
+;;;   primitives.
 ;;; - an interpreted procedure is a host procedure, so interpreted and primitive procedures are
 ;;;   called alike, and host primitives that take procedures (map, apply, filter, the folds)
 ;;;   accept interpreted ones.
@@ -53,19 +57,30 @@
   (let ((hit (assq name (car frame))))
     (if hit (cdr hit) (mc-fail 'unbound-variable name))))
 
-;; The association list binding the formal PARAMS (a proper list, an improper list with a rest
-;; parameter, or a single rest symbol) to the actual ARGS.
-(define (mc-bind params args)
-  (cond ((null? params)
-         (if (null? args) '() (mc-fail 'too-many-arguments args)))
-        ((symbol? params) (list (cons params args)))
+;; The positional values of the formal PARAMS with a rest parameter (an improper list or a
+;; single symbol) for the actual ARGS: the fixed arguments, then the list of the rest.
+(define (mc-rest-arguments params args)
+  (cond ((symbol? params) (list args))
         ((null? args) (mc-fail 'too-few-arguments params))
-        (else (cons (cons (car params) (car args)) (mc-bind (cdr params) (cdr args))))))
+        (else (cons (car args) (mc-rest-arguments (cdr params) (cdr args))))))
 
-;; An analyzed lambda LAMBDA, a pair (params . code), closed over ENV.
+(define (mc-arity-error params args)
+  (if (> (length args) (length params))
+      (mc-fail 'too-many-arguments args)
+      (mc-fail 'too-few-arguments params)))
+
+;; An analyzed lambda, (params count code) with COUNT the number of parameters (#f with a rest
+;; parameter), closed over ENV. The argument list itself is the frame's values.
 (define (mc-make-procedure lambda-code env)
-  (let ((params (car lambda-code)) (code (cdr lambda-code)))
-    (lambda args (code (cons (mc-value-frame (mc-bind params args)) env)))))
+  (let ((params (car lambda-code))
+        (count (car (cdr lambda-code)))
+        (code (car (cdr (cdr lambda-code)))))
+    (if count
+        (lambda args
+          (if (= (length args) count)
+              (code (cons (cons args '()) env))
+              (mc-arity-error params args)))
+        (lambda args (code (cons (cons (mc-rest-arguments params args) '()) env))))))
 
 (define (mc-apply procedure args)
   (if (procedure? procedure)
@@ -79,25 +94,38 @@
       (let ((first ((car codes) env)))
         (cons first (mc-run-all (cdr codes) env)))))
 
-;; The association list binding NAMES to the values of CODES in ENV, left to right.
-(define (mc-bind-all names codes env)
-  (if (null? names)
-      '()
-      (let ((first (cons (car names) ((car codes) env))))
-        (cons first (mc-bind-all (cdr names) (cdr codes) env)))))
 
 ;;; ---------------------------------------------------------------------------------------
 ;;; Analysis contexts
 
+;; CX with a frame of definitions (values and procedures found by name)
 (define (mc-push cx value-names procedure-names)
   (cons (cons (cons value-names procedure-names) (car cx)) (cdr cx)))
 
-;; Where NAME is bound among FRAMES: (value . depth), (procedure . depth) or #f.
+;; CX with a frame of values by position
+(define (mc-push-positional cx names)
+  (cons (cons (cons names #f) (car cx)) (cdr cx)))
+
+;; Where NAME is bound among FRAMES: (value depth), (position depth index),
+;; (procedure depth) or #f.
 (define (mc-resolve name frames depth)
-  (cond ((null? frames) #f)
-        ((memq name (car (car frames))) (cons 'value depth))
-        ((memq name (cdr (car frames))) (cons 'procedure depth))
-        (else (mc-resolve name (cdr frames) (+ depth 1)))))
+  (if (null? frames)
+      #f
+      (let ((names (car (car frames))) (procedure-names (cdr (car frames))))
+        (cond ((memq name names)
+               (if procedure-names
+                   (list 'value depth)
+                   (list 'position depth (mc-index name names 0))))
+              ((if procedure-names (memq name procedure-names) #f) (list 'procedure depth))
+              (else (mc-resolve name (cdr frames) (+ depth 1)))))))
+
+(define (mc-index name names index)
+  (if (eq? name (car names)) index (mc-index name (cdr names) (+ index 1))))
+
+(define (mc-param-count params)
+  (cond ((null? params) 0)
+        ((symbol? params) #f)
+        (else (let ((rest (mc-param-count (cdr params)))) (if rest (+ rest 1) #f)))))
 
 (define (mc-param-names params)
   (cond ((null? params) '())
@@ -131,9 +159,10 @@
 (define (mc-analyze-variable name cx)
   (let ((where (mc-resolve name (car cx) 0)))
     (if where
-        (if (eq? (car where) 'value)
-            (mc-value-code name (cdr where))
-            (mc-procedure-code name (cdr where)))
+        (cond ((eq? (car where) 'position)
+               (mc-position-code (car (cdr where)) (car (cdr (cdr where)))))
+              ((eq? (car where) 'value) (mc-value-code name (car (cdr where))))
+              (else (mc-procedure-code name (car (cdr where)))))
         (let ((global (assq name (cdr cx))))
           (if global
               (mc-constant (cdr global))
@@ -144,6 +173,18 @@
         ((= depth 1) (lambda (env) (mc-frame-value name (car (cdr env)))))
         ((= depth 2) (lambda (env) (mc-frame-value name (car (cdr (cdr env))))))
         (else (lambda (env) (mc-frame-value name (car (list-tail env depth)))))))
+
+;; The value at INDEX of the positional frame at DEPTH
+(define (mc-position-code depth index)
+  (cond ((= depth 0)
+         (cond ((= index 0) (lambda (env) (car (car (car env)))))
+               ((= index 1) (lambda (env) (car (cdr (car (car env))))))
+               (else (lambda (env) (list-ref (car (car env)) index)))))
+        ((= depth 1)
+         (cond ((= index 0) (lambda (env) (car (car (car (cdr env))))))
+               ((= index 1) (lambda (env) (car (cdr (car (car (cdr env)))))))
+               (else (lambda (env) (list-ref (car (car (cdr env))) index)))))
+        (else (lambda (env) (list-ref (car (car (list-tail env depth))) index)))))
 
 (define (mc-procedure-code name depth)
   (lambda (env)
@@ -220,9 +261,10 @@
       (let ((first (car codes)) (rest (mc-sequence-code (cdr codes))))
         (lambda (env) (first env) (rest env)))))
 
-;; An analyzed lambda: (params . code), the body analyzed in a frame of its parameters.
+;; An analyzed lambda: (params count code), the body analyzed in a frame of its parameters.
 (define (mc-analyze-lambda-parts params body cx)
-  (cons params (mc-analyze-body body (mc-push cx (mc-param-names params) '()))))
+  (list params (mc-param-count params)
+        (mc-analyze-body body (mc-push-positional cx (mc-param-names params)))))
 
 ;;; ---------------------------------------------------------------------------------------
 ;;; Bodies and definitions
@@ -300,7 +342,7 @@
 (define (mc-push-definitions cx forms)
   (mc-push cx (mc-value-definition-names forms) (map car (mc-procedure-entries forms))))
 
-;; The run-time procedures of that frame: (name . (params . code)), analyzed in INNER.
+;; The run-time procedures of that frame: (name . lambda-code), analyzed in INNER.
 (define (mc-analyze-procedures forms inner)
   (map (lambda (entry)
          (cons (car entry) (mc-analyze-lambda-parts (car (cdr entry)) (cdr (cdr entry)) inner)))
@@ -425,8 +467,8 @@
       (mc-analyze-named-let (car (cdr x)) (car (cdr (cdr x))) (cdr (cdr (cdr x))) cx)
       (let* ((names (map car (car (cdr x))))
              (inits (mc-analyze-all (map mc-binding-init (car (cdr x))) cx))
-             (body (mc-analyze-body (cdr (cdr x)) (mc-push cx names '()))))
-        (lambda (env) (body (cons (mc-value-frame (mc-bind-all names inits env)) env))))))
+             (body (mc-analyze-body (cdr (cdr x)) (mc-push-positional cx names))))
+        (lambda (env) (body (cons (cons (mc-run-all inits env) '()) env))))))
 
 (define (mc-binding-init binding) (car (cdr binding)))
 
@@ -475,7 +517,7 @@
   (let* ((specs (car (cdr x)))
          (names (map car specs))
          (inits (mc-analyze-all (map mc-binding-init specs) cx))
-         (inner (mc-push cx names '()))
+         (inner (mc-push-positional cx names))
          (steps (map (lambda (spec)
                        (mc-analyze (if (null? (cdr (cdr spec))) (car spec) (car (cdr (cdr spec)))) inner))
                      specs))
@@ -484,16 +526,14 @@
          (result (if (null? (cdr exit)) (mc-constant #f) (mc-analyze-sequence (cdr exit) inner)))
          (body (if (null? (cdr (cdr (cdr x)))) #f (mc-analyze-sequence (cdr (cdr (cdr x))) inner))))
     (lambda (env)
-      (mc-do-loop names steps test result body
-                  (cons (mc-value-frame (mc-bind-all names inits env)) env) env))))
+      (mc-do-loop steps test result body (cons (cons (mc-run-all inits env) '()) env) env))))
 
-(define (mc-do-loop names steps test result body loop-env env)
+(define (mc-do-loop steps test result body loop-env env)
   (if (test loop-env)
       (result loop-env)
       (begin
         (if body (body loop-env) #f)
-        (mc-do-loop names steps test result body
-                    (cons (mc-value-frame (mc-bind-all names steps loop-env)) env) env))))
+        (mc-do-loop steps test result body (cons (cons (mc-run-all steps loop-env) '()) env) env))))
 
 (define (mc-analyze-define x cx) (mc-fail 'definition-in-expression-context x))
 
