@@ -265,3 +265,30 @@ def test_cli_run_prints_what_guile_writes(tmp_path):
         assert proc.returncode == 0, f"{name}: {proc.stderr[-1000:]}"
         assert same_datum(read_datum(by_name[name]["expected"]), read_datum(proc.stdout.strip())), (
             f"{name}: Guile {by_name[name]['expected']}, ndvm run printed {proc.stdout.strip()}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Differential run on random programs (needs Guile: skipped where it is not installed).
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_programs_match_live_guile(seed):
+    guile = generator.guile_binary()
+    if guile is None:
+        pytest.skip("guile is not installed")
+    spec = importlib.util.spec_from_file_location("random_programs", ROOT / "tests" / "conformance" / "random_programs.py")
+    random_programs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(random_programs)
+    programs = random_programs.generate(seed, 1500)
+    expected = random_programs.run_guile_batch(programs, guile)
+    differ = []
+    for source, want in zip(programs, expected):
+        if want == "ERROR":
+            continue  # e.g. an exactness corner Guile itself rejects; not a conformance question
+        try:
+            got = write_datum(from_python(ndvm.compile(source).run()))
+        except ndvm.NDVMError as exc:
+            got = f"{type(exc).__name__}: {exc}"
+        if got.startswith(("ParseError", "CheckError", "EvalError", "LimitError")) or not same_datum(read_datum(want), read_datum(got)):
+            differ.append((source, want, got))
+    assert not differ, f"{len(differ)} of {len(programs)} differ; first: {differ[0]}"
