@@ -472,28 +472,46 @@
 
 (define (mc-binding-init binding) (car (cdr binding)))
 
-;; (let name ((var init) ...) body ...): NAME is the procedure of its own frame; the inits are
-;; evaluated in the outer environment.
+;; (let name ((var init) ...) body ...): NAME is bound, in a frame of its own, to the procedure;
+;; the inits are evaluated in the outer environment.
 (define (mc-analyze-named-let name bindings body cx)
-  (let* ((inits (mc-analyze-all (map mc-binding-init bindings) cx))
-         (lambda-code (mc-analyze-lambda-parts (map car bindings) body (mc-push cx '() (list name))))
-         (procedures (list (cons name lambda-code))))
+  (let ((inits (mc-analyze-all (map mc-binding-init bindings) cx))
+        (lambda-code (mc-analyze-lambda-parts (map car bindings) body
+                                              (mc-push-positional cx (list name)))))
     (lambda (env)
-      (apply (mc-make-procedure lambda-code (cons (cons '() procedures) env))
-             (mc-run-all inits env)))))
+      (apply (mc-make-loop-procedure lambda-code env) (mc-run-all inits env)))))
 
-;; let*: one frame, extended binding by binding; each init sees the bindings before it.
+;; The procedure of a named let closed over ENV extended with a frame that holds the procedure
+;; itself. The host's own letrec* ties that knot, once per entry into the loop (a loop's
+;; iterations then find the procedure as a plain value instead of building a closure each).
+(define (mc-make-loop-procedure lambda-code env)
+  (let ((params (car lambda-code))
+        (count (car (cdr lambda-code)))
+        (code (car (cdr (cdr lambda-code)))))
+    (letrec* ((procedure
+               (if count
+                   (lambda args
+                     (if (= (length args) count)
+                         (code (cons (cons args '()) loop-env))
+                         (mc-arity-error params args)))
+                   (lambda args (code (cons (cons (mc-rest-arguments params args) '()) loop-env)))))
+              (loop-env (cons (cons (list procedure) '()) env)))
+      procedure)))
+
+;; let*: one positional frame, extended binding by binding at its front; each init sees the
+;; bindings before it. The names are kept in the same order (latest first), so a name's
+;; position is known when the code that reads it is analyzed.
 (define (mc-analyze-let* x cx)
   (let ((code (mc-let*-code (car (cdr x)) (cdr (cdr x)) cx '())))
-    (lambda (env) (code (cons (mc-value-frame '()) env)))))
+    (lambda (env) (code (cons (cons '() '()) env)))))
 
 (define (mc-let*-code bindings body cx names)
   (if (null? bindings)
-      (mc-analyze-body body (mc-push cx names '()))
-      (let ((name (car (car bindings)))
-            (init (mc-analyze (car (cdr (car bindings))) (mc-push cx names '())))
+      (mc-analyze-body body (mc-push-positional cx names))
+      (let ((init (mc-analyze (car (cdr (car bindings))) (mc-push-positional cx names)))
             (rest (mc-let*-code (cdr bindings) body cx (cons (car (car bindings)) names))))
-        (lambda (env) (rest (mc-frame-add env name (init env)))))))
+        (lambda (env)
+          (rest (cons (cons (cons (init env) (car (car env))) '()) (cdr env)))))))
 
 ;; letrec and letrec*: the bindings are the definitions of one frame, the body a new scope.
 (define (mc-analyze-letrec x cx)
