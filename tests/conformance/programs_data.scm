@@ -289,3 +289,6 @@
 
 ;;; list-member-on-empty
 (member 1 '())
+
+;;; eqv-signed-zero
+(list (eqv? 0.0 -0.0) (if (memv 0.0 (list (* -1.0 0.0) 1)) #t #f) (= 0.0 -0.0))

@@ -43,7 +43,17 @@ class ProgramGenerator:
         if depth <= 0 or r.random() < 0.2:
             return r.choice(self.int_vars) if self.int_vars and r.random() < 0.5 else str(r.randint(-20, 20))
         d = depth - 1
-        choice = r.randrange(14)
+        choice = r.randrange(18)
+        if choice == 14:
+            return (f"(case {self.integer(d)} ((0 1 2) {self.integer(d)}) ((-1 -2 3) {self.integer(d)}) "
+                    f"(else {self.integer(d)}))")
+        if choice == 15:
+            return f"(cond ({self.boolean(d)} {self.integer(d)}) ({self.boolean(d)} {self.integer(d)}) (else {self.integer(d)}))"
+        if choice == 16:
+            return (f"(do ((k 0 (+ k 1)) (acc {self.integer(d)} (+ acc (* k {r.randint(-3, 3)})))) "
+                    f"((= k {r.randint(0, 6)}) acc))")
+        if choice == 17:
+            return f"(list-ref (list {self.integer(d)} {self.integer(d)} {self.integer(d)}) {r.randint(0, 2)})"
         if choice == 0:
             return f"(+ {self.integer(d)} {self.integer(d)} {self.integer(d)})"
         if choice == 1:
@@ -128,7 +138,11 @@ class ProgramGenerator:
         if depth <= 0 or r.random() < 0.15:
             return r.choice(["#t", "#f"])
         d = depth - 1
-        choice = r.randrange(11)
+        choice = r.randrange(13)
+        if choice == 11:
+            return f"(if (memq '{r.choice('abc')} (list 'a '{r.choice('bcd')} (if {self.boolean(d)} 'c 'e))) #t #f)"
+        if choice == 12:
+            return f"(let ((f (lambda (v . rest) (if (null? rest) {self.boolean(d)} (> v (length rest)))))) (f {self.integer(d)} 1 2))"
         if choice == 0:
             return f"({r.choice(['<', '>', '<=', '>=', '='])} {self.number(d)} {self.number(d)} {self.number(d)})"
         if choice == 1:
@@ -156,7 +170,17 @@ class ProgramGenerator:
         if depth <= 0 or r.random() < 0.2:
             return r.choice(_LISTS)
         d = depth - 1
-        choice = r.randrange(8)
+        choice = r.randrange(12)
+        if choice == 8:
+            return f"(let ((l {self.list_(d)})) (map + l l))"
+        if choice == 9:
+            return f"(apply list {self.number(d)} {self.list_(d)})"
+        if choice == 10:
+            return (f"(let ((hit (assv {self.integer(d)} (list (cons 1 {self.list_(d)}) (cons 2 {self.list_(d)}) "
+                    f"(cons 0 {self.list_(d)}))))) (if hit (cdr hit) '(-99)))")
+        if choice == 11:
+            return (f"(let loop ((k {r.randint(0, 4)}) (acc {self.list_(d)})) "
+                    f"(if (= k 0) acc (loop (- k 1) (cons (* k {self.number(d)}) acc))))")
         if choice == 0:
             return f"(list {self.number(d)} {self.number(d)})"
         if choice == 1:
