@@ -196,31 +196,39 @@ def compile(source: str, dtype: str = "float64", limits=None) -> MetacircularPro
 # -------------------------------------------------------------------------------------------
 # The overhead of the tower: the same program run through the evaluator versus directly.
 
-def measure_overhead(names: list[str] | None = None, lanes: int = 64, repeats: int = 7,
+# A deep tail loop (100,000 interpreted tail calls), measured beside the benchmark's regimes.
+TAIL_LOOP_SOURCE = """\
+(param a 1e-5)
+(let loop ((i 0) (acc 0.0))
+  (if (= i 100000) acc (loop (+ i 1) (+ acc a))))
+"""
+
+def measure_overhead(names: list[str] | None = None, lanes: int = 64, repeats: int = 200,
                      spread: float = 0.1) -> list[dict]:
     """Times ``value_and_grad`` at ``lanes`` lanes of each benchmark program (``ndvm.bench``'s
-    regime programs) directly and through the evaluator; median of ``repeats`` calls after one
-    warm-up call. Each row also states that the values agree exactly and the worst relative
-    gradient difference, so a fast but wrong tower cannot report an overhead."""
+    regime programs) directly and through the evaluator: ``repeats`` calls after one warm-up
+    call, alternating direct and meta-circular; the best call (the one least disturbed by other
+    load on the machine) and the median. Each row also states that the values agree exactly
+    and the worst relative gradient difference, so a fast but wrong tower cannot report an
+    overhead."""
     import statistics
     import time
 
     import numpy as np
 
-    from ndvm.bench.programs import PROGRAMS, REGIME_ORDER
+    from ndvm.bench.programs import PROGRAMS, REGIME_ORDER, BenchProgram
 
-    def median_seconds(fn) -> float:
+    programs = dict(PROGRAMS)
+    programs["tail_loop_100k"] = BenchProgram("tail_loop_100k", "deep tail loop", TAIL_LOOP_SOURCE, {}, (1e-5,))
+
+    def timed(fn) -> float:
+        start = time.perf_counter()
         fn()
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - start)
-        return statistics.median(samples)
+        return time.perf_counter() - start
 
     rows = []
     for name in names or REGIME_ORDER:
-        bench = PROGRAMS[name]
+        bench = programs[name]
         theta = bench.theta_batch(lanes, spread)
         start = time.perf_counter()
         direct = ndvm.compile(bench.source)
@@ -231,11 +239,18 @@ def measure_overhead(names: list[str] | None = None, lanes: int = 64, repeats: i
         values_direct, grads_direct = direct.value_and_grad(theta, inputs=bench.inputs)
         values_meta, grads_meta = meta.value_and_grad(theta, inputs=bench.inputs)
         scale = np.maximum(np.abs(grads_direct), np.finfo(float).tiny)
-        direct_s = median_seconds(lambda: direct.value_and_grad(theta, inputs=bench.inputs))
-        meta_s = median_seconds(lambda: meta.value_and_grad(theta, inputs=bench.inputs))
+        run_direct = lambda: direct.value_and_grad(theta, inputs=bench.inputs)  # noqa: E731
+        run_meta = lambda: meta.value_and_grad(theta, inputs=bench.inputs)  # noqa: E731
+        direct_times, meta_times = [], []
+        for _ in range(repeats):
+            direct_times.append(timed(run_direct))
+            meta_times.append(timed(run_meta))
+        direct_s, meta_s = min(direct_times), min(meta_times)
         rows.append({
             "program": name, "regime": bench.regime, "lanes": lanes,
             "direct_s": direct_s, "metacircular_s": meta_s, "overhead": meta_s / direct_s,
+            "direct_median_s": statistics.median(direct_times),
+            "metacircular_median_s": statistics.median(meta_times),
             "direct_compile_s": direct_compile, "metacircular_compile_s": meta_compile,
             "values_equal": bool(np.array_equal(values_direct, values_meta)),
             "max_grad_rel_diff": float(np.max(np.abs(grads_meta - grads_direct) / scale)),
@@ -251,17 +266,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Overhead of the meta-circular evaluator on NDVM "
                                                  "(value_and_grad, meta-circular vs direct)")
     parser.add_argument("--lanes", type=int, nargs="+", default=[1, 64])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--programs", nargs="+", default=None)
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--programs", nargs="+", default=None,
+                        help="ndvm.bench regime programs, or tail_loop_100k (default: the regimes)")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
     rows = [row for lanes in args.lanes
             for row in measure_overhead(args.programs, lanes=lanes, repeats=args.repeats)]
-    print(f"{'program':<20} {'lanes':>5} {'direct':>11} {'meta-circular':>14} {'overhead':>9} "
+    print("value_and_grad per call, best of %d (median in parentheses)" % args.repeats)
+    print(f"{'program':<20} {'lanes':>5} {'direct':>20} {'meta-circular':>22} {'overhead':>9} "
           f"{'values':>7} {'grad rel diff':>14}")
     for row in rows:
-        print(f"{row['program']:<20} {row['lanes']:>5} {row['direct_s'] * 1e6:>9.1f}us "
-              f"{row['metacircular_s'] * 1e6:>12.1f}us {row['overhead']:>8.1f}x "
+        direct = f"{row['direct_s'] * 1e6:.1f}us ({row['direct_median_s'] * 1e6:.1f})"
+        meta = f"{row['metacircular_s'] * 1e6:.1f}us ({row['metacircular_median_s'] * 1e6:.1f})"
+        print(f"{row['program']:<20} {row['lanes']:>5} {direct:>20} {meta:>22} {row['overhead']:>8.1f}x "
               f"{'equal' if row['values_equal'] else 'DIFFER':>7} {row['max_grad_rel_diff']:>14.1e}")
     if args.json:
         with open(args.json, "w") as out:
