@@ -361,3 +361,12 @@
 (let loop ((i 0) (acc 0))
   (if (= i 3) acc
       (loop (+ i 1) (+ acc (let loop ((j 0) (s 0)) (if (= j i) s (loop (+ j 1) (+ s j))))))))
+
+;;; tail-call-through-apply-as-value
+(define ap apply)
+(define (count n) (if (= n 0) 'finished (ap count (list (- n 1)))))
+(count 100000)
+
+;;; tail-call-through-apply-apply
+(define (count n) (if (= n 0) 'finished (apply apply (list count (list (- n 1))))))
+(count 100000)
