@@ -594,3 +594,31 @@ def test_mutated_programs_never_crash():
         raise AssertionError(f"process died with {proc.returncode} on program #{last}: {crashed!r}")
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not report["untyped"], report
+
+
+# ------------------------------------------------------------------------------------------------ positions
+POSITIONED = [
+    # (error class, source, line, column(s), a word the message must contain)
+    (ndvm.CheckError, "(define (f x)\n  (let ((y 2))\n    (g x y)))\n(f 1)", 3, (5, 6), "g"),
+    (ndvm.CheckError, "(define z 1)\n(define (f)\n   (let ((x))\n     x))\n(f)", 3, (4, 9, 10), "let"),
+    (ndvm.CheckError, "(define (f)\n  (if 1 2 3 4))", 2, (3,), "if"),
+    (ndvm.CheckError, "(param a 1.0)\n(param b 2.0 (between 3))\n(+ a b)", 2, (1, 14), "between"),
+    (ndvm.EvalError, "(define (g v) (car v))\n(map g\n  (list 1.0))", 1, (15,), "car"),
+    (ndvm.EvalError, "(let loop ((i 0))\n  (if (> i 5) i\n      (begin (ref (vec 1 2 3) i) (loop (+ i 1)))))", 3, (14,), "ref"),
+    (ndvm.EvalError, "(define (f a b) a)\n(define h f)\n\n   (h 1)", 4, (4,), "argument"),
+    (ndvm.EvalError, "(define v (vec 1 2))\n(define w (vec 1 2 3))\n(dot v\n     w)", 3, (1,), "dot"),
+    (ndvm.EvalError, "(define (f) (* 2 xx))\n(f)", 1, (18,), "xx"),
+    (ndvm.LimitError, "(define (f n)\n  (+ 1 (f n)))\n(f 0)", 2, (3, 8), "depth"),
+    (ndvm.ParseError, "(define (f x)\n  (+ x 1)\n\n", 1, (1,), "("),
+    (ndvm.ParseError, "(define s\n   \"abc\")", 2, (4,), "string"),
+    (ndvm.ParseError, "(+ 1\n   #q)", 2, (4,), "#q"),
+    (ndvm.ParseError, "(+ 1\n  #(1 2))", 2, (3,), "#"),
+]
+
+
+@pytest.mark.parametrize("cls,source,line,columns,word", POSITIONED, ids=[f"{c.__name__}-{i}" for i, (c, *_) in enumerate(POSITIONED)])
+def test_error_positions(cls, source, line, columns, word):
+    with pytest.raises(cls) as info:
+        ndvm.compile(source).run()
+    assert info.value.line == line and info.value.column in columns, (info.value.line, info.value.column, str(info.value))
+    assert word in info.value.message, info.value.message
