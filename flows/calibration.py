@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,14 @@ class BatchResult:
     seconds: float = 0.0
     error: str | None = None
     loss_history: list[float] | None = None
+    worker: str = ""  # host:pid of the process that computed it
+
+
+def worker_identity() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def calibration_loss(task: Any) -> str:
@@ -153,7 +162,9 @@ def calibrate_batch(task: Any, items: list[BatchItem], options: CalibrationOptio
             predictor = _curve_predictor(program, task.per_group)
             task_fit.predictor = lambda group, inputs, _f=task_fit, _p=predictor: _p(_f, group, inputs)
         score_started = time.perf_counter()
-        score = task.score(task_fit)
+        with warnings.catch_warnings():  # all-NaN correlations (a constant forecast) warn in numpy
+            warnings.simplefilter("ignore", RuntimeWarning)
+            score = task.score(task_fit)
         seconds = per_candidate_seconds + (time.perf_counter() - score_started)
         primary = score.get(task.primary_metric)
         if error is None and (score.get("error") or primary is None or not math.isfinite(float(primary))):
@@ -168,6 +179,9 @@ def calibrate_batch(task: Any, items: list[BatchItem], options: CalibrationOptio
             train_metrics=_finite({"loss": train_loss, "rmse": score.get("train_rmse", math.nan)}),
             heldout_metrics=heldout_metrics(task, score),
             loss_history=[float(v) for v in np.asarray(history).ravel()] if history is not None else None)
+    me = worker_identity()
+    for result in results.values():
+        result.worker = me
     return [results[item.hash] for item in items]
 
 

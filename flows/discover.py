@@ -44,7 +44,7 @@ from prefect import flow, get_run_logger
 
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions
 from flows.problem import ProblemSpec, entry_extras, load_problem, probe_inputs, task_spec
-from flows.runners import RunnerChoice, submit_batch
+from flows.runners import RunnerChoice, submit_batch, worker_environment
 
 log = logging.getLogger("ndvm.discover")
 
@@ -238,6 +238,7 @@ class DiscoveryReport:
     mlflow_experiment_id: str | None
     logged_entries: int
     runner: str
+    workers: list[str]
     proposer: str
     model: str | None
 
@@ -313,6 +314,7 @@ class Discovery:
         self.stop_reason = ""
         self.started = time.monotonic()
         self.batches = 0
+        self.workers_seen: set[str] = set()  # host:pid of the processes that calibrated
         self.logged_entries = 0
         self.errors: list[BaseException] = []
 
@@ -496,6 +498,7 @@ class Discovery:
                     results = [BatchResult(i.hash, "error", error=f"worker failed: {type(exc).__name__}: {exc}"[:2000])
                                for i in items]
                 self._record(items, results)
+                self.workers_seen.update(r.worker for r in results if r.worker)
                 self.leaderboard_changed.set()
             if self.errors:
                 raise self.errors[0]
@@ -589,7 +592,7 @@ class Discovery:
         tracking = threading.Thread(target=self._tracking_thread, name="ndvm-tracking", daemon=True)
         status, mlflow_status = "failed", "FAILED"
         try:
-            with self.runner_choice.make() as runner:
+            with worker_environment(self.runner_choice) as api_url, self.runner_choice.make(api_url) as runner:
                 self.proposal_thread.start()
                 tracking.start()
                 self._calibration_loop(runner)
@@ -625,7 +628,8 @@ class Discovery:
             proposal_requests=self.proposal_meter.operations, calibration_batches=self.batches, cost_usd=self.cost(),
             store_path=str(self.store_path.resolve()), tracking_uri=self.tracker.tracking_uri,
             mlflow_run_id=self.tracker.parent_run_id, mlflow_experiment_id=self.tracker.experiment_id,
-            logged_entries=self.logged_entries, runner=self.runner_choice.describe(), proposer=self.config.proposer,
+            logged_entries=self.logged_entries, runner=self.runner_choice.describe(),
+            workers=sorted(self.workers_seen), proposer=self.config.proposer,
             model=self.config.model)
 
     def close(self) -> None:

@@ -12,9 +12,10 @@ Every runner returns the workers' results to the flow's process, the only writer
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -63,8 +64,9 @@ class RunnerChoice:
             return max(1, (os.cpu_count() or 1) // self.batches_in_flight())
         return None  # a remote cluster: the worker's own cores
 
-    def make(self) -> Any:
-        """A Prefect task runner (use as a context manager, then ``submit``)."""
+    def make(self, api_url: str | None = None) -> Any:
+        """A Prefect task runner (use as a context manager, then ``submit``). ``api_url``: the Prefect
+        API the workers of a temporary local Dask cluster report to (see ``worker_api_url``)."""
         if self.kind == "threads":
             from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -77,8 +79,11 @@ class RunnerChoice:
 
         if self.dask_address:
             return DaskTaskRunner(address=self.dask_address)
-        return DaskTaskRunner(cluster_kwargs={"n_workers": self.batches_in_flight(), "threads_per_worker": 1,
-                                              "processes": True, "dashboard_address": None})
+        cluster = {"n_workers": self.batches_in_flight(), "threads_per_worker": 1, "processes": True,
+                   "dashboard_address": None}
+        if api_url:
+            cluster["env"] = {"PREFECT_API_URL": api_url}
+        return DaskTaskRunner(cluster_kwargs=cluster)
 
     def describe(self) -> str:
         if self.kind == "dask":
@@ -88,9 +93,42 @@ class RunnerChoice:
         return "threads (in-process, all cores)"
 
 
+def worker_api_url() -> str | None:
+    """The Prefect API worker processes should report to: $PREFECT_API_URL, or the temporary server
+    this process started (without it every worker would start a temporary server of its own)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().api.url:
+        return str(get_current_settings().api.url)
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer._instances.get(None)  # the ephemeral server, when one runs
+    if server is not None and server.server_process is not None:
+        return server.api_url
+    return None
+
+
+@contextlib.contextmanager
+def worker_environment(choice: RunnerChoice) -> Iterator[str | None]:
+    """Point worker processes at this run's Prefect API while the runner starts them (Prefect's
+    process pool copies os.environ into its workers), then restore the environment."""
+    url = worker_api_url() if choice.kind != "threads" else None
+    if not url or os.environ.get("PREFECT_API_URL") or choice.dask_address:
+        yield url
+        return
+    os.environ["PREFECT_API_URL"] = url
+    try:
+        yield url
+    finally:
+        os.environ.pop("PREFECT_API_URL", None)
+
+
 def submit_batch(runner: Any, task_obj: Any, items: list[BatchItem], options: CalibrationOptions) -> Any:
     """Submit one batch to ``runner``; returns a Prefect future whose result is list[BatchResult]."""
     return runner.submit(calibrate_batch_task, parameters={"task": task_obj, "items": items, "options": options})
 
 
-__all__ = ["RUNNERS", "RunnerChoice", "RunnerError", "calibrate_batch_task", "submit_batch", "BatchResult"]
+__all__ = ["RUNNERS", "RunnerChoice", "RunnerError", "calibrate_batch_task", "submit_batch", "BatchResult", "worker_api_url",
+           "worker_environment"]

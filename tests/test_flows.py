@@ -1,0 +1,224 @@
+"""The discovery flow end to end: enso + mutation proposer, the LLM proposer against a local fake
+server, recalibration on new data, and the pieces (budgets, busy meters, configuration).
+
+Real parts throughout: the ndvm runtime, the enso dataset and forecast task, the DuckDB store,
+a sqlite MLflow store in a temporary folder, Prefect's test server.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from test_flows_support import ENSO_RUN_BUDGET, FakeOpenAI, enso_run, prefect_api  # noqa: F401  (fixtures)
+
+from flows.discover import Budget, DiscoveryError, StageMeter, build_config, resolve_proposer
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _mlflow_runs(folder, run_name):
+    from mlflow.tracking import MlflowClient
+
+    from storage.tracking import default_tracking_uri
+
+    client = MlflowClient(default_tracking_uri(folder))
+    experiment = client.get_experiment_by_name("ndvm-discovery")
+    runs = client.search_runs([experiment.experiment_id], max_results=500)
+    parent = [r for r in runs if r.data.tags.get("ndvm.run_id") == run_name]
+    assert len(parent) == 1, [r.info.run_name for r in runs]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
+    return client, parent[0], children
+
+
+# ------------------------------------------------------------------------------------------ end to end
+def test_enso_run_fills_store_and_leaderboard(enso_run):
+    from storage import CandidateStore
+    from storage.leaderboard import show_leaderboard
+
+    report, folder = enso_run
+    assert report["status"] == "finished"
+    assert report["stop_reason"].startswith("candidates (40)")
+    assert report["new"] == ENSO_RUN_BUDGET["max_candidates"]  # the candidate budget is exact
+    assert report["calibrated"] + report["failed"] == report["new"] and report["pending"] == 0
+    assert report["calibrated"] >= 30
+    assert report["proposed"] == report["new"] + report["duplicates"] + report["invalid"]
+    assert 0 < report["calibration_busy"] <= 1 and 0 < report["proposal_busy"] <= 1
+    assert report["calibration_batches"] >= 3  # batches of 16 for 40 candidates, streamed
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        status = store.run_status("enso-e2e")
+        assert (status.status, status.new, status.calibrated) == ("finished", 40, report["calibrated"])
+        top = store.top(5, run_id="enso-e2e")
+        scores = top["score"].to_list()
+        assert scores == sorted(scores) and np.isfinite(scores).all()
+        assert report["best_score"] == pytest.approx(scores[0]) and report["best_hash"] == top["hash"][0]
+        best = store.evaluation("enso-e2e", top["hash"][0])
+        # held-out metrics of the forecast task, per lead, and the loss history of the fit
+        assert {"mean_rmse", "mean_acc", "rmse_lead1", "rmse_lead12"} <= set(best["heldout_metrics"])
+        assert best["heldout_metrics"]["mean_rmse"] == pytest.approx(best["score"])
+        assert len(best["loss_history"]) >= 1
+        history = store.history("enso-e2e")
+        assert history.height == report["proposed"]
+        assert set(history["outcome"].to_list()) <= {"new", "duplicate_hash", "duplicate_semantic", "invalid"}
+    shown = show_leaderboard(folder / "candidates.duckdb", run_id="enso-e2e", k=5)
+    assert shown["hash"].to_list() == top["hash"].to_list()
+    status_file = json.loads((folder / "status" / "enso-e2e.json").read_text())
+    assert status_file["phase"] == "finished" and status_file["calibrated"] == report["calibrated"]
+
+
+def test_enso_run_is_scored_like_the_task_scores_it(enso_run):
+    """The flow's batched calibrate_many + scoring agrees with the task's own fit and score."""
+    from datasets import load
+    from datasets.tasks import make_task
+    from storage import CandidateStore
+
+    report, folder = enso_run
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        row = store.top(1, run_id="enso-e2e").row(0, named=True)
+        source = row["source"]
+        params = json.loads(row["parameters"])
+    task = make_task(load("enso"))
+    fit = task.fit(source, steps=60, restarts=4, seed=0)
+    assert fit.ok
+    assert fit.params == pytest.approx(params, rel=1e-6, abs=1e-9)
+    assert task.score(fit)["mean_rmse"] == pytest.approx(row["score"], rel=1e-9)
+    # the persistence reference on the same split, for scale: a discovered program should not be far off
+    persistence = next(r for r in task.score_references() if r["model"] == "persistence")
+    assert row["score"] < 1.5 * persistence["mean_rmse"]
+
+
+def test_enso_run_mlflow_parent_nested_artifacts_and_model(enso_run):
+    import mlflow.pyfunc
+    import pandas as pd
+
+    from datasets import load
+    from datasets.tasks import TaskFit, make_task
+    from storage import CandidateStore
+
+    report, folder = enso_run
+    client, parent, children = _mlflow_runs(folder, "enso-e2e")
+    assert parent.info.run_id == report["mlflow_run_id"] and parent.info.status == "FINISHED"
+    assert parent.data.params["proposer"] == "mutation" and parent.data.params["dataset"] == "enso"
+    assert parent.data.params["budget.max_candidates"] == "40"
+    assert parent.data.metrics["best_heldout_mean_rmse"] == pytest.approx(report["best_score"])
+    assert parent.data.metrics["calibrated"] == report["calibrated"]
+    assert len(client.get_metric_history(parent.info.run_id, "proposals")) >= 1
+    assert len(children) == report["logged_entries"] >= 3
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        top3 = store.top(3, run_id="enso-e2e")["hash"].to_list()
+        logged = store.logged("enso-e2e")
+    assert set(top3) <= {c.data.tags["ndvm.hash"] for c in children}  # the final top 3 are all logged
+    assert set(logged.values()) == {c.info.run_id for c in children}
+    best = next(c for c in children if c.data.tags["ndvm.hash"] == report["best_hash"])
+    assert best.data.metrics["heldout_mean_rmse"] == pytest.approx(report["best_score"])
+    assert "loss" in best.data.metrics and best.data.tags["ndvm.origin"].startswith("mutation")
+    files = {a.path for a in client.list_artifacts(best.info.run_id)}
+    assert {"program.scm", "fit.json", "plots"} <= files
+    plots = {a.path for a in client.list_artifacts(best.info.run_id, "plots")}
+    assert plots == {"plots/fit.png", "plots/forecast.png", "plots/loss_curve.png"}
+    local = client.download_artifacts(best.info.run_id, "plots/forecast.png")
+    assert open(local, "rb").read(8) == PNG
+
+    # The pyfunc model: one-step-ahead predictions of the anomaly series; the predictions at the
+    # held-out origins equal the task's lead-1 forecasts (computed by the task's own driver).
+    model = mlflow.pyfunc.load_model(best.data.tags["ndvm.model_uri"])
+    task = make_task(load("enso"))
+    predicted = np.asarray(model.predict(pd.DataFrame({"anom_c": task.y})))
+    assert predicted.shape == task.y.shape and np.isfinite(predicted).all()
+    with open(client.download_artifacts(best.info.run_id, "fit.json")) as handle:
+        evaluation_params = json.load(handle)["params"]
+    program_source = open(client.download_artifacts(best.info.run_id, "program.scm")).read()
+    fit = TaskFit(task.name, "best", program_source, evaluation_params, 0.0, 0.0)
+    lead1 = task.forecasts(fit)[:, 0]
+    np.testing.assert_allclose(predicted[task.origins + 1], lead1, rtol=1e-9, atol=1e-12)
+
+
+def test_llm_proposer_against_a_local_fake_server(prefect_api, tmp_path, monkeypatch):
+    from flows.discover import discover
+    from storage import CandidateStore
+
+    secret = "sk-fake-0123456789abcdef"
+    monkeypatch.setenv("NDVM_TEST_FAKE_KEY", secret)
+    fake = FakeOpenAI(delay=0.3)
+    try:
+        report = discover(task="enso", proposer="auto", model="openai/fake-model", api_base=fake.api_base,
+                          api_key_env="NDVM_TEST_FAKE_KEY", budget={"minutes": 2.0, "max_candidates": 6},
+                          concurrency=4, per_request=2, batch_size=4, steps=40, restarts=4, top_k=2,
+                          log_every=2.0, folder=str(tmp_path), run_id="llm-run")
+    finally:
+        fake.close()
+    assert report["proposer"] == "llm" and report["model"] == "openai/fake-model"
+    assert report["new"] == 6 and report["pending"] == 0 and report["calibrated"] >= 5
+    assert fake.max_inflight >= 2  # several requests in flight at once
+    assert all(a == f"Bearer {secret}" for a in fake.authorization)
+    prompt = json.dumps(fake.requests[-1]["messages"])
+    assert "(define (predict s)" in prompt and "mean_rmse" in prompt  # the task contract and its metric
+    assert report["cost_usd"] is not None
+    with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
+        origins = set(store.history("llm-run")["origin"].to_list())
+    assert origins == {"llm:openai/fake-model"}
+    client, parent, children = _mlflow_runs(tmp_path, "llm-run")
+    assert parent.data.params["model"] == "openai/fake-model" and len(children) >= 2
+    # the key is read from the environment only: it is in neither store
+    for name in ("candidates.duckdb", "mlflow.db"):
+        assert secret.encode() not in (tmp_path / name).read_bytes()
+
+
+def test_recalibrate_top_programs_on_new_data(enso_run, tmp_path):
+    from flows.recalibrate import recalibrate
+
+    report, folder = enso_run
+    nino34 = "/work/shared/data/enso/raw/cpc_detrend.nino34.ascii.txt"
+    result = recalibrate("enso-e2e", data=nino34, top=3, steps=40, restarts=4, folder=str(folder), run_id="recal-1")
+    assert result["from_run"] == "enso-e2e" and result["refitted"] == 3 and result["dataset"] == nino34
+    assert [r["old_rank"] for r in result["rows"]] == sorted(r["old_rank"] for r in result["rows"])
+    assert all(r["status"] == "ok" and np.isfinite(r["new_score"]) for r in result["rows"])
+    # a different series: the scores change
+    assert any(abs(r["new_score"] - r["old_mean_rmse"]) > 1e-6 for r in result["rows"])
+    client, parent, children = _mlflow_runs(folder, "recal-1")
+    assert parent.data.params["proposer"] == "recalibrate" and len(children) == 3
+    from storage import CandidateStore
+
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        assert set(store.history("recal-1")["origin"].to_list()) == {"recalibrate:enso-e2e"}
+        assert store.run_status("recal-1").calibrated == 3
+
+
+# ------------------------------------------------------------------------------------------ units
+def test_budget_and_proposer_resolution(monkeypatch):
+    monkeypatch.delenv("NDVM_LLM_MODEL", raising=False)
+    assert resolve_proposer("auto", None) == ("mutation", None)
+    assert resolve_proposer("auto", "openai/x") == ("llm", "openai/x")
+    monkeypatch.setenv("NDVM_LLM_MODEL", "ollama_chat/llama3.1")
+    assert resolve_proposer("auto", None) == ("llm", "ollama_chat/llama3.1")
+    assert resolve_proposer("mutation", None) == ("mutation", None)
+    monkeypatch.delenv("NDVM_LLM_MODEL")
+    with pytest.raises(DiscoveryError, match="needs a model"):
+        resolve_proposer("llm", None)
+    with pytest.raises(DiscoveryError, match="unknown proposer"):
+        resolve_proposer("gpt", None)
+    with pytest.raises(DiscoveryError, match="needs a budget"):
+        Budget(minutes=None).check()
+    assert Budget(minutes=2).drain_seconds() == 18.0 and Budget(minutes=120).drain_seconds() == 120.0
+    with pytest.raises(ValueError, match="tcp://HOST:PORT"):
+        build_config(dask_address="localhost:8786")
+    config = build_config(runner="processes", workers=2, api_key_env="MY_KEY")
+    assert config.runner.batches_in_flight() == 2
+    from flows.discover import DiscoverConfig
+
+    again = DiscoverConfig.from_dict(config.to_dict())
+    assert again == config
+
+
+def test_stage_meter_counts_overlapping_operations_once():
+    meter = StageMeter()
+    meter.enter()
+    meter.enter()  # a second request in flight does not double the busy time
+    time.sleep(0.2)
+    meter.exit()
+    meter.exit()
+    time.sleep(0.1)
+    busy = meter.busy_seconds()
+    assert 0.19 <= busy < 0.3 and meter.operations == 2

@@ -1,0 +1,150 @@
+"""Shared pieces of the pipeline tests (tests/test_flows*.py, test_cli*.py, test_ui_browser.py).
+
+- ``prefect_api``: one Prefect test server for the whole session
+  (``prefect_test_harness(server_startup_timeout=120)``), entered once even when several test
+  modules import the fixture; its URL is handed to subprocesses so they need no server of their own.
+- ``enso_run``: one real discovery run on the enso task with the offline mutation proposer and a
+  small budget, in a temporary run folder, shared by the modules that inspect its results.
+- ``FakeOpenAI``: a local OpenAI-compatible chat server on 127.0.0.1 returning forecast candidates.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+QUIET = {
+    "DO_NOT_TRACK": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DASK_LOGGING__DISTRIBUTED": "warning",
+}
+for _key, _value in QUIET.items():
+    os.environ.setdefault(_key, _value)
+
+REPO = Path(__file__).resolve().parents[1]
+_SHARED: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def prefect_api(request) -> str:
+    """The URL of the session's Prefect test server."""
+    if "prefect_api" not in _SHARED:
+        from prefect.settings import PREFECT_API_URL
+        from prefect.testing.utilities import prefect_test_harness
+
+        harness = prefect_test_harness(server_startup_timeout=120)
+        harness.__enter__()
+        request.session.addfinalizer(lambda: harness.__exit__(None, None, None))
+        _SHARED["prefect_api"] = str(PREFECT_API_URL.value())
+    return _SHARED["prefect_api"]  # type: ignore[return-value]
+
+
+ENSO_RUN_BUDGET = {"minutes": 3.0, "max_candidates": 40}
+
+
+@pytest.fixture(scope="session")
+def enso_run(prefect_api, tmp_path_factory) -> tuple[dict, Path]:
+    """(report, run folder) of one discovery run: enso, mutation proposer, 40 candidates."""
+    if "enso_run" not in _SHARED:
+        from flows.discover import discover
+
+        folder = tmp_path_factory.mktemp("enso-run")
+        report = discover(task="enso", proposer="mutation", budget=ENSO_RUN_BUDGET, batch_size=16, steps=60,
+                          restarts=4, top_k=3, log_every=2.0, folder=str(folder), run_id="enso-e2e")
+        _SHARED["enso_run"] = (report, folder)
+    return _SHARED["enso_run"]  # type: ignore[return-value]
+
+
+def subprocess_env(prefect_api: str, **extra: str) -> dict[str, str]:
+    """Environment for an ``ndvm`` subprocess: quiet, offline, on the session's Prefect server."""
+    env = {**os.environ, **QUIET, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(REPO)}
+    env.update(extra)
+    return env
+
+
+# Structurally different forecast candidates (distinct canonical hashes), as an LLM might write them.
+LLM_PROGRAMS = [
+    "(param phi 0.8 (between -1 1))\n(define (init) 0.0)\n(define (predict s) (* phi s))\n(define (update s y) y)",
+    "(param phi 0.8 (between -1 1))\n(param c 0.0)\n(define (init) 0.0)\n(define (predict s) (+ c (* phi s)))\n"
+    "(define (update s y) y)",
+    "(param phi 0.8 (between -1 1))\n(param g 0.05 positive)\n(define (init) 0.0)\n"
+    "(define (predict s) (- (* phi s) (* g s s s)))\n(define (update s y) y)",
+    "(param a 0.8)\n(param b 0.1)\n(define (init) 0.0)\n(define (predict s) (+ (* a s) (* b (tanh s))))\n"
+    "(define (update s y) y)",
+    "(param phi 0.8 (between -1 1))\n(param g 0.1 positive)\n(define (init) 0.0)\n"
+    "(define (predict s) (* phi s (exp (- (* g s s)))))\n(define (update s y) y)",
+    "(param a1 0.9)\n(param a2 -0.1)\n(define (init) (list 0.0 0.0))\n"
+    "(define (predict s) (+ (* a1 (car s)) (* a2 (cadr s))))\n(define (update s y) (list y (car s)))",
+    "(param phi 0.8 (between -1 1))\n(param k 0.5 positive)\n(define (init) 0.0)\n"
+    "(define (predict s) (* phi (/ s (+ 1.0 (* k (abs s))))))\n(define (update s y) y)",
+    "(param a 0.7)\n(param w 0.3)\n(define (init) (list 0.0 0.0))\n"
+    "(define (predict s) (+ (* a (car s)) (* w (- (car s) (cadr s)))))\n(define (update s y) (list y (car s)))",
+]
+
+
+class FakeOpenAI:
+    """/v1/chat/completions on 127.0.0.1: each reply carries the next programs of LLM_PROGRAMS (as
+    many as the prompt asks for, in fenced blocks); the first reply has no code at all. Each answer
+    takes ``delay`` seconds, so concurrent requests overlap; the peak overlap is recorded."""
+
+    def __init__(self, delay: float = 0.3):
+        self.lock = threading.Lock()
+        self.requests: list[dict] = []
+        self.authorization: list[str] = []
+        self.next_program = 0
+        self.inflight = 0
+        self.max_inflight = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                with fake.lock:
+                    fake.requests.append(body)
+                    fake.authorization.append(self.headers.get("Authorization", ""))
+                    fake.inflight += 1
+                    fake.max_inflight = max(fake.max_inflight, fake.inflight)
+                    first = len(fake.requests) == 1
+                try:
+                    time.sleep(delay)
+                    fake.answer(self, body, first)
+                finally:
+                    with fake.lock:
+                        fake.inflight -= 1
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.api_base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def answer(self, handler, body: dict, first: bool) -> None:
+        if first:
+            text = "I would start from persistence, but let me think about it more."
+        else:
+            with self.lock:
+                picks = [LLM_PROGRAMS[(self.next_program + i) % len(LLM_PROGRAMS)] for i in range(2)]
+                self.next_program += 2
+            text = "\n\n".join(f"Candidate:\n```scheme\n{p}\n```" for p in picks)
+        payload = json.dumps({
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 120, "total_tokens": 1020},
+        }).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
