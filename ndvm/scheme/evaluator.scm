@@ -14,15 +14,17 @@
 ;;;
 ;;; The host language has no mutation, and the evaluator uses none:
 ;;; - a run-time environment is a list of frames; a frame is a pair (values . procedures).
-;;;   The frame of a procedure call, a let or a do holds its values by position: values is the
-;;;   list of the arguments (or inits), in the order of the names. The frame of a body's
-;;;   definitions, a letrec or a let* holds them by name:
-;;;     values      an association list (name . value)
-;;;     procedures  an association list (name . lambda-code) holding the analyzed lambdas of a
-;;;                 letrec, a named let or a body's definitions. Looking one up makes a closure
-;;;                 over the environment that starts at its own frame, so a procedure sees
-;;;                 itself and its siblings: recursion is tied by construction, never by
-;;;                 assignment. Value definitions are added in order to a rebuilt frame.
+;;;   The frame of a procedure call, a let, a let*, a do or a named let holds its values by
+;;;   position: values is the list of the arguments (or inits) in the order of the names (a
+;;;   let* adds each value at the front), and the analysis knows each name's position. The
+;;;   frame of a body's definitions or a letrec holds them by name:
+;;;     values      an association list (name . value); value definitions are added in order
+;;;                 to a rebuilt frame
+;;;     procedures  an association list (name . lambda-code) holding the analyzed lambdas.
+;;;                 Looking one up makes a closure over the environment that starts at its own
+;;;                 frame, so a procedure sees itself, its siblings and the values defined so
+;;;                 far: recursion is tied by construction, never by assignment.
+;;;   A named let's procedure is tied to its frame once, by the host's own letrec*.
 ;;; - the analysis context CX is a pair (frames . globals): frames is the compile-time image of
 ;;;   the run-time frames, each a pair (value-names . procedure-names), or (value-names . #f)
 ;;;   for a positional frame; globals the association list of parameters, inputs and
@@ -44,8 +46,6 @@
 
 ;;; ---------------------------------------------------------------------------------------
 ;;; Run-time environments
-
-(define (mc-value-frame bindings) (cons bindings '()))
 
 ;; ENV with NAME bound to VALUE in its first frame (rebuilt, never changed: closures made
 ;; before keep the frame they saw).
