@@ -409,6 +409,14 @@ def test_small_memory_budget():
                      limits=limits).run()
 
 
+def test_no_false_limit_error_for_long_vectors():
+    """A vector of n elements costs n numbers, not n*n: long vectors fit the default budget."""
+    assert ndvm.compile("(vsum (ones 100000))").run() == 100000.0
+    assert ndvm.compile("(vsum (zeros 100000))").run() == 0.0
+    assert ndvm.compile("(vsum (ones 1000))", limits=ndvm.Limits(max_bytes=1 << 20)).run() == 1000.0
+    assert ndvm.compile("(trace (eye 2000))").run() == 2000.0  # 32 MB: a matrix within the budget
+
+
 def test_limits_apply_to_batched_gradients():
     prog = ndvm.compile("(param a 0.5) (let loop ((x a)) (loop (+ x 1)))", limits=ndvm.Limits(max_steps=10_000))
     with pytest.raises(ndvm.LimitError):
