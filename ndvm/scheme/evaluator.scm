@@ -40,7 +40,9 @@
 ;;; sit beside them at the host's top level, cannot collide with them.
 
 ;;; ---------------------------------------------------------------------------------------
-;;; Errors of the interpreted program: a kind (a symbol) and the offending datum.
+;;; Errors of the interpreted program: a kind (a symbol) and the offending datum. The runtime's
+;;; `error` writes symbols and numbers as they are (a list only as "a pair"), so the evaluator
+;;; passes names and counts.
 
 (define (mc-fail kind irritant) (error kind irritant))
 
@@ -61,13 +63,12 @@
 ;; single symbol) for the actual ARGS: the fixed arguments, then the list of the rest.
 (define (mc-rest-arguments params args)
   (cond ((symbol? params) (list args))
-        ((null? args) (mc-fail 'too-few-arguments params))
+        ((null? args) (error 'too-few-arguments 'missing (car params)))
         (else (cons (car args) (mc-rest-arguments (cdr params) (cdr args))))))
 
 (define (mc-arity-error params args)
-  (if (> (length args) (length params))
-      (mc-fail 'too-many-arguments args)
-      (mc-fail 'too-few-arguments params)))
+  (error (if (> (length args) (length params)) 'too-many-arguments 'too-few-arguments)
+         'expected (length params) 'got (length args)))
 
 ;; An analyzed lambda, (params count code) with COUNT the number of parameters (#f with a rest
 ;; parameter), closed over ENV. The argument list itself is the frame's values.
@@ -214,40 +215,47 @@
 (define (mc-spread args)
   (if (null? (cdr args)) (car args) (cons (car args) (mc-spread (cdr args)))))
 
-(define (mc-primitive-call f operands)
+;; (A primitive's own error names the variable it was called through: `primitive`.)
+(define (mc-primitive-call primitive operands)
   (let ((n (length operands)))
-    (cond ((= n 1) (let ((a (car operands))) (lambda (env) (f (a env)))))
+    (cond ((= n 1) (let ((a (car operands))) (lambda (env) (primitive (a env)))))
           ((= n 2) (let ((a (car operands)) (b (car (cdr operands))))
-                     (lambda (env) (f (a env) (b env)))))
+                     (lambda (env) (primitive (a env) (b env)))))
           ((= n 3) (let ((a (car operands)) (b (car (cdr operands))) (c (car (cdr (cdr operands)))))
-                     (lambda (env) (f (a env) (b env) (c env)))))
-          (else (lambda (env) (apply f (mc-run-all operands env)))))))
+                     (lambda (env) (primitive (a env) (b env) (c env)))))
+          (else (lambda (env) (apply primitive (mc-run-all operands env)))))))
 
 (define (mc-general-call operator operands)
   (let ((n (length operands)))
     (cond ((= n 0)
            (lambda (env)
-             (let ((f (operator env)))
-               (if (procedure? f) (f) (mc-fail 'not-a-procedure f)))))
+             (let ((procedure (operator env)))
+               (if (procedure? procedure) (procedure) (mc-fail 'not-a-procedure procedure)))))
           ((= n 1)
            (let ((a (car operands)))
              (lambda (env)
-               (let ((f (operator env)))
-                 (if (procedure? f) (f (a env)) (mc-fail 'not-a-procedure f))))))
+               (let ((procedure (operator env)))
+                 (if (procedure? procedure)
+                     (procedure (a env))
+                     (mc-fail 'not-a-procedure procedure))))))
           ((= n 2)
            (let ((a (car operands)) (b (car (cdr operands))))
              (lambda (env)
-               (let ((f (operator env)))
-                 (if (procedure? f) (f (a env) (b env)) (mc-fail 'not-a-procedure f))))))
+               (let ((procedure (operator env)))
+                 (if (procedure? procedure)
+                     (procedure (a env) (b env))
+                     (mc-fail 'not-a-procedure procedure))))))
           ((= n 3)
            (let ((a (car operands)) (b (car (cdr operands))) (c (car (cdr (cdr operands)))))
              (lambda (env)
-               (let ((f (operator env)))
-                 (if (procedure? f) (f (a env) (b env) (c env)) (mc-fail 'not-a-procedure f))))))
+               (let ((procedure (operator env)))
+                 (if (procedure? procedure)
+                     (procedure (a env) (b env) (c env))
+                     (mc-fail 'not-a-procedure procedure))))))
           (else
            (lambda (env)
-             (let ((f (operator env)))
-               (mc-apply f (mc-run-all operands env))))))))
+             (let ((procedure (operator env)))
+               (mc-apply procedure (mc-run-all operands env))))))))
 
 ;; A sequence (begin, a clause): all but the last for their errors, the last in tail position.
 (define (mc-analyze-sequence forms cx)
@@ -536,8 +544,10 @@
          (names (map car specs))
          (inits (mc-analyze-all (map mc-binding-init specs) cx))
          (inner (mc-push-positional cx names))
+         ;; a variable without a step keeps its value
          (steps (map (lambda (spec)
-                       (mc-analyze (if (null? (cdr (cdr spec))) (car spec) (car (cdr (cdr spec)))) inner))
+                       (mc-analyze (if (null? (cdr (cdr spec))) (car spec) (car (cdr (cdr spec))))
+                                   inner))
                      specs))
          (exit (car (cdr (cdr x))))
          (test (mc-analyze (car exit) inner))
@@ -553,9 +563,17 @@
         (if body (body loop-env) #f)
         (mc-do-loop steps test result body (cons (cons (mc-run-all steps loop-env) '()) env) env))))
 
-(define (mc-analyze-define x cx) (mc-fail 'definition-in-expression-context x))
+(define (mc-analyze-define x cx)
+  (mc-fail 'definition-in-expression-context (mc-definition-target x)))
 
-(define (mc-analyze-param x cx) (mc-fail 'param-declaration-not-at-top-level x))
+(define (mc-analyze-param x cx)
+  (mc-fail 'param-declaration-not-at-top-level (mc-definition-target x)))
+
+;; The name a (define ...) or (param ...) form defines, for messages
+(define (mc-definition-target x)
+  (cond ((not (pair? (cdr x))) x)
+        ((pair? (car (cdr x))) (car (car (cdr x))))
+        (else (car (cdr x)))))
 
 (define mc-special-forms
   (list (cons 'if mc-analyze-if)
