@@ -281,3 +281,26 @@ def test_vector_outputs_equal_single_lane_runs(name, source, twin):
         assert np.array_equal(alone[0], out[lane]), f"lane {lane}: alone {alone[0]}, in batch {out[lane]}"
         ref = twin(torch.tensor(theta[lane]), torch.tensor(x)).detach().numpy()
         np.testing.assert_allclose(out[lane], np.broadcast_to(ref, out[lane].shape), rtol=1e-12, atol=1e-12)
+
+
+def test_torch_boundary_matrix_input_gradient_kalman():
+    """Gradients through ndvm.torch.apply into theta and into a matrix input (the Kalman series)."""
+    import ndvm.torch as ndvm_torch
+
+    case = next(c for c in CASES if c.name == "mat-kalman-benchmark")
+    prog = program(case)
+    theta0 = np.array([[0.3, 0.3], [0.5, 0.2], [0.25, 0.6]])
+    ys0 = case.inputs["ys"]
+    theta = torch.tensor(theta0, requires_grad=True)
+    ys = torch.tensor(ys0, requires_grad=True)
+    out = ndvm_torch.apply(prog, theta, {"ys": ys})
+    weights = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)
+    (weights * out.reshape(-1)).sum().backward()
+
+    ref_theta = torch.tensor(theta0, requires_grad=True)
+    ref_ys = torch.tensor(ys0, requires_grad=True)
+    ref = torch.stack([cases_module.kalman_torch(ref_theta[i, 0], ref_theta[i, 1], ref_ys) for i in range(3)])
+    (weights * ref).sum().backward()
+    np.testing.assert_allclose(out.detach().numpy().reshape(-1), ref.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(theta.grad.numpy(), ref_theta.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ys.grad.numpy(), ref_ys.grad.numpy(), rtol=1e-10, atol=1e-12)
