@@ -215,6 +215,18 @@ def test_calibration_through_the_tower_equals_direct_calibration():
     np.testing.assert_allclose(fit_meta.history, fit_direct.history, rtol=1e-10)
 
 
+def test_float32_through_the_tower_equals_direct_float32():
+    source = BENCH_PROGRAMS["damped_oscillator"].source
+    direct, meta = ndvm.compile(source, dtype="float32"), mc.compile(source, dtype="float32")
+    assert meta.host.dtype == "float32"
+    theta = BENCH_PROGRAMS["damped_oscillator"].theta_batch(LANES, spread=0.1)
+    inputs = BENCH_PROGRAMS["damped_oscillator"].inputs
+    values_direct, grads_direct = direct.value_and_grad(theta, inputs=inputs)
+    values_meta, grads_meta = meta.value_and_grad(theta, inputs=inputs)
+    np.testing.assert_array_equal(values_meta, values_direct)
+    np.testing.assert_array_equal(grads_meta, grads_direct)
+
+
 # -------------------------------------------------------------------------------------------
 # Errors of the interpreted program surface as ndvm errors
 
