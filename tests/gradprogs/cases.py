@@ -357,6 +357,15 @@ case("mat-kalman-benchmark", """
       (let* ((Pp (+ P (* q I))) (S (+ Pp (* r I))) (e (- (ref ys t) x)) (Si (inv S)) (K (matmul Pp Si)))
         (loop (+ t 1) (+ x (matvec K e)) (matmul (- I K) Pp) (+ nll (logdet S) (dot e (matvec Si e)))))))
 """, (0.3, 0.3), inputs={"ys": YS}, spread=0.1, torch_fn=lambda t, I: kalman_torch(t[0], t[1], I["ys"]))
+case("mat-kalman-per-lane-series", """
+(param q 0.3 positive) (param r 0.3 positive)
+(define I (eye 2))
+(let loop ((t 0) (x (zeros 2)) (P I) (nll 0.0))
+  (if (= t (rows ys)) nll
+      (let* ((Pp (+ P (* q I))) (S (+ Pp (* r I))) (e (- (ref ys t) x)) (Si (inv S)) (K (matmul Pp Si)))
+        (loop (+ t 1) (+ x (matvec K e)) (matmul (- I K) Pp) (+ nll (logdet S) (dot e (matvec Si e)))))))
+""", (0.3, 0.3), spread=0.1, lane_inputs={"ys": np.stack([YS * (1.0 + 0.05 * k) + 0.01 * k for k in range(LANES)])},
+     torch_fn=lambda t, I: kalman_torch(t[0], t[1], I["ys"]))
 case("mat-ones-zeros-eye", "(param a 0.5) (det (+ (eye 2) (* a (ones 2 2)) (zeros 2 2)))", (0.5,),
      torch_fn=lambda t, I: torch.det(torch.eye(2, dtype=torch.float64) + t[0] * torch.ones(2, 2, dtype=torch.float64)))
 case("mat-from-lists", "(param a 0.5) (param b 0.25) (det (mat (list a 1.0) (list b 2.0)))", (0.5, 0.25),
