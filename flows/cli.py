@@ -257,7 +257,8 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     import datasets
 
     table = Table(title="datasets (select with --task NAME, or --data FILE --x COL --y COL)", title_justify="left")
-    for column in ("name", "task", "columns", "source", "licence", "notes"):
+    table.add_column("name", no_wrap=True)
+    for column in ("task", "columns", "source", "licence", "notes"):
         table.add_column(column)
     for row in datasets.list_datasets():
         name = row["name"] + (" [synthetic]" if row["synthetic"] else "")

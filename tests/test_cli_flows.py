@@ -1,0 +1,172 @@
+"""The pipeline commands of ``ndvm``: registration in ndvm's parser, datasets, calibrate,
+leaderboard, serve (a deployment with a cron schedule on the session's Prefect server), ui."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from test_flows_support import enso_run, prefect_api, subprocess_env  # noqa: F401  (fixtures)
+
+from ndvm.cli import build_parser, main
+
+FORECAST_PROGRAM = """(param phi 0.9 (between -1 1))
+(define (init) 0.0)
+(define (predict s) (* phi s))
+(define (update s y) y)
+"""
+
+
+def test_pipeline_commands_are_registered_in_ndvm():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert {"discover", "recalibrate", "serve", "leaderboard", "datasets", "calibrate", "ui"} <= set(sub.choices)
+    args = parser.parse_args(["discover"])
+    # the embedded default: enso, proposer chosen from the environment, two minutes, ./runs
+    assert (args.task, args.proposer, args.minutes, args.folder, args.runner) == ("enso", "auto", 2.0, "runs", "threads")
+
+
+def test_datasets_lists_the_registry(capsys):
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    for name in ("enso", "enso-nino34", "battery", "battery-synthetic"):
+        assert name in out
+    assert "synthetic" in out
+
+
+def test_calibrate_a_forecast_program_on_enso(tmp_path, capsys):
+    program = tmp_path / "ar1.scm"
+    program.write_text(FORECAST_PROGRAM)
+    assert main(["calibrate", str(program), "--data", "enso", "--steps", "60", "--restarts", "4"]) == 0
+    out = capsys.readouterr().out
+    phi = float(out.split("phi = ")[1].split()[0])
+    assert 0.5 < phi < 1.0  # monthly anomalies are strongly persistent
+    assert "held-out:" in out and "mean_rmse" in out
+
+
+def test_calibrate_a_curve_program_on_a_csv_column(tmp_path, capsys):
+    t = np.linspace(0, 10, 60)
+    y = 3.0 - 0.4 * t
+    (tmp_path / "fade.csv").write_text("t,v\n" + "\n".join(f"{a},{b}" for a, b in zip(t, y)))
+    program = tmp_path / "line.scm"
+    program.write_text("(param a 1.0)\n(param b 0.0)\n(+ a (* b x))\n")
+    code = main(["calibrate", str(program), "--data", str(tmp_path / "fade.csv"), "--x", "t", "--y", "v",
+                 "--optimizer", "lbfgs", "--steps", "100"])
+    assert code == 0
+    out = capsys.readouterr().out
+    values = {line.split("=")[0].strip(): float(line.split("=")[1]) for line in out.splitlines() if " = " in line}
+    assert values["a"] == pytest.approx(3.0, abs=1e-4) and values["b"] == pytest.approx(-0.4, abs=1e-4)
+    assert "test_rmse" in out
+
+
+def test_calibrate_rejects_a_program_with_other_inputs(tmp_path):
+    (tmp_path / "d.csv").write_text("t,v\n" + "\n".join(f"{i},{i}" for i in range(20)))
+    program = tmp_path / "bad.scm"
+    program.write_text("(param a 1.0)\n(* a z)\n")
+    with pytest.raises(SystemExit, match="exactly one input, x"):
+        main(["calibrate", str(program), "--data", str(tmp_path / "d.csv"), "--x", "t", "--y", "v"])
+
+
+def test_leaderboard_of_a_run_folder(enso_run, capsys):
+    report, folder = enso_run
+    assert main(["leaderboard", "--folder", str(folder), "--run", "enso-e2e", "-k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert report["best_hash"] in out and "mean_rmse" in out
+
+
+def test_serve_registers_a_cron_deployment(prefect_api, tmp_path):
+    from prefect.client.orchestration import get_client
+
+    proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "serve", "--cron", "0 2 * * *", "--name", "nightly-test",
+                             "--minutes", "30", "--folder", str(tmp_path)], env=subprocess_env(prefect_api),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deployment = None
+        deadline = time.monotonic() + 90
+        with get_client(sync_client=True) as client:
+            while time.monotonic() < deadline and deployment is None:
+                assert proc.poll() is None, proc.stdout.read()
+                try:
+                    deployment = client.read_deployment_by_name("ndvm-discover/nightly-test")
+                except Exception:  # not registered yet
+                    time.sleep(0.5)
+            assert deployment is not None, "the deployment was not registered in time"
+            schedules = client.read_deployment_schedules(deployment.id)
+        assert [s.schedule.cron for s in schedules] == ["0 2 * * *"]
+        assert deployment.parameters["budget"]["minutes"] == 30.0
+        assert deployment.parameters["task"] == "enso" and deployment.parameters["folder"] == str(tmp_path.resolve())
+    finally:
+        proc.send_signal(signal.SIGTERM)  # a served process stops cleanly on SIGTERM
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_ui_refuses_a_folder_without_a_store(tmp_path):
+    with pytest.raises(SystemExit, match="no MLflow store"):
+        main(["ui", "--folder", str(tmp_path)])
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ui(folder, port: int, prefect_api: str) -> subprocess.Popen:
+    """``ndvm ui`` in a subprocess; returns once the MLflow server answers /health."""
+    proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "ui", "--folder", str(folder), "--port", str(port)],
+                            env=subprocess_env(prefect_api), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"ndvm ui exited: {proc.stdout.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.5)
+    stop_ui(proc)
+    raise AssertionError("the MLflow server did not become healthy in 90 s")
+
+
+def stop_ui(proc: subprocess.Popen) -> None:
+    import os
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and its worker (own session)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def test_ui_serves_the_run_folder_on_localhost(enso_run, prefect_api):
+    report, folder = enso_run
+    port = free_port()
+    proc = start_ui(folder, port, prefect_api)
+    try:
+        body = json.dumps({"experiment_ids": [report["mlflow_experiment_id"]], "max_results": 100}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=20) as reply:
+            runs = json.load(reply)["runs"]
+        names = {r["info"]["run_name"] for r in runs}
+        assert "enso-e2e" in names and any(n.startswith("#1 ") for n in names)
+    finally:
+        stop_ui(proc)
