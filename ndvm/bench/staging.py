@@ -39,7 +39,7 @@ def run_staging(config: BenchConfig) -> SuiteResult:
         notes.append(str(e))
     if task is not None:
         sources = task.sources if not config.quick else task.sources[:50]
-        times = [time_call(lambda s=s: ndvm.compile(s), min_time=0.0, min_reps=5).median for s in sources]
+        times = [time_call(lambda s=s: ndvm.compile(s), min_time=0.0, min_reps=5).value for s in sources]
         data["corpus_compile_median_s"] = statistics.median(times)
         data["corpus_compile_p90_s"] = float(np.percentile(times, 90))
         data["corpus_programs"] = len(sources)
@@ -65,15 +65,16 @@ def run_staging(config: BenchConfig) -> SuiteResult:
     for name, source, inputs, target in cases:
         entry = {}
         entry["ndvm_compile_s"] = time_call(lambda: ndvm.compile(source), min_time=config.pick(0.2, 0.02),
-                                            min_reps=5).median
+                                            min_reps=5).value
         prog = ndvm.compile(source)
         theta = np.array([[p.init for p in prog.params]])
         if target is None:
-            step = time_call(lambda: prog.value_and_grad(theta, inputs=inputs), min_time=config.pick(0.5, 0.05)).median
+            step = time_call(lambda: prog.value_and_grad(theta, inputs=inputs),
+                             min_time=config.pick(0.5, 0.05)).value
         else:  # vector-valued model: the MSE gradient step inside the native calibration loop
             steps = 50
             t = time_call(lambda: ndvm.calibrate(prog, inputs, target=target, loss="mse", steps=steps, lr=0.05,
-                                                 restarts=1, threads=1), min_time=config.pick(0.5, 0.05)).median
+                                                 restarts=1, threads=1), min_time=config.pick(0.5, 0.05)).value
             step = t / steps
         entry["ndvm_step_s"] = step
         entry["jax_stage_s"] = entry["jax_step_s"] = entry["crossover_steps"] = None
@@ -82,7 +83,7 @@ def run_staging(config: BenchConfig) -> SuiteResult:
             staged.value_and_grad(theta)
             entry["jax_stage_s"] = staged.staging_seconds
             entry["jax_step_s"] = time_call(lambda: staged.value_and_grad(theta),
-                                            min_time=config.pick(0.5, 0.05)).median
+                                            min_time=config.pick(0.5, 0.05)).value
             entry["crossover_steps"] = crossover_steps(entry["ndvm_compile_s"], step, entry["jax_stage_s"],
                                                        entry["jax_step_s"])
         data["programs"][name] = entry
