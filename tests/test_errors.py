@@ -398,6 +398,31 @@ def test_small_recursion_depth():
     assert ndvm.compile("(define (c n) (if (= n 0) 'done (c (- n 1))))\n(c 5000)", limits=limits).run() == "done"
 
 
+_DEPTH_CHILD = textwrap.dedent("""
+    import json, sys
+    import ndvm
+    job = json.loads(sys.stdin.read())
+    source = "(define (sum n) (if (= n 0) 0 (+ 1 (sum (- n 1)))))\\n(sum %d)" % job["n"]
+    limits = ndvm.Limits(max_depth=job["max_depth"]) if job["max_depth"] else None
+    try:
+        result = ndvm.compile(source, limits=limits).run()
+    except ndvm.NDVMError as exc:
+        result = type(exc).__name__ + ": " + exc.message
+    print(json.dumps({"result": result}))
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n,max_depth", [(50_000, None), (300_000, 400_000)])
+def test_raising_the_depth_limit_allows_deeper_recursion(n, max_depth):
+    """max_depth is the bound that matters: below it a non-tail recursion works (default 100,000),
+    and raising it goes deeper. In a subprocess, in case deep native recursion overflows the C stack."""
+    proc = subprocess.run([sys.executable, "-c", _DEPTH_CHILD], input=json.dumps({"n": n, "max_depth": max_depth}),
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, f"process died with {proc.returncode}: {proc.stderr[-2000:]}"
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["result"] == n
+
+
 def test_small_memory_budget():
     limits = ndvm.Limits(max_bytes=1 << 20)
     assert ndvm.compile("(vsum (ones 1000))", limits=limits).run() == 1000.0

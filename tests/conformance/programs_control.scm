@@ -370,3 +370,11 @@
 ;;; tail-call-through-apply-apply
 (define (count n) (if (= n 0) 'finished (apply apply (list count (list (- n 1))))))
 (count 100000)
+
+;;; recursion-non-tail-depth-20000
+(define (sum n) (if (= n 0) 0 (+ n (sum (- n 1)))))
+(sum 20000)
+
+;;; recursion-non-tail-build-list-30000
+(define (build n) (if (= n 0) '() (cons n (build (- n 1)))))
+(length (build 30000))
