@@ -168,6 +168,24 @@ def test_overhead_measurement_checks_agreement():
         assert row["direct_s"] > 0 and row["metacircular_s"] > 0 and row["overhead"] > 0
 
 
+TAIL_PROGRAMS = [p for p in SUITE if p.name.startswith("tail_") and p.name.endswith("100k")]
+
+
+@pytest.mark.parametrize("program", TAIL_PROGRAMS, ids=[p.name for p in TAIL_PROGRAMS])
+def test_interpreted_tail_calls_run_in_constant_host_stack(program: SuiteProgram):
+    """100,000 interpreted tail calls under a host depth limit of 100 nested calls."""
+    shallow = ndvm.Limits(max_depth=100)
+    got = mc.compile(program.source, limits=shallow).run(inputs=ndvm_inputs(program.inputs))
+    assert same_value(ndvm.compile(program.source).run(inputs=ndvm_inputs(program.inputs)), got)
+
+
+def test_the_shallow_host_limit_does_bite_on_non_tail_recursion():
+    shallow = ndvm.Limits(max_depth=100)
+    meta = mc.compile("(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1))))) (f 1000)", limits=shallow)
+    with pytest.raises(ndvm.LimitError):
+        meta.run()
+
+
 def test_gradients_are_not_trivially_zero():
     """The suite's gradient checks mean something: most scalar programs have nonzero gradients."""
     nonzero = 0
