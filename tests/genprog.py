@@ -47,7 +47,7 @@ X_LEN = 4  # length of the vector input x in model mode
 PARAM_CONSTRAINTS = (None, "positive", ("between", -1.0, 2.0))
 # How model programs compare a parameter against a literal (lanes diverge there).
 PARAM_COMPARISON = re.compile(r"\((<=|>=|<|>) (th\d+) (-?\d+\.\d+)\)")
-GUILE_FIXTURE = Path(__file__).resolve().parent / "differential" / "guile_r7rs.jsonl"
+GUILE_FIXTURE = Path(__file__).resolve().parent / "differential" / "guile_expected.jsonl"
 GUILE_FIXTURE_SEEDS = 500
 
 
@@ -95,10 +95,11 @@ class Generated:
 
 
 class _Gen:
-    def __init__(self, rng: random.Random, mode: str, max_depth: int):
+    def __init__(self, rng: random.Random, mode: str, max_depth: int, arrays: bool = True):
         self.rng = rng
         self.mode = mode
         self.model = mode == "model"
+        self.arrays = self.model and arrays  # vectors, matrices and the vector input x
         self.max_depth = max_depth
         self.counter = 0
         self.params: list[tuple[str, float, object]] = []
@@ -202,9 +203,9 @@ class _Gen:
                 (4, lambda: self.param_branch(env, d)),
                 (2, lambda: f"({self.rng.choice(['sigmoid', 'softplus'])} {r()})"),
                 (2, lambda: self.loop_recur(env, d)),
-                (3, lambda: self.vec_to_real(env, d)),
-                (2, lambda: self.mat_to_real(env, d)),
             ]
+            if self.arrays:
+                options += [(3, lambda: self.vec_to_real(env, d)), (2, lambda: self.mat_to_real(env, d))]
         return self.pick(options)
 
     def pick(self, options):
@@ -504,7 +505,7 @@ class _Gen:
         names, inits, inner = [], [], list(env)
         for _ in range(nb):
             vt = self.rng.choice([REAL, REAL, INT, BOOL, SYM, list_t(REAL, self.rng.randint(0, 3))])
-            if self.model and self.chance(0.2):
+            if self.arrays and self.chance(0.2):
                 vt = self.rng.choice([vec_t(2), mat_t(2), vec_t(X_LEN)])
             if style == "letrec" and self.chance(0.6):
                 vt = fn_t((REAL,), REAL)
@@ -567,7 +568,7 @@ class _Gen:
             style = self.rng.choice(["value", "fn1", "fn2", "tailrec", "rec", "hof", "compose", "rest", "internal"])
             name = self.fresh("g")
             if style == "value":
-                vt = self.rng.choice([REAL, INT, list_t(REAL, 2)] + ([vec_t(X_LEN), mat_t(2)] if self.model else []))
+                vt = self.rng.choice([REAL, INT, list_t(REAL, 2)] + ([vec_t(X_LEN), mat_t(2)] if self.arrays else []))
                 forms.append(f"(define {name} {self.expr(vt, env, 3)})")
                 env.append((name, vt))
             elif style in ("fn1", "fn2"):
@@ -620,13 +621,18 @@ class _Gen:
         return self.rng.choice(options)() if options else None
 
 
-def generate(seed: int, mode: str = "r7rs", result: str | None = None, max_depth: int = 4) -> Generated:
+def generate(seed: int, mode: str = "r7rs", result: str | None = None, max_depth: int = 4,
+             arrays: bool = True) -> Generated:
     """One program for ``seed``. ``result``: in r7rs mode a type name (None: random); in model mode
-    ``"scalar"`` (default) or ``"vector"`` (one value per point of the input x)."""
+    ``"scalar"`` (default) or ``"vector"`` (one value per point of the input x). ``arrays=False``
+    (model mode) leaves out vectors, matrices and the input x, so that Guile can run the program
+    with the MODEL_PRELUDE (``param``, ``loop``/``recur``, ``sigmoid``, ``softplus``)."""
     if mode not in ("r7rs", "model"):
         raise ValueError(f"mode must be 'r7rs' or 'model', got {mode!r}")
-    rng = random.Random(f"{mode}:{seed}")
-    g = _Gen(rng, mode, max_depth)
+    if result == "vector" and not arrays:
+        raise ValueError("a vector result needs arrays=True")
+    rng = random.Random(f"{mode}:{seed}" if arrays else f"{mode}-scalar:{seed}")
+    g = _Gen(rng, mode, max_depth, arrays)
     forms: list[str] = []
     if mode == "model":
         for _ in range(rng.randint(1, 3)):
@@ -678,13 +684,31 @@ def source_sha(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-# Guile runs a whole batch in one process: each entry `(SEED form ...)` is evaluated form by form in
-# a fresh module, like the top level of a file, and `SEED value` (or `SEED #<error KEY>`) is written.
-# R7RS `square` is not in Guile's default environment, so it is defined first.
+# Guile runs a whole batch in one process: each entry `(SEED MODE form ...)` is evaluated form by
+# form in a fresh module, like the top level of a file, and `SEED value` (or `SEED #<error KEY>`) is
+# written. R7RS `square` is not in Guile's default environment, so it is defined first; model
+# programs (arrays=False) also get MODEL_PRELUDE: NDVM's `param`, `loop`/`recur`, `sigmoid`,
+# `softplus` written in Scheme, and the scalar input u.
+MODEL_INPUT_U = 0.7
+MODEL_PRELUDE = f"""
+(define-syntax param (syntax-rules () ((_ name init . constraint) (define name init))))
+(define-syntax loop
+  (lambda (stx)
+    (syntax-case stx ()
+      ((k bindings body ...)
+       (with-syntax ((recur (datum->syntax #'k 'recur)))
+         #'(let recur bindings body ...))))))
+(define (sigmoid z) (/ 1.0 (+ 1.0 (exp (- z)))))
+(define (softplus z) (if (> z 0) (+ z (log (+ 1.0 (exp (- z))))) (log (+ 1.0 (exp z)))))
+(define u {MODEL_INPUT_U!r})
+"""
 GUILE_BATCH_DRIVER = r"""
-(define (run-one forms)
+(define model-prelude (let ((port (open-input-file (caddr (command-line)))))
+  (let loop ((acc '())) (let ((form (read port))) (if (eof-object? form) (reverse acc) (loop (cons form acc)))))))
+(define (run-one mode forms)
   (let ((module (make-fresh-user-module)))
     (eval '(define (square x) (* x x)) module)
+    (if (eq? mode 'model) (for-each (lambda (form) (eval form module)) model-prelude))
     (let loop ((forms forms) (last #f))
       (if (null? forms) last (loop (cdr forms) (eval (car forms) module))))))
 (define port (open-input-file (cadr (command-line))))
@@ -694,21 +718,28 @@ GUILE_BATCH_DRIVER = r"""
       (write (car entry))
       (display " ")
       (catch #t
-        (lambda () (write (run-one (cdr entry))))
+        (lambda () (write (run-one (cadr entry) (cddr entry))))
         (lambda (key . args) (display "#<error ") (write key) (display ">")))
       (newline)
       (next))))
 """
 
 
-def run_guile(seeds: list[int], guile: str = "guile", timeout_s: float = 600.0) -> dict[int, str]:
-    """Guile's `write` of the value of each r7rs-mode program, keyed by seed."""
+def guile_program(seed: int, mode: str) -> Generated:
+    """The program Guile runs for (seed, mode): r7rs, or model without arrays."""
+    return generate(seed, "r7rs") if mode == "r7rs" else generate(seed, "model", arrays=False)
+
+
+def run_guile(seeds: list[int], guile: str = "guile", timeout_s: float = 600.0, mode: str = "r7rs") -> dict[int, str]:
+    """Guile's `write` of the value of each program (see guile_program), keyed by seed."""
     with tempfile.TemporaryDirectory() as tmp:
         driver = Path(tmp) / "driver.scm"
         driver.write_text(GUILE_BATCH_DRIVER)
+        prelude = Path(tmp) / "model_prelude.scm"
+        prelude.write_text(MODEL_PRELUDE)
         batch = Path(tmp) / "batch.scm"
-        batch.write_text("".join(f"({seed}\n{generate(seed, 'r7rs').source})\n" for seed in seeds))
-        proc = subprocess.run([guile, "--no-auto-compile", "-s", str(driver), str(batch)],
+        batch.write_text("".join(f"({seed} {mode}\n{guile_program(seed, mode).source})\n" for seed in seeds))
+        proc = subprocess.run([guile, "--no-auto-compile", "-s", str(driver), str(batch), str(prelude)],
                               capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"guile failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
@@ -723,16 +754,17 @@ def run_guile(seeds: list[int], guile: str = "guile", timeout_s: float = 600.0) 
 
 
 def write_guile_fixture(guile: str = "guile") -> Path:
-    """Writes Guile's answers for seeds 0..GUILE_FIXTURE_SEEDS-1 (reviewed and committed)."""
+    """Writes Guile's answers for seeds 0..GUILE_FIXTURE_SEEDS-1 of both modes (reviewed and committed)."""
     seeds = list(range(GUILE_FIXTURE_SEEDS))
-    answers = run_guile(seeds, guile)
     version = subprocess.run([guile, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
     GUILE_FIXTURE.parent.mkdir(parents=True, exist_ok=True)
     with GUILE_FIXTURE.open("w") as f:
-        for seed in seeds:
-            record = {"seed": seed, "source_sha": source_sha(generate(seed, "r7rs").source),
-                      "expected": answers[seed], "guile": version}
-            f.write(json.dumps(record) + "\n")
+        for mode in ("r7rs", "model"):
+            answers = run_guile(seeds, guile, mode=mode)
+            for seed in seeds:
+                record = {"seed": seed, "mode": mode, "source_sha": source_sha(guile_program(seed, mode).source),
+                          "expected": answers[seed], "guile": version}
+                f.write(json.dumps(record) + "\n")
     return GUILE_FIXTURE
 
 
@@ -747,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.write_guile_fixture:
         path = write_guile_fixture()
-        print(f"wrote {GUILE_FIXTURE_SEEDS} Guile answers to {path}")
+        print(f"wrote {GUILE_FIXTURE_SEEDS} Guile answers per mode (r7rs, model) to {path}")
         return 0
     for seed in range(args.seed, args.seed + args.count):
         print(f";;; seed {seed}")

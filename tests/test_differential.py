@@ -1,8 +1,10 @@
 """Differential checks of the NDVM runtime on programs from the typed generator (tests/genprog.py).
 
-1. Values against a real Scheme (GNU Guile) on the R7RS part of the language: live when ``guile``
-   is installed, and always against the committed fixture tests/differential/guile_r7rs.jsonl
-   (Guile's answers for seeds 0..499, written by ``python tests/genprog.py --write-guile-fixture``).
+1. Values against a real Scheme (GNU Guile): r7rs-mode programs, and model programs without arrays
+   (Guile gets ``param``, ``loop``/``recur``, ``sigmoid``, ``softplus`` from genprog.MODEL_PRELUDE).
+   Live when ``guile`` is installed, and always against the committed fixture
+   tests/differential/guile_expected.jsonl (Guile's answers for seeds 0..499 of both kinds, written by
+   ``python tests/genprog.py --write-guile-fixture``).
 2. Gradients against central finite differences (float64, Richardson-extrapolated), at points
    away from kinks: a point where the two step sizes disagree (a branch, ``floor``, ``abs`` or
    ``min`` within the step) is skipped, and the test bounds how many are skipped.
@@ -16,13 +18,10 @@ Each check runs 500 programs in the default run and 20,000 in the ``slow`` varia
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ import genprog  # noqa: E402
 from test_conformance import from_python, read_datum, same_datum, write_datum  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-GUILE_FIXTURE = ROOT / "tests" / "differential" / "guile_r7rs.jsonl"
+GUILE_FIXTURE = ROOT / "tests" / "differential" / "guile_expected.jsonl"
 FIXTURE_SEEDS = 500
 
 DEFAULT_COUNT, SLOW_COUNT = 500, 20_000
@@ -60,46 +59,58 @@ def guile_binary() -> str | None:
     return shutil.which("guile") or shutil.which("guile3.0")
 
 
+GUILE_MODES = ("r7rs", "model")
+
+
+def fixture_records() -> list[dict]:
+    return [json.loads(line) for line in GUILE_FIXTURE.read_text().splitlines() if line.strip()]
+
+
 def test_guile_fixture_matches_the_generator():
     """The fixture was written from the current generator (regenerate it when the generator changes)."""
-    records = [json.loads(line) for line in GUILE_FIXTURE.read_text().splitlines() if line.strip()]
-    assert [r["seed"] for r in records] == list(range(FIXTURE_SEEDS))
-    stale = [r["seed"] for r in records if r["source_sha"] != genprog.source_sha(genprog.generate(r["seed"], "r7rs").source)]
-    assert not stale, f"generator changed: run `python tests/genprog.py --write-guile-fixture`; stale seeds {stale[:10]}"
+    records = fixture_records()
+    for mode in GUILE_MODES:
+        assert [r["seed"] for r in records if r["mode"] == mode] == list(range(FIXTURE_SEEDS))
+    stale = [(r["mode"], r["seed"]) for r in records
+             if r["source_sha"] != genprog.source_sha(genprog.guile_program(r["seed"], r["mode"]).source)]
+    assert not stale, f"generator changed: run `python tests/genprog.py --write-guile-fixture`; stale {stale[:10]}"
 
 
-def compare_with_guile(seeds_and_expected: list[tuple[int, str]]) -> list[str]:
+def compare_with_guile(mode: str, seeds_and_expected: list[tuple[int, str]]) -> list[str]:
     failures = []
     for seed, expected_text in seeds_and_expected:
-        source = genprog.generate(seed, "r7rs").source
+        gen = genprog.guile_program(seed, mode)
+        source = gen.source
         if expected_text.startswith("#<error"):
-            failures.append(f"seed {seed}: Guile raised {expected_text} (the generator must not produce this)\n{source}")
+            failures.append(f"{mode} seed {seed}: Guile raised {expected_text} (the generator must not produce this)\n{source}")
             continue
         try:
-            got = from_python(ndvm.compile(source).run())
+            got = from_python(ndvm.compile(source).run(inputs=gen.inputs(u=genprog.MODEL_INPUT_U)))
         except ndvm.NDVMError as exc:
-            failures.append(f"seed {seed}: NDVM raised {type(exc).__name__}: {exc}; Guile: {expected_text}\n{source}")
+            failures.append(f"{mode} seed {seed}: NDVM raised {type(exc).__name__}: {exc}; Guile: {expected_text}\n{source}")
             continue
         if not same_datum(read_datum(expected_text), got):
-            failures.append(f"seed {seed}: NDVM {write_datum(got)} != Guile {expected_text}\n{source}")
+            failures.append(f"{mode} seed {seed}: NDVM {write_datum(got)} != Guile {expected_text}\n{source}")
     return failures
 
 
-def test_values_equal_guile_fixture():
-    records = [json.loads(line) for line in GUILE_FIXTURE.read_text().splitlines() if line.strip()]
-    failures = compare_with_guile([(r["seed"], r["expected"]) for r in records])
-    assert not failures, report(failures, len(records), "Guile (fixture)")
+@pytest.mark.parametrize("mode", GUILE_MODES)
+def test_values_equal_guile_fixture(mode):
+    records = [r for r in fixture_records() if r["mode"] == mode]
+    failures = compare_with_guile(mode, [(r["seed"], r["expected"]) for r in records])
+    assert not failures, report(failures, len(records), f"Guile {mode} (fixture)")
 
 
+@pytest.mark.parametrize("mode", GUILE_MODES)
 @pytest.mark.parametrize("count", COUNTS)
-def test_values_equal_live_guile(count):
+def test_values_equal_live_guile(count, mode):
     guile = guile_binary()
     if guile is None:
         pytest.skip("guile is not installed (apt-get install guile-3.0); the fixture test still ran")
     seeds = list(range(FIXTURE_SEEDS, FIXTURE_SEEDS + count))  # seeds beyond the fixture's
-    expected = genprog.run_guile(seeds, guile)
-    failures = compare_with_guile([(s, expected[s]) for s in seeds])
-    assert not failures, report(failures, count, "Guile (live)")
+    expected = genprog.run_guile(seeds, guile, mode=mode)
+    failures = compare_with_guile(mode, [(s, expected[s]) for s in seeds])
+    assert not failures, report(failures, count, f"Guile {mode} (live)")
 
 
 # ---------------------------------------------------------------------------------------------

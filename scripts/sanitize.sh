@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# AddressSanitizer + UndefinedBehaviorSanitizer build of the NDVM runtime, and the tests under it.
+#
+#   scripts/sanitize.sh            build into build/sanitize, run the C++ unit tests, then the Python smoke
+#   scripts/sanitize.sh --cpp-only only the C++ unit tests
+#   SANITIZE_PYTEST="tests/test_conformance.py" scripts/sanitize.sh   choose the Python test files
+#
+# What runs under the sanitizers:
+#   1. native/tests/test_main.cc (ndvm_tests), built with -DNDVM_SANITIZE=ON -DNDVM_TESTS=ON, with
+#      leak detection on and every UBSan finding fatal (-fno-sanitize-recover=undefined).
+#   2. The Python extension ndvm._native built from the same sources with the same flags (into
+#      build/sanitize), loaded into the project's Python with the compiler's libasan preloaded, and
+#      the pytest files in SANITIZE_PYTEST run against it: the conformance suite, the differential
+#      checks (generated programs: values, gradients, lanes, threaded calibration), the error tests
+#      and the nasty-input tests. Leak detection is off there (CPython itself does not free
+#      everything at exit); ASan errors and UBSan findings abort the run.
+# Exit status: non-zero on any build failure, test failure or sanitizer report.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="$ROOT/build/sanitize"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+JOBS="${JOBS:-2}"
+SANITIZE_PYTEST="${SANITIZE_PYTEST:-tests/test_conformance.py tests/test_differential.py tests/test_errors.py tests/test_limits.py}"
+
+cmake_args=(-S "$ROOT/native" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+            -DNDVM_SANITIZE=ON -DNDVM_TESTS=ON
+            "-DCMAKE_CXX_FLAGS=-fno-sanitize-recover=undefined")
+want_python=1
+if [[ "${1:-}" == "--cpp-only" ]]; then want_python=0; fi
+if [[ $want_python == 1 ]]; then
+  pybind_dir="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())')"
+  cmake_args+=(-DSKBUILD=ON "-Dpybind11_DIR=$pybind_dir" "-DPython_EXECUTABLE=$PY")
+fi
+
+echo "sanitize.sh: configuring $BUILD"
+cmake "${cmake_args[@]}" >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
+echo "sanitize.sh: building (ASan + UBSan)"
+cmake --build "$BUILD" -j "$JOBS"
+
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+
+echo "sanitize.sh: C++ unit tests under ASan + UBSan"
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
+  "$BUILD/ndvm_tests"
+echo "sanitize.sh: C++ unit tests clean"
+
+if [[ $want_python == 0 ]]; then exit 0; fi
+
+# A Python package directory whose ndvm is the source tree's ndvm/ with the sanitized _native.
+# sitecustomize drops the editable install's redirecting finder so that this copy is imported.
+PKG="$BUILD/python"
+rm -rf "$PKG"
+mkdir -p "$PKG/ndvm"
+for entry in "$ROOT"/ndvm/*; do
+  name="$(basename "$entry")"
+  [[ "$name" == _native* || "$name" == __pycache__ ]] && continue
+  ln -s "$entry" "$PKG/ndvm/$name"
+done
+native_so="$(find "$BUILD" -maxdepth 1 -name '_native*.so' | head -1)"
+[[ -n "$native_so" ]] || { echo "sanitize.sh: the sanitized _native module was not built" >&2; exit 1; }
+ln -s "$native_so" "$PKG/ndvm/$(basename "$native_so")"
+cat >"$PKG/sitecustomize.py" <<'PYEOF'
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "ScikitBuild" not in type(f).__name__]
+PYEOF
+
+asan_rt="$(${CXX:-c++} -print-file-name=libasan.so)"
+[[ -f "$asan_rt" ]] || { echo "sanitize.sh: libasan.so not found ($asan_rt)" >&2; exit 1; }
+check_import="import ndvm, ndvm._native as n; assert n.__file__.startswith('$BUILD'), n.__file__; print('sanitized module:', n.__file__)"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
+LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG" "$PY" -c "$check_import"
+
+echo "sanitize.sh: Python tests against the sanitized module: $SANITIZE_PYTEST"
+cd "$ROOT"
+# shellcheck disable=SC2086
+LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG" NDVM_SANITIZED=1 "$PY" -m pytest -q -p no:cacheprovider $SANITIZE_PYTEST
+echo "sanitize.sh: clean"
