@@ -231,6 +231,9 @@ def test_calibration_through_the_tower_equals_direct_calibration():
     for name in fit_direct.params:
         assert fit_meta.params[name] == pytest.approx(fit_direct.params[name], rel=1e-10)
     np.testing.assert_allclose(fit_meta.history, fit_direct.history, rtol=1e-10)
+    many = ndvm.calibrate_many([mc.compile(bench.source), bench.source], **kwargs)
+    assert [fit.status for fit in many] == ["ok", "ok"]
+    assert many[0].params == many[1].params == fit_direct.params
 
 
 def test_float32_through_the_tower_equals_direct_float32():
