@@ -12,7 +12,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from test_flows_support import enso_run, prefect_api, subprocess_env  # noqa: F401  (fixtures)
+from test_flows_support import enso_run, free_port, prefect_api, start_ui, stop_ui, subprocess_env  # noqa: F401
 
 from ndvm.cli import build_parser, main
 
@@ -113,47 +113,6 @@ def test_serve_registers_a_cron_deployment(prefect_api, tmp_path):
 def test_ui_refuses_a_folder_without_a_store(tmp_path):
     with pytest.raises(SystemExit, match="no MLflow store"):
         main(["ui", "--folder", str(tmp_path)])
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_ui(folder, port: int, prefect_api: str) -> subprocess.Popen:
-    """``ndvm ui`` in a subprocess; returns once the MLflow server answers /health."""
-    proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "ui", "--folder", str(folder), "--port", str(port)],
-                            env=subprocess_env(prefect_api), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"ndvm ui exited: {proc.stdout.read()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.5)
-    stop_ui(proc)
-    raise AssertionError("the MLflow server did not become healthy in 90 s")
-
-
-def stop_ui(proc: subprocess.Popen) -> None:
-    import os
-
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)  # the server and its worker (own session)
-        proc.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
 
 
 def test_ui_serves_the_run_folder_on_localhost(enso_run, prefect_api):

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import socket
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -148,3 +153,41 @@ class FakeOpenAI:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+# ------------------------------------------------------------------ the MLflow UI (ndvm ui)
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ui(folder, port: int, prefect_api: str) -> subprocess.Popen:
+    """``ndvm ui`` in a subprocess; returns once the MLflow server answers /health."""
+    proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "ui", "--folder", str(folder), "--port", str(port)],
+                            env=subprocess_env(prefect_api), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"ndvm ui exited: {proc.stdout.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.5)
+    stop_ui(proc)
+    raise AssertionError("the MLflow server did not become healthy in 90 s")
+
+
+def stop_ui(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and its worker (own session)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
