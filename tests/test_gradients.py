@@ -304,3 +304,22 @@ def test_torch_boundary_matrix_input_gradient_kalman():
     np.testing.assert_allclose(out.detach().numpy().reshape(-1), ref.detach().numpy(), rtol=1e-10)
     np.testing.assert_allclose(theta.grad.numpy(), ref_theta.grad.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(ys.grad.numpy(), ref_ys.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_many_divergent_lanes_each_take_their_own_path():
+    """200 lanes, nearly each with its own loop length: batch == one-lane runs bit for bit, == the twin."""
+    prog = ndvm.compile("(param a 0.5) (param b 0.1)\n"
+                        "(let loop ((x a) (n 0)) (if (> x 10.0) (+ n (* x b)) (loop (+ x (* a 0.37) b) (+ n 1))))")
+    theta = np.stack([np.linspace(0.05, 3.0, 200), np.linspace(0.02, 0.3, 200)[::-1]], axis=1)
+    values, grads = prog.value_and_grad(theta)
+    for lane in range(theta.shape[0]):
+        one_values, one_grads = prog.value_and_grad(theta[lane:lane + 1])
+        assert np.array_equal(one_values[0], values[lane]) and np.array_equal(one_grads[0], grads[lane]), lane
+        t = torch.tensor(theta[lane], requires_grad=True)
+        x, n = t[0], 0
+        while not x > 10.0:
+            x, n = x + t[0] * 0.37 + t[1], n + 1
+        y = n + x * t[1]
+        (g,) = torch.autograd.grad(y, t)
+        np.testing.assert_allclose(values[lane], float(y.detach()), rtol=1e-12)
+        np.testing.assert_allclose(grads[lane], g.numpy(), rtol=1e-10, atol=1e-12)
