@@ -292,3 +292,33 @@ def test_random_programs_match_live_guile(seed):
         if got.startswith(("ParseError", "CheckError", "EvalError", "LimitError")) or not same_datum(read_datum(want), read_datum(got)):
             differ.append((source, want, got))
     assert not differ, f"{len(differ)} of {len(programs)} differ; first: {differ[0]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact integers past 64 bits: NDVM has no bignums, so a result that leaves int64 may become
+# inexact, but it must never be a wrong number (wrapped, wrong sign).
+
+OVERFLOW_PROGRAMS = {
+    "(define (fact n) (if (= n 0) 1 (* n (fact (- n 1)))))\n(fact 25)": 15511210043330985984000000,
+    "(+ 9223372036854775807 1)": 9223372036854775808,
+    "(* 99999999999 99999999999)": 9999999999800000000001,
+    "(- -9223372036854775808)": 9223372036854775808,
+    "(quotient -9223372036854775808 -1)": 9223372036854775808,
+    "(quotient (- -9223372036854775807 1) -1)": 9223372036854775808,
+    "(* -1 (- -9223372036854775807 1))": 9223372036854775808,
+    "(abs -9223372036854775808)": 9223372036854775808,
+    "(expt 2 100)": 1267650600228229401496703205376,
+    "(square 4294967296)": 18446744073709551616,
+    "(- (- -9223372036854775807 1) 1)": -9223372036854775809,
+    "(let loop ((i 0) (x 1)) (if (= i 70) x (loop (+ i 1) (* x 2))))": 2 ** 70,
+}
+
+
+@pytest.mark.parametrize("source", OVERFLOW_PROGRAMS, ids=range(len(OVERFLOW_PROGRAMS)))
+def test_integer_overflow_is_exact_or_inexact_never_wrong(source):
+    want = OVERFLOW_PROGRAMS[source]
+    got = ndvm.compile(source).run()
+    if isinstance(got, int) and not isinstance(got, bool):
+        assert got == want, f"exact result {got} but Scheme gives {want}"
+    else:
+        assert isinstance(got, float) and math.isclose(got, want, rel_tol=1e-15), f"{got!r} but Scheme gives {want}"
