@@ -303,6 +303,23 @@ def test_bad_theta_shape_is_an_error_not_a_crash():
             prog.value_and_grad(theta)
 
 
+@pytest.mark.parametrize("source", ["(param a 1.0) (> a 0)", "(param a 1.0) (if (> a 0) 'yes 'no)",
+                                    "(param a 1.0) (if (> a 0) a)", "(param a 1.0) (list a)"])
+def test_evaluate_of_non_numeric_result_is_an_error_not_a_number(source):
+    """evaluate() returns numbers; #f must not come back as a silent 0.0 (value_and_grad raises too)."""
+    prog = ndvm.compile(source)
+    with pytest.raises(ndvm.EvalError):
+        prog.evaluate(np.array([[1.0], [-1.0]]))
+    with pytest.raises(ndvm.EvalError):
+        prog.value_and_grad(np.array([[1.0], [-1.0]]))
+
+
+def test_lanes_with_results_of_different_shapes_are_an_error():
+    prog = ndvm.compile("(param a 1.0) (if (> a 0) (vec a a) (vec a a a))")
+    with pytest.raises(ndvm.EvalError):
+        prog.evaluate(np.array([[1.0], [-1.0]]))
+
+
 def test_gradient_of_non_scalar_program_is_an_error():
     prog = ndvm.compile("(param a 0.5) (list a a)")
     with pytest.raises((ndvm.EvalError, ValueError, TypeError)):
