@@ -323,3 +323,31 @@ def test_many_divergent_lanes_each_take_their_own_path():
         (g,) = torch.autograd.grad(y, t)
         np.testing.assert_allclose(values[lane], float(y.detach()), rtol=1e-12)
         np.testing.assert_allclose(grads[lane], g.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_one_program_shared_by_threads_gives_serial_bits():
+    """A Program is shareable across threads: concurrent value_and_grad calls give the serial bits."""
+    import threading
+
+    names = ["mat-kalman-benchmark", "diverge-recursion-depth", "vec-lane-input", "list-sort-by-param"]
+    jobs = []
+    for name in names:
+        case = next(c for c in CASES if c.name == name)
+        theta = lane_points(case)
+        serial = program(case).value_and_grad(theta, inputs=inputs_for(case), lane_inputs=lane_inputs_for(case))
+        jobs.append((case, theta, serial))
+    failures = []
+
+    def work(case, theta, serial):
+        for _ in range(20):
+            values, grads = program(case).value_and_grad(theta, inputs=inputs_for(case), lane_inputs=lane_inputs_for(case))
+            if not (np.array_equal(values, serial[0]) and np.array_equal(grads, serial[1])):
+                failures.append(case.name)
+                return
+
+    threads = [threading.Thread(target=work, args=job) for job in jobs * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
