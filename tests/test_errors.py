@@ -511,6 +511,22 @@ def test_memory_budget_bounds_real_memory(name):
     assert report["peak_kb"] < (64 + 150) * 1024, f"{name}: peak RSS {report['peak_kb'] / 1024:.0f} MiB"
 
 
+def test_same_program_after_errors_gives_fresh_results():
+    """An error mid-run (a limit in one lane, a type error in another) leaves no state behind:
+    the next call of the same Program gives the bits a freshly compiled one gives."""
+    source = "(param a 0.5)\n(let loop ((x a) (i 0)) (cond ((> a 5) (loop x i)) ((> a 2) (car a)) ((= i 50) (* x x)) (else (loop (+ x (* a 0.1)) (+ i 1)))))"
+    limits = ndvm.Limits(max_steps=100_000)
+    prog = ndvm.compile(source, limits=limits)
+    good = np.array([[0.5], [1.5]])
+    with pytest.raises(ndvm.LimitError):
+        prog.value_and_grad(np.array([[0.5], [6.0]]))
+    with pytest.raises(ndvm.EvalError):
+        prog.value_and_grad(np.array([[3.0], [0.5]]))
+    values, grads = prog.value_and_grad(good)
+    fresh_values, fresh_grads = ndvm.compile(source, limits=limits).value_and_grad(good)
+    assert np.array_equal(values, fresh_values) and np.array_equal(grads, fresh_grads)
+
+
 def test_runtime_keeps_working_after_errors():
     for source in ("(car 1.0)", "(let loop () (loop))", "(define (f n) (+ 1 (f n)))\n(f 0)"):
         with pytest.raises(ndvm.NDVMError):
