@@ -351,3 +351,26 @@ def test_one_program_shared_by_threads_gives_serial_bits():
     for thread in threads:
         thread.join()
     assert not failures, failures
+
+
+def test_float32_programs_lanes_and_accuracy():
+    """dtype="float32": every lane equals its one-lane run bit for bit, and values and gradients stay
+    within float32 accuracy of the float64 run (relative 2e-3 of the lane's scale)."""
+    mismatched, inaccurate = [], []
+    for case in CASES:
+        if case.lane_inputs or case.name in ("deep-recursion-gradient", "tail-loop-long"):
+            continue  # long float32 accumulations drift by design; lane equality is covered elsewhere
+        theta = lane_points(case)
+        prog32 = ndvm.compile(case.source, dtype="float32")
+        values, grads = prog32.value_and_grad(theta, inputs=inputs_for(case))
+        for lane in (0, 7, 15):
+            one_values, one_grads = prog32.value_and_grad(theta[lane:lane + 1], inputs=inputs_for(case))
+            if not (np.array_equal(one_values[0], values[lane]) and np.array_equal(one_grads[0], grads[lane])):
+                mismatched.append(case.name)
+                break
+        values64, grads64 = program(case).value_and_grad(theta, inputs=inputs_for(case))
+        scale = np.maximum(1.0, np.maximum(np.abs(values64), np.abs(grads64).max(axis=1)))
+        if (np.abs(values - values64) > 2e-3 * scale).any() or (np.abs(grads - grads64) > 2e-3 * scale[:, None]).any():
+            inaccurate.append(case.name)
+    assert not mismatched, f"float32 lanes differ from one-lane runs: {mismatched}"
+    assert not inaccurate, f"float32 far from float64: {inaccurate}"
