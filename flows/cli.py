@@ -336,17 +336,35 @@ def cmd_ui(args: argparse.Namespace) -> int:
               file=sys.stderr)
     command = mlflow_server_command(args.folder, args.host, args.port)
     env = {**os.environ, **{k: v for k, v in QUIET_ENV.items() if k not in os.environ}}
-    process = subprocess.Popen(command, env=env)
+    # Its own process group: on Ctrl-C or SIGTERM (docker stop) the server and its uvicorn worker
+    # are stopped together, never orphaned.
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def terminate(signum, frame):  # SIGTERM -> the same clean stop as Ctrl-C
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     print(f"MLflow UI: http://{args.host}:{args.port}  (store {db}; Ctrl-C stops it)", flush=True)
     try:
         return process.wait()
     except KeyboardInterrupt:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        _stop_group(process)
         return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 # ---------------------------------------------------------------------------- registration

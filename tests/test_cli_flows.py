@@ -129,3 +129,7 @@ def test_ui_serves_the_run_folder_on_localhost(enso_run, prefect_api):
         assert "enso-e2e" in names and any(n.startswith("#1 ") for n in names)
     finally:
         stop_ui(proc)
+    # SIGTERM to `ndvm ui` stops the MLflow server with it (its own process group): the port is free
+    time.sleep(1.0)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
