@@ -322,3 +322,9 @@ def test_integer_overflow_is_exact_or_inexact_never_wrong(source):
         assert got == want, f"exact result {got} but Scheme gives {want}"
     else:
         assert isinstance(got, float) and math.isclose(got, want, rel_tol=1e-15), f"{got!r} but Scheme gives {want}"
+
+
+def test_reader_accepts_crlf_and_tabs():
+    """Windows line ends and tabs are whitespace (the program files cannot carry them)."""
+    assert ndvm.compile("(define x 2)\r\n(+\tx\r\n   1)\r\n").run() == 3
+    assert ndvm.compile("(+ 1 2) ; a comment without a final newline").run() == 3

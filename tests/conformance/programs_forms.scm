@@ -358,3 +358,19 @@ x
 
 ;;; variadic-compare-single
 (list (< 1) (= 5) (> 2))
+
+;;; reader-block-comment
+(+ 1 #| a block
+comment |# 2)
+
+;;; reader-datum-comment
+(list 1 #;(this is skipped) 2)
+
+;;; reader-nested-block-comment
+(+ 1 #| outer #| inner |# still |# 2)
+
+;;; reader-infinity-literals
+(list (> +inf.0 1e308) (< -inf.0 -1e308))
+
+;;; reader-float-forms
+(list (+ +.5 1) (+ 1.e2 1) (* 1.5e-2 100))
