@@ -414,6 +414,9 @@ case("diverge-between-param", "(param p 0.3 (between 0 1)) (if (< p 0.5) (* p p)
      lanes=mixed(np.linspace(0.05, 0.95, 16)), torch_fn=lambda t, I: t[0] ** 2 if t[0] < 0.5 else torch.sqrt(t[0]))
 case("diverge-symbol-dispatch", "(param a 0.5)\n(define mode (if (> a 0) 'grow 'decay))\n(case mode ((grow) (exp a)) ((decay) (exp (- (* 2 a)))) (else 0.0))", (0.5,),
      lanes=mixed(SIGNS), torch_fn=lambda t, I: torch.exp(t[0]) if t[0] > 0 else torch.exp(-2 * t[0]))
+case("diverge-loop-count-from-lane-input", "(param a 0.5)\n(let loop ((i 0) (s 0.0)) (if (>= i n) s (loop (+ i 1) (+ s (* a a i)))))", (0.5,),
+     lane_inputs={"n": np.arange(LANES, dtype=np.float64) % 7 + 0.5},
+     torch_fn=lambda t, I: t[0] * t[0] * sum(range(int(np.ceil(float(I["n"]))))))
 case("diverge-eq-on-lists", "(param a 0.5)\n(define tag (if (> a 0) (list 1 2) (list 1 3)))\n(if (equal? tag '(1 2)) (* 3 a) (* a a))", (0.5,),
      lanes=mixed(SIGNS), torch_fn=lambda t, I: 3 * t[0] if t[0] > 0 else t[0] ** 2)
 
