@@ -50,6 +50,7 @@ SERIES20 = np.cumsum(np.sin(np.arange(20) * 0.9)) * 0.3
 YS = np.stack([np.sin(np.arange(15) * 0.5), np.cos(np.arange(15) * 0.3)], axis=1) * 0.8
 M3 = np.array([[2.0, 0.3, -0.2], [0.1, 1.5, 0.4], [-0.3, 0.2, 1.8]])
 V3 = np.array([0.5, -1.0, 2.0])
+PIV3 = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [4.0, 5.0, 0.0]])  # zero diagonal: LU must pivot
 
 T = torch
 
@@ -366,6 +367,21 @@ case("mat-kalman-per-lane-series", """
         (loop (+ t 1) (+ x (matvec K e)) (matmul (- I K) Pp) (+ nll (logdet S) (dot e (matvec Si e)))))))
 """, (0.3, 0.3), spread=0.1, lane_inputs={"ys": np.stack([YS * (1.0 + 0.05 * k) + 0.01 * k for k in range(LANES)])},
      torch_fn=lambda t, I: kalman_torch(t[0], t[1], I["ys"]))
+case("mat-det-needs-pivoting", "(param a 0.3) (param b -0.2) (det (+ P (* a (outer (vec 1 0 0) (vec 0 0 1))) (* b (eye 3))))", (0.3, -0.2),
+     inputs={"P": PIV3}, spread=0.1,
+     torch_fn=lambda t, I: torch.det(I["P"] + t[0] * torch.outer(tt([1.0, 0, 0]), tt([0, 0, 1.0])) + t[1] * torch.eye(3, dtype=torch.float64)))
+case("mat-inv-needs-pivoting", "(param a 0.3) (vsum (* (inv (+ P (* a (eye 3)))) P))", (0.3,), inputs={"P": PIV3}, spread=0.1,
+     torch_fn=lambda t, I: torch.sum(torch.linalg.inv(I["P"] + t[0] * torch.eye(3, dtype=torch.float64)) * I["P"]))
+case("mat-logdet-nonsymmetric", "(param a 0.3) (logdet (+ P (* a (ones 3 3))))", (0.3,), inputs={"P": PIV3}, spread=0.1,
+     torch_fn=lambda t, I: torch.logdet(I["P"] + t[0] * torch.ones(3, 3, dtype=torch.float64)))
+case("mat-solve-matrix-rhs", "(param a 0.3) (trace (solve (+ P (* a (eye 3))) (+ (eye 3) (* a (ones 3 3)))))", (0.3,), inputs={"P": PIV3}, spread=0.1,
+     torch_fn=lambda t, I: torch.trace(torch.linalg.solve(I["P"] + t[0] * torch.eye(3, dtype=torch.float64),
+                                                          torch.eye(3, dtype=torch.float64) + t[0] * torch.ones(3, 3, dtype=torch.float64))))
+case("mat-elementwise-max-expt-sigmoid", "(param a 0.25) (vsum (+ (max (* a M) 0.3) (expt (+ M 2.0) a) (sigmoid (* a M))))", (0.25,),
+     inputs={"M": M3}, spread=0.04,  # max kinks at a = 0.15, 0.167, 0.2, 0.75: outside [0.21, 0.29]
+     torch_fn=lambda t, I: torch.sum(torch.clamp(t[0] * I["M"], min=0.3) + (I["M"] + 2.0) ** t[0] + torch.sigmoid(t[0] * I["M"])))
+case("mat-norm-frobenius", "(param a 0.3) (norm (+ M (* a (eye 3))))", (0.3,), inputs={"M": M3},
+     torch_fn=lambda t, I: torch.linalg.norm(I["M"] + t[0] * torch.eye(3, dtype=torch.float64)))
 case("mat-ones-zeros-eye", "(param a 0.5) (det (+ (eye 2) (* a (ones 2 2)) (zeros 2 2)))", (0.5,),
      torch_fn=lambda t, I: torch.det(torch.eye(2, dtype=torch.float64) + t[0] * torch.ones(2, 2, dtype=torch.float64)))
 case("mat-from-lists", "(param a 0.5) (param b 0.25) (det (mat (list a 1.0) (list b 2.0)))", (0.5, 0.25),
