@@ -374,3 +374,16 @@ def test_float32_programs_lanes_and_accuracy():
             inaccurate.append(case.name)
     assert not mismatched, f"float32 lanes differ from one-lane runs: {mismatched}"
     assert not inaccurate, f"float32 far from float64: {inaccurate}"
+
+
+def test_non_finite_lanes_do_not_leak_into_other_lanes():
+    """A NaN or infinite parameter in one lane leaves every other lane's bits untouched."""
+    prog = ndvm.compile("(param a 0.5) (param b 1.0)\n"
+                        "(let loop ((i 0) (s 0.0)) (if (= i 5) (if (> s 1.0) (* s b) (- s)) (loop (+ i 1) (+ s (* a i)))))")
+    theta = np.array([[0.5, 1.0], [np.nan, 1.0], [1.5, np.inf], [-0.3, 2.0], [0.7, np.nan]])
+    values, grads = prog.value_and_grad(theta)
+    for lane in range(theta.shape[0]):
+        one_values, one_grads = prog.value_and_grad(theta[lane:lane + 1])
+        assert np.array_equal(one_values[0], values[lane], equal_nan=True)
+        assert np.array_equal(one_grads[0], grads[lane], equal_nan=True)
+    assert values[0] == 5.0 and values[3] == 3.0 and np.array_equal(grads[0], [10.0, 5.0])
