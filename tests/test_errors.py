@@ -231,6 +231,10 @@ EVAL_ERRORS = {
     "even-of-non-integer": "(even? 1.5)",
     "vec-in-if-test-context": "(define x (vec 1 2))\n(if (> x 0) 1 2)",
     "list-ref-past-end-in-loop": "(let loop ((i 0) (s 0)) (loop (+ i 1) (+ s (list-ref '(1 2 3) i))))",
+    "internal-define-used-before-init": "(define (f) (define a b) (define b 1) a)\n(f)",
+    "top-level-define-used-before-init": "(define a b)\n(define b 1)\na",
+    "letrec-init-reads-later-binding": "(letrec ((a b) (b 1)) a)",
+    "call-before-top-level-define": "(define (f) (g))\n(f)\n(define (g) 1)",
 }
 
 
