@@ -30,9 +30,9 @@ class Limits:
     The defaults stop an infinite loop or a runaway recursion within a few seconds.
     """
 
-    max_steps: int = 100_000_000  # evaluation steps (about 1-3 s of work)
+    max_steps: int = 20_000_000  # evaluation steps (about 0.3-2 s of work)
     max_depth: int = 100_000  # nested evaluations; the C stack is also bounded in bytes
-    max_bytes: int = 2 << 30  # payload + heap + tape of one evaluation
+    max_bytes: int = 1 << 30  # payload + heap + tape of one evaluation
 
     def as_tuple(self) -> tuple[int, int, int]:
         return (int(self.max_steps), int(self.max_depth), int(self.max_bytes))

@@ -1,6 +1,8 @@
 // libFuzzer harness for the NDVM runtime: bytes -> reader -> checker -> compiler -> VM (values,
 // batched lanes with divergence, reverse mode) and the canonical form used for deduplication.
 //
+// With parameters, a 3-step fused calibration (Adam, L-BFGS or GD by input size) runs as well.
+//
 // Every failure a program can cause must surface as ndvm::Error (Parse, Check, Eval, Limit);
 // anything else -- a crash, a sanitizer report, another exception type, a hang past libFuzzer's
 // -timeout -- is a runtime bug. Limits are small so that runaway programs end quickly.
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "error.h"
+#include "optim.h"
 #include "program.h"
 #include "vm.h"
 
@@ -120,6 +123,17 @@ static int fuzz_one(const uint8_t* data, size_t size) {
     mse.target = {0.5, 1.0, -0.5};
     (void)ndvm::run_batch(*prog, *vm, theta.data(), B, in, /*grad=*/true, &mse, lim);
   } catch (const ndvm::Error&) {
+  }
+  if (P > 0) {
+    ndvm::CalibSpec spec;
+    spec.optimizer = size % 3 == 0 ? ndvm::Optimizer::Adam : size % 3 == 1 ? ndvm::Optimizer::LBFGS : ndvm::Optimizer::GD;
+    spec.steps = 3;
+    spec.loss.kind = size % 2 ? ndvm::LossKind::Value : ndvm::LossKind::GaussianNLL;
+    spec.loss.target = {0.5, 1.0, -0.5};
+    try {
+      (void)ndvm::calibrate(*prog, *vm, theta.data(), B, in, spec, lim);
+    } catch (const ndvm::Error&) {
+    }
   }
   return 0;
 }

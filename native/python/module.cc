@@ -97,7 +97,7 @@ py::object to_python(const OutValue& v) {
     case OutValue::Nil: return py::list();
     case OutValue::Bool: return py::bool_(v.b);
     case OutValue::Sym: return py::module_::import("ndvm.values").attr("Symbol")(v.sym);
-    case OutValue::Int: return py::int_(static_cast<long long>(v.num));
+    case OutValue::Int: return py::int_(static_cast<long long>(v.inum));
     case OutValue::Real: return py::float_(v.num);
     case OutValue::Procedure: return py::module_::import("ndvm.values").attr("Procedure")();
     case OutValue::Array_: {
@@ -111,8 +111,12 @@ py::object to_python(const OutValue& v) {
       for (auto& it : v.items) l.append(to_python(it));
       return std::move(l);
     }
-    case OutValue::Pair_:
-      return py::module_::import("ndvm.values").attr("Pair")(to_python(v.items[0]), to_python(v.items[1]));
+    case OutValue::Pair_: {  // (a b . c): Pair(a, Pair(b, c)), built from the end without recursion
+      py::object pair = py::module_::import("ndvm.values").attr("Pair");
+      py::object acc = to_python(v.items.back());
+      for (size_t i = v.items.size() - 1; i-- > 0;) acc = pair(to_python(v.items[i]), acc);
+      return acc;
+    }
   }
   return py::none();
 }

@@ -55,6 +55,7 @@ bool is_form(const std::string& s) {
 struct LoopInfo {
   Node* node = nullptr;
   bool failed = false;
+  const Datum* nontail = nullptr;  // a use of the name that is not a call in tail position
 };
 
 struct Fn {
@@ -95,7 +96,9 @@ class Compiler {
     Fn fn{nullptr, lam, 0};
     Scope scope{nullptr, &fn, {}};
     if (body.empty()) {
-      lam->body = constant(Value::make_unspec(), 1, 1);
+      check_error(forms.empty() ? "empty program: there is nothing to evaluate"
+                                : "the program only declares parameters: there is no expression to evaluate",
+                  forms.empty() ? 1 : forms.back()->line, forms.empty() ? 1 : forms.back()->col);
     } else {
       lam->body = compile_body(body, &scope, Ctx{true, nullptr}, body[0]->line, body[0]->col);
     }
@@ -106,6 +109,7 @@ class Compiler {
  private:
   Program& P;
   int gensym_ = 0;
+  bool strict_recur_next_ = false;  // the named let being compiled comes from (loop ...)
   int loop_nesting_ = 0;
 
   // ---- helpers -------------------------------------------------------------------------------
@@ -128,10 +132,11 @@ class Compiler {
   }
   [[noreturn]] void bad(const Datum& d, const std::string& msg) { check_error(msg, d.line, d.col); }
 
-  Value const_num(double x, bool exact) {
+  Value const_num(double x, bool exact, int64_t ix = 0) {
+    if (exact) return Value::make_int(ix);
     Value v;
     v.tag = T_NUM;
-    v.flags = NF_UNIFORM | (exact ? NF_EXACT : 0);
+    v.flags = NF_UNIFORM;
     v.rank = 0;
     v.rows = 1;
     v.n.cols = 1;
@@ -147,7 +152,7 @@ class Compiler {
 
   Value quote(const Datum& d) {
     switch (d.kind) {
-      case Datum::Number: return const_num(d.num, d.exact);
+      case Datum::Number: return const_num(d.num, d.exact, d.inum);
       case Datum::Bool: return Value::make_bool(d.boolean);
       case Datum::Symbol: return Value::make_sym(P.intern(d.sym));
       case Datum::List: {
@@ -284,7 +289,7 @@ class Compiler {
   // ---- expressions ---------------------------------------------------------------------------
   Node* compile(const Datum& d, Scope* s, Ctx cx) {
     switch (d.kind) {
-      case Datum::Number: return constant(const_num(d.num, d.exact), d.line, d.col);
+      case Datum::Number: return constant(const_num(d.num, d.exact, d.inum), d.line, d.col);
       case Datum::Bool: return constant(Value::make_bool(d.boolean), d.line, d.col);
       case Datum::Symbol: return variable(d, s);
       case Datum::List: break;
@@ -299,7 +304,7 @@ class Compiler {
       if (r.kind == Resolved::Param) bad(head, "'" + head.sym + "' is a parameter (a number), not a procedure");
       if (r.kind != Resolved::Local) {
         if (is_form(head.sym)) return form(d, s, cx);
-        if (r.kind == Resolved::Prim) return primcall(d, r.index, s);
+        if (r.kind == Resolved::Prim) return primcall(d, r.index, s, cx);
         bad(head, "unknown operator '" + head.sym + "'");
       }
     }
@@ -323,6 +328,7 @@ class Compiler {
       }
       case Resolved::LoopName:
         r.loop->failed = true;  // the loop's name escapes as a value: recompile as a closure
+        if (!r.loop->nontail) r.loop->nontail = &d;
         return constant(Value::make_unspec(), d.line, d.col);
       case Resolved::Param: {
         Node* n = node(N_PARAM, d);
@@ -341,7 +347,7 @@ class Compiler {
     return nullptr;
   }
 
-  Node* primcall(const Datum& d, int pid, Scope* s) {
+  Node* primcall(const Datum& d, int pid, Scope* s, Ctx cx) {
     const PrimInfo& pi = kPrims[pid];
     int nargs = static_cast<int>(d.items.size()) - 1;
     if (nargs < pi.min_args || (pi.max_args >= 0 && nargs > pi.max_args)) {
@@ -354,6 +360,7 @@ class Compiler {
     Node* n = node(N_PRIMCALL, d);
     n->a = pid;
     n->name = pi.name;
+    n->tail = cx.tail && pid == P_APPLY;  // (apply f args) in tail position is a tail call
     for (size_t i = 1; i < d.items.size(); ++i) n->kids.push_back(compile(*d.items[i], s, Ctx{}));
     if (nargs == 2 && (pid == P_ADD || pid == P_SUB || pid == P_MUL || pid == P_DIV)) {
       n->kind = N_ARITH2;  // the opcode values are fixed in vm.h: O_ADD, O_SUB, O_MUL, O_DIV
@@ -366,6 +373,7 @@ class Compiler {
     LoopInfo* L = r.loop;
     if (!cx.tail_loop || cx.tail_loop != L || r.depth != 0) {
       L->failed = true;
+      if (!L->nontail) L->nontail = &d;
       return constant(Value::make_unspec(), d.line, d.col);
     }
     Node* loop = L->node;
@@ -402,8 +410,13 @@ class Compiler {
       if (f.kind == Datum::List && !f.items.empty() && f.items[0]->is_sym("define") &&
           resolve("define", outer).kind == Resolved::Free) {
         std::string name = define_name(f);
-        int slot = new_slot(&scope);
-        scope.vars.push_back(Var{name, slot, nullptr});
+        int slot = -1;
+        for (auto& v : scope.vars)  // a redefinition assigns the same variable, as at a Scheme top level
+          if (v.name == name) slot = v.slot;
+        if (slot < 0) {
+          slot = new_slot(&scope);
+          scope.vars.push_back(Var{name, slot, nullptr});
+        }
         def_slot[i] = slot;
       }
     }
@@ -504,7 +517,7 @@ class Compiler {
       return lambda(*it[1], std::vector<DatumP>(it.begin() + 2, it.end()), s, "lambda", d);
     }
     if (f == "begin") {
-      if (n == 1) return constant(Value::make_unspec(), d.line, d.col);
+      if (n == 1) bad(d, "(begin) with no expressions is not an expression");
       Node* x = node(N_SEQ, d);
       for (size_t i = 1; i < n; ++i) x->kids.push_back(compile(*it[i], s, i + 1 == n ? cx : Ctx{}));
       return x;
@@ -619,7 +632,11 @@ class Compiler {
       inits.push_back(b->items[1]);
     }
     std::vector<DatumP> body(d.items.begin() + 3, d.items.end());
-    if (Node* loop = try_loop(d, name, vars, inits, body, s, cx)) return loop;
+    if (Node* loop = try_loop(d, name, vars, inits, body, s, cx, strict_recur_next_)) {
+      strict_recur_next_ = false;
+      return loop;
+    }
+    strict_recur_next_ = false;
     // closure form
     std::vector<DatumP> formals;
     for (auto& v : vars) formals.push_back(sym(v, d));
@@ -648,7 +665,8 @@ class Compiler {
   }
 
   Node* try_loop(const Datum& d, const std::string& name, const std::vector<std::string>& vars,
-                 const std::vector<DatumP>& inits, const std::vector<DatumP>& body, Scope* s, Ctx cx) {
+                 const std::vector<DatumP>& inits, const std::vector<DatumP>& body, Scope* s, Ctx cx,
+                 bool strict_recur = false) {
     // Each failed attempt recompiles the body; bound the nesting so compile time stays linear.
     if (loop_nesting_ >= 6) return nullptr;
     struct Nest { int& n; explicit Nest(int& x) : n(x) { ++n; } ~Nest() { --n; } } nest(loop_nesting_);
@@ -667,6 +685,8 @@ class Compiler {
     }
     loop->tail = cx.tail;
     Node* b = compile_body(body, &inner, Ctx{cx.tail, &info}, d.line, d.col);
+    if (info.nontail && strict_recur)
+      bad(*info.nontail, "recur must be in tail position of its (loop ...)");
     if (info.failed || P.lambdas.size() != lambdas_before) {
       s->fn->nslots = slots_before;  // discard: the closure form is compiled instead
       return nullptr;
@@ -683,8 +703,9 @@ class Compiler {
     std::vector<DatumP> items{sym("let", d), sym("recur", d)};
     items.insert(items.end(), d.items.begin() + 1, d.items.end());
     auto as_let = list(items, d);
-    // `recur` is bound as the loop name inside; a recur in non-tail position makes the loop fall
-    // back to a closure, where a non-tail recur is still correct (just not constant-space).
+    // `recur` is bound as the loop name inside and must be called in tail position; a closure in
+    // the body (which could capture the loop variables) makes the loop a recursive closure instead.
+    strict_recur_next_ = true;
     return named_let(*as_let, s, cx);
   }
 

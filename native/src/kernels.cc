@@ -13,7 +13,6 @@ namespace ndvm {
 
 namespace {
 
-constexpr double kMaxExact = 9007199254740992.0;  // 2^53
 
 [[noreturn]] void err_at(const Node* site, const std::string& msg) {
   eval_error(msg, site ? site->line : 0, site ? site->col : 0);
@@ -129,9 +128,46 @@ std::string opname(const Node* site) { return site && !site->name.empty() ? "'" 
 
 // ---- elementwise ---------------------------------------------------------------------------
 
+namespace {
+// Exact integer arithmetic; std::nullopt-like `false` when the result leaves int64 or is not an
+// integer (the caller then computes inexactly, as Scheme without bignums would have to).
+bool int_op(Op op, int64_t x, int64_t y, int64_t* r) {
+  switch (op) {
+    case O_ADD: return !__builtin_add_overflow(x, y, r);
+    case O_SUB: return !__builtin_sub_overflow(x, y, r);
+    case O_MUL: return !__builtin_mul_overflow(x, y, r);
+    case O_DIV:
+      if (y == -1 && x == INT64_MIN) return false;
+      if (x % y != 0) return false;
+      *r = x / y;
+      return true;
+    case O_MIN: *r = y < x ? y : x; return true;
+    case O_MAX: *r = y > x ? y : x; return true;
+    case O_POW: {
+      if (y < 0) return false;
+      int64_t acc = 1, base = x;
+      for (int64_t e = y; e > 0; e >>= 1) {
+        if (e & 1) { if (__builtin_mul_overflow(acc, base, &acc)) return false; }
+        if (e > 1 && __builtin_mul_overflow(base, base, &base)) return false;
+      }
+      *r = acc;
+      return true;
+    }
+    default: return false;
+  }
+}
+}  // namespace
+
 Value VM::binary(Op op, Value a, Value b, const Node* site) {
-  // fast path: two inexact scalars (the bulk of scalar model code)
-  if (a.tag == T_NUM && b.tag == T_NUM && (a.rank | b.rank) == 0 && !((a.flags | b.flags) & NF_EXACT) && op <= O_DIV) {
+  if (a.tag == T_INT && b.tag == T_INT) {
+    if (op == O_DIV && b.i == 0) err_at(site, "division by zero");
+    int64_t r;
+    if (int_op(op, a.i, b.i, &r)) return Value::make_int(r);
+  }
+  a = promote(a);  // exact with inexact: inexact, as in Scheme
+  b = promote(b);
+  // fast path: two scalars (the bulk of scalar model code)
+  if (a.tag == T_NUM && b.tag == T_NUM && (a.rank | b.rank) == 0 && op <= O_DIV) {
     bool uni = a.uniform() && b.uniform();
     Value out = alloc_num(0, 1, 1, uni);
     uint32_t Lo = uni ? 1 : L;
@@ -149,28 +185,6 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
   else if (b.rank == 0 || (a.rank == b.rank && a.rows == b.rows && a.cols() == b.cols())) { rank = a.rank; rows = a.rows; cols = a.cols(); }
   else err_at(site, opname(site) + ": shape mismatch between " + describe(a) + " and " + describe(b));
 
-  if (a.exact() && b.exact()) {  // exact integer arithmetic (uniform scalars)
-    double x = pay[a.n.off], y = pay[b.n.off], r;
-    bool exact = true;
-    switch (op) {
-      case O_ADD: r = x + y; break;
-      case O_SUB: r = x - y; break;
-      case O_MUL: r = x * y; break;
-      case O_DIV:
-        if (y == 0) err_at(site, "division by zero");
-        r = x / y;
-        exact = std::fmod(x, y) == 0;
-        break;
-      case O_POW:
-        if (y < 0) { r = std::pow(x, y); exact = false; }
-        else r = std::pow(x, y);
-        break;
-      case O_MIN: r = y < x ? y : x; break;
-      case O_MAX: r = y > x ? y : x; break;
-      default: r = NAN; exact = false; fwd2(op, &r, 1, 1, View{&x, 0, 0}, View{&y, 0, 0});
-    }
-    return make_scalar(r, exact && std::fabs(r) <= kMaxExact);
-  }
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(rank, rows, cols, uni);
   uint32_t n = out.numel();
@@ -182,16 +196,20 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
 }
 
 Value VM::unary(Op op, Value a, const Node* site) {
+  if (a.tag == T_INT) {
+    int64_t x = a.i, r;
+    if (op == O_NEG && !__builtin_sub_overflow(int64_t(0), x, &r)) return Value::make_int(r);
+    if (op == O_ABS && !__builtin_sub_overflow(int64_t(0), x < 0 ? x : -x, &r)) return Value::make_int(r);
+    if (op == O_SQUARE && !__builtin_mul_overflow(x, x, &r)) return Value::make_int(r);
+    if (op == O_SQRT && x >= 0) {  // exact for perfect squares, as in Scheme
+      int64_t s = static_cast<int64_t>(std::sqrt(static_cast<double>(x)));
+      while (s > 0 && s * s > x) --s;
+      while ((s + 1) * (s + 1) <= x) ++s;
+      if (s * s == x) return Value::make_int(s);
+    }
+    a = promote(a);
+  }
   if (a.tag != T_NUM) type_error(site, "a number", a);
-  if (a.exact() && (op == O_NEG || op == O_ABS || op == O_SQUARE)) {
-    double x = pay[a.n.off];
-    double r = op == O_NEG ? -x : op == O_ABS ? std::fabs(x) : x * x;
-    return make_scalar(r, std::fabs(r) <= kMaxExact);
-  }
-  if (a.exact() && op == O_SQRT) {  // exact for perfect squares, as in Scheme
-    double x = pay[a.n.off], r = std::sqrt(x);
-    return make_scalar(r, x >= 0 && r == std::floor(r));
-  }
   bool uni = a.uniform();
   Value out = alloc_num(a.rank, a.rows, a.cols(), uni);
   size_t total = static_cast<size_t>(out.numel()) * (uni ? 1 : L);
@@ -209,8 +227,8 @@ Value VM::unary(Op op, Value a, const Node* site) {
 }
 
 Value VM::rounding(int prim, Value a, const Node* site) {
+  if (a.tag == T_INT) return a;
   if (a.tag != T_NUM) type_error(site, "a number", a);
-  if (a.exact()) return a;
   Value out = alloc_num(a.rank, a.rows, a.cols(), a.uniform());
   size_t total = static_cast<size_t>(out.numel()) * lanes_of(a);
   const double* x = data(a);
@@ -227,6 +245,15 @@ Value VM::rounding(int prim, Value a, const Node* site) {
 }
 
 Value VM::int_div(int prim, Value a, Value b, const Node* site) {
+  if (a.tag == T_INT && b.tag == T_INT && !(a.i == INT64_MIN && b.i == -1)) {  // that one overflows
+    int64_t x = a.i, y = b.i;
+    if (y == 0) err_at(site, opname(site) + ": division by zero");
+    int64_t r = prim == P_QUOTIENT ? x / y : x % y;  // C++ truncates: R7RS quotient/remainder
+    if (prim == P_MODULO && r != 0 && ((r < 0) != (y < 0))) r += y;
+    return Value::make_int(r);
+  }
+  a = promote(a);
+  b = promote(b);
   if (a.tag != T_NUM || a.rank != 0) type_error(site, "an integer", a);
   if (b.tag != T_NUM || b.rank != 0) type_error(site, "an integer", b);
   bool uni = a.uniform() && b.uniform();
@@ -245,7 +272,6 @@ Value VM::int_div(int prim, Value a, Value b, const Node* site) {
     else { r = std::fmod(x, y); if (r != 0 && ((r < 0) != (y < 0))) r += y; }
     o[l] = r == 0 ? 0.0 : r;  // no negative zero
   }
-  if (a.exact() && b.exact()) out.flags |= NF_EXACT;
   return out;
 }
 
@@ -255,7 +281,26 @@ Value VM::lanes_to_bool(const uint8_t* m) {
   return Value::make_bool(m[0] != 0);
 }
 
-Value VM::compare(int prim, const Value* args, int n, const Node* site) {
+Value VM::compare(int prim, const Value* args_in, int n, const Node* site) {
+  bool all_int = true;
+  for (int i = 0; i < n; ++i) all_int &= args_in[i].tag == T_INT;
+  if (all_int) {  // exact comparison of integers
+    bool r = true;
+    for (int i = 0; i + 1 < n && r; ++i) {
+      int64_t x = args_in[i].i, y = args_in[i + 1].i;
+      r = prim == P_NUM_EQ ? x == y : prim == P_LT ? x < y : prim == P_GT ? x > y : prim == P_LE ? x <= y : x >= y;
+    }
+    return Value::make_bool(r);
+  }
+  Value args[64];
+  std::vector<Value> many;
+  Value* av = args;
+  if (n > 64) { many.resize(n); av = many.data(); }
+  for (int i = 0; i < n; ++i) av[i] = promote(args_in[i]);
+  return compare_num(prim, av, n, site);
+}
+
+Value VM::compare_num(int prim, const Value* args, int n, const Node* site) {
   for (int i = 0; i < n; ++i) {
     if (args[i].tag != T_NUM) type_error(site, "numbers", args[i]);
     if (args[i].rank != 0)
@@ -286,6 +331,17 @@ Value VM::compare(int prim, const Value* args, int n, const Node* site) {
 }
 
 Value VM::num_pred(int prim, Value a, const Node* site) {
+  if (a.tag == T_INT) {
+    int64_t x = a.i;
+    switch (prim) {
+      case P_ZEROP: return Value::make_bool(x == 0);
+      case P_POSITIVEP: return Value::make_bool(x > 0);
+      case P_NEGATIVEP: return Value::make_bool(x < 0);
+      case P_INTEGERP: return Value::make_bool(true);
+      case P_EVENP: return Value::make_bool(x % 2 == 0);
+      default: return Value::make_bool(x % 2 != 0);
+    }
+  }
   if (a.tag != T_NUM || a.rank != 0) type_error(site, "a number", a);
   uint8_t* m = lane_mask_buf(L);
   View v = view(*this, a, true);
@@ -312,6 +368,10 @@ Value VM::num_pred(int prim, Value a, const Node* site) {
 }
 
 void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
+  char probe;
+  if (static_cast<size_t>(stack_base - &probe) > stack_budget)
+    limit_error("recursion too deep for the evaluation stack (comparing deeply nested structures)",
+                site ? site->line : 0, site ? site->col : 0);
   if (a.tag != b.tag) { std::memset(m, 0, L); return; }
   switch (a.tag) {
     case T_NUM: {
@@ -321,10 +381,12 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
         if (!same) std::memset(m, 0, L);
         return;
       }
-      if (a.rank == 0 && !deep && a.exact() != b.exact()) { std::memset(m, 0, L); return; }
       View va = view(*this, a, false), vb = view(*this, b, false);
       for (uint32_t e = 0; e < a.numel(); ++e)
-        for (int l = 0; l < L; ++l) m[l] &= va.p[e * va.es + l * va.ls] == vb.p[e * vb.es + l * vb.ls];
+        for (int l = 0; l < L; ++l) {
+          double x = va.p[e * va.es + l * va.ls], y = vb.p[e * vb.es + l * vb.ls];
+          m[l] &= x == y && std::signbit(x) == std::signbit(y);  // (eqv? 0.0 -0.0) is #f
+        }
       return;
     }
     case T_PAIR:
@@ -338,7 +400,7 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
         if (a.tag != T_PAIR || b.tag != T_PAIR) { eqv_into(a, b, m, true, site); return; }
       }
     case T_CLOSURE: if (a.ptr != b.ptr) std::memset(m, 0, L); return;
-    case T_BOOL: case T_SYM: case T_PRIM: if (a.i != b.i) std::memset(m, 0, L); return;
+    case T_BOOL: case T_SYM: case T_PRIM: case T_INT: if (a.i != b.i) std::memset(m, 0, L); return;
     default: return;  // nil, unspecified: equal
   }
 }
@@ -494,7 +556,9 @@ void invert(const double* A, int n, double* out, double* work, int* piv, double*
 
 }  // namespace
 
-Value VM::inv(Value a, const Node*) {
+// A singular (or not positive definite) matrix that is the same in every lane is an error of the
+// program; one that depends on the parameters gives NaN in its lane, which calibration freezes.
+Value VM::inv(Value a, const Node* site) {
   int n = static_cast<int>(a.rows);
   Value out = alloc_num(2, n, n, a.uniform());
   uint32_t lanes = lanes_of(a);
@@ -505,6 +569,7 @@ Value VM::inv(Value a, const Node*) {
       double det = a0[l] * a3[l] - a1[l] * a2[l];
       y0[l] = a3[l] / det; y1[l] = -a1[l] / det; y2[l] = -a2[l] / det; y3[l] = a0[l] / det;
     }
+    if (a.uniform() && !(a0[0] * a3[0] - a1[0] * a2[0] != 0)) err_at(site, "'inv': the matrix is singular");
     if (prog->f32) round_f32(data(out), 4u * lanes);
     if (recording && a.active()) record(O_INV, out, {a}, n);
     return out;
@@ -520,6 +585,7 @@ Value VM::inv(Value a, const Node*) {
       Y[0] = A[3] / det; Y[1] = -A[1] / det; Y[2] = -A[2] / det; Y[3] = A[0] / det;
     } else {
       invert(A, n, Y, W, piv, T);
+      if (a.uniform() && std::isnan(Y[0])) err_at(site, "'inv': the matrix is singular");
     }
     scatter(*this, out, l, Y);
   }
@@ -550,7 +616,7 @@ Value VM::solve(Value a, Value b, const Node*) {
   return out;
 }
 
-Value VM::cholesky(Value a, const Node*) {
+Value VM::cholesky(Value a, const Node* site) {
   int n = static_cast<int>(a.rows);
   Value out = alloc_num(2, n, n, a.uniform());
   uint32_t lanes = lanes_of(a);
@@ -572,6 +638,7 @@ Value VM::cholesky(Value a, const Node*) {
         C[i * n + j] = t / d;
       }
     }
+    if (!ok && a.uniform()) err_at(site, "'cholesky': the matrix is not positive definite");
     if (!ok) for (int i = 0; i < n * n; ++i) C[i] = NAN;  // not positive definite in this lane
     scatter(*this, out, l, C);
   }

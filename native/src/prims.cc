@@ -16,10 +16,12 @@ namespace {
 
 // An index argument: a number, the same in every lane, with an integral value.
 int64_t index_arg(VM& vm, const Value& v, const Node* site, const char* what) {
+  if (v.tag == T_INT) return v.i;
   if (v.tag != T_NUM || v.rank != 0) vm.type_error(site, what, v);
   if (!v.uniform()) err_at(site, std::string("'") + site->name + "': " + what + " must be the same in every lane");
   double x = vm.pay[v.n.off];
-  if (x != std::floor(x) || !std::isfinite(x)) err_at(site, std::string("'") + site->name + "': " + what + " must be an integer");
+  if (x != std::floor(x) || !std::isfinite(x) || std::fabs(x) > 9e18)
+    err_at(site, std::string("'") + site->name + "': " + what + " must be an integer");
   return static_cast<int64_t>(x);
 }
 
@@ -47,7 +49,7 @@ Value list_from(VM& vm, const Value* items, size_t n, Value tail) {
 }
 
 void check_num(VM& vm, const Value& v, const Node* site) {
-  if (v.tag != T_NUM) vm.type_error(site, "a number", v);
+  if (v.tag != T_NUM && v.tag != T_INT) vm.type_error(site, "a number", v);
 }
 
 Value cxr(VM& vm, Value v, const char* path, const Node* site) {
@@ -63,11 +65,18 @@ Value cxr(VM& vm, Value v, const char* path, const Node* site) {
 }  // namespace
 
 Value VM::call_prim(int id, Value* a, int n, const Node* site) {
+  switch (id) {  // array and transcendental primitives see exact integers as inexact numbers
+    case P_DOT: case P_OUTER: case P_MATVEC: case P_MATMUL: case P_TRANSPOSE: case P_TRACE: case P_VSUM:
+    case P_NORM: case P_INV: case P_SOLVE: case P_DET: case P_LOGDET: case P_CHOLESKY: case P_VEC_TO_LIST:
+      for (int i = 0; i < n; ++i) a[i] = promote(a[i]);
+      break;
+    default: break;
+  }
   switch (id) {
     // ---- arithmetic ----
     case P_ADD:
     case P_MUL: {
-      if (n == 0) return make_scalar(id == P_ADD ? 0 : 1, true);
+      if (n == 0) return Value::make_int(id == P_ADD ? 0 : 1);
       check_num(*this, a[0], site);
       Value acc = a[0];
       for (int i = 1; i < n; ++i) acc = binary(id == P_ADD ? O_ADD : O_MUL, acc, a[i], site);
@@ -77,7 +86,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_DIV: {
       if (n == 1) {
         if (id == P_SUB) return unary(O_NEG, a[0], site);
-        return binary(O_DIV, make_scalar(1, true), a[0], site);
+        return binary(O_DIV, Value::make_int(1), a[0], site);
       }
       Value acc = a[0];
       for (int i = 1; i < n; ++i) acc = binary(id == P_SUB ? O_SUB : O_DIV, acc, a[i], site);
@@ -112,29 +121,26 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_EXPT: return binary(O_POW, a[0], a[1], site);
     case P_QUOTIENT: case P_REMAINDER: case P_MODULO: return int_div(id, a[0], a[1], site);
     case P_EXACT_TO_INEXACT:
-    case P_INEXACT: {
+    case P_INEXACT:
       check_num(*this, a[0], site);
-      Value v = a[0];
-      v.flags &= ~NF_EXACT;
-      return v;
-    }
+      return promote(a[0]);
     case P_INEXACT_TO_EXACT:
     case P_EXACT: {
       check_num(*this, a[0], site);
-      if (a[0].exact()) return a[0];
+      if (a[0].tag == T_INT) return a[0];
       if (a[0].rank != 0 || !a[0].uniform())
         err_at(site, "'exact' needs a number that is the same in every lane");
       double x = pay[a[0].n.off];
-      if (x != std::floor(x) || std::fabs(x) > 9007199254740992.0)
+      if (x != std::floor(x) || std::fabs(x) > 9.2e18)
         err_at(site, "'exact': " + std::to_string(x) + " is not an integer (the language has no exact rationals)");
-      return make_scalar(x, true);
+      return Value::make_int(static_cast<int64_t>(x));
     }
     // ---- predicates ----
     case P_ZEROP: case P_POSITIVEP: case P_NEGATIVEP: case P_EVENP: case P_ODDP: case P_INTEGERP:
       return num_pred(id, a[0], site);
-    case P_NUMBERP: return Value::make_bool(a[0].tag == T_NUM && a[0].rank == 0);
-    case P_EXACTP: check_num(*this, a[0], site); return Value::make_bool(a[0].exact());
-    case P_INEXACTP: check_num(*this, a[0], site); return Value::make_bool(!a[0].exact());
+    case P_NUMBERP: return Value::make_bool(a[0].tag == T_INT || (a[0].tag == T_NUM && a[0].rank == 0));
+    case P_EXACTP: check_num(*this, a[0], site); return Value::make_bool(a[0].tag == T_INT);
+    case P_INEXACTP: check_num(*this, a[0], site); return Value::make_bool(a[0].tag == T_NUM);
     case P_BOOLEANP: return Value::make_bool(a[0].tag == T_BOOL);
     case P_SYMBOLP: return Value::make_bool(a[0].tag == T_SYM);
     case P_PROCEDUREP: return Value::make_bool(a[0].tag == T_CLOSURE || a[0].tag == T_PRIM);
@@ -169,7 +175,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_LENGTH: {
       std::vector<Value> items;
       list_items(*this, a[0], items, site);
-      return make_scalar(static_cast<double>(items.size()), true);
+      return Value::make_int(static_cast<int64_t>(items.size()));
     }
     case P_LIST_REF:
     case P_LIST_TAIL: {
@@ -265,6 +271,17 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       bool deep = id == P_ASSOC || id == P_MEMBER;
       Value cur = a[1];
       uint8_t* m = lane_mask_buf(L);
+      if (a[0].tag == T_SYM || a[0].tag == T_BOOL || a[0].tag == T_INT || a[0].tag == T_NIL) {
+        // a key that is the same in every lane (symbols, booleans, integers): compare directly
+        while (cur.tag == T_PAIR) {
+          const Pair* p = static_cast<const Pair*>(cur.ptr);
+          Value key = assoc ? pair_of(*this, p->car, site)->car : p->car;
+          if (key.tag == a[0].tag && key.i == a[0].i) return assoc ? p->car : cur;
+          cur = p->cdr;
+        }
+        if (cur.tag != T_NIL) type_error(site, "a proper list", a[1]);
+        return Value::make_bool(false);
+      }
       while (cur.tag == T_PAIR) {
         const Pair* p = static_cast<const Pair*>(cur.ptr);
         Value key = p->car;
@@ -283,6 +300,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       for (int i = 0; i < n; ++i) {
         o << ' ';
         if (a[i].tag == T_SYM) o << prog->symbols[a[i].i];
+        else if (a[i].tag == T_INT) o << a[i].i;
         else if (a[i].tag == T_NUM && a[i].rank == 0 && a[i].uniform()) o << pay[a[i].n.off];
         else o << describe(a[i]);
       }
@@ -290,16 +308,20 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     }
     // ---- vectors and matrices ----
     case P_VEC: {
-      for (int i = 0; i < n; ++i)
+      for (int i = 0; i < n; ++i) {
+        a[i] = promote(a[i]);
         if (a[i].tag != T_NUM || a[i].rank != 0) type_error(site, "numbers", a[i]);
+      }
       return concat(a, n, 1, static_cast<uint32_t>(n), 1);
     }
     case P_LIST_TO_VEC: {
       std::vector<Value> items;
       list_items(*this, a[0], items, site);
       if (items.empty()) err_at(site, "'list->vec': empty list");
-      for (auto& v : items)
+      for (auto& v : items) {
+        v = promote(v);
         if (v.tag != T_NUM || v.rank != 0) type_error(site, "a list of numbers", v);
+      }
       return concat(items.data(), static_cast<int>(items.size()), 1, static_cast<uint32_t>(items.size()), 1);
     }
     case P_MAT: {
@@ -310,8 +332,10 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
         if (r.tag == T_PAIR) {
           std::vector<Value> items;
           list_items(*this, r, items, site);
-          for (auto& v : items)
+          for (auto& v : items) {
+            v = promote(v);
             if (v.tag != T_NUM || v.rank != 0) type_error(site, "rows of numbers", v);
+          }
           r = concat(items.data(), static_cast<int>(items.size()), 1, static_cast<uint32_t>(items.size()), 1);
         }
         if (r.tag != T_NUM || r.rank != 1) type_error(site, "rows given as vectors or lists", a[i]);
@@ -402,8 +426,12 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_ZEROS:
     case P_ONES: {
       int64_t r = index_arg(*this, a[0], site, "a size");
-      int64_t c = n == 2 ? index_arg(*this, a[1], site, "a size") : r;
-      if (r <= 0 || c <= 0 || r * c > 100'000'000) err_at(site, "'" + site->name + "': bad size");
+      int64_t c = n == 2 ? index_arg(*this, a[1], site, "a size") : (id == P_EYE ? r : 1);
+      if (r <= 0 || c <= 0) err_at(site, "'" + site->name + "': sizes must be positive");
+      if (static_cast<double>(r) * c * 8 > static_cast<double>(lim->max_bytes))
+        limit_error("memory budget exceeded: a " + std::to_string(r) + "x" + std::to_string(c) + " array needs more than " +
+                        std::to_string(lim->max_bytes >> 20) + " MiB",
+                    site->line, site->col);
       int rank = (id == P_EYE || n == 2) ? 2 : 1;
       Value v = alloc_num(rank, static_cast<uint32_t>(r), static_cast<uint32_t>(c), true);
       double* p = data(v);
@@ -416,8 +444,8 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_ROWS: case P_COLS: case P_SIZE: {
       if (a[0].tag != T_NUM) type_error(site, "a vector or matrix", a[0]);
       if (a[0].rank == 0) type_error(site, "a vector or matrix", a[0]);
-      double x = id == P_ROWS ? a[0].rows : id == P_COLS ? a[0].cols() : a[0].numel();
-      return make_scalar(x, true);
+      uint32_t x = id == P_ROWS ? a[0].rows : id == P_COLS ? a[0].cols() : a[0].numel();
+      return Value::make_int(x);
     }
   }
   err_at(site, "internal error: unknown primitive");

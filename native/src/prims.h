@@ -34,7 +34,7 @@
   X(LIST_TAIL, "list-tail", 2, 2) X(APPEND, "append", 0, -1) X(REVERSE, "reverse", 1, 1) \
   X(MAP, "map", 2, -1) X(FOR_EACH, "for-each", 2, -1) X(FILTER, "filter", 2, 2) \
   X(FOLD_LEFT, "fold-left", 3, 3) X(FOLD_RIGHT, "fold-right", 3, 3) X(REDUCE, "reduce", 3, 3) \
-  X(APPLY, "apply", 1, -1)                                                \
+  X(APPLY, "apply", 2, -1)                                                \
   X(ASSQ, "assq", 2, 2) X(ASSV, "assv", 2, 2) X(ASSOC, "assoc", 2, 2)     \
   X(MEMQ, "memq", 2, 2) X(MEMV, "memv", 2, 2) X(MEMBER, "member", 2, 2)   \
   X(ERROR, "error", 1, -1)                                                \

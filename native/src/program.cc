@@ -105,14 +105,10 @@ struct Driver {
     store(lanes, out);
   }
 
-  void store(const std::vector<int>& lanes, const Value& out) {
+  void store(const std::vector<int>& lanes, const Value& result) {
     int L = static_cast<int>(lanes.size());
+    Value out = vm.promote(result);  // an exact integer result is a constant of every lane
     if (out.tag != T_NUM) {
-      if (out.tag == T_BOOL && !grad && !loss) {  // booleans evaluate to 0/1
-        set_shape(0, 1, 1);
-        for (int l = 0; l < L; ++l) res.values[lanes[l]] = out.i ? 1.0 : 0.0;
-        return;
-      }
       eval_error("the program's result is " + vm.describe(out) + ", not a number, vector or matrix" +
                  (grad ? " (gradients need a numeric result)" : " (use run() for structured results)"));
     }
@@ -235,9 +231,14 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
 }
 
 namespace {
-OutValue convert(VM& vm, const Value& v) {
+constexpr int kMaxResultNesting = 2000;  // converting deeper results would exhaust the C stack
+
+OutValue convert(VM& vm, const Value& v, int depth) {
+  if (depth > kMaxResultNesting)
+    limit_error("the result is nested more than " + std::to_string(kMaxResultNesting) + " levels deep");
   OutValue o;
   switch (v.tag) {
+    case T_INT: o.kind = OutValue::Int; o.inum = v.i; o.num = static_cast<double>(v.i); break;
     case T_UNDEF:
     case T_UNSPEC: o.kind = OutValue::Unspec; break;
     case T_NIL: o.kind = OutValue::Nil; break;
@@ -247,7 +248,7 @@ OutValue convert(VM& vm, const Value& v) {
     case T_PRIM: o.kind = OutValue::Procedure; break;
     case T_NUM:
       if (v.rank == 0) {
-        o.kind = v.exact() ? OutValue::Int : OutValue::Real;
+        o.kind = OutValue::Real;
         o.num = vm.data(v)[0];
       } else {
         o.kind = OutValue::Array_;
@@ -261,21 +262,14 @@ OutValue convert(VM& vm, const Value& v) {
       Value cur = v;
       while (cur.tag == T_PAIR) {
         const Pair* p = static_cast<const Pair*>(cur.ptr);
-        o.items.push_back(convert(vm, p->car));
+        o.items.push_back(convert(vm, p->car, depth + 1));
         cur = p->cdr;
       }
       if (cur.tag == T_NIL) {
         o.kind = OutValue::List;
-      } else {  // improper: items + tail, as nested pairs (car . cdr)
-        OutValue tail = convert(vm, cur);
-        for (size_t i = o.items.size(); i-- > 0;) {
-          OutValue pr;
-          pr.kind = OutValue::Pair_;
-          pr.items.push_back(std::move(o.items[i]));
-          pr.items.push_back(std::move(tail));
-          tail = std::move(pr);
-        }
-        return tail;
+      } else {  // improper: the elements, then the tail as the last item
+        o.kind = OutValue::Pair_;
+        o.items.push_back(convert(vm, cur, depth + 1));
       }
       break;
     }
@@ -290,7 +284,7 @@ OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in
   std::vector<int> lanes{0};
   load(p, vm, theta, static_cast<int>(p.params.size()), lanes, in, false, nullptr);
   Value v = vm.run();
-  return convert(vm, v);
+  return convert(vm, v, 0);
 }
 
 }  // namespace ndvm

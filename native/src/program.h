@@ -22,9 +22,9 @@ struct ParamDecl {
 };
 
 struct Limits {
-  uint64_t max_steps = 100'000'000;        // evaluation steps (node visits) per run
+  uint64_t max_steps = 20'000'000;         // evaluation steps (node visits) per run
   int max_depth = 100'000;                 // nested evaluations (also bounded by C stack bytes)
-  uint64_t max_bytes = 2ull << 30;         // payload + heap + tape per run
+  uint64_t max_bytes = 1ull << 30;         // payload + heap + tape per run
 };
 
 struct Program {
@@ -70,10 +70,11 @@ struct Inputs {
 struct OutValue {
   enum Kind { Unspec, Nil, Bool, Sym, Int, Real, Array_, List, Pair_, Procedure } kind = Unspec;
   double num = 0;
+  int64_t inum = 0;  // Int
   bool b = false;
   std::string sym;
   Array arr;
-  std::vector<OutValue> items;  // List items, or Pair_ (car, cdr)
+  std::vector<OutValue> items;  // List items; Pair_: the elements of an improper list, then its tail
 };
 
 enum class LossKind { Value, MSE, GaussianNLL };

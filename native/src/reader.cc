@@ -1,5 +1,6 @@
 #include "reader.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -125,6 +126,7 @@ class Reader {
     while (!at_end() && !delimiter(peek())) next();
     std::string tok = src_.substr(start, pos_ - start);
     if (tok.empty()) parse_error(std::string("unreadable character '") + ch + "'", l, c);
+    if (tok == ".") parse_error("'.' outside a list", l, c);
     return atom(tok, l, c);
   }
 
@@ -152,7 +154,14 @@ class Reader {
       if (end != tok.c_str() + tok.size()) parse_error("malformed number '" + tok + "'", l, c);
       auto d = make(Datum::Number, l, c);
       d->num = v;
-      d->exact = is_int && std::fabs(v) <= 9007199254740992.0;  // beyond 2^53 an integer is not exact
+      if (is_int) {  // exact if it fits in 64 bits (there are no bignums: larger ones are inexact)
+        errno = 0;
+        long long iv = std::strtoll(tok.c_str(), &end, 10);
+        if (errno == 0 && end == tok.c_str() + tok.size()) {
+          d->exact = true;
+          d->inum = iv;
+        }
+      }
       return d;
     }
     for (char ch : tok)
@@ -176,7 +185,7 @@ class Reader {
 void write_rec(const Datum& d, std::ostringstream& o) {
   switch (d.kind) {
     case Datum::Number: {
-      if (d.exact) { o << static_cast<long long>(d.num); break; }
+      if (d.exact) { o << static_cast<long long>(d.inum); break; }
       char buf[64];
       snprintf(buf, sizeof buf, "%.17g", d.num);
       o << buf;

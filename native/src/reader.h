@@ -13,6 +13,7 @@ struct Datum {
   bool exact = false;  // Number: written as an integer literal
   bool dotted = false; // List: has a tail after '.'
   double num = 0;
+  int64_t inum = 0;    // Number, exact: the integer itself (num is its nearest double)
   bool boolean = false;
   std::string sym;
   std::vector<std::shared_ptr<Datum>> items;

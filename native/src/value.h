@@ -14,13 +14,13 @@ enum Tag : uint8_t {
   T_BOOL,
   T_SYM,
   T_NUM,
+  T_INT,        // an exact integer (int64 in `i`): counters, indices, sizes; structural, never on the tape
   T_PAIR,
   T_CLOSURE,
   T_PRIM,
 };
 
 enum NumFlag : uint8_t {
-  NF_EXACT = 1,    // an exact integer (always uniform and scalar)
   NF_UNIFORM = 2,  // one value shared by all lanes: payload holds 1 lane instead of B
   NF_ACTIVE = 4,   // depends on a differentiated quantity: has an adjoint and a tape record
 };
@@ -43,12 +43,12 @@ struct Value {
   bool is_num() const { return tag == T_NUM; }
   bool uniform() const { return flags & NF_UNIFORM; }
   bool active() const { return flags & NF_ACTIVE; }
-  bool exact() const { return flags & NF_EXACT; }
   bool truthy() const { return !(tag == T_BOOL && i == 0); }
   uint32_t numel() const { return rank == 0 ? 1u : rank == 1 ? rows : rows * n.cols; }
   uint32_t cols() const { return rank == 2 ? n.cols : 1u; }
 
   static Value make_bool(bool b) { Value v; v.tag = T_BOOL; v.i = b; return v; }
+  static Value make_int(int64_t x) { Value v; v.tag = T_INT; v.rows = 1; v.i = x; return v; }
   static Value make_nil() { Value v; v.tag = T_NIL; return v; }
   static Value make_unspec() { Value v; v.tag = T_UNSPEC; return v; }
   static Value make_undef() { Value v; v.tag = T_UNDEF; return v; }

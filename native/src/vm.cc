@@ -3,11 +3,21 @@
 // position run in constant C++ stack. Primitives are one switch (call_prim).
 #include "vm.h"
 
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <sstream>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define NDVM_ASAN 1
+#endif
+
 #include "prims.h"
+#include <vector>
 
 namespace ndvm {
 
@@ -16,12 +26,15 @@ constexpr size_t kStackCapacity = 1 << 18;  // argument stack slots per VM (4 Mi
 }
 
 VM::VM() {
+  heap.owner = this;
+  heap.on_chunk = [](void* vm) { static_cast<VM*>(vm)->check_memory(nullptr); };
   stack_cap = kStackCapacity;
   stack = static_cast<Value*>(std::malloc(stack_cap * sizeof(Value)));
   if (!stack) throw std::bad_alloc();
 }
 
 VM::~VM() {
+  if (eval_stack_) munmap(eval_stack_, eval_stack_size_);
   std::free(stack);
   std::free(pay);
   std::free(adj);
@@ -76,10 +89,9 @@ void VM::grow_for(size_t n) {
   grow_payload(pay_top + n);
 }
 
-Value VM::make_scalar(double x, bool exact) {
+Value VM::make_real(double x) {
   Value v = alloc_num(0, 1, 1, true);
   pay[v.n.off] = x;
-  if (exact) v.flags |= NF_EXACT;
   return v;
 }
 
@@ -97,6 +109,7 @@ void VM::record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0,
 void VM::record_n(Op op, Value& out, const Value* in, int n, uint32_t d0, uint32_t d1, uint32_t d2) {
   out.flags |= NF_ACTIVE;
   zero_adjoint(out);
+  if (tape.size() == tape.capacity() || targs.size() + n > targs.capacity()) check_memory(nullptr);
   TapeRec t;
   t.op = op;
   t.nin = static_cast<uint8_t>(n > 255 ? 255 : n);
@@ -141,8 +154,9 @@ std::string VM::describe(const Value& v) {
     case T_NIL: return "the empty list";
     case T_BOOL: return v.i ? "#t" : "#f";
     case T_SYM: return "the symbol " + prog->symbols[v.i];
+    case T_INT: return "the integer " + std::to_string(static_cast<long long>(v.i));
     case T_NUM:
-      if (v.rank == 0) return v.exact() ? "the integer " + std::to_string(static_cast<long long>(pay[v.n.off])) : "a number";
+      if (v.rank == 0) return "a number";
       if (v.rank == 1) return "a vector of " + std::to_string(v.rows);
       return "a " + std::to_string(v.rows) + "x" + std::to_string(v.n.cols) + " matrix";
     case T_PAIR: return "a pair";
@@ -162,15 +176,74 @@ void VM::type_error(const Node* site, const char* what, const Value& got) {
 
 namespace {
 thread_local size_t t_stack_budget = 6u << 20;  // the default 8 MiB thread stack, with margin
+constexpr size_t kEvalStack = 1ull << 30;       // reserved address space, not memory
+
+struct RunCtx {
+  VM* vm;
+  Value result;
+  std::exception_ptr error;
+  ucontext_t caller, callee;
+#ifdef NDVM_ASAN
+  void* fake_stack = nullptr;
+  const void* caller_bottom = nullptr;
+  size_t caller_size = 0;
+#endif
+};
+
+void run_trampoline(unsigned hi, unsigned lo) {
+  RunCtx* c = reinterpret_cast<RunCtx*>((static_cast<uintptr_t>(hi) << 32) | lo);
+#ifdef NDVM_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &c->caller_bottom, &c->caller_size);
+#endif
+  try {
+    c->result = c->vm->run_here_public();
+  } catch (...) {
+    c->error = std::current_exception();  // exceptions must not unwind across the stack switch
+  }
+#ifdef NDVM_ASAN
+  __sanitizer_start_switch_fiber(nullptr, c->caller_bottom, c->caller_size);
+#endif
 }
+}  // namespace
+
 size_t thread_stack_budget() { return t_stack_budget; }
 void set_thread_stack_budget(size_t bytes) { t_stack_budget = bytes; }
 
-Value VM::run() {
+Value VM::run_here() {
   char here;
   stack_base = &here;
-  stack_budget = t_stack_budget;
   return eval(prog->top->body, new_frame(prog->top->frame_size, nullptr));
+}
+
+Value VM::run() {
+  if (!eval_stack_) {
+    void* p = mmap(nullptr, kEvalStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {  // no address space for a private stack: evaluate on the caller's stack
+      stack_budget = t_stack_budget;
+      return run_here();
+    }
+    eval_stack_ = static_cast<char*>(p);
+    eval_stack_size_ = kEvalStack;
+  }
+  stack_budget = eval_stack_size_ - (16u << 20);
+  RunCtx c;
+  c.vm = this;
+  getcontext(&c.callee);
+  c.callee.uc_stack.ss_sp = eval_stack_;
+  c.callee.uc_stack.ss_size = eval_stack_size_;
+  c.callee.uc_link = &c.caller;
+  uintptr_t addr = reinterpret_cast<uintptr_t>(&c);
+  makecontext(&c.callee, reinterpret_cast<void (*)()>(run_trampoline), 2, static_cast<unsigned>(addr >> 32),
+              static_cast<unsigned>(addr & 0xffffffffu));
+#ifdef NDVM_ASAN
+  __sanitizer_start_switch_fiber(&c.fake_stack, eval_stack_, eval_stack_size_);
+#endif
+  swapcontext(&c.caller, &c.callee);
+#ifdef NDVM_ASAN
+  __sanitizer_finish_switch_fiber(c.fake_stack, nullptr, nullptr);
+#endif
+  if (c.error) std::rethrow_exception(c.error);
+  return c.result;
 }
 
 namespace {
@@ -222,12 +295,29 @@ inline Value VM::operand(const Node* k, Frame* env) {
   }
 }
 
+// (apply f a ... lst) -> f with arguments a ... and the elements of lst; repeated while f is
+// itself apply. On entry `f` is apply and `args` its arguments.
+void VM::spread_apply(Value& f, std::vector<Value>& args, const Node* site) {
+  while (f.tag == T_PRIM && f.i == P_APPLY) {
+    if (args.size() < 2)
+      eval_error("wrong number of arguments to 'apply': expected at least 2, got " + std::to_string(args.size()),
+                 site->line, site->col);
+    std::vector<Value> spread(args.begin() + 1, args.end() - 1);
+    Value cur = args.back();
+    while (cur.tag == T_PAIR) {
+      spread.push_back(static_cast<const Pair*>(cur.ptr)->car);
+      cur = static_cast<const Pair*>(cur.ptr)->cdr;
+    }
+    if (cur.tag != T_NIL) type_error(site, "a proper list as the last argument of apply", args.back());
+    f = args[0];
+    args.swap(spread);
+  }
+}
+
 Value VM::eval(const Node* n, Frame* env) {
-  DepthGuard guard(depth);
-  if (depth > lim->max_depth || static_cast<size_t>(stack_base - reinterpret_cast<const char*>(&guard)) > stack_budget)
-    limit_error("recursion depth exceeded (" + std::to_string(lim->max_depth) +
-                    " nested calls); use a tail call or raise Limits.max_depth",
-                n->line, n->col);
+  char probe;
+  if (static_cast<size_t>(stack_base - &probe) > stack_budget)
+    limit_error("recursion too deep for the evaluation stack; use a tail call", n->line, n->col);
   const uint64_t max_steps = lim->max_steps;
   for (;;) {
     if (++steps > max_steps)
@@ -297,6 +387,19 @@ Value VM::eval(const Node* n, Frame* env) {
           Value v = operand(n->kids[i], env);
           stack[sp++] = v;
         }
+        if (n->tail && n->a == P_APPLY) {  // (apply f ...) in tail position: a proper tail call
+          std::vector<Value> args(stack + base, stack + base + k);
+          sp = base;
+          Value f = Value::make_prim(P_APPLY);
+          spread_apply(f, args, n);
+          if (f.tag == T_CLOSURE) {
+            const Closure* c = static_cast<const Closure*>(f.ptr);
+            env = bind_args(*this, c->lambda, c->env, args.data(), static_cast<int>(args.size()), n);
+            n = c->lambda->body;
+            continue;
+          }
+          return apply(f, args.data(), static_cast<int>(args.size()), n);
+        }
         Value r = call_prim(n->a, stack + base, static_cast<int>(k), n);
         sp = base;
         return r;
@@ -331,6 +434,19 @@ Value VM::eval(const Node* n, Frame* env) {
         }
         Value f = stack[base];
         int nargs = static_cast<int>(k - 1);
+        if (f.tag == T_PRIM && f.i == P_APPLY && nargs >= 2) {
+          // apply reached as a value, possibly (apply apply ...): spread, then call in place
+          std::vector<Value> args(stack + base + 1, stack + base + 1 + nargs);
+          spread_apply(f, args, n);
+          sp = base;
+          if (f.tag == T_CLOSURE && n->tail) {
+            const Closure* c = static_cast<const Closure*>(f.ptr);
+            env = bind_args(*this, c->lambda, c->env, args.data(), static_cast<int>(args.size()), n);
+            n = c->lambda->body;
+            continue;
+          }
+          return apply(f, args.data(), static_cast<int>(args.size()), n);
+        }
         if (f.tag == T_PRIM) {
           const PrimInfo& pi = kPrims[f.i];
           if (nargs < pi.min_args || (pi.max_args >= 0 && nargs > pi.max_args))
@@ -352,6 +468,8 @@ Value VM::eval(const Node* n, Frame* env) {
           n = c->lambda->body;
           continue;
         }
+        DepthGuard guard(depth);  // a nested (non-tail) procedure call
+        if (depth > lim->max_depth) depth_error(n);
         return eval(c->lambda->body, fr);
       }
     }
@@ -375,7 +493,15 @@ Value VM::apply(Value f, const Value* args, int nargs, const Node* site) {
   if (f.tag != T_CLOSURE) type_error(site, "a procedure", f);
   const Closure* c = static_cast<const Closure*>(f.ptr);
   Frame* fr = bind_args(*this, c->lambda, c->env, args, nargs, site);
+  DepthGuard guard(depth);
+  if (depth > lim->max_depth) depth_error(site);
   return eval(c->lambda->body, fr);
+}
+
+void VM::depth_error(const Node* site) {
+  limit_error("recursion depth exceeded (" + std::to_string(lim->max_depth) +
+                  " nested calls); use a tail call or raise Limits.max_depth",
+              site ? site->line : 0, site ? site->col : 0);
 }
 
 }  // namespace ndvm

@@ -43,6 +43,9 @@ class Heap {
  public:
   ~Heap() { for (auto& c : chunks_) std::free(c.p); }
   void reset() { cur_ = 0; used_ = 0; if (!chunks_.empty()) chunks_[0].top = 0; }
+  // called before each new chunk is touched: lets the VM enforce its memory budget
+  void (*on_chunk)(void*) = nullptr;
+  void* owner = nullptr;
   size_t used() const { return used_; }
   void* alloc(size_t bytes) {
     bytes = (bytes + 15) & ~size_t(15);
@@ -50,8 +53,12 @@ class Heap {
     while (cur_ < chunks_.size()) {
       Chunk& c = chunks_[cur_];
       if (c.top + bytes <= c.size) { void* p = c.p + c.top; c.top += bytes; return p; }
-      if (++cur_ < chunks_.size()) chunks_[cur_].top = 0;
+      if (++cur_ < chunks_.size()) {
+        chunks_[cur_].top = 0;
+        if (on_chunk) on_chunk(owner);
+      }
     }
+    if (on_chunk) on_chunk(owner);
     size_t size = bytes > (1u << 20) ? bytes : (1u << 20);
     char* p = static_cast<char*>(std::malloc(size));
     if (!p) throw std::bad_alloc();
@@ -74,7 +81,7 @@ class VM {
 
   // ---- a run ---------------------------------------------------------------------------------
   void reset(const Program& p, int lanes, bool recording, const Limits& lim);
-  Value run();  // evaluates the program's top level
+  Value run();  // evaluates the program's top level (on the VM's own large stack)
   void backward();  // replays the tape; call after seeding adjoints with adj_of()
 
   const Program* prog = nullptr;
@@ -105,7 +112,8 @@ class VM {
   void grow_for(size_t n);  // grows the payload arena or raises LimitError
   double* data(const Value& v) { return pay + v.n.off; }
   uint32_t lanes_of(const Value& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
-  Value make_scalar(double x, bool exact);
+  Value make_real(double x);  // an inexact uniform scalar
+  Value promote(Value v) { return v.tag == T_INT ? make_real(static_cast<double>(v.i)) : v; }
   void zero_adjoint(const Value& v);
 
   // ---- tape ----------------------------------------------------------------------------------
@@ -118,6 +126,8 @@ class VM {
   // ---- evaluator -----------------------------------------------------------------------------
   Value eval(const Node* n, Frame* env);
   Value operand(const Node* n, Frame* env);
+  void spread_apply(Value& f, std::vector<Value>& args, const Node* site);
+  [[noreturn]] void depth_error(const Node* site);
   Value apply(Value f, const Value* args, int nargs, const Node* site);  // non-tail call
   Value call_prim(int id, Value* args, int nargs, const Node* site);
 
@@ -127,6 +137,7 @@ class VM {
   Value rounding(int prim, Value a, const Node* site);  // floor ceiling round truncate: no gradient
   Value int_div(int prim, Value a, Value b, const Node* site);  // quotient remainder modulo
   Value compare(int prim, const Value* args, int n, const Node* site);
+  Value compare_num(int prim, const Value* args, int n, const Node* site);
   Value num_pred(int prim, Value a, const Node* site);
   Value slice(Value a, uint32_t start, int rank, uint32_t rows, uint32_t cols);
   Value concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols);
@@ -164,6 +175,14 @@ class VM {
  private:
   std::vector<uint8_t> mask_;
   void grow_payload(size_t need);
+  Value run_here();
+ public:
+  Value run_here_public() { return run_here(); }
+ private:
+  // Evaluation runs on a stack of its own (reserved, committed only where touched), so deep
+  // non-tail recursion is bounded by Limits, not by the calling thread's stack.
+  char* eval_stack_ = nullptr;
+  size_t eval_stack_size_ = 0;
 };
 
 // C stack bytes a run may use on the current thread (pool threads have large stacks).
