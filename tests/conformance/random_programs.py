@@ -198,7 +198,26 @@ class ProgramGenerator:
         return f"(if {self.boolean(d)} {self.list_(d)} {self.list_(d)})"
 
     def program(self) -> str:
-        return f"(list {self.integer(4)} {self.inexact(4)} {self.boolean(4)} {self.list_(4)} {self.number(5)})"
+        body = f"(list {self.integer(4)} {self.inexact(4)} {self.boolean(4)} {self.list_(4)} {self.number(5)})"
+        if self.rng.random() < 0.5:
+            return body
+        # Internal definitions: helpers (fixed and rest arguments, a tail-recursive one) called from the body.
+        self.int_vars[:] = ["a", "b"]
+        int_helper = self.integer(3)
+        self.int_vars[:] = ["n"]
+        step = self.integer(2)
+        self.int_vars[:] = []
+        self.float_vars[:] = ["u"]
+        float_helper = self.inexact(3)
+        self.float_vars[:] = []
+        self.int_vars[:] = []
+        calls = [f"(ih {self.integer(2)} {self.integer(2)})", f"(fh {self.inexact(2)})",
+                 f"(fh {self.inexact(2)} 1 2)", f"(rec {self.rng.randint(0, 30)} 0)",
+                 f"(apply ih (list {self.integer(1)} {self.integer(1)}))", f"(map ih '(1 2 3) '(4 5 6))"]
+        return (f"(let () (define (ih a b) {int_helper}) "
+                f"(define (fh u . rest) (+ (length rest) {float_helper})) "
+                f"(define (rec n acc) (if (<= n 0) acc (rec (- n 1) (+ acc {step})))) "
+                f"(list {body} {self.rng.choice(calls)} {self.rng.choice(calls)}))")
 
 
 def generate(seed: int, count: int) -> list[str]:
