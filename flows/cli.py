@@ -34,9 +34,14 @@ QUIET_ENV = {
 def _quiet_environment(verbose: bool = False) -> None:
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
+    # Prefect's temporary server keeps its sqlite database in PREFECT_HOME and cannot create the
+    # folder itself (the Makefile points it at runs/prefect, absent before the first run).
+    if os.environ.get("PREFECT_HOME"):
+        Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
     if not verbose:
         # The rich display shows progress; Prefect's per-task INFO lines would scroll it away.
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # mlflow sets its logger level at import
         for name in ("mlflow", "alembic", "distributed", "LiteLLM", "httpx"):
             logging.getLogger(name).setLevel(logging.WARNING)
 
