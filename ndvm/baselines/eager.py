@@ -92,7 +92,7 @@ def _arith(op, a, b):
         if op == "/":
             return torch.tensor(a / b, dtype=_F64)
         return f(a, b)  # exact integer arithmetic stays exact
-    return f(_to_tensor(a) if isinstance(a, int) and op == "/" else a, b)
+    return f(a, b)  # at least one float64 tensor: torch promotes the int
 
 
 def _variadic(op, unit):
