@@ -387,3 +387,39 @@ def test_non_finite_lanes_do_not_leak_into_other_lanes():
         assert np.array_equal(one_values[0], values[lane], equal_nan=True)
         assert np.array_equal(one_grads[0], grads[lane], equal_nan=True)
     assert values[0] == 5.0 and values[3] == 3.0 and np.array_equal(grads[0], [10.0, 5.0])
+
+
+# ------------------------------------------------------------------------------------------------
+# Random models (tests/gradprogs/random_models.py): NDVM vs the same tree written in torch.
+
+_rm_spec = importlib.util.spec_from_file_location("ndvm_random_models", Path(__file__).parent / "gradprogs" / "random_models.py")
+random_models = importlib.util.module_from_spec(_rm_spec)
+sys.modules[_rm_spec.name] = random_models
+_rm_spec.loader.exec_module(random_models)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_models_match_torch_and_single_lanes(seed):
+    x = np.linspace(-1.0, 1.5, 6)
+    rng = np.random.default_rng(seed)
+    theta = np.stack([rng.uniform(-1.5, 1.5, LANES), rng.uniform(-1.5, 1.5, LANES)], axis=1)
+    failures = []
+    for index, model in enumerate(random_models.generate(seed, 150)):
+        prog = ndvm.compile(model.source)
+        values, grads = prog.value_and_grad(theta, inputs={"x": x})
+        for lane in range(LANES):
+            t = torch.tensor(theta[lane], requires_grad=True)
+            y = model.torch_fn(t, torch.tensor(x))
+            g = torch.autograd.grad(y, t, allow_unused=True)[0] if y.requires_grad else None
+            g = np.zeros(2) if g is None else g.numpy()
+            scale = max(1.0, abs(float(y.detach())), float(np.abs(g).max()))
+            if abs(values[lane] - float(y.detach())) > TORCH_RTOL * scale or np.abs(grads[lane] - g).max() > TORCH_RTOL * scale:
+                failures.append((index, lane, model.source, values[lane], float(y.detach()), grads[lane].tolist(), g.tolist()))
+                break
+        for lane in (0, 5, 11):
+            one_values, one_grads = prog.value_and_grad(theta[lane:lane + 1], inputs={"x": x})
+            if not (np.array_equal(one_values[0], values[lane]) and np.array_equal(one_grads[0], grads[lane])):
+                failures.append((index, lane, model.source, "lane differs from its one-lane run"))
+                break
+    assert not failures, f"{len(failures)} of 150 models disagree; first: {failures[0]}"
