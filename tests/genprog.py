@@ -730,8 +730,17 @@ def guile_program(seed: int, mode: str) -> Generated:
     return generate(seed, "r7rs") if mode == "r7rs" else generate(seed, "model", arrays=False)
 
 
-def run_guile(seeds: list[int], guile: str = "guile", timeout_s: float = 600.0, mode: str = "r7rs") -> dict[int, str]:
-    """Guile's `write` of the value of each program (see guile_program), keyed by seed."""
+def run_guile(seeds: list[int], guile: str = "guile", timeout_s: float = 600.0, mode: str = "r7rs",
+              batch_size: int = 2000) -> dict[int, str]:
+    """Guile's `write` of the value of each program (see guile_program), keyed by seed; one Guile
+    process per batch of `batch_size` programs, each batch within `timeout_s`."""
+    out: dict[int, str] = {}
+    for start in range(0, len(seeds), batch_size):
+        out.update(_run_guile_batch(seeds[start:start + batch_size], guile, timeout_s, mode))
+    return out
+
+
+def _run_guile_batch(seeds: list[int], guile: str, timeout_s: float, mode: str) -> dict[int, str]:
     with tempfile.TemporaryDirectory() as tmp:
         driver = Path(tmp) / "driver.scm"
         driver.write_text(GUILE_BATCH_DRIVER)

@@ -285,3 +285,24 @@ def test_threaded_calibrate_many_equals_serial(count):
         assert not failures, report(failures, len(part), "threaded calibrate_many")
         errors = [f"seed {start + i}: {s.error}" for i, s in enumerate(serial) if s.status == "error"]
         assert not errors, f"generated programs must calibrate: {errors[:5]}"
+
+
+def test_python_threads_sharing_programs_equal_serial():
+    """Programs are shared across Python threads (the GIL is released in native code; each thread has
+    its own VM): 4 threads evaluating the same programs concurrently give the serial bits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gens = [genprog.generate(seed, "model") for seed in range(DEFAULT_COUNT)]
+    progs = [ndvm.compile(g.source) for g in gens]
+    thetas = [spread_theta(g, np.random.default_rng(seed)) for seed, g in enumerate(gens)]
+
+    def work(i: int):
+        return progs[i].value_and_grad(thetas[i], inputs=gens[i].inputs())
+
+    serial = [work(i) for i in range(len(gens))]
+    with ThreadPoolExecutor(4) as pool:
+        concurrent = list(pool.map(work, list(range(len(gens))) * 2))
+    failures = [f"seed {i % len(gens)}\n{gens[i % len(gens)].source}" for i, (v, g) in enumerate(concurrent)
+                if not (np.array_equal(v, serial[i % len(gens)][0], equal_nan=True)
+                        and np.array_equal(g, serial[i % len(gens)][1], equal_nan=True))]
+    assert not failures, report(failures, len(concurrent), "concurrent Python threads")

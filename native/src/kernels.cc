@@ -714,6 +714,33 @@ struct DAtan2 {
 struct DMin { static double da(double x, double y, double) { return y < x ? 0 : 1; } static double db(double x, double y, double) { return y < x ? 1 : 0; } };
 struct DMax { static double da(double x, double y, double) { return y > x ? 0 : 1; } static double db(double x, double y, double) { return y > x ? 1 : 0; } };
 
+// Backward of a binary op over lanes with the lane strides known at compile time, so the lane
+// loops vectorize. An operand with a zero lane stride is uniform and must not be active here.
+template <class D, bool AL, bool BL>
+void bwd2_lanes(View va, View vb, double* ga, double* gb, const double* go, const double* z, uint32_t n,
+                uint32_t Lo) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const double* pa = va.p + static_cast<size_t>(i) * va.es;
+    const double* pb = vb.p + static_cast<size_t>(i) * vb.es;
+    const double* g = go + static_cast<size_t>(i) * Lo;
+    const double* zi = z + static_cast<size_t>(i) * Lo;
+    if (ga) {
+      double* d = ga + static_cast<size_t>(i) * va.es;
+      for (uint32_t l = 0; l < Lo; ++l) {
+        double c = g[l] * D::da(pa[AL ? l : 0], pb[BL ? l : 0], zi[l]);
+        d[l] += g[l] != 0 ? c : 0.0;
+      }
+    }
+    if (gb) {
+      double* d = gb + static_cast<size_t>(i) * vb.es;
+      for (uint32_t l = 0; l < Lo; ++l) {
+        double c = g[l] * D::db(pa[AL ? l : 0], pb[BL ? l : 0], zi[l]);
+        d[l] += g[l] != 0 ? c : 0.0;
+      }
+    }
+  }
+}
+
 template <class D>
 void bwd2(VM& vm, const Value* in, const double* go, const double* z, uint32_t n, uint32_t Lo) {
   const Value& a = in[0];
@@ -745,6 +772,18 @@ void bwd2(VM& vm, const Value* in, const double* go, const double* z, uint32_t n
       if (ga) ga[ia] += g * D::da(x, y, z[i]);
       if (gb) gb[ib] += g * D::db(x, y, z[i]);
     }
+    return;
+  }
+  if (va.ls && vb.ls) {
+    bwd2_lanes<D, true, true>(va, vb, ga, gb, go, z, n, Lo);
+    return;
+  }
+  if (va.ls && !gb) {  // lane-varying a against a uniform constant b (e.g. q * I)
+    bwd2_lanes<D, true, false>(va, vb, ga, gb, go, z, n, Lo);
+    return;
+  }
+  if (vb.ls && !ga) {
+    bwd2_lanes<D, false, true>(va, vb, ga, gb, go, z, n, Lo);
     return;
   }
   for (uint32_t i = 0; i < n; ++i)
