@@ -16,7 +16,7 @@ export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export DASK_LOGGING__DISTRIBUTED := warning
 
-.PHONY: run test test-all bench build native-test venv clean distclean help
+.PHONY: run test test-all bench build fuzz sanitize ui venv clean distclean help
 
 help:
 	@echo "make run        the main job (offline discovery on the embedded default)"
@@ -24,6 +24,9 @@ help:
 	@echo "make test-all   the test suite including slow checks"
 	@echo "make bench      the benchmark suites (writes BENCHMARKS.json)"
 	@echo "make build      rebuild the native extension after a C++ edit"
+	@echo "make ui         open the MLflow UI over runs/ (http://127.0.0.1:5000)"
+	@echo "make fuzz       coverage-guided fuzzing of the runtime (FUZZ_SECONDS, default 60)"
+	@echo "make sanitize   AddressSanitizer + UBSan build, C++ tests and a Python smoke"
 	@echo "make clean      remove build folders (keeps .venv)"
 
 venv: $(STAMP)
@@ -40,8 +43,12 @@ $(STAMP): pyproject.toml native/CMakeLists.txt
 build: $(STAMP)
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 
+# The main job: an offline discovery run on the embedded default (ENSO, mutation proposer).
 run: $(STAMP)
-	$(VENV)/bin/ndvm demo
+	$(VENV)/bin/ndvm discover
+
+ui: $(STAMP)
+	$(VENV)/bin/ndvm ui
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -52,8 +59,20 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/ndvm bench --json BENCHMARKS.json
 
+fuzz:
+	scripts/fuzz.sh
+
+sanitize: $(STAMP)
+	scripts/sanitize.sh
+
 clean:
 	rm -rf build native/build
 
-distclean: clean
+distfuzz:
+	scripts/fuzz.sh
+
+sanitize: $(STAMP)
+	scripts/sanitize.sh
+
+clean: clean
 	rm -rf $(VENV) runs
