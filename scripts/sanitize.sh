@@ -30,7 +30,7 @@ want_python=1
 if [[ "${1:-}" == "--cpp-only" ]]; then want_python=0; fi
 if [[ $want_python == 1 ]]; then
   pybind_dir="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())')"
-  cmake_args+=(-DSKBUILD=ON "-Dpybind11_DIR=$pybind_dir" "-DPython_EXECUTABLE=$PY")
+  cmake_args+=(-DSKBUILD=ON "-Dpybind11_DIR=$pybind_dir" "-DPython_EXECUTABLE=$PY" "-DPYTHON_EXECUTABLE=$PY")
 fi
 
 echo "sanitize.sh: configuring $BUILD"
@@ -41,11 +41,11 @@ cmake --build "$BUILD" -j "$JOBS"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 echo "sanitize.sh: C++ unit tests under ASan + UBSan"
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
-  "$BUILD/ndvm_tests"
-echo "sanitize.sh: C++ unit tests clean"
+cpp_status=0
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1" "$BUILD/ndvm_tests" || cpp_status=$?
+if [[ $cpp_status == 0 ]]; then echo "sanitize.sh: C++ unit tests clean"; else echo "sanitize.sh: C++ unit tests FAILED (exit $cpp_status)" >&2; fi
 
-if [[ $want_python == 0 ]]; then exit 0; fi
+if [[ $want_python == 0 ]]; then exit "$cpp_status"; fi
 
 # A Python package directory whose ndvm is the source tree's ndvm/ with the sanitized _native.
 # sitecustomize drops the editable install's redirecting finder so that this copy is imported.
@@ -74,5 +74,10 @@ LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG" "$PY" -c "$check_import"
 echo "sanitize.sh: Python tests against the sanitized module: $SANITIZE_PYTEST"
 cd "$ROOT"
 # shellcheck disable=SC2086
-LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG" NDVM_SANITIZED=1 "$PY" -m pytest -q -p no:cacheprovider $SANITIZE_PYTEST
+py_status=0
+LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG" NDVM_SANITIZED=1 "$PY" -m pytest -q -p no:cacheprovider $SANITIZE_PYTEST || py_status=$?
+if [[ $cpp_status != 0 || $py_status != 0 ]]; then
+  echo "sanitize.sh: FAILED (C++ exit $cpp_status, Python exit $py_status)" >&2
+  exit 1
+fi
 echo "sanitize.sh: clean"
