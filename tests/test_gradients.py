@@ -423,3 +423,64 @@ def test_random_models_match_torch_and_single_lanes(seed):
                 failures.append((index, lane, model.source, "lane differs from its one-lane run"))
                 break
     assert not failures, f"{len(failures)} of 150 models disagree; first: {failures[0]}"
+
+
+# ------------------------------------------------------------------------------------------------
+# The published candidate corpora (/work/shared/data/ndvm_corpora): every program as a calibration
+# objective (training MSE), value and gradient against a torch interpreter of the same source.
+
+CORPORA = Path("/work/shared/data/ndvm_corpora")
+_ct_spec = importlib.util.spec_from_file_location("ndvm_corpus_torch", Path(__file__).parent / "gradprogs" / "corpus_torch.py")
+corpus_torch = importlib.util.module_from_spec(_ct_spec)
+_ct_spec.loader.exec_module(corpus_torch)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("corpus", ["cosearch_candidates_valid", "cosearch_rec_candidates_valid"])
+def test_corpus_objectives_match_torch(corpus):
+    import json
+
+    path = CORPORA / f"{corpus}.jsonl"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    x = np.linspace(0.1, 6.0, 64)
+    y = np.exp(-0.3 * x) * np.cos(2 * x)
+    rng = np.random.default_rng(zlib.crc32(corpus.encode()))
+    failures, checked = [], 0
+    for row in rows:
+        names = row["params"]
+        source = (" ".join(f"(param {p} 0.3)" for p in names)
+                  + f"\n(define pred {row['src']})\n(/ (vsum (square (- y pred))) (size x))")
+        theta = 0.3 * rng.normal(size=(LANES, len(names)))  # the corpus protocol's initialisation
+        try:
+            expr = corpus_torch.read(row["src"])
+            corpus_torch.evaluate(expr, {**{p: torch.tensor(0.3, dtype=torch.float64) for p in names},
+                                         "x": torch.tensor(x)})
+        except TypeError:
+            # not valid Scheme (e.g. "(-1.0)" calls a number): NDVM must reject it with a typed error
+            with pytest.raises(ndvm.NDVMError):
+                ndvm.compile(source).value_and_grad(theta, inputs={"x": x, "y": y})
+            continue
+        values, grads = ndvm.compile(source).value_and_grad(theta, inputs={"x": x, "y": y})
+        for lane in range(LANES):
+            t = torch.tensor(theta[lane], requires_grad=True)
+            env = {p: t[i] for i, p in enumerate(names)}
+            env["x"] = torch.tensor(x)
+            pred = corpus_torch.evaluate(expr, env)
+            pred = pred if isinstance(pred, torch.Tensor) else torch.tensor(float(pred), dtype=torch.float64)
+            loss = torch.sum((torch.tensor(y) - pred) ** 2) / x.size
+            g = torch.autograd.grad(loss, t, allow_unused=True)[0] if loss.requires_grad else None
+            g = np.zeros(len(names)) if g is None else g.numpy()
+            want = float(loss.detach())
+            if not (np.isfinite(want) and np.all(np.isfinite(g))):
+                if not np.array_equal(values[lane], want, equal_nan=True):  # NaN (log of a negative) must stay NaN
+                    failures.append((row["src"], lane, values[lane], want))
+                continue
+            checked += 1
+            scale = max(1.0, abs(want), float(np.abs(g).max()))
+            if abs(values[lane] - want) > TORCH_RTOL * scale or np.abs(grads[lane] - g).max() > TORCH_RTOL * scale:
+                failures.append((row["src"], lane, values[lane], want, grads[lane].tolist(), g.tolist()))
+                break
+    assert checked > 10 * len(rows) // 2, f"only {checked} finite lanes checked"
+    assert not failures, f"{len(failures)} disagreements; first: {failures[0]}"
