@@ -484,3 +484,19 @@ def test_corpus_objectives_match_torch(corpus):
                 break
     assert checked > 10 * len(rows) // 2, f"only {checked} finite lanes checked"
     assert not failures, f"{len(failures)} disagreements; first: {failures[0]}"
+
+
+def test_run_equals_evaluate_bit_for_bit():
+    """run(params=...) (one lane, Python value) and evaluate(theta) give the same bits."""
+    differ = []
+    for case in CASES:
+        if case.lane_inputs:
+            continue
+        prog = program(case)
+        theta = lane_points(case)
+        forward = np.asarray(prog.evaluate(theta[:3], inputs=inputs_for(case)))
+        for lane in range(3):
+            value = prog.run(params=dict(zip(prog.param_names, theta[lane])), inputs=inputs_for(case))
+            if not np.array_equal(np.asarray(value, dtype=np.float64), forward[lane]):
+                differ.append((case.name, lane, value, forward[lane]))
+    assert not differ, differ[:5]
