@@ -40,7 +40,6 @@ def mixed(values_a, *others) -> np.ndarray:
 # Lane values for a that cross zero, each at least 0.1 from 0 and from +-1.
 SIGNS = np.array([-2.3, -1.7, -1.3, -0.8, -0.55, -0.35, -0.2, -0.12, 0.13, 0.22, 0.37, 0.6, 0.85, 1.35, 1.8, 2.4])
 
-RNG = np.random.default_rng(20261130)
 X8 = np.linspace(-1.0, 2.5, 8)
 Y8 = 1.3 * X8 - 0.4 + 0.1 * np.sin(7 * X8)
 T12 = np.linspace(0.0, 3.0, 12)
@@ -52,7 +51,6 @@ M3 = np.array([[2.0, 0.3, -0.2], [0.1, 1.5, 0.4], [-0.3, 0.2, 1.8]])
 V3 = np.array([0.5, -1.0, 2.0])
 PIV3 = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [4.0, 5.0, 0.0]])  # zero diagonal: LU must pivot
 
-T = torch
 
 
 def tt(v):
