@@ -55,8 +55,8 @@ def test_mlflow_ui_shows_runs_and_leaderboard_metric(enso_run, prefect_api):
     proc = start_ui(folder, port, prefect_api)
     try:
         base = f"http://127.0.0.1:{port}/#/experiments/{experiment}"
-        # The runs page, filtered to the leaderboard entries (nested runs) and sorted by the metric.
-        query = urllib.parse.urlencode({"searchFilter": "tags.`ndvm.kind` = 'candidate'",
+        # The runs page, filtered to this run's leaderboard entries (nested runs), sorted by the metric.
+        query = urllib.parse.urlencode({"searchFilter": f"tags.`mlflow.parentRunId` = '{parent}'",
                                         "orderByKey": "metrics.`heldout_mean_rmse`", "orderByAsc": "true"},
                                        quote_via=urllib.parse.quote)
         runs_page = page_text(browser, f"{base}/runs?{query}")
