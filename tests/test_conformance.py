@@ -328,3 +328,30 @@ def test_reader_accepts_crlf_and_tabs():
     """Windows line ends and tabs are whitespace (the program files cannot carry them)."""
     assert ndvm.compile("(define x 2)\r\n(+\tx\r\n   1)\r\n").run() == 3
     assert ndvm.compile("(+ 1 2) ; a comment without a final newline").run() == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# The bounded loop form (NDVM's own, so no Guile fixture): recur in every tail context of its loop.
+
+LOOP_PROGRAMS = {
+    "(loop ((i 0) (acc '())) (if (= i 3) acc (recur (+ i 1) (cons (loop ((j 0) (s 0)) (if (= j i) s (recur (+ j 1) (+ s j)))) acc))))": [1, 0, 0],
+    "(loop ((i 0)) (cond ((= i 5) 'done) (else (recur (+ i 1)))))": "done",
+    "(loop ((i 0)) (let ((j (+ i 1))) (if (> j 5) j (recur j))))": 6,
+    "(loop ((i 0)) (begin 1 (if (> i 5) i (recur (+ i 1)))))": 6,
+    "(loop ((i 0)) (and (< i 5) (recur (+ i 1))))": False,
+    "(loop ((i 0)) (or (> i 5) (recur (+ i 1))))": True,
+    "(loop ((i 0)) (case i ((5) 'five) (else (recur (+ i 1)))))": "five",
+    "(loop ((i 0)) (when (< i 5) (if (= i 4) 'last (recur (+ i 1)))))": "last",
+    "(define (f n) (loop ((i n)) (if (= i 0) 'z (recur (- i 1)))))\n(f 1000000)": "z",
+    "(loop () 5)": 5,
+    "(loop ((i 0)) (do ((k 0 (+ k 1))) ((= k 1) (if (> i 2) i (recur (+ i 1))))))": 3,  # do's result is a tail context
+    "(let ((loop 3)) (* loop 2))": 6,
+    "(define (recur x) (* x 10))\n(recur 4)": 40,
+}
+
+
+@pytest.mark.parametrize("source", LOOP_PROGRAMS, ids=range(len(LOOP_PROGRAMS)))
+def test_loop_recur_form(source):
+    got = from_python(ndvm.compile(source).run())
+    want = from_python(LOOP_PROGRAMS[source])
+    assert same_datum(want, got), f"{write_datum(got)} != {write_datum(want)}"
