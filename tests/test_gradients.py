@@ -500,3 +500,36 @@ def test_run_equals_evaluate_bit_for_bit():
             if not np.array_equal(np.asarray(value, dtype=np.float64), forward[lane]):
                 differ.append((case.name, lane, value, forward[lane]))
     assert not differ, differ[:5]
+
+
+_DETERMINISM_CHILD = """
+import json, sys
+import numpy as np
+import ndvm
+jobs = json.loads(sys.stdin.read())
+out = []
+for job in jobs:
+    prog = ndvm.compile(job["source"])
+    inputs = {k: np.array(v) for k, v in job["inputs"].items()} or None
+    values, grads = prog.value_and_grad(np.array(job["theta"]), inputs=inputs)
+    out.append([float(v).hex() for v in values] + [float(g).hex() for g in np.ravel(grads)])
+print(json.dumps(out))
+"""
+
+
+def test_same_bits_in_another_process():
+    """Determinism across processes (allocation addresses, thread pools): a fresh interpreter gives the same bits."""
+    import json
+    import subprocess
+
+    chosen = [c for c in CASES if not c.lane_inputs][::10]
+    jobs = [{"source": c.source, "theta": lane_points(c).tolist(),
+             "inputs": {k: np.asarray(v).tolist() for k, v in c.inputs.items()}} for c in chosen]
+    proc = subprocess.run([sys.executable, "-c", _DETERMINISM_CHILD], input=json.dumps(jobs),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    for case, other in zip(chosen, theirs):
+        values, grads = program(case).value_and_grad(lane_points(case), inputs=inputs_for(case))
+        mine = [float(v).hex() for v in values] + [float(g).hex() for g in np.ravel(grads)]
+        assert mine == other, case.name
