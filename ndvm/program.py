@@ -7,7 +7,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import _native
+try:
+    from . import _native
+except ImportError as exc:  # a source tree without the compiled extension
+    raise ImportError("ndvm's native extension (ndvm._native) is not built: run `make build` "
+                      "(or `pip install -e .`) first") from exc
 from .errors import EvalError
 
 
