@@ -47,35 +47,56 @@ if [[ $cpp_status == 0 ]]; then echo "sanitize.sh: C++ unit tests clean"; else e
 
 if [[ $want_python == 0 ]]; then exit "$cpp_status"; fi
 
-# A Python package directory whose ndvm is the source tree's ndvm/ with the sanitized _native.
-# sitecustomize drops the editable install's redirecting finder so that this copy is imported.
+# The project's ndvm package with the sanitized extension: sitecustomize (on PYTHONPATH) drops the
+# editable install's redirecting finder and serves ndvm._native from build/sanitize.
 PKG="$BUILD/python"
 rm -rf "$PKG"
-mkdir -p "$PKG/ndvm"
-for entry in "$ROOT"/ndvm/*; do
-  name="$(basename "$entry")"
-  [[ "$name" == _native* || "$name" == __pycache__ ]] && continue
-  ln -s "$entry" "$PKG/ndvm/$name"
-done
+mkdir -p "$PKG"
 native_so="$(find "$BUILD" -maxdepth 1 -name '_native*.so' | head -1)"
 [[ -n "$native_so" ]] || { echo "sanitize.sh: the sanitized _native module was not built" >&2; exit 1; }
-ln -s "$native_so" "$PKG/ndvm/$(basename "$native_so")"
-cat >"$PKG/sitecustomize.py" <<'PYEOF'
+cat >"$PKG/sitecustomize.py" <<PYEOF
+import importlib.util
 import sys
+
+class SanitizedNative:
+    """Finds ndvm._native in the sanitizer build instead of the installed extension."""
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname == "ndvm._native":
+            return importlib.util.spec_from_file_location(fullname, "$native_so")
+        return None
+
 sys.meta_path[:] = [f for f in sys.meta_path if "ScikitBuild" not in type(f).__name__]
+sys.meta_path.insert(0, SanitizedNative)
 PYEOF
 
+# libstdc++ is preloaded with libasan: Python does not link it, and ASan's __cxa_throw interceptor
+# must find the real one when it starts.
 asan_rt="$(${CXX:-c++} -print-file-name=libasan.so)"
-[[ -f "$asan_rt" ]] || { echo "sanitize.sh: libasan.so not found ($asan_rt)" >&2; exit 1; }
+stdcxx="$(${CXX:-c++} -print-file-name=libstdc++.so.6)"
+[[ -f "$asan_rt" && -f "$stdcxx" ]] || { echo "sanitize.sh: libasan.so or libstdc++.so.6 not found ($asan_rt, $stdcxx)" >&2; exit 1; }
+asan_rt="$asan_rt $stdcxx"
 check_import="import ndvm, ndvm._native as n; assert n.__file__.startswith('$BUILD'), n.__file__; print('sanitized module:', n.__file__)"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
-LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG" "$PY" -c "$check_import"
+# Reports go to files (pytest captures the test process's stderr, and an abort would lose them).
+rm -f "$BUILD"/asan-report.*
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$BUILD/asan-report"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$BUILD/asan-report"
+LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG:$ROOT" "$PY" -c "$check_import"
 
 echo "sanitize.sh: Python tests against the sanitized module: $SANITIZE_PYTEST"
 cd "$ROOT"
 # shellcheck disable=SC2086
 py_status=0
-LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG" NDVM_SANITIZED=1 "$PY" -m pytest -q -p no:cacheprovider $SANITIZE_PYTEST || py_status=$?
+LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG:$ROOT" NDVM_SANITIZED=1 "$PY" -m pytest -q -p no:cacheprovider $SANITIZE_PYTEST || py_status=$?
+for report in "$BUILD"/asan-report.*; do
+  [[ -e "$report" ]] || continue
+  # (a report file holding only the makecontext/swapcontext warning is not a finding)
+  grep -qE 'ERROR: AddressSanitizer|runtime error|CHECK failed|ERROR: LeakSanitizer' "$report" || continue
+  echo "sanitize.sh: sanitizer report $report:" >&2
+  grep -v '^    #[2-9][0-9] ' "$report" | head -60 >&2
+  py_status=${py_status/#0/1}
+done
 if [[ $cpp_status != 0 || $py_status != 0 ]]; then
   echo "sanitize.sh: FAILED (C++ exit $cpp_status, Python exit $py_status)" >&2
   exit 1
