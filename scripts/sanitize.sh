@@ -88,7 +88,7 @@ echo "sanitize.sh: Python tests against the sanitized module: $SANITIZE_PYTEST"
 cd "$ROOT"
 # shellcheck disable=SC2086
 py_status=0
-LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG:$ROOT" NDVM_SANITIZED=1 "$PY" -m pytest -q -p no:cacheprovider $SANITIZE_PYTEST || py_status=$?
+LD_PRELOAD="$asan_rt" PYTHONPATH="$PKG:$ROOT" NDVM_SANITIZED=1 "$PY" -m pytest -q -p no:cacheprovider --capture=sys $SANITIZE_PYTEST || py_status=$?
 for report in "$BUILD"/asan-report.*; do
   [[ -e "$report" ]] || continue
   # (a report file holding only the makecontext/swapcontext warning is not a finding)
