@@ -692,3 +692,28 @@ def test_error_positions(cls, source, line, columns, word):
         ndvm.compile(source).run()
     assert info.value.line == line and info.value.column in columns, (info.value.line, info.value.column, str(info.value))
     assert word in info.value.message, info.value.message
+
+
+# ------------------------------------------------------------------------------------------------ command line
+@pytest.mark.timeout(120)
+def test_cli_reports_typed_errors_without_traceback(tmp_path):
+    from pathlib import Path
+
+    cli = str(Path(sys.executable).with_name("ndvm"))
+    files = {
+        "bad.scm": ("(define (f x)\n  (car x))\n(f 1.0)\n", "run", "EvalError", "line 2, column 3"),
+        "unbalanced.scm": ("(+ 1\n", "check", "ParseError", "line 1, column 1"),
+        "unknown.scm": ("(frob 1)\n", "check", "CheckError", "frob"),
+        "loop.scm": ("(let loop () (loop))\n", "run", "LimitError", "step"),
+    }
+    for name, (text, command, kind, where) in files.items():
+        path = tmp_path / name
+        path.write_text(text)
+        proc = subprocess.run([cli, command, str(path)], capture_output=True, text=True, timeout=60)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode != 0, f"{name}: exit status 0: {output}"
+        assert kind in output and where in output and "Traceback" not in output, f"{name}: {output}"
+    good = tmp_path / "good.scm"
+    good.write_text("(param a 0.5)\n(define (f v) (* a v))\n(f x)\n")
+    proc = subprocess.run([cli, "run", str(good), "--param", "a=2", "--input", "x=3"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "6.0", proc.stdout + proc.stderr
