@@ -69,7 +69,7 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)$")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)$|[+-](inf|nan)\.0$")
 _INTEGER = re.compile(r"[+-]?\d+$")
 
 
@@ -82,7 +82,7 @@ def _atom(text: str, line: int, column: int) -> Node:
     if _INTEGER.match(text):
         return int(text)
     if _NUMBER.match(text):
-        return float(text)
+        return float(text.replace(".0", "")) if text[1:] in ("inf.0", "nan.0") else float(text)
     if text.startswith("#"):
         raise SexprError(f"unsupported literal {text!r}", line, column)
     return Sym(text)
@@ -97,12 +97,18 @@ def _tokens(text: str):
         if m is None:  # cannot happen with the catch-all atom pattern, kept as a guard
             raise SexprError(f"unreadable character {text[pos]!r}", line, column)
         kind, value = m.lastgroup, m.group()
-        if kind == "block":
-            end = text.find("|#", m.end())
-            if end < 0:
-                raise SexprError("unterminated block comment", line, column)
-            value = text[pos : end + 2]
-            pos = end + 2
+        if kind == "block":  # block comments nest, as in R7RS
+            depth, end = 1, m.end()
+            while depth:
+                opening, closing = text.find("#|", end), text.find("|#", end)
+                if closing < 0:
+                    raise SexprError("unterminated block comment", line, column)
+                if 0 <= opening < closing:
+                    depth, end = depth + 1, opening + 2
+                else:
+                    depth, end = depth - 1, closing + 2
+            value = text[pos:end]
+            pos = end
         else:
             pos = m.end()
         if kind == "unsupported":
@@ -170,8 +176,10 @@ def format_number(value: int | float) -> str:
         return "#t" if value else "#f"
     if isinstance(value, int):
         return str(value)
-    if not math.isfinite(value):
-        raise SexprError(f"the language has no literal for {value!r}")
+    if math.isnan(value):
+        return "+nan.0"
+    if math.isinf(value):
+        return "+inf.0" if value > 0 else "-inf.0"
     text = repr(float(value))
     return text  # repr always has '.' or 'e' for floats, so exactness is kept
 
