@@ -183,6 +183,10 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
     fits: list[Fit | None] = [None] * len(programs)
     natives, thetas, where, compiled = [], [], [], []
     for i, p in enumerate(programs):
+        if not isinstance(p, (str, Program)) and not hasattr(p, "_native"):
+            fits[i] = Fit(program=None, status="error", error_type=EvalError,
+                          error=f"item {i} is a {type(p).__name__}, not a program or source text")
+            continue
         try:
             program = compile(p) if isinstance(p, str) else p
             theta0 = initial_theta(program, restarts, seed, init, jitter)

@@ -77,6 +77,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         argv += ["--json", args.json]
     if args.quick:
         argv.append("--quick")
+    if args.data_dir:
+        argv += ["--data-dir", args.data_dir]
+    if args.markdown:
+        argv += ["--markdown", args.markdown]
     return int(bench.main(argv) or 0)
 
 
@@ -115,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", action="append", help="a suite to run (repeatable); default: all")
     p.add_argument("--json", help="write the results as JSON")
     p.add_argument("--quick", action="store_true", help="small repetitions, for a smoke run")
+    p.add_argument("--data-dir", help="the shared data folder (co-search corpus, ENSO series)")
+    p.add_argument("--markdown", help="also write the tables as Markdown")
     p.set_defaults(fn=cmd_bench)
 
     _register_pipeline(sub)

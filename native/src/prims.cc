@@ -33,11 +33,14 @@ const Pair* pair_of(VM& vm, const Value& v, const Node* site) {
 // Collects a proper list into `out`; a type error otherwise.
 void list_items(VM& vm, Value l, std::vector<Value>& out, const Node* site) {
   Value cur = l;
+  const size_t max_items = vm.lim->max_bytes / sizeof(Value);  // the copy counts against the budget
   while (cur.tag == T_PAIR) {
     const Pair* p = static_cast<const Pair*>(cur.ptr);
     out.push_back(p->car);
     cur = p->cdr;
-    if (out.size() > 100'000'000) err_at(site, "list too long");
+    if (out.size() > max_items)
+      limit_error("memory budget exceeded: a list of more than " + std::to_string(max_items) + " elements",
+                  site ? site->line : 0, site ? site->col : 0);
   }
   if (cur.tag != T_NIL) vm.type_error(site, "a proper list", l);
 }
