@@ -76,9 +76,22 @@ struct Scope {
   std::vector<Var> vars;
 };
 
+// The loops whose body this position is a tail position of: the innermost first. A loop in tail
+// position of another keeps the outer one reachable, so (recur ...) of the outer loop may appear
+// in the inner loop's exit branch.
+struct LoopChain {
+  LoopInfo* loop;
+  const LoopChain* outer;
+  bool contains(const LoopInfo* l) const {
+    for (const LoopChain* c = this; c; c = c->outer)
+      if (c->loop == l) return true;
+    return false;
+  }
+};
+
 struct Ctx {
-  bool tail = false;              // tail position of the current lambda
-  LoopInfo* tail_loop = nullptr;  // tail position of this loop's body
+  bool tail = false;                    // tail position of the current lambda
+  const LoopChain* loops = nullptr;     // tail position of these loops' bodies
   Ctx nontail() const { return Ctx{}; }
 };
 
@@ -371,7 +384,7 @@ class Compiler {
 
   Node* loop_call(const Datum& d, const Resolved& r, Scope* s, Ctx cx) {
     LoopInfo* L = r.loop;
-    if (!cx.tail_loop || cx.tail_loop != L || r.depth != 0) {
+    if (!cx.loops || !cx.loops->contains(L) || r.depth != 0) {
       L->failed = true;
       if (!L->nontail) L->nontail = &d;
       return constant(Value::make_unspec(), d.line, d.col);
@@ -684,7 +697,8 @@ class Compiler {
       inner.vars.push_back(Var{v, slot, nullptr});
     }
     loop->tail = cx.tail;
-    Node* b = compile_body(body, &inner, Ctx{cx.tail, &info}, d.line, d.col);
+    LoopChain chain{&info, cx.loops};
+    Node* b = compile_body(body, &inner, Ctx{cx.tail, &chain}, d.line, d.col);
     if (info.nontail && strict_recur)
       bad(*info.nontail, "recur must be in tail position of its (loop ...)");
     if (info.failed || P.lambdas.size() != lambdas_before) {
