@@ -9,7 +9,8 @@
    away from kinks: a point where the two step sizes disagree (a branch, ``floor``, ``abs`` or
    ``min`` within the step) is skipped, and the test bounds how many are skipped.
 3. B lanes in one batched run equal B separate one-lane runs, bit for bit, on values and
-   gradients, with parameters spread so that lanes take different branches (and per-lane inputs).
+   gradients, with parameters spread so that lanes take different branches (and per-lane inputs);
+   values also equal ``Program.run`` of each lane and the values computed while recording the tape.
 4. ``ndvm.calibrate_many`` with two threads equals the serial run, bit for bit.
 
 Each check runs 500 programs in the default run and 20,000 in the ``slow`` variant
@@ -213,7 +214,10 @@ def check_lanes(gen: genprog.Generated, seed: int) -> str | None:
     for i in range(LANES):
         lane_values = prog.evaluate(theta[i:i + 1], inputs={**inputs, **one(i)})
         lane_vg = prog.value_and_grad(theta[i:i + 1], inputs={**inputs, **one(i)})
+        lane_run = prog.run(params=dict(zip(prog.param_names, theta[i])), inputs={**inputs, **one(i)})
         same = (np.array_equal(batch_values[i], lane_values[0], equal_nan=True)
+                and np.array_equal(batch_values[i], np.float64(lane_run), equal_nan=True)  # the one-lane `run` path
+                and np.array_equal(batch_values[i], batch_vg[0][i], equal_nan=True)  # with and without the tape
                 and np.array_equal(batch_vg[0][i], lane_vg[0][0], equal_nan=True)
                 and np.array_equal(batch_vg[1][i], lane_vg[1][0], equal_nan=True))
         if not same:
