@@ -423,6 +423,10 @@ class Compiler {
       if (f.kind == Datum::List && !f.items.empty() && f.items[0]->is_sym("define") &&
           resolve("define", outer).kind == Resolved::Free) {
         std::string name = define_name(f);
+        if (!outer->parent && outer->vars.empty())  // the top level: a define must not hide a parameter
+          for (auto& p : P.params)
+            if (p.name == name)
+              bad(f, "'" + name + "' is a declared parameter; a define of the same name would hide it (rename one)");
         int slot = -1;
         for (auto& v : scope.vars)  // a redefinition assigns the same variable, as at a Scheme top level
           if (v.name == name) slot = v.slot;
