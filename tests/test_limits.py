@@ -33,7 +33,7 @@ import ndvm
 # Under scripts/sanitize.sh (NDVM_SANITIZED=1) the runtime is 2-5x slower and ASan reserves terabytes
 # of address space, so wall-time and RSS assertions and address-space caps are left out there.
 SANITIZED = bool(os.environ.get("NDVM_SANITIZED"))
-RUNAWAY_WALL_S = 5.0  # "within a few seconds" at the default limits, on a shared (loaded) 2-core machine
+RUNAWAY_WALL_S = 8.0  # "within a few seconds" (measured 0.3-4.4 s, see docs) with room for a loaded shared machine
 KILL_MARGIN_S = 3.0
 # Address-space cap of a child: the payload arena and its adjoint buffer grow by doubling
 # (realloc), so reaching the 2 GiB default budget legitimately needs about three times the budget
