@@ -326,6 +326,17 @@ void VM::spread_apply(Value& f, std::vector<Value>& args, const Node* site) {
   }
 }
 
+// Evaluates the first k operands of n onto the argument stack; returns where they start.
+size_t VM::push_operands(const Node* n, size_t k, Frame* env) {
+  size_t base = sp;
+  if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
+  for (size_t i = 0; i < k; ++i) {
+    Value v = operand(n->kids[i], env);
+    stack[sp++] = v;
+  }
+  return base;
+}
+
 Value VM::eval(const Node* n, Frame* env) {
   char probe;
   if (static_cast<size_t>(stack_base - &probe) > stack_budget)
@@ -392,13 +403,8 @@ Value VM::eval(const Node* n, Frame* env) {
         continue;
       }
       case N_PRIMCALL: {
-        size_t base = sp;
         size_t k = n->kids.size();
-        if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
-        for (size_t i = 0; i < k; ++i) {
-          Value v = operand(n->kids[i], env);
-          stack[sp++] = v;
-        }
+        size_t base = push_operands(n, k, env);
         if (n->tail && n->a == P_APPLY) {  // (apply f ...) in tail position: a proper tail call
           std::vector<Value> args(stack + base, stack + base + k);
           sp = base;
@@ -424,26 +430,16 @@ Value VM::eval(const Node* n, Frame* env) {
       case N_LOOP:
       case N_RECUR: {
         const Node* loop = n->kind == N_LOOP ? n : n->loop;
-        size_t base = sp;
         size_t k = loop->slots.size();
-        if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
-        for (size_t i = 0; i < k; ++i) {
-          Value v = operand(n->kids[i], env);
-          stack[sp++] = v;
-        }
+        size_t base = push_operands(n, k, env);
         for (size_t i = 0; i < k; ++i) env->slots[loop->slots[i]] = stack[base + i];
         sp = base;
         n = loop->kids.back();
         continue;
       }
       case N_CALL: {
-        size_t base = sp;
         size_t k = n->kids.size();
-        if (sp + k >= stack_cap) limit_error("argument stack exhausted", n->line, n->col);
-        for (size_t i = 0; i < k; ++i) {
-          Value v = operand(n->kids[i], env);
-          stack[sp++] = v;
-        }
+        size_t base = push_operands(n, k, env);
         Value f = stack[base];
         int nargs = static_cast<int>(k - 1);
         if (f.tag == T_PRIM && f.i == P_APPLY && nargs >= 2) {

@@ -131,6 +131,7 @@ class VM {
   // ---- evaluator -----------------------------------------------------------------------------
   Value eval(const Node* n, Frame* env);
   Value operand(const Node* n, Frame* env);
+  size_t push_operands(const Node* n, size_t k, Frame* env);
   void spread_apply(Value& f, std::vector<Value>& args, const Node* site);
   [[noreturn]] void depth_error(const Node* site);
   Value apply(Value f, const Value* args, int nargs, const Node* site);  // non-tail call
