@@ -228,7 +228,9 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- serve
 def cmd_serve(args: argparse.Namespace) -> int:
-    _quiet_environment(args.verbose)
+    # A served process runs unattended: keep Prefect's lines (run started, finished, failed).
+    _quiet_environment(verbose=True)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     from flows.discover import build_config, discover
 
     kwargs = _discover_kwargs(args)

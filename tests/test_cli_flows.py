@@ -80,12 +80,17 @@ def test_leaderboard_of_a_run_folder(enso_run, capsys):
     assert report["best_hash"] in out and "mean_rmse" in out
 
 
-def test_serve_registers_a_cron_deployment(prefect_api, tmp_path):
+def test_serve_registers_a_cron_deployment_and_runs_it(prefect_api, tmp_path):
     from prefect.client.orchestration import get_client
 
+    from storage import CandidateStore
+
+    # (the runner polls for due runs every 2 s here instead of 10 s)
+    env = subprocess_env(prefect_api, PREFECT_RUNNER_POLL_FREQUENCY="2")
     proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "serve", "--cron", "0 2 * * *", "--name", "nightly-test",
-                             "--minutes", "30", "--folder", str(tmp_path)], env=subprocess_env(prefect_api),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--minutes", "30", "--steps", "30", "--restarts", "2", "--top-k", "1",
+                             "--folder", str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
     try:
         deployment = None
         deadline = time.monotonic() + 90
@@ -101,6 +106,22 @@ def test_serve_registers_a_cron_deployment(prefect_api, tmp_path):
         assert [s.schedule.cron for s in schedules] == ["0 2 * * *"]
         assert deployment.parameters["budget"]["minutes"] == 30.0
         assert deployment.parameters["task"] == "enso" and deployment.parameters["folder"] == str(tmp_path.resolve())
+
+        # What the schedule does at 02:00, now: a run of the deployment, executed by the served process.
+        with get_client(sync_client=True) as client:
+            budget = {"minutes": 1.0, "max_candidates": 6}
+            flow_run = client.create_flow_run_from_deployment(deployment.id, parameters={"budget": budget})
+            deadline = time.monotonic() + 150
+            while time.monotonic() < deadline:
+                state = client.read_flow_run(flow_run.id).state
+                if state is not None and state.is_final():
+                    break
+                assert proc.poll() is None, proc.stdout.read()
+                time.sleep(1.0)
+        assert state is not None and state.is_completed(), state
+        with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
+            status = store.run_status(store.latest_run())
+        assert (status.status, status.new, status.pending) == ("finished", 6, 0)
     finally:
         proc.send_signal(signal.SIGTERM)  # a served process stops cleanly on SIGTERM
         try:
