@@ -186,7 +186,7 @@ def calibrate_batch(task: Any, items: list[BatchItem], options: CalibrationOptio
 
 
 def flat_parameters(params: dict[Any, Any], task: Any) -> dict[str, float]:
-    """Fitted parameters as name -> value. Per-group curve fits keep every group as ``name[group]``
+    """Fitted parameters as name -> value. Per-group curve fits keep every group as ``group/name``
     and the first group's values under the plain names (what the logged MLflow model uses)."""
     if not (task.kind == "curve" and task.per_group):
         return {k: float(v) for k, v in params.items()}
@@ -195,7 +195,7 @@ def flat_parameters(params: dict[Any, Any], task: Any) -> dict[str, float]:
         for name, value in values.items():
             if i == 0:
                 out[name] = float(value)
-            out[f"{name}[{group}]"] = float(value)
+            out[f"{group}/{name}"] = float(value)
     return out
 
 

@@ -164,7 +164,6 @@ class _ProgressDisplay:
 def cmd_discover(args: argparse.Namespace) -> int:
     _quiet_environment(args.verbose)
     from flows.discover import add_progress_listener, discover
-    from storage.leaderboard import show_leaderboard
 
     console = _console()
     display = _ProgressDisplay(console, args.minutes)
@@ -281,7 +280,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     import numpy as np
 
     import ndvm
-    from flows.calibration import CalibrationOptions, calibrate_batch, BatchItem
+    from flows.calibration import BatchItem, CalibrationOptions, calibrate_batch
     from flows.problem import ProblemSpec, load_problem
 
     path = Path(args.file)
