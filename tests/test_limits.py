@@ -13,9 +13,10 @@
   ``ndvm.NDVMError`` (never another exception type).
 
 Cases that fail because of a known bug are marked ``xfail(strict=True)`` with the bug: they turn
-into failures (to be unmarked) as soon as it is fixed. The runtime bugs this file found (heap not
-charged to the memory budget, a 6 MiB C-stack cap on recursion, ``(apply f)`` undefined behaviour)
-are fixed and their cases are plain regression tests now.
+into failures (to be unmarked) as soon as it is fixed. The bugs this file found (heap not charged
+to the memory budget, a 6 MiB C-stack cap on recursion, ``(apply f)`` undefined behaviour,
+``calibrate_many`` failing a whole batch on a non-program item) are fixed and their cases are plain
+regression tests now.
 """
 from __future__ import annotations
 
@@ -386,10 +387,8 @@ def test_apply_without_list_is_a_typed_error():
             ndvm.compile(source).run()
 
 
-KNOWN_API_BUGS = {
-    "calibrate_many junk": "ndvm bug: calibrate_many with a non-program item (an int) raises AttributeError for the "
-                           "whole batch instead of giving that item fit.error",
-}
+# Bad arguments whose outcome is currently an unexpected exception type because of a known bug.
+KNOWN_API_BUGS: dict[str, str] = {}
 
 
 def test_no_bad_argument_crashes_the_process():
@@ -403,7 +402,7 @@ def test_no_bad_argument_crashes_the_process():
     assert not silent, f"bad arguments accepted silently: {sorted(silent)}"
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_API_BUGS["calibrate_many junk"])
 def test_calibrate_many_turns_a_non_program_item_into_a_fit_error():
+    """Found by this file: an int among the programs once raised AttributeError for the whole batch."""
     fits = ndvm.calibrate_many(["(param a 1.0) (* a x)", 42], {"x": [1.0]}, target=[1.0], steps=2, restarts=2)
     assert fits[0].status != "error" and fits[1].status == "error"
