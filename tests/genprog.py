@@ -235,12 +235,11 @@ class _Gen:
         recur = self.in_tail_context(f"(recur (+ {i} 1) {step})", acc)
         return f"(loop (({i} 0) ({acc} {self.real(env, d)})) (if (>= {i} {n}) {acc} {recur}))"
 
-    # R7RS tail contexts a `recur` (or any tail call) may sit in. Two more are tail contexts too but
-    # the runtime's checker rejects recur there (reported): the result of `do`, `(do (...) ((= k 1) R))`,
-    # and the body of a named let, `(let lp ((z 0)) R)`; add them here once that is fixed.
+    # R7RS tail contexts a `recur` (or any tail call) may sit in.
     TAIL_CONTEXTS = ("{}", "(begin 0 {})", "(let ((z 1)) {})", "(let* ((z 1)) {})", "(letrec ((z 1)) {})",
                      "(when #t {})", "(unless #f {})", "(cond (#f {acc}) (else {}))", "(and #t {})",
-                     "(or #f {})", "(case 1 ((1) {}) (else {acc}))", "(if #t {} {acc})")
+                     "(or #f {})", "(case 1 ((1) {}) (else {acc}))", "(if #t {} {acc})",
+                     "(do ((k 0 (+ k 1))) ((= k 1) {}))", "(let lp ((z 0)) {})")
 
     def in_tail_context(self, call: str, acc: str) -> str:
         for _ in range(self.rng.randint(0, 2)):
