@@ -223,3 +223,35 @@ def test_stage_meter_counts_overlapping_operations_once():
     time.sleep(0.1)
     busy = meter.busy_seconds()
     assert 0.19 <= busy < 0.3 and meter.operations == 2
+
+
+def test_curve_task_with_groups(prefect_api, tmp_path):
+    """A grouped curve task (battery-synthetic: one fit per cell), its per-group parameters and the
+    logged model (which predicts with the first cell's parameters)."""
+    import mlflow.pyfunc
+    import pandas as pd
+
+    import ndvm
+    from flows.discover import discover
+    from storage import CandidateStore
+
+    report = discover(task="battery-synthetic", proposer="mutation", budget={"minutes": 1.0, "max_candidates": 16},
+                      batch_size=8, steps=60, restarts=4, top_k=1, log_every=30.0, folder=str(tmp_path),
+                      run_id="curve-run")
+    assert report["metric"] == "test_rmse" and report["new"] == 16 and report["pending"] == 0
+    assert report["calibrated"] >= 12 and report["best_score"] < 0.05  # state of health, a fraction
+    with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
+        best = store.evaluation("curve-run", report["best_hash"])
+        source = store.candidate(report["best_hash"])["source"]
+    program = ndvm.compile(source)
+    first = {name: best["parameters"][name] for name in program.param_names}
+    assert any(key.startswith("synthetic-00/") for key in best["parameters"])  # every cell, by group
+    assert all(best["parameters"][f"synthetic-00/{n}"] == v for n, v in first.items())
+    client, parent, children = _mlflow_runs(tmp_path, "curve-run")
+    [entry] = [c for c in children if c.data.tags["ndvm.hash"] == report["best_hash"]]
+    model = mlflow.pyfunc.load_model(entry.data.tags["ndvm.model_uri"])
+    x = np.linspace(0.1, 4.0, 9)
+    expected = program.evaluate([[first[n] for n in program.param_names]], {"x": x})[0]
+    np.testing.assert_allclose(model.predict(pd.DataFrame({"x": x})), np.broadcast_to(expected, x.shape), rtol=1e-12)
+    plots = {a.path for a in client.list_artifacts(entry.info.run_id, "plots")}
+    assert "plots/fit.png" in plots
