@@ -149,3 +149,25 @@ def test_bad_options_raise_clearly():
         ndvm.calibrate(LINEAR, {"x1": [1.0], "x2": [1.0]})
     with pytest.raises(ndvm.EvalError, match="missing input 'x2'"):
         ndvm.calibrate(LINEAR, {"x1": [1.0]}, target=[1.0])
+
+
+def test_lbfgs_does_not_jump_onto_a_saturated_plateau():
+    """A long first step could push a positive parameter to softplus(-50) ~ 0, where the loss is
+    lower than at the start but the gradient in unconstrained coordinates vanishes; steps are capped."""
+    t = np.linspace(0, 6, 200)
+    y = np.exp(-0.14 * t)
+    fit = ndvm.calibrate("(param k 0.5 positive) (exp (- (* k t)))", {"t": t}, target=y, optimizer="lbfgs",
+                         steps=100, restarts=1)
+    assert fit.params["k"] == pytest.approx(0.14, rel=1e-6)
+
+
+def test_grouped_lanes_stop_independently():
+    # lanes that converge leave the batch; the others keep their own data (no copies, a lane map)
+    rng = np.random.default_rng(1)
+    t = np.tile(np.linspace(0, 6, 100), (40, 1))
+    k = rng.uniform(0.1, 1.0, 40)
+    y = np.exp(-k[:, None] * t)
+    fit = ndvm.calibrate("(param k 0.5 positive) (exp (- (* k t)))", lane_inputs={"t": t}, lane_target=y,
+                         optimizer="lbfgs", steps=150, restarts=40, init=np.full((40, 1), 0.5), tol=1e-12)
+    np.testing.assert_allclose(fit.all_params[:, 0], k, rtol=1e-5)
+    assert "converged" in fit.lane_status

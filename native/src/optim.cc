@@ -58,13 +58,16 @@ double dnatural_du(const ParamDecl& d, double u) {
   }
 }
 
+constexpr double kMaxStep = 2.0;  // L-BFGS: largest move of one coordinate per iteration
+
 bool all_finite(const double* x, int n) {
   for (int i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) return false;
   return true;
 }
 
-// Evaluates a subset of lanes: builds compact theta, lane inputs and lane targets.
+// Evaluates the running subset of lanes: compact theta rows, with the per-lane inputs and
+// targets reached through a lane map (no copies when lanes stop).
 struct LaneEvaluator {
   const Program& p;
   VM& vm;
@@ -73,38 +76,18 @@ struct LaneEvaluator {
   const Limits& lim;
   int P;
   std::vector<int> lanes;  // original lane ids of the compact batch
-  Inputs sub_in;
-  LossSpec sub_loss;
-  bool has_lane_data = false;
 
   LaneEvaluator(const Program& p_, VM& vm_, const Inputs& in_, const CalibSpec& s, const Limits& l)
-      : p(p_), vm(vm_), in(in_), spec(s), lim(l), P(static_cast<int>(p_.params.size())) {
-    for (auto& v : in.per_lane) has_lane_data |= !v.empty();
-    has_lane_data |= !spec.loss.lane_target.empty();
-    sub_loss = spec.loss;
-  }
+      : p(p_), vm(vm_), in(in_), spec(s), lim(l), P(static_cast<int>(p_.params.size())) {}
 
-  void set_lanes(const std::vector<int>& ls) {
-    lanes = ls;
-    if (!has_lane_data) return;
-    sub_in.shared = in.shared;
-    sub_in.per_lane.assign(in.per_lane.size(), {});
-    for (size_t i = 0; i < in.per_lane.size(); ++i)
-      if (!in.per_lane[i].empty())
-        for (int l : lanes) sub_in.per_lane[i].push_back(in.per_lane[i][l]);
-    sub_loss = spec.loss;
-    if (!spec.loss.lane_target.empty()) {
-      sub_loss.lane_target.clear();
-      for (int l : lanes) sub_loss.lane_target.push_back(spec.loss.lane_target[l]);
-    }
-  }
+  void set_lanes(const std::vector<int>& ls) { lanes = ls; }
 
   // theta_all [R, P] natural units -> result for the current lanes
   BatchResult eval(const std::vector<double>& theta_all, bool grad) {
     std::vector<double> th(lanes.size() * P);
     for (size_t k = 0; k < lanes.size(); ++k)
       std::memcpy(th.data() + k * P, theta_all.data() + static_cast<size_t>(lanes[k]) * P, sizeof(double) * P);
-    return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), has_lane_data ? sub_in : in, grad, &sub_loss, lim);
+    return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &spec.loss, lim, nullptr, &lanes);
   }
 };
 
@@ -113,6 +96,13 @@ struct LaneEvaluator {
 CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,
                       const CalibSpec& spec, const Limits& lim) {
   const int P = static_cast<int>(p.params.size());
+  for (size_t i = 0; i < in.per_lane.size(); ++i)
+    if (!in.per_lane[i].empty() && static_cast<int>(in.per_lane[i].size()) != R)
+      eval_error("lane input '" + p.inputs[i] + "' has " + std::to_string(in.per_lane[i].size()) +
+                 " lanes, expected one per restart (" + std::to_string(R) + ")");
+  if (!spec.loss.lane_target.empty() && static_cast<int>(spec.loss.lane_target.size()) != R)
+    eval_error("lane_target has " + std::to_string(spec.loss.lane_target.size()) + " rows, expected " +
+               std::to_string(R));
   CalibResult res;
   res.R = R;
   res.P = P;
@@ -272,9 +262,14 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
               for (int j = 0; j < P; ++j) { S.d[j] = -gu[j] * gamma; S.gd += S.d[j] * gu[j]; }
             }
             if (S.gd == 0) { res.status[r] = LANE_CONVERGED; changed = true; break; }
-            S.alpha = 1;
+            // A step is capped in unconstrained coordinates: a long step into a saturated
+            // transform (softplus or logistic far from the data) would decrease the loss and then
+            // leave the lane on a plateau whose gradient vanishes.
+            double dmax = 0;
+            for (int j = 0; j < P; ++j) dmax = std::max(dmax, std::fabs(S.d[j]));
+            S.alpha = dmax > kMaxStep ? kMaxStep / dmax : 1.0;
             S.have_point = true;
-            for (int j = 0; j < P; ++j) ur[j] = S.u0[j] + S.d[j];
+            for (int j = 0; j < P; ++j) ur[j] = S.u0[j] + S.alpha * S.d[j];
           }
           break;
         }

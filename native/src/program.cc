@@ -12,13 +12,13 @@ std::unique_ptr<VM> make_vm() { return std::make_unique<VM>(); }
 
 namespace {
 
-void check_inputs(const Program& p, const Inputs& in, int B) {
+void check_inputs(const Program& p, const Inputs& in, int B, const std::vector<int>* lane_map) {
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     bool lane = i < in.per_lane.size() && !in.per_lane[i].empty();
     bool shared = i < in.shared.size() && !in.shared[i].data.empty();
     if (!lane && !shared)
       eval_error("missing input '" + p.inputs[i] + "': pass it in inputs (or lane_inputs)", p.input_line[i], p.input_col[i]);
-    if (lane && static_cast<int>(in.per_lane[i].size()) != B)
+    if (lane && !lane_map && static_cast<int>(in.per_lane[i].size()) != B)
       eval_error("lane input '" + p.inputs[i] + "' has " + std::to_string(in.per_lane[i].size()) + " lanes, expected " +
                  std::to_string(B));
   }
@@ -30,7 +30,8 @@ Value load_array(VM& vm, const Array& a, bool uniform) {
 
 // Loads parameters (lane-varying, active when differentiating) and inputs into a reset VM.
 void load(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
-          bool grad, const std::vector<int>* input_grad_ids) {
+          bool grad, const std::vector<int>* input_grad_ids, const std::vector<int>* lane_map = nullptr) {
+  auto data_lane = [&](int l) { return lane_map ? (*lane_map)[lanes[l]] : lanes[l]; };
   int L = static_cast<int>(lanes.size());
   for (int j = 0; j < P; ++j) {
     Value v = vm.alloc_num(0, 1, 1, false);
@@ -46,20 +47,20 @@ void load(const Program& p, VM& vm, const double* theta, int P, const std::vecto
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     Value v;
     if (i < in.per_lane.size() && !in.per_lane[i].empty()) {
-      const Array& first = in.per_lane[i][lanes[0]];
+      const Array& first = in.per_lane[i][data_lane(0)];
       v = load_array(vm, first, false);
       double* d = vm.data(v);
       uint32_t ne = v.numel();
       for (int l = 0; l < L; ++l) {
-        const Array& a = in.per_lane[i][lanes[l]];
+        const Array& a = in.per_lane[i][data_lane(l)];
+        if (a.numel() != ne || a.rank != first.rank)
+          eval_error("lane input '" + p.inputs[i] + "' has lanes of different shapes");
         for (uint32_t e = 0; e < ne; ++e) d[static_cast<size_t>(e) * L + l] = a.data[e];
       }
     } else {
       const Array& a = in.shared[i];
       v = load_array(vm, a, true);
-      std::memcpy(vm.data(v), a.data.data(), sizeof(double) * a.numel());
-      bool integral = a.rank == 0 && a.data[0] == std::floor(a.data[0]) && std::fabs(a.data[0]) <= 9007199254740992.0;
-      (void)integral;  // inputs are data: always inexact numbers
+      std::memcpy(vm.data(v), a.data.data(), sizeof(double) * a.numel());  // inputs are data: inexact
     }
     if (p.f32) {
       double* d = vm.data(v);
@@ -85,13 +86,14 @@ struct Driver {
   const LossSpec* loss;
   const Limits& lim;
   const std::vector<int>* input_grad_ids;
+  const std::vector<int>* lane_map;
   BatchResult res;
   bool shape_set = false;
 
   void run_group(const std::vector<int>& lanes) {
     int L = static_cast<int>(lanes.size());
     vm.reset(p, L, grad, lim);
-    load(p, vm, theta, P, lanes, in, grad, input_grad_ids);
+    load(p, vm, theta, P, lanes, in, grad, input_grad_ids, lane_map);
     Value out;
     try {
       out = vm.run();
@@ -131,7 +133,8 @@ struct Driver {
       const double* y = res.values.data() + static_cast<size_t>(lane) * ne;
       const double* t = nullptr;
       if (kind != LossKind::Value) {
-        const std::vector<double>& tv = loss->lane_target.empty() ? loss->target : loss->lane_target[lane];
+        const std::vector<double>& tv =
+            loss->lane_target.empty() ? loss->target : loss->lane_target[lane_map ? (*lane_map)[lane] : lane];
         if (tv.size() != ne)
           eval_error("the target has " + std::to_string(tv.size()) + " values but the program returned " +
                      std::to_string(ne));
@@ -212,11 +215,12 @@ struct Driver {
 }  // namespace
 
 BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, const Inputs& in, bool grad,
-                      const LossSpec* loss, const Limits& lim, const std::vector<int>* input_grad_ids) {
+                      const LossSpec* loss, const Limits& lim, const std::vector<int>* input_grad_ids,
+                      const std::vector<int>* lane_map) {
   if (B <= 0) eval_error("theta must have at least one row (lane)");
-  check_inputs(p, in, B);
+  check_inputs(p, in, B, lane_map);
   int P = static_cast<int>(p.params.size());
-  Driver d{p, vm, theta, B, P, in, grad, loss, lim, input_grad_ids, {}, false};
+  Driver d{p, vm, theta, B, P, in, grad, loss, lim, input_grad_ids, lane_map, {}, false};
   if (grad) d.res.grads.assign(static_cast<size_t>(B) * P, 0.0);
   if (grad || loss) d.res.losses.assign(B, 0.0);
   if (input_grad_ids) {
@@ -279,7 +283,7 @@ OutValue convert(VM& vm, const Value& v, int depth) {
 }  // namespace
 
 OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in, const Limits& lim) {
-  check_inputs(p, in, 1);
+  check_inputs(p, in, 1, nullptr);
   vm.reset(p, 1, false, lim);
   std::vector<int> lanes{0};
   load(p, vm, theta, static_cast<int>(p.params.size()), lanes, in, false, nullptr);

@@ -103,9 +103,12 @@ class VM;
 // objective is the scalar result (LossKind::Value) or the loss against a target.
 // Lanes that disagree on a branch are split into groups and each group is re-run on its own, so
 // every lane computes exactly what a one-lane run computes.
+// `lane_map` (optional): row k of theta is lane lane_map[k] of the per-lane inputs and targets,
+// so a subset of lanes is evaluated without copying their data.
 BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, const Inputs& in,
                       bool grad, const LossSpec* loss, const Limits& lim,
-                      const std::vector<int>* input_grad_ids = nullptr);
+                      const std::vector<int>* input_grad_ids = nullptr,
+                      const std::vector<int>* lane_map = nullptr);
 
 // One lane, any result type.
 OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in, const Limits& lim);
