@@ -386,7 +386,9 @@ class Compiler {
     LoopInfo* L = r.loop;
     if (!cx.loops || !cx.loops->contains(L) || r.depth != 0) {
       L->failed = true;
-      if (!L->nontail) L->nontail = &d;
+      // inside a nested procedure (depth > 0) the call may still be a tail call of the loop as a
+      // whole (e.g. from a named let that became a closure): only a same-frame use is an error
+      if (r.depth == 0 && !L->nontail) L->nontail = &d;
       return constant(Value::make_unspec(), d.line, d.col);
     }
     Node* loop = L->node;
