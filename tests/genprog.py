@@ -235,14 +235,11 @@ class _Gen:
         recur = self.in_tail_context(f"(recur (+ {i} 1) {step})", acc)
         return f"(loop (({i} 0) ({acc} {self.real(env, d)})) (if (>= {i} {n}) {acc} {recur}))"
 
-    # R7RS tail contexts a `recur` (or any tail call) may sit in. The body of a named let,
-    # `(let lp ((z 0)) R)`, and the result of `do`, `(do ((k 0 (+ k 1))) ((= k 1) R))`, are too, but
-    # the runtime rejects recur there when a lambda appears inside them
-    # (test_differential.test_recur_under_named_let_or_do_with_a_lambda, xfail); add them back
-    # once that is fixed.
+    # R7RS tail contexts a `recur` (or any tail call) may sit in.
     TAIL_CONTEXTS = ("{}", "(begin 0 {})", "(let ((z 1)) {})", "(let* ((z 1)) {})", "(letrec ((z 1)) {})",
                      "(when #t {})", "(unless #f {})", "(cond (#f {acc}) (else {}))", "(and #t {})",
-                     "(or #f {})", "(case 1 ((1) {}) (else {acc}))", "(if #t {} {acc})")
+                     "(or #f {})", "(case 1 ((1) {}) (else {acc}))", "(if #t {} {acc})",
+                     "(do ((k 0 (+ k 1))) ((= k 1) {}))", "(let lp ((z 0)) {})")
 
     def in_tail_context(self, call: str, acc: str) -> str:
         for _ in range(self.rng.randint(0, 2)):
