@@ -255,3 +255,26 @@ def test_curve_task_with_groups(prefect_api, tmp_path):
     np.testing.assert_allclose(model.predict(pd.DataFrame({"x": x})), np.broadcast_to(expected, x.shape), rtol=1e-12)
     plots = {a.path for a in client.list_artifacts(entry.info.run_id, "plots")}
     assert "plots/fit.png" in plots
+
+
+def test_llm_cost_budget_stops_proposing(prefect_api, tmp_path, monkeypatch):
+    """With a model litellm can price (gpt-4o-mini from its bundled price map, served here by the
+    fake server), the run stops proposing once the reported cost reaches --max-cost."""
+    from flows.discover import discover
+
+    monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-cost")
+    fake = FakeOpenAI(delay=0.2)
+    limit = 0.0005  # about three calls of 900 prompt + 120 completion tokens
+    try:
+        report = discover(task="enso", model="openai/gpt-4o-mini", api_base=fake.api_base,
+                          api_key_env="NDVM_TEST_FAKE_KEY", budget={"minutes": 2.0, "max_cost_usd": limit},
+                          concurrency=2, per_request=2, batch_size=4, steps=30, restarts=2, top_k=1,
+                          log_every=30.0, folder=str(tmp_path), run_id="cost-run")
+    finally:
+        fake.close()
+    assert report["stop_reason"].startswith("LLM cost")
+    per_call = report["cost_usd"] / len(fake.requests)
+    assert per_call > 0
+    # requests already in flight when the limit is reached finish (at most `concurrency` of them)
+    assert limit <= report["cost_usd"] <= limit + 2 * per_call + 1e-12
+    assert report["pending"] == 0 and report["calibrated"] + report["failed"] == report["new"]
