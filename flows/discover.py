@@ -317,6 +317,7 @@ class Discovery:
         self.proposal_meter, self.calibration_meter = StageMeter(), StageMeter()
         self.queue: collections.deque[BatchItem] = collections.deque()
         self.queue_lock = threading.Lock()
+        self.accept_lock = threading.Lock()  # keeps the candidate budget exact
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
         self.stop_proposing = threading.Event()
         self.finished = threading.Event()
@@ -405,6 +406,10 @@ class Discovery:
     def _accept(self, proposals: list[Any]) -> None:
         """Into the store at once; the new candidates join the calibration queue. With a candidate
         budget the proposals are added in slices so the run accepts exactly that many."""
+        with self.accept_lock:  # replies of concurrent requests arrive in worker threads
+            self._accept_locked(proposals)
+
+    def _accept_locked(self, proposals: list[Any]) -> None:
         program_source = self.spec.program_source
         while proposals:
             take = len(proposals)
