@@ -171,10 +171,25 @@ def cmd_discover(args: argparse.Namespace) -> int:
     try:
         with display.live:
             report = discover(**_discover_kwargs(args), budget=_budget(args), run_id=args.run_id, resume=args.resume)
+    except _user_errors() as exc:
+        print(f"ndvm discover: {exc}", file=sys.stderr)
+        return 1
     finally:
         remove()
     _print_report(console, report, args.folder)
     return 0
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean a wrong option, file or run id: a message, not a traceback."""
+    from datasets.errors import DatasetError
+    from datasets.tasks import TaskError
+    from flows.discover import DiscoveryError
+    from flows.recalibrate import RecalibrationError
+    from flows.runners import RunnerError
+    from storage import StoreError
+
+    return (DiscoveryError, RecalibrationError, RunnerError, StoreError, DatasetError, TaskError)
 
 
 def _print_report(console, report: dict[str, Any], folder: str) -> None:
@@ -205,10 +220,14 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
 
     from flows.recalibrate import recalibrate
 
-    report = recalibrate(args.from_run, args.task, data=args.data, x=args.x, y=args.y, group=args.group,
-                         task_kind=args.task_kind, top=args.top, steps=args.steps, restarts=args.restarts,
-                         optimizer=args.optimizer, lr=args.lr, seed=args.seed, folder=args.folder,
-                         tracking_uri=args.tracking_uri, run_id=args.run_id)
+    try:
+        report = recalibrate(args.from_run, args.task, data=args.data, x=args.x, y=args.y, group=args.group,
+                             task_kind=args.task_kind, top=args.top, steps=args.steps, restarts=args.restarts,
+                             optimizer=args.optimizer, lr=args.lr, seed=args.seed, folder=args.folder,
+                             tracking_uri=args.tracking_uri, run_id=args.run_id)
+    except _user_errors() as exc:
+        print(f"ndvm recalibrate: {exc}", file=sys.stderr)
+        return 1
     console = _console()
     table = Table(title=f"{report['from_run']} re-fitted on {report['dataset']} -> run {report['run_id']}",
                   title_justify="left")
@@ -233,7 +252,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from flows.discover import build_config, discover
 
     kwargs = _discover_kwargs(args)
-    build_config(**kwargs)  # fail now, not at 2 am, on a bad option
+    try:
+        build_config(**kwargs)  # fail now, not at 2 am, on a bad option
+    except _user_errors() as exc:
+        print(f"ndvm serve: {exc}", file=sys.stderr)
+        return 1
     if args.resume:
         raise SystemExit("ndvm serve: --resume does not apply to a schedule (each scheduled run is a new run)")
     parameters = {**kwargs, "folder": str(Path(args.folder).resolve()), "budget": _budget(args)}

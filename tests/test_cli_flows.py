@@ -131,6 +131,13 @@ def test_serve_registers_a_cron_deployment_and_runs_it(prefect_api, tmp_path):
             proc.wait()
 
 
+def test_discover_reports_a_wrong_run_id_without_a_traceback(prefect_api, tmp_path, capsys):
+    assert main(["discover", "--resume", "no-such-run", "--folder", str(tmp_path)]) == 1
+    assert "ndvm discover: cannot resume 'no-such-run'" in capsys.readouterr().err
+    assert main(["serve", "--cron", "0 2 * * *", "--dask-address", "localhost:8786"]) == 1
+    assert "tcp://HOST:PORT" in capsys.readouterr().err
+
+
 def test_ui_refuses_a_folder_without_a_store(tmp_path):
     with pytest.raises(SystemExit, match="no MLflow store"):
         main(["ui", "--folder", str(tmp_path)])
