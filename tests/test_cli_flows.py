@@ -161,3 +161,14 @@ def test_ui_serves_the_run_folder_on_localhost(enso_run, prefect_api):
     time.sleep(1.0)
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_recalibrate_command_prints_old_and_new_scores(enso_run, capsys):
+    report, folder = enso_run
+    code = main(["recalibrate", "--from-run", "enso-e2e", "--top", "2", "--run-id", "recal-cli", "--steps", "30",
+                 "--restarts", "2", "--data", "/work/shared/data/enso/raw/cpc_sstoi.indices.txt",
+                 "--folder", str(folder)])
+    assert code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "enso-e2e re-fitted on" in out and "recal-cli" in out and report["best_hash"] in out
+    assert "logged 2 nested runs" in out
