@@ -6,6 +6,7 @@ descent) in unconstrained coordinates (softplus for ``positive``, logistic for `
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -92,6 +93,24 @@ def _natural(p, u):
     return u
 
 
+@functools.lru_cache(maxsize=256)
+def _declared_starts(params: tuple, restarts: int, seed: int, jitter: float) -> np.ndarray:
+    """The jittered starting points depend only on the declarations: computed once for the many
+    candidates of a batch that declare the same parameters (the serial part of calibrate_many)."""
+    rng = np.random.default_rng(seed)
+    P = len(params)
+    u0 = np.array([_unconstrained(p, np.float64(p.init)) for p in params])
+    noise = rng.standard_normal((restarts, P)) * jitter
+    noise[0] = 0.0
+    u = u0[None, :] + noise
+    theta = np.empty_like(u)
+    for j, p in enumerate(params):
+        theta[:, j] = _natural(p, u[:, j])
+    theta = np.ascontiguousarray(theta.reshape(restarts, P))
+    theta.setflags(write=False)
+    return theta
+
+
 def initial_theta(program: Program, restarts: int, seed: int, init: Any = "declared", jitter: float = 0.5) -> np.ndarray:
     """[restarts, P] starting points in natural units.
 
@@ -102,16 +121,7 @@ def initial_theta(program: Program, restarts: int, seed: int, init: Any = "decla
     if isinstance(init, str):
         if init != "declared":
             raise ValueError(f"init must be 'declared' or an array [restarts, {P}], got {init!r}")
-        rng = np.random.default_rng(seed)
-        base = program.theta(lanes=1)[0]
-        u0 = np.array([_unconstrained(p, np.float64(base[j])) for j, p in enumerate(program.params)])
-        noise = rng.standard_normal((restarts, P)) * jitter
-        noise[0] = 0.0
-        u = u0[None, :] + noise
-        theta = np.empty_like(u)
-        for j, p in enumerate(program.params):
-            theta[:, j] = _natural(p, u[:, j])
-        return np.ascontiguousarray(theta.reshape(restarts, P))
+        return _declared_starts(tuple(program.params), int(restarts), int(seed), float(jitter))
     arr = np.asarray(init, dtype=np.float64)
     if arr.ndim == 1:
         arr = arr[None, :]
@@ -132,23 +142,24 @@ def _fit_from(program: Program, res: dict, seconds: float) -> Fit:
     if res["error"] is not None:
         return Fit(program=program, status="error", error=res["error"],
                    error_type=_ERROR_TYPES.get(res["error_kind"], EvalError), seconds=seconds)
-    losses = np.asarray(res["best_loss"])
-    finite = np.isfinite(losses)
+    losses = res["best_loss"]
     fit = Fit(program=program, all_params=res["best_theta"], all_losses=losses,
               lane_status=[_LANE_STATUS.get(s, "ok") for s in res["status"]], seconds=seconds,
               steps=int(res["steps_done"]), evaluations=int(res["evaluations"]))
-    if not finite.any():
-        fit.status = "nonfinite"
-        fit.error = "no restart produced a finite loss"
-        fit.error_type = EvalError
-        fit.params = dict(zip(program.param_names, program.theta()[0].tolist()))
-        return fit
-    best = int(np.nanargmin(np.where(finite, losses, np.inf)))
+    finite = np.isfinite(losses)
+    if not finite.all():
+        if not finite.any():
+            fit.status = "nonfinite"
+            fit.error = "no restart produced a finite loss"
+            fit.error_type = EvalError
+            fit.params = dict(zip(program.param_names, program.theta()[0].tolist()))
+            return fit
+        losses = np.where(finite, losses, np.inf)
+    best = int(losses.argmin())
     fit.best_restart = best
     fit.loss = float(losses[best])
     fit.params = dict(zip(program.param_names, res["best_theta"][best].tolist()))
-    hist = np.asarray(res["history"])[: fit.steps, best]
-    fit.history = hist
+    fit.history = res["history"][: fit.steps, best]
     return fit
 
 

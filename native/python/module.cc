@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <unordered_map>
 
 #include "error.h"
 #include "optim.h"
@@ -303,16 +304,52 @@ PYBIND11_MODULE(_native, m) {
   m.def("calibrate_many", [](std::vector<std::shared_ptr<Program>> progs, std::vector<Arr> theta0s, py::dict shared,
                              py::dict lane, py::dict spec_d, py::tuple lim_t, int threads) {
     Limits lim = limits_from(lim_t);
+    // The data are converted once for the whole batch (names -> arrays); each program then picks
+    // its inputs by name. Per-program work under the GIL is what limits scaling across threads.
+    std::unordered_map<std::string, Array> shared_arrays;
+    std::unordered_map<std::string, std::vector<Array>> lane_arrays;
+    for (auto item : shared) {
+      std::string name = py::str(item.first);
+      shared_arrays.emplace(name, array_from(item.second, name));
+    }
+    for (auto item : lane) {
+      std::string name = py::str(item.first);
+      Arr a = Arr::ensure(item.second);
+      if (!a || a.ndim() < 1) throw py::value_error("lane input '" + name + "' needs a leading lane axis");
+      std::vector<Array> per;
+      for (py::ssize_t l = 0; l < a.shape(0); ++l) per.push_back(array_from(a, name, true, l));
+      lane_arrays.emplace(name, std::move(per));
+    }
+    CalibSpec base_spec = progs.empty() ? CalibSpec{} : spec_from(*progs[0], spec_d);
     std::vector<Inputs> ins(progs.size());
     std::vector<CalibJob> jobs(progs.size());
     std::vector<std::string> prep_errors(progs.size());
     for (size_t i = 0; i < progs.size(); ++i) {
       try {
-        check_theta(*progs[i], theta0s[i]);
-        ins[i] = inputs_from(*progs[i], shared, lane, static_cast<int>(theta0s[i].shape(0)));
-        jobs[i] = CalibJob{progs[i].get(),
-                           std::vector<double>(theta0s[i].data(), theta0s[i].data() + theta0s[i].size()),
-                           static_cast<int>(theta0s[i].shape(0)), &ins[i], spec_from(*progs[i], spec_d)};
+        const Program& p = *progs[i];
+        check_theta(p, theta0s[i]);
+        int R = static_cast<int>(theta0s[i].shape(0));
+        Inputs& in = ins[i];
+        in.shared.resize(p.inputs.size());
+        in.per_lane.resize(p.inputs.size());
+        for (size_t k = 0; k < p.inputs.size(); ++k) {
+          auto la = lane_arrays.find(p.inputs[k]);
+          if (la != lane_arrays.end()) {
+            if (static_cast<int>(la->second.size()) != R)
+              throw py::value_error("lane input '" + p.inputs[k] + "' has " + std::to_string(la->second.size()) +
+                                    " lanes, expected " + std::to_string(R));
+            in.per_lane[k] = la->second;
+          } else {
+            auto sa = shared_arrays.find(p.inputs[k]);
+            if (sa != shared_arrays.end()) in.shared[k] = sa->second;
+          }
+        }
+        CalibSpec spec = base_spec;
+        spec.loss.sigma_param = -1;
+        for (size_t j = 0; j < p.params.size(); ++j)
+          if (spec.loss.kind == LossKind::GaussianNLL && p.params[j].name == "sigma") spec.loss.sigma_param = static_cast<int>(j);
+        jobs[i] = CalibJob{&p, std::vector<double>(theta0s[i].data(), theta0s[i].data() + theta0s[i].size()), R, &in,
+                           std::move(spec)};
       } catch (const std::exception& e) {
         prep_errors[i] = e.what();
       }
