@@ -803,7 +803,7 @@ void bwd2(VM& vm, const Value* in, const double* go, const double* z, uint32_t n
 // ---- backward ------------------------------------------------------------------------------
 
 void backward_record(VM& vm, const TapeRec& t) {
-  const Value* in = t.inputs(vm.targs);
+  const Value* in = vm.targs.data() + t.args;
   double* adj = vm.adj;
   const Value& out = t.out;
   const uint32_t Lo = vm.lanes_of(out);
@@ -837,7 +837,7 @@ void backward_record(VM& vm, const TapeRec& t) {
       break;
     }
     case O_CONCAT: {
-      int parts = t.nin == 255 ? static_cast<int>(t.d2) : t.nin;  // see VM::record_n
+      int parts = t.nin == 255 ? static_cast<int>(t.d2) : t.nin;
       size_t e = 0;
       for (int k = 0; k < parts; ++k) {
         const Value& p = in[k];

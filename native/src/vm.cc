@@ -99,39 +99,27 @@ Value VM::make_real(double x) {
 // tape record is written (record_n), a parameter or differentiated input when it is loaded
 // (zero_adjoint). Inactive values never receive an adjoint, so nothing else needs clearing.
 void VM::zero_adjoint(const Value& v) {
-  size_t n = static_cast<size_t>(v.numel()) * lanes_of(v);
-  double* a = adj + v.n.off;
-  if (n <= 8) {
-    for (size_t i = 0; i < n; ++i) a[i] = 0.0;
-  } else {
-    std::memset(a, 0, sizeof(double) * n);
-  }
+  std::memset(adj + v.n.off, 0, sizeof(double) * v.numel() * lanes_of(v));
+}
+
+void VM::record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0, uint32_t d1, uint32_t d2) {
+  record_n(op, out, in.begin(), static_cast<int>(in.size()), d0, d1, d2);
 }
 
 void VM::record_n(Op op, Value& out, const Value* in, int n, uint32_t d0, uint32_t d1, uint32_t d2) {
   out.flags |= NF_ACTIVE;
   zero_adjoint(out);
-  if (tape.size() == tape.capacity()) {
-    check_memory(nullptr);
-    tape.reserve(tape.capacity() ? tape.capacity() * 2 : 4096);
-  }
-  tape.emplace_back();
-  TapeRec& t = tape.back();
+  if (tape.size() == tape.capacity() || targs.size() + n > targs.capacity()) check_memory(nullptr);
+  TapeRec t;
   t.op = op;
+  t.nin = static_cast<uint8_t>(n > 255 ? 255 : n);
+  t.args = static_cast<uint32_t>(targs.size());
   t.d0 = d0;
   t.d1 = d1;
-  t.d2 = d2;
+  t.d2 = n > 255 ? static_cast<uint32_t>(n) : d2;  // O_CONCAT with many parts keeps the count in d2
   t.out = out;
-  if (n <= 2) {
-    t.nin = static_cast<uint8_t>(n);
-    for (int i = 0; i < n; ++i) t.in[i] = in[i];
-  } else {  // a concatenation of many parts: the count may exceed 255, keep it in d2
-    t.nin = 255;
-    t.d2 = static_cast<uint32_t>(n);
-    t.args = static_cast<uint32_t>(targs.size());
-    if (targs.size() + n > targs.capacity()) check_memory(nullptr);
-    targs.insert(targs.end(), in, in + n);
-  }
+  targs.insert(targs.end(), in, in + n);
+  tape.push_back(t);
 }
 
 void VM::backward() {

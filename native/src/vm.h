@@ -29,16 +29,13 @@ enum Op : uint8_t {
   O_TRACE, O_VSUM, O_NORM, O_INV, O_SOLVE, O_DET, O_LOGDET, O_CHOL,
 };
 
-// One tape record: op, output, inputs, dimensions. Up to two inputs are kept in the record;
-// more (concatenations) go to VM::targs.
+// One tape record: op, output, inputs (in VM::targs), dimensions.
 struct TapeRec {
   uint8_t op;
   uint8_t nin;
-  uint32_t args;       // first input in VM::targs when nin > 2
+  uint32_t args;       // first input in VM::targs
   uint32_t d0, d1, d2; // op-specific dimensions
   Value out;
-  Value in[2];
-  const Value* inputs(const std::vector<Value>& targs) const { return nin <= 2 ? in : targs.data() + args; }
 };
 
 // Bump allocator for frames, pairs and closures. Chunks are kept across resets.
@@ -123,9 +120,7 @@ class VM {
   std::vector<TapeRec> tape;
   std::vector<Value> targs;
   void record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0 = 0, uint32_t d1 = 0,
-              uint32_t d2 = 0) {
-    record_n(op, out, in.begin(), static_cast<int>(in.size()), d0, d1, d2);
-  }
+              uint32_t d2 = 0);
   void record_n(Op op, Value& out, const Value* in, int n, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0);
 
   // ---- evaluator -----------------------------------------------------------------------------
