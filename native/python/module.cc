@@ -75,7 +75,7 @@ Inputs inputs_from(const Program& p, py::dict shared, py::dict lane, int B) {
 
 py::array shaped(const std::vector<double>& v, std::vector<py::ssize_t> shape) {
   py::array_t<double> a(shape);
-  std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(double));
+  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(double));
   return std::move(a);
 }
 

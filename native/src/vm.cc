@@ -6,14 +6,21 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <sstream>
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
+#if defined(__SANITIZE_ADDRESS__)  // GCC
 #define NDVM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang
+#define NDVM_ASAN 1
+#endif
+#endif
+#ifdef NDVM_ASAN
+#include <sanitizer/common_interface_defs.h>
 #endif
 
 #include "prims.h"
@@ -226,6 +233,10 @@ Value VM::run() {
     eval_stack_size_ = kEvalStack;
   }
   stack_budget = eval_stack_size_ - (16u << 20);
+#ifdef NDVM_ASAN
+  // ASan gives up unpoisoning more than 64 MiB of stack when an exception unwinds it
+  stack_budget = std::min<size_t>(stack_budget, 48u << 20);
+#endif
   RunCtx c;
   c.vm = this;
   getcontext(&c.callee);
