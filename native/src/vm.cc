@@ -55,6 +55,16 @@ void VM::reset(const Program& p, int lanes, bool rec, const Limits& l) {
   heap.reset();
   tape.clear();
   targs.clear();
+  // A run that needed a huge arena should not pin that memory for the life of the thread.
+  constexpr size_t kKeepBytes = 64u << 20;
+  if (pay_cap * sizeof(double) > kKeepBytes) {
+    std::free(pay);
+    std::free(adj);
+    pay = adj = nullptr;
+    pay_cap = adj_cap = 0;
+  }
+  if (tape.capacity() * sizeof(TapeRec) > kKeepBytes) std::vector<TapeRec>().swap(tape);
+  if (targs.capacity() * sizeof(Value) > kKeepBytes) std::vector<Value>().swap(targs);
   sp = 0;
   steps = 0;
   depth = 0;
@@ -249,10 +259,14 @@ Value VM::run() {
 #ifdef NDVM_ASAN
   __sanitizer_start_switch_fiber(&c.fake_stack, eval_stack_, eval_stack_size_);
 #endif
+  stack_peak_ = 0;
   swapcontext(&c.caller, &c.callee);
 #ifdef NDVM_ASAN
   __sanitizer_finish_switch_fiber(c.fake_stack, nullptr, nullptr);
 #endif
+  // A deep recursion leaves its stack pages resident: give them back, keeping the top few MiB.
+  constexpr size_t kKeep = 4u << 20;
+  if (stack_peak_ > 2 * kKeep) madvise(eval_stack_, eval_stack_size_ - kKeep, MADV_DONTNEED);
   if (c.error) std::rethrow_exception(c.error);
   return c.result;
 }
@@ -338,8 +352,11 @@ size_t VM::push_operands(const Node* n, size_t k, Frame* env) {
 
 Value VM::eval(const Node* n, Frame* env) {
   char probe;
-  if (static_cast<size_t>(stack_base - &probe) > stack_budget)
-    limit_error("recursion too deep for the evaluation stack; use a tail call", n->line, n->col);
+  size_t used = static_cast<size_t>(stack_base - &probe);
+  if (used > stack_peak_) {
+    stack_peak_ = used;
+    if (used > stack_budget) limit_error("recursion too deep for the evaluation stack; use a tail call", n->line, n->col);
+  }
   const uint64_t max_steps = lim->max_steps;
   for (;;) {
     if (++steps > max_steps)

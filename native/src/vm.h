@@ -42,7 +42,16 @@ struct TapeRec {
 class Heap {
  public:
   ~Heap() { for (auto& c : chunks_) std::free(c.p); }
-  void reset() { cur_ = 0; used_ = 0; if (!chunks_.empty()) chunks_[0].top = 0; }
+  void reset() {
+    // keep the first chunks for the next run; give back what a large run took beyond 64 MiB
+    size_t kept = 0, i = 0;
+    for (; i < chunks_.size() && kept < (64u << 20); ++i) kept += chunks_[i].size;
+    for (size_t j = i; j < chunks_.size(); ++j) std::free(chunks_[j].p);
+    chunks_.resize(i);
+    cur_ = 0;
+    used_ = 0;
+    if (!chunks_.empty()) chunks_[0].top = 0;
+  }
   // called before each new chunk is touched: lets the VM enforce its memory budget
   void (*on_chunk)(void*) = nullptr;
   void* owner = nullptr;
@@ -184,6 +193,9 @@ class VM {
   // non-tail recursion is bounded by Limits, not by the calling thread's stack.
   char* eval_stack_ = nullptr;
   size_t eval_stack_size_ = 0;
+ public:
+  size_t stack_peak_ = 0;  // deepest C stack use of the current run, in bytes
+ private:
 };
 
 // C stack bytes a run may use on the current thread (pool threads have large stacks).
