@@ -70,8 +70,9 @@ except BaseException as exc:
 outcome["seconds"] = time.perf_counter() - t0
 rss = int(open("/proc/self/statm").read().split()[1]) * 4096
 outcome["peak_rss_mib"] = max(rss, 0) >> 20
-import resource
-outcome["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+# VmHWM: the peak RSS of this process image (ru_maxrss would include the forking parent's peak)
+hwm_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+outcome["max_rss_mib"] = hwm_kib >> 10
 print(json.dumps(outcome))
 """
 
