@@ -68,11 +68,5 @@ sanitize: $(STAMP)
 clean:
 	rm -rf build native/build
 
-distfuzz:
-	scripts/fuzz.sh
-
-sanitize: $(STAMP)
-	scripts/sanitize.sh
-
-clean: clean
+distclean: clean
 	rm -rf $(VENV) runs
