@@ -60,6 +60,11 @@ double dnatural_du(const ParamDecl& d, double u) {
 
 constexpr double kMaxStep = 2.0;  // L-BFGS: largest move of one coordinate per iteration
 
+// Copies P doubles; P may be 0 (a program without parameters), where memcpy's pointers may be null.
+inline void copy_row(double* dst, const double* src, int P) {
+  if (P > 0) std::memcpy(dst, src, sizeof(double) * P);
+}
+
 bool all_finite(const double* x, int n) {
   for (int i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) return false;
@@ -86,7 +91,7 @@ struct LaneEvaluator {
   BatchResult eval(const std::vector<double>& theta_all, bool grad) {
     std::vector<double> th(lanes.size() * P);
     for (size_t k = 0; k < lanes.size(); ++k)
-      std::memcpy(th.data() + k * P, theta_all.data() + static_cast<size_t>(lanes[k]) * P, sizeof(double) * P);
+      copy_row(th.data() + k * P, theta_all.data() + static_cast<size_t>(lanes[k]) * P, P);
     return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &spec.loss, lim, nullptr, &lanes);
   }
 };
@@ -171,8 +176,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
       res.history[static_cast<size_t>(step) * R + r] = f;
       if (f < res.best_loss[r]) {
         res.best_loss[r] = f;
-        std::memcpy(res.best_theta.data() + static_cast<size_t>(r) * P, theta.data() + static_cast<size_t>(r) * P,
-                    sizeof(double) * P);
+        copy_row(res.best_theta.data() + static_cast<size_t>(r) * P, theta.data() + static_cast<size_t>(r) * P, P);
       }
       for (int j = 0; j < P; ++j) gu[j] = g[j] * dnatural_du(p.params[j], u[r * P + j]);
       if (spec.tol > 0 && std::isfinite(prev_loss[r])) {
@@ -211,8 +215,8 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
               std::vector<double> sv(P), yv(P);
               for (int j = 0; j < P; ++j) { sv[j] = ur[j] - S.u0[j]; yv[j] = gu[j] - S.g[j]; sy += sv[j] * yv[j]; }
               if (sy > 1e-12) {
-                std::memcpy(S.s.data() + S.head * P, sv.data(), sizeof(double) * P);
-                std::memcpy(S.y.data() + S.head * P, yv.data(), sizeof(double) * P);
+                copy_row(S.s.data() + S.head * P, sv.data(), P);
+                copy_row(S.y.data() + S.head * P, yv.data(), P);
                 S.rho[S.head] = 1.0 / sy;
                 S.head = (S.head + 1) % M;
                 S.count = std::min(S.count + 1, M);
@@ -225,8 +229,8 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
           }
           if (accept) {
             S.f = f;
-            std::memcpy(S.u0.data(), ur, sizeof(double) * P);
-            std::memcpy(S.g.data(), gu.data(), sizeof(double) * P);
+            copy_row(S.u0.data(), ur, P);
+            copy_row(S.g.data(), gu.data(), P);
             // two-loop recursion: d = -H g
             std::vector<double> q(gu.begin(), gu.end()), a(M);
             for (int k2 = 0; k2 < S.count; ++k2) {
@@ -294,8 +298,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
       double f = br.losses[k];
       if (std::isfinite(f) && f < res.best_loss[r]) {
         res.best_loss[r] = f;
-        std::memcpy(res.best_theta.data() + static_cast<size_t>(r) * P, theta.data() + static_cast<size_t>(r) * P,
-                    sizeof(double) * P);
+        copy_row(res.best_theta.data() + static_cast<size_t>(r) * P, theta.data() + static_cast<size_t>(r) * P, P);
       }
     }
   }
