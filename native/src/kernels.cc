@@ -32,7 +32,8 @@ struct View {
   uint32_t ls;  // 0: uniform (one lane shared)
 };
 
-inline View view(VM& vm, const Value& v, bool broadcast_scalar) {
+template <class V>  // Value or NumRef
+inline View view(VM& vm, const V& v, bool broadcast_scalar) {
   uint32_t lanes = vm.lanes_of(v);
   return View{vm.data(v), (broadcast_scalar && v.numel() == 1) ? 0u : lanes, v.uniform() ? 0u : 1u};
 }
@@ -173,7 +174,7 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
     uint32_t Lo = uni ? 1 : L;
     fwd2(op, data(out), 1, Lo, View{data(a), 0, a.uniform() ? 0u : 1u}, View{data(b), 0, b.uniform() ? 0u : 1u});
     if (prog->f32) round_f32(data(out), Lo);
-    if (recording && ((a.flags | b.flags) & NF_ACTIVE)) record(op, out, {a, b});
+    if (recording && ((a.flags | b.flags) & NF_ACTIVE)) record2(op, out, a, b);
     return out;
   }
   if (a.tag != T_NUM) type_error(site, "numbers", a);
@@ -191,7 +192,7 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
   uint32_t Lo = uni ? 1 : L;
   fwd2(op, data(out), n, Lo, view(*this, a, true), view(*this, b, true));
   if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * Lo);
-  if (recording && (a.active() || b.active())) record(op, out, {a, b});
+  if (recording && (a.active() || b.active())) record2(op, out, a, b);
   return out;
 }
 
@@ -222,7 +223,7 @@ Value VM::unary(Op op, Value a, const Node* site) {
     default: for (size_t i = 0; i < total; ++i) o[i] = fwd1(op, x[i]);
   }
   if (prog->f32) round_f32(o, total);
-  if (recording && a.active()) record(op, out, {a});
+  if (recording && a.active()) record1(op, out, a);
   return out;
 }
 
@@ -411,7 +412,7 @@ Value VM::slice(Value a, uint32_t start, int rank, uint32_t rows, uint32_t cols)
   Value out = alloc_num(rank, rows, cols, a.uniform());
   uint32_t lanes = lanes_of(a);
   std::memcpy(data(out), data(a) + static_cast<size_t>(start) * lanes, sizeof(double) * out.numel() * lanes);
-  if (recording && a.active()) record(O_SLICE, out, {a}, start);
+  if (recording && a.active()) record1(O_SLICE, out, a, start);
   return out;
 }
 
@@ -443,7 +444,7 @@ Value VM::transpose(Value a) {
   for (uint32_t i = 0; i < r; ++i)
     for (uint32_t j = 0; j < c; ++j)
       std::memcpy(o + (static_cast<size_t>(j) * r + i) * lanes, x + (static_cast<size_t>(i) * c + j) * lanes, sizeof(double) * lanes);
-  if (recording && a.active()) record(O_TRANSPOSE, out, {a}, r, c);
+  if (recording && a.active()) record1(O_TRANSPOSE, out, a, r, c);
   return out;
 }
 
@@ -463,7 +464,7 @@ Value VM::gemm(Value a, Value b, uint32_t m, uint32_t k, uint32_t n, int out_ran
         o[i * n + j] = acc;
       }
     if (prog->f32) round_f32(o, static_cast<size_t>(m) * n);
-    if (recording && (a.active() || b.active())) record(O_GEMM, out, {a, b}, m, k, n);
+    if (recording && (a.active() || b.active())) record2(O_GEMM, out, a, b, m, k, n);
     return out;
   }
   std::memset(o, 0, sizeof(double) * m * n * Lo);
@@ -480,7 +481,7 @@ Value VM::gemm(Value a, Value b, uint32_t m, uint32_t k, uint32_t n, int out_ran
       }
     }
   if (prog->f32) round_f32(o, static_cast<size_t>(m) * n * Lo);
-  if (recording && (a.active() || b.active())) record(O_GEMM, out, {a, b}, m, k, n);
+  if (recording && (a.active() || b.active())) record2(O_GEMM, out, a, b, m, k, n);
   return out;
 }
 
@@ -526,17 +527,20 @@ void lu_solve(const double* LU, const int* piv, int n, double* B, int m, double*
 }
 
 // Gathers lane l of a matrix value into dense row-major storage.
-void gather(VM& vm, const Value& v, uint32_t l, double* dst) {
+template <class V>
+void gather(VM& vm, const V& v, uint32_t l, double* dst) {
   uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
   const double* p = vm.data(v);
   for (uint32_t e = 0; e < v.numel(); ++e) dst[e] = p[static_cast<size_t>(e) * lanes + l * ls];
 }
-void scatter(VM& vm, const Value& v, uint32_t l, const double* src) {
+template <class V>
+void scatter(VM& vm, const V& v, uint32_t l, const double* src) {
   uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
   double* p = vm.data(v);
   for (uint32_t e = 0; e < v.numel(); ++e) p[static_cast<size_t>(e) * lanes + l * ls] = src[e];
 }
-void scatter_add(VM& vm, double* adj, const Value& v, uint32_t l, const double* src) {
+template <class V>
+void scatter_add(VM& vm, double* adj, const V& v, uint32_t l, const double* src) {
   uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
   double* p = adj + v.n.off;
   for (uint32_t e = 0; e < v.numel(); ++e) p[static_cast<size_t>(e) * lanes + l * ls] += src[e];
@@ -571,7 +575,7 @@ Value VM::inv(Value a, const Node* site) {
     }
     if (a.uniform() && !(a0[0] * a3[0] - a1[0] * a2[0] != 0)) err_at(site, "'inv': the matrix is singular");
     if (prog->f32) round_f32(data(out), 4u * lanes);
-    if (recording && a.active()) record(O_INV, out, {a}, n);
+    if (recording && a.active()) record1(O_INV, out, a, n);
     return out;
   }
   if (scratch.size() < 5u * n * n + 8) scratch.resize(5u * n * n + 8);
@@ -590,7 +594,7 @@ Value VM::inv(Value a, const Node* site) {
     scatter(*this, out, l, Y);
   }
   if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * n * lanes);
-  if (recording && a.active()) record(O_INV, out, {a}, n);
+  if (recording && a.active()) record1(O_INV, out, a, n);
   return out;
 }
 
@@ -612,7 +616,7 @@ Value VM::solve(Value a, Value b, const Node*) {
     scatter(*this, out, l, X);
   }
   if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * m * lanes);
-  if (recording && (a.active() || b.active())) record(O_SOLVE, out, {a, b}, n, m);
+  if (recording && (a.active() || b.active())) record2(O_SOLVE, out, a, b, n, m);
   return out;
 }
 
@@ -642,7 +646,7 @@ Value VM::cholesky(Value a, const Node* site) {
     if (!ok) for (int i = 0; i < n * n; ++i) C[i] = NAN;  // not positive definite in this lane
     scatter(*this, out, l, C);
   }
-  if (recording && a.active()) record(O_CHOL, out, {a}, n);
+  if (recording && a.active()) record1(O_CHOL, out, a, n);
   return out;
 }
 
@@ -692,7 +696,7 @@ Value VM::reduce(Op op, Value a) {
     default: break;
   }
   if (prog->f32) round_f32(o, lanes);
-  if (recording && a.active()) record(op, out, {a}, n);
+  if (recording && a.active()) record1(op, out, a, n);
   return out;
 }
 
@@ -742,9 +746,9 @@ void bwd2_lanes(View va, View vb, double* ga, double* gb, const double* go, cons
 }
 
 template <class D>
-void bwd2(VM& vm, const Value* in, const double* go, const double* z, uint32_t n, uint32_t Lo) {
-  const Value& a = in[0];
-  const Value& b = in[1];
+void bwd2(VM& vm, const NumRef* in, const double* go, const double* z, uint32_t n, uint32_t Lo) {
+  const NumRef& a = in[0];
+  const NumRef& b = in[1];
   View va = view(vm, a, true), vb = view(vm, b, true);
   double* ga = a.active() ? vm.adj + a.n.off : nullptr;
   double* gb = b.active() ? vm.adj + b.n.off : nullptr;
@@ -803,9 +807,9 @@ void bwd2(VM& vm, const Value* in, const double* go, const double* z, uint32_t n
 // ---- backward ------------------------------------------------------------------------------
 
 void backward_record(VM& vm, const TapeRec& t) {
-  const Value* in = vm.targs.data() + t.args;
+  const NumRef* in = t.nin > 2 ? vm.targs.data() + t.args : t.in;
   double* adj = vm.adj;
-  const Value& out = t.out;
+  const NumRef& out = t.out;
   const uint32_t Lo = vm.lanes_of(out);
   const double* go = adj + out.n.off;
   const double* z = vm.data(out);
@@ -831,7 +835,7 @@ void backward_record(VM& vm, const TapeRec& t) {
       break;
     }
     case O_SLICE: {
-      const Value& a = in[0];
+      const NumRef& a = in[0];
       double* ga = adj + a.n.off + static_cast<size_t>(t.d0) * Lo;
       for (size_t i = 0; i < static_cast<size_t>(n) * Lo; ++i) ga[i] += go[i];
       break;
@@ -840,7 +844,7 @@ void backward_record(VM& vm, const TapeRec& t) {
       int parts = t.nin == 255 ? static_cast<int>(t.d2) : t.nin;
       size_t e = 0;
       for (int k = 0; k < parts; ++k) {
-        const Value& p = in[k];
+        const NumRef& p = in[k];
         uint32_t pe = p.numel();
         if (p.active()) {
           double* gp = adj + p.n.off;
@@ -863,8 +867,8 @@ void backward_record(VM& vm, const TapeRec& t) {
     }
     case O_GEMM: {
       uint32_t m = t.d0, k = t.d1, nn = t.d2;
-      const Value& a = in[0];
-      const Value& b = in[1];
+      const NumRef& a = in[0];
+      const NumRef& b = in[1];
       View va = view(vm, a, false), vb = view(vm, b, false);
       double* ga = a.active() ? adj + a.n.off : nullptr;
       double* gb = b.active() ? adj + b.n.off : nullptr;
@@ -908,7 +912,7 @@ void backward_record(VM& vm, const TapeRec& t) {
     case O_VSUM:
     case O_NORM:
     case O_TRACE: {
-      const Value& a = in[0];
+      const NumRef& a = in[0];
       const double* x = vm.data(a);
       double* ga = adj + a.n.off;
       uint32_t ne = a.numel();
@@ -928,7 +932,7 @@ void backward_record(VM& vm, const TapeRec& t) {
     case O_INV:
     case O_CHOL: {
       // per lane: d det = det A^-T, d logdet = A^-T, d inv: -Y^T G Y^T, cholesky: Murray (2016)
-      const Value& a = in[0];
+      const NumRef& a = in[0];
       int d = static_cast<int>(t.d0);
       if (d == 2 && t.op != O_CHOL && !a.uniform()) {  // closed forms, vectorized over lanes
         const double *a0 = vm.data(a), *a1 = a0 + Lo, *a2 = a1 + Lo, *a3 = a2 + Lo;
@@ -1027,8 +1031,8 @@ void backward_record(VM& vm, const TapeRec& t) {
     }
     case O_SOLVE: {
       // x = A^-1 b:  gb = A^-T g,  gA = -gb x^T
-      const Value& a = in[0];
-      const Value& b = in[1];
+      const NumRef& a = in[0];
+      const NumRef& b = in[1];
       int d = static_cast<int>(t.d0), m = static_cast<int>(t.d1);
       size_t dd = static_cast<size_t>(d) * d, dm = static_cast<size_t>(d) * m;
       if (vm.scratch.size() < 3 * dd + 3 * dm + 8) vm.scratch.resize(3 * dd + 3 * dm + 8);

@@ -64,7 +64,7 @@ void VM::reset(const Program& p, int lanes, bool rec, const Limits& l) {
     pay_cap = adj_cap = 0;
   }
   if (tape.capacity() * sizeof(TapeRec) > kKeepBytes) std::vector<TapeRec>().swap(tape);
-  if (targs.capacity() * sizeof(Value) > kKeepBytes) std::vector<Value>().swap(targs);
+  if (targs.capacity() * sizeof(NumRef) > kKeepBytes) std::vector<NumRef>().swap(targs);
   sp = 0;
   steps = 0;
   depth = 0;
@@ -93,7 +93,7 @@ void VM::grow_payload(size_t need) {
 
 void VM::check_memory(const Node* site) {
   uint64_t bytes = pay_top * sizeof(double) + heap.used() + tape.size() * sizeof(TapeRec) +
-                   targs.size() * sizeof(Value);
+                   targs.size() * sizeof(NumRef);
   if (bytes > lim->max_bytes)
     limit_error("memory budget exceeded (" + std::to_string(lim->max_bytes >> 20) +
                     " MiB per evaluation); raise Limits.max_bytes if the program really needs more",
@@ -113,30 +113,20 @@ Value VM::make_real(double x) {
 }
 
 // Adjoints are zeroed where they are needed and when the memory is hot: an active output when its
-// tape record is written (record_n), a parameter or differentiated input when it is loaded
+// tape record is written (record1/2/n), a parameter or differentiated input when it is loaded
 // (zero_adjoint). Inactive values never receive an adjoint, so nothing else needs clearing.
-void VM::zero_adjoint(const Value& v) {
-  std::memset(adj + v.n.off, 0, sizeof(double) * v.numel() * lanes_of(v));
-}
-
-void VM::record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0, uint32_t d1, uint32_t d2) {
-  record_n(op, out, in.begin(), static_cast<int>(in.size()), d0, d1, d2);
-}
 
 void VM::record_n(Op op, Value& out, const Value* in, int n, uint32_t d0, uint32_t d1, uint32_t d2) {
-  out.flags |= NF_ACTIVE;
-  zero_adjoint(out);
-  if (tape.size() == tape.capacity() || targs.size() + n > targs.capacity()) check_memory(nullptr);
-  TapeRec t;
-  t.op = op;
-  t.nin = static_cast<uint8_t>(n > 255 ? 255 : n);
-  t.args = static_cast<uint32_t>(targs.size());
-  t.d0 = d0;
-  t.d1 = d1;
-  t.d2 = n > 255 ? static_cast<uint32_t>(n) : d2;  // O_CONCAT with many parts keeps the count in d2
-  t.out = out;
-  targs.insert(targs.end(), in, in + n);
-  tape.push_back(t);
+  if (n <= 2) {  // kept in the record
+    if (n == 1) record1(op, out, in[0], d0, d1, d2);
+    else record2(op, out, in[0], in[1], d0, d1, d2);
+    return;
+  }
+  if (targs.size() + n > targs.capacity()) check_memory(nullptr);
+  uint32_t at = static_cast<uint32_t>(targs.size());
+  for (int i = 0; i < n; ++i) targs.push_back(ref(in[i]));
+  TapeRec& t = new_record(op, out, n > 255 ? 255 : n, d0, d1, n > 255 ? static_cast<uint32_t>(n) : d2);  // many parts: count in d2
+  t.args = at;
 }
 
 void VM::backward() {

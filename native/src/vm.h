@@ -29,13 +29,27 @@ enum Op : uint8_t {
   O_TRACE, O_VSUM, O_NORM, O_INV, O_SOLVE, O_DET, O_LOGDET, O_CHOL,
 };
 
-// One tape record: op, output, inputs (in VM::targs), dimensions.
+// What the tape keeps of a number: its payload offset, its element count and its flags (uniform,
+// active). Shapes live in the record's dimensions where an op needs them. The accessors mirror
+// Value's, so kernels read either alike.
+struct NumRef {
+  struct { uint32_t off; } n;
+  uint32_t ne;
+  uint8_t flags;
+  bool uniform() const { return flags & NF_UNIFORM; }
+  bool active() const { return flags & NF_ACTIVE; }
+  uint32_t numel() const { return ne; }
+};
+
+// One tape record: op, output, inputs, dimensions. Up to two inputs are kept in the record; an
+// O_CONCAT of more keeps them in VM::targs. Written field by field from registers (see record1).
 struct TapeRec {
   uint8_t op;
   uint8_t nin;
-  uint32_t args;       // first input in VM::targs
+  uint32_t args;       // first input in VM::targs when nin > 2
   uint32_t d0, d1, d2; // op-specific dimensions
-  Value out;
+  NumRef out;
+  NumRef in[2];
 };
 
 // Bump allocator for frames, pairs and closures. Chunks are kept across resets.
@@ -121,15 +135,55 @@ class VM {
   void grow_for(size_t n);  // grows the payload arena or raises LimitError
   double* data(const Value& v) { return pay + v.n.off; }
   uint32_t lanes_of(const Value& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
+  uint32_t lanes_of(const NumRef& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
+  double* data(const NumRef& v) { return pay + v.n.off; }
   Value make_real(double x);  // an inexact uniform scalar
   Value promote(Value v) { return v.tag == T_INT ? make_real(static_cast<double>(v.i)) : v; }
-  void zero_adjoint(const Value& v);
+  void zero_adjoint(const Value& v) {
+    size_t n = static_cast<size_t>(v.numel()) * lanes_of(v);
+    double* g = adj + v.n.off;
+    switch (n) {  // the common small sizes with constant-size stores (a loop here becomes rep stos)
+      case 1: std::memset(g, 0, 8); break;
+      case 2: std::memset(g, 0, 16); break;
+      case 4: std::memset(g, 0, 32); break;
+      default: std::memset(g, 0, sizeof(double) * n);
+    }
+  }
 
   // ---- tape ----------------------------------------------------------------------------------
   std::vector<TapeRec> tape;
-  std::vector<Value> targs;
-  void record(Op op, Value& out, std::initializer_list<Value> in, uint32_t d0 = 0, uint32_t d1 = 0,
-              uint32_t d2 = 0);
+  std::vector<NumRef> targs;  // inputs of records with more than two
+  // Appends a record for an operation of one or two inputs and marks `out` active. Inline, and
+  // the record is written field by field in place: built as a temporary and copied, or with the
+  // 16-byte Values copied whole, the record was written by narrow stores and read back by wide
+  // loads, which defeats store forwarding; those stalls were a quarter of the time of a one-lane
+  // Kalman value-and-gradient.
+  static NumRef ref(const Value& v) { return NumRef{{v.n.off}, v.numel(), v.flags}; }
+  TapeRec& new_record(Op op, Value& out, int nin, uint32_t d0, uint32_t d1, uint32_t d2) {
+    out.flags |= NF_ACTIVE;
+    zero_adjoint(out);
+    if (tape.size() == tape.capacity()) check_memory(nullptr);
+    tape.emplace_back();
+    TapeRec& t = tape.back();
+    t.op = op;
+    t.nin = static_cast<uint8_t>(nin);
+    t.d0 = d0;
+    t.d1 = d1;
+    t.d2 = d2;
+    t.out.n.off = out.n.off;
+    t.out.ne = out.numel();
+    t.out.flags = out.flags;
+    return t;
+  }
+  void record1(Op op, Value& out, const Value& a, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0) {
+    TapeRec& t = new_record(op, out, 1, d0, d1, d2);
+    t.in[0].n.off = a.n.off; t.in[0].ne = a.numel(); t.in[0].flags = a.flags;
+  }
+  void record2(Op op, Value& out, const Value& a, const Value& b, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0) {
+    TapeRec& t = new_record(op, out, 2, d0, d1, d2);
+    t.in[0].n.off = a.n.off; t.in[0].ne = a.numel(); t.in[0].flags = a.flags;
+    t.in[1].n.off = b.n.off; t.in[1].ne = b.numel(); t.in[1].flags = b.flags;
+  }
   void record_n(Op op, Value& out, const Value* in, int n, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0);
 
   // ---- evaluator -----------------------------------------------------------------------------
