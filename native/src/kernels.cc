@@ -448,12 +448,122 @@ Value VM::transpose(Value a) {
   return out;
 }
 
+namespace {
+
+// Small matrix products (every dimension at most 3, as in state-space models) over lanes, with
+// the dimensions known at compile time: a lane's operands are read once and its outputs summed in
+// registers instead of read-modify-write passes over lane arrays. The arithmetic of a lane is the
+// same as the one-lane loops' (q ascending from 0; i, j, q order in backward; a zero cotangent
+// adds nothing), so a lane's bits do not depend on the batch width. Operands are lane-varying.
+template <int M, int K, int N>
+void gemm_fwd_small(const double* __restrict A, const double* __restrict B, double* __restrict O, uint32_t lanes) {
+  const size_t Lo = lanes;  // size_t index arithmetic: 32-bit indices could wrap, which defeats contiguous vector loads
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      const double* a[K];
+      const double* b[K];
+      for (int q = 0; q < K; ++q) { a[q] = A + (i * K + q) * Lo; b[q] = B + (q * N + j) * Lo; }
+      double* __restrict o = O + (i * N + j) * Lo;
+      for (size_t l = 0; l < Lo; ++l) {
+        double acc = 0;
+        for (int q = 0; q < K; ++q) acc += a[q][l] * b[q][l];
+        o[l] = acc;
+      }
+    }
+}
+
+// ga[i,q] += sum over j of g[i,j] b[q,j] and gb[q,j] += sum over i of g[i,j] a[i,q], each sum
+// added term by term in ascending order (the order of the one-lane loops). A zero cotangent adds
+// nothing even against an infinite operand: the operand, not the product, is selected, which
+// keeps the loop free of branches so that it vectorizes.
+template <int M, int K, int N, bool DA, bool DB>
+void gemm_bwd_small(const double* __restrict A, const double* __restrict B, const double* __restrict G,
+                    double* __restrict GA, double* __restrict GB, uint32_t lanes) {
+  const size_t Lo = lanes;
+  if (DA)
+    for (int i = 0; i < M; ++i)
+      for (int q = 0; q < K; ++q) {
+        double* __restrict d = GA + (i * K + q) * Lo;
+        for (size_t l = 0; l < Lo; ++l) {
+          double t = d[l];
+#pragma GCC unroll 4
+          for (int j = 0; j < N; ++j) {
+            const double g = G[(i * N + j) * Lo + l], b = B[(q * N + j) * Lo + l];
+            t += g * (g != 0 ? b : 0.0);
+          }
+          d[l] = t;
+        }
+      }
+  if (DB)
+    for (int q = 0; q < K; ++q)
+      for (int j = 0; j < N; ++j) {
+        double* __restrict d = GB + (q * N + j) * Lo;
+        for (size_t l = 0; l < Lo; ++l) {
+          double t = d[l];
+#pragma GCC unroll 4
+          for (int i = 0; i < M; ++i) {
+            const double g = G[(i * N + j) * Lo + l], a = A[(i * K + q) * Lo + l];
+            t += g * (g != 0 ? a : 0.0);
+          }
+          d[l] = t;
+        }
+      }
+}
+
+using GemmFwd = void (*)(const double*, const double*, double*, uint32_t);
+using GemmBwd = void (*)(const double*, const double*, const double*, double*, double*, uint32_t);
+
+template <int M, int K, int N>
+struct GemmEntry {
+  static constexpr GemmFwd fwd = gemm_fwd_small<M, K, N>;
+  static constexpr GemmBwd bwd_a = gemm_bwd_small<M, K, N, true, false>;
+  static constexpr GemmBwd bwd_b = gemm_bwd_small<M, K, N, false, true>;
+  static constexpr GemmBwd bwd_ab = gemm_bwd_small<M, K, N, true, true>;
+};
+
+struct GemmKernels { GemmFwd fwd; GemmBwd bwd_a, bwd_b, bwd_ab; };
+
+template <int M, int K, int N>
+constexpr GemmKernels gemm_entry() {
+  return {GemmEntry<M, K, N>::fwd, GemmEntry<M, K, N>::bwd_a, GemmEntry<M, K, N>::bwd_b, GemmEntry<M, K, N>::bwd_ab};
+}
+
+template <int M, int K>
+constexpr void fill_n(GemmKernels* t) {
+  t[0] = gemm_entry<M, K, 1>(); t[1] = gemm_entry<M, K, 2>(); t[2] = gemm_entry<M, K, 3>();
+}
+
+struct GemmTable {
+  GemmKernels k[27];
+  constexpr GemmTable() : k{} {
+    fill_n<1, 1>(k + 0); fill_n<1, 2>(k + 3); fill_n<1, 3>(k + 6);
+    fill_n<2, 1>(k + 9); fill_n<2, 2>(k + 12); fill_n<2, 3>(k + 15);
+    fill_n<3, 1>(k + 18); fill_n<3, 2>(k + 21); fill_n<3, 3>(k + 24);
+  }
+};
+constexpr GemmTable kGemm{};
+
+// The specialized kernels for an m x k by k x n product, or nullptr.
+const GemmKernels* small_gemm(uint32_t m, uint32_t k, uint32_t n) {
+  if (m < 1 || m > 3 || k < 1 || k > 3 || n < 1 || n > 3) return nullptr;
+  return &kGemm.k[(m - 1) * 9 + (k - 1) * 3 + (n - 1)];
+}
+
+}  // namespace
+
 Value VM::gemm(Value a, Value b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols) {
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(out_rank, out_rows, out_cols, uni);
   uint32_t Lo = uni ? 1 : L;
   View va = view(*this, a, false), vb = view(*this, b, false);
   double* o = data(out);
+  const GemmKernels* small = small_gemm(m, k, n);
+  if (small && (Lo == 1 || (va.ls && vb.ls))) {
+    small->fwd(va.p, vb.p, o, Lo);
+    if (prog->f32) round_f32(o, static_cast<size_t>(m) * n * Lo);
+    if (recording && (a.active() || b.active())) record2(O_GEMM, out, a, b, m, k, n);
+    return out;
+  }
   if (Lo == 1) {  // one lane (B = 1 or both uniform): a plain small matrix product
     const double* A = va.p;
     const double* Bm = vb.p;
@@ -872,6 +982,11 @@ void backward_record(VM& vm, const TapeRec& t) {
       View va = view(vm, a, false), vb = view(vm, b, false);
       double* ga = a.active() ? adj + a.n.off : nullptr;
       double* gb = b.active() ? adj + b.n.off : nullptr;
+      const GemmKernels* small = small_gemm(m, k, nn);
+      if (small && (Lo == 1 || (va.ls && vb.ls)) && ga != gb) {  // (matmul X X): the generic loops
+        (ga && gb ? small->bwd_ab : ga ? small->bwd_a : small->bwd_b)(va.p, vb.p, go, ga, gb, Lo);
+        break;
+      }
       if (Lo == 1) {
         for (uint32_t i = 0; i < m; ++i)
           for (uint32_t j = 0; j < nn; ++j) {

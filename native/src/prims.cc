@@ -71,7 +71,8 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
   switch (id) {  // array and transcendental primitives see exact integers as inexact numbers
     case P_DOT: case P_OUTER: case P_MATVEC: case P_MATMUL: case P_TRANSPOSE: case P_TRACE: case P_VSUM:
     case P_NORM: case P_INV: case P_SOLVE: case P_DET: case P_LOGDET: case P_CHOLESKY: case P_VEC_TO_LIST:
-      for (int i = 0; i < n; ++i) a[i] = promote(a[i]);
+      for (int i = 0; i < n; ++i)
+        if (a[i].tag == T_INT) a[i] = promote(a[i]);  // test the tag alone: no wide reload of a fresh slot
       break;
     default: break;
   }
