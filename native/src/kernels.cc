@@ -172,7 +172,12 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
     bool uni = a.uniform() && b.uniform();
     Value out = alloc_num(0, 1, 1, uni);
     uint32_t Lo = uni ? 1 : L;
-    fwd2(op, data(out), 1, Lo, View{data(a), 0, a.uniform() ? 0u : 1u}, View{data(b), 0, b.uniform() ? 0u : 1u});
+    if (Lo == 1) {
+      const double x = *data(a), y = *data(b);
+      data(out)[0] = op == O_ADD ? x + y : op == O_SUB ? x - y : op == O_MUL ? x * y : x / y;
+    } else {
+      fwd2(op, data(out), 1, Lo, View{data(a), 0, a.uniform() ? 0u : 1u}, View{data(b), 0, b.uniform() ? 0u : 1u});
+    }
     if (prog->f32) round_f32(data(out), Lo);
     if (recording && ((a.flags | b.flags) & NF_ACTIVE)) record2(op, out, a, b);
     return out;
@@ -190,7 +195,20 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
   Value out = alloc_num(rank, rows, cols, uni);
   uint32_t n = out.numel();
   uint32_t Lo = uni ? 1 : L;
-  fwd2(op, data(out), n, Lo, view(*this, a, true), view(*this, b, true));
+  if (Lo == 1 && op <= O_DIV) {  // one lane (B = 1, or both uniform): the loop inline, no views
+    const double* pa = data(a);
+    const double* pb = data(b);
+    double* po = data(out);
+    const uint32_t sa = a.rank == 0 ? 0 : 1, sb = b.rank == 0 ? 0 : 1;
+    switch (op) {
+      case O_ADD: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb]; break;
+      case O_SUB: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb]; break;
+      case O_MUL: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb]; break;
+      default: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb]; break;
+    }
+  } else {
+    fwd2(op, data(out), n, Lo, view(*this, a, true), view(*this, b, true));
+  }
   if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * Lo);
   if (recording && (a.active() || b.active())) record2(op, out, a, b);
   return out;
@@ -408,7 +426,7 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
 
 // ---- arrays --------------------------------------------------------------------------------
 
-Value VM::slice(Value a, uint32_t start, int rank, uint32_t rows, uint32_t cols) {
+Value VM::slice(const Value& a, uint32_t start, int rank, uint32_t rows, uint32_t cols) {
   Value out = alloc_num(rank, rows, cols, a.uniform());
   uint32_t lanes = lanes_of(a);
   std::memcpy(data(out), data(a) + static_cast<size_t>(start) * lanes, sizeof(double) * out.numel() * lanes);
@@ -436,7 +454,7 @@ Value VM::concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t co
   return out;
 }
 
-Value VM::transpose(Value a) {
+Value VM::transpose(const Value& a) {
   uint32_t r = a.rows, c = a.n.cols, lanes = lanes_of(a);
   Value out = alloc_num(2, c, r, a.uniform());
   const double* x = data(a);
@@ -458,6 +476,15 @@ namespace {
 template <int M, int K, int N>
 void gemm_fwd_small(const double* __restrict A, const double* __restrict B, double* __restrict O, uint32_t lanes) {
   const size_t Lo = lanes;  // size_t index arithmetic: 32-bit indices could wrap, which defeats contiguous vector loads
+  if (Lo == 1) {  // one lane: straight-line code, no vector loop set-up
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int q = 0; q < K; ++q) acc += A[i * K + q] * B[q * N + j];
+        O[i * N + j] = acc;
+      }
+    return;
+  }
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       const double* a[K];
@@ -480,6 +507,29 @@ template <int M, int K, int N, bool DA, bool DB>
 void gemm_bwd_small(const double* __restrict A, const double* __restrict B, const double* __restrict G,
                     double* __restrict GA, double* __restrict GB, uint32_t lanes) {
   const size_t Lo = lanes;
+  if (Lo == 1) {  // one lane: straight-line code with the same arithmetic
+    if (DA)
+      for (int i = 0; i < M; ++i)
+        for (int q = 0; q < K; ++q) {
+          double t = GA[i * K + q];
+          for (int j = 0; j < N; ++j) {
+            const double g = G[i * N + j], b = B[q * N + j];
+            t += g * (g != 0 ? b : 0.0);
+          }
+          GA[i * K + q] = t;
+        }
+    if (DB)
+      for (int q = 0; q < K; ++q)
+        for (int j = 0; j < N; ++j) {
+          double t = GB[q * N + j];
+          for (int i = 0; i < M; ++i) {
+            const double g = G[i * N + j], a = A[i * K + q];
+            t += g * (g != 0 ? a : 0.0);
+          }
+          GB[q * N + j] = t;
+        }
+    return;
+  }
   if (DA)
     for (int i = 0; i < M; ++i)
       for (int q = 0; q < K; ++q) {
@@ -551,7 +601,7 @@ const GemmKernels* small_gemm(uint32_t m, uint32_t k, uint32_t n) {
 
 }  // namespace
 
-Value VM::gemm(Value a, Value b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols) {
+Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols) {
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(out_rank, out_rows, out_cols, uni);
   uint32_t Lo = uni ? 1 : L;
@@ -672,7 +722,7 @@ void invert(const double* A, int n, double* out, double* work, int* piv, double*
 
 // A singular (or not positive definite) matrix that is the same in every lane is an error of the
 // program; one that depends on the parameters gives NaN in its lane, which calibration freezes.
-Value VM::inv(Value a, const Node* site) {
+Value VM::inv(const Value& a, const Node* site) {
   int n = static_cast<int>(a.rows);
   Value out = alloc_num(2, n, n, a.uniform());
   uint32_t lanes = lanes_of(a);
@@ -708,7 +758,7 @@ Value VM::inv(Value a, const Node* site) {
   return out;
 }
 
-Value VM::solve(Value a, Value b, const Node*) {
+Value VM::solve(const Value& a, const Value& b, const Node*) {
   int n = static_cast<int>(a.rows);
   int m = static_cast<int>(b.cols());
   bool uni = a.uniform() && b.uniform();
@@ -730,7 +780,7 @@ Value VM::solve(Value a, Value b, const Node*) {
   return out;
 }
 
-Value VM::cholesky(Value a, const Node* site) {
+Value VM::cholesky(const Value& a, const Node* site) {
   int n = static_cast<int>(a.rows);
   Value out = alloc_num(2, n, n, a.uniform());
   uint32_t lanes = lanes_of(a);
@@ -760,7 +810,7 @@ Value VM::cholesky(Value a, const Node* site) {
   return out;
 }
 
-Value VM::reduce(Op op, Value a) {
+Value VM::reduce(Op op, const Value& a) {
   Value out = alloc_num(0, 1, 1, a.uniform());
   uint32_t lanes = lanes_of(a);
   const double* x = data(a);

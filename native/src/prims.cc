@@ -352,7 +352,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       return concat(rows.data(), n, 2, static_cast<uint32_t>(n), cols);
     }
     case P_REF: {
-      Value v = a[0];
+      const Value& v = a[0];  // by reference: a fresh argument slot is read field by field
       if (v.tag != T_NUM || v.rank == 0) type_error(site, "a vector or matrix", v);
       int64_t i = index_arg(*this, a[1], site, "an index");
       if (i < 0 || i >= v.rows)
@@ -387,7 +387,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     }
     case P_MATVEC:
     case P_MATMUL: {
-      Value A = a[0], B = a[1];
+      const Value &A = a[0], &B = a[1];
       if (A.tag != T_NUM || A.rank != 2) type_error(site, "a matrix", A);
       if (B.tag != T_NUM || B.rank == 0 || (id == P_MATVEC && B.rank != 1)) type_error(site, id == P_MATVEC ? "a vector" : "a matrix or vector", B);
       if (A.n.cols != B.rows)
@@ -405,7 +405,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_LOGDET:
     case P_INV:
     case P_CHOLESKY: {
-      Value A = a[0];
+      const Value& A = a[0];
       if (A.tag != T_NUM || A.rank != 2) type_error(site, "a square matrix", A);
       if (A.rows != A.n.cols) err_at(site, "'" + site->name + "': needs a square matrix, got " + describe(A));
       if (id == P_TRACE) return reduce(O_TRACE, A);
@@ -415,7 +415,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       return cholesky(A, site);
     }
     case P_SOLVE: {
-      Value A = a[0], B = a[1];
+      const Value &A = a[0], &B = a[1];
       if (A.tag != T_NUM || A.rank != 2 || A.rows != A.n.cols) type_error(site, "a square matrix", A);
       if (B.tag != T_NUM || B.rank == 0) type_error(site, "a vector or matrix", B);
       if (B.rows != A.rows) err_at(site, "'solve': shape mismatch, " + describe(A) + " and " + describe(B));

@@ -306,6 +306,18 @@ inline Value VM::operand(const Node* k, Frame* env) {
       if (v.tag == T_UNDEF) eval_error("'" + k->name + "' is used before its definition", k->line, k->col);
       return v;
     }
+    case N_PRIMCALL: {
+      // a primitive call of a few operands, such as (matmul A B) inside an expression, is called
+      // directly with its operands in a local array, without a round trip through eval and the
+      // argument stack (nesting is bounded by the reader, so the C stack is too)
+      size_t n = k->kids.size();
+      if (n <= 3 && k->a != P_APPLY) {
+        Value args[3];
+        for (size_t i = 0; i < n; ++i) args[i] = operand(k->kids[i], env);
+        return call_prim(k->a, args, static_cast<int>(n), k);
+      }
+      return eval(k, env);
+    }
     default: return eval(k, env);
   }
 }

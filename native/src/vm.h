@@ -203,14 +203,14 @@ class VM {
   Value compare(int prim, const Value* args, int n, const Node* site);
   Value compare_num(int prim, const Value* args, int n, const Node* site);
   Value num_pred(int prim, Value a, const Node* site);
-  Value slice(Value a, uint32_t start, int rank, uint32_t rows, uint32_t cols);
+  Value slice(const Value& a, uint32_t start, int rank, uint32_t rows, uint32_t cols);
   Value concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols);
-  Value gemm(Value a, Value b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols);
-  Value transpose(Value a);
-  Value reduce(Op op, Value a);  // trace vsum norm det logdet
-  Value inv(Value a, const Node* site);
-  Value solve(Value a, Value b, const Node* site);
-  Value cholesky(Value a, const Node* site);
+  Value gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols);
+  Value transpose(const Value& a);
+  Value reduce(Op op, const Value& a);  // trace vsum norm det logdet
+  Value inv(const Value& a, const Node* site);
+  Value solve(const Value& a, const Value& b, const Node* site);
+  Value cholesky(const Value& a, const Node* site);
   uint8_t* lane_mask_buf(size_t n) { if (mask_.size() < n) mask_.resize(n); return mask_.data(); }
   // Turns a per-lane truth mask into a boolean, or signals divergence when the lanes disagree.
   Value lanes_to_bool(const uint8_t* m);
