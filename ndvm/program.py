@@ -37,9 +37,12 @@ class Limits:
     max_steps: int = 20_000_000  # evaluation steps (about 0.3-2 s of work)
     max_depth: int = 100_000  # nested evaluations; the C stack is also bounded in bytes
     max_bytes: int = 1 << 30  # payload + heap + tape of one evaluation
+    # Re-execute the recorded tape when a gradient evaluation repeats with new parameters only
+    # (same program, lanes, inputs): the same bits, without walking the program (README, "Replay").
+    replay: bool = True
 
-    def as_tuple(self) -> tuple[int, int, int]:
-        return (int(self.max_steps), int(self.max_depth), int(self.max_bytes))
+    def as_tuple(self) -> tuple[int, int, int, bool]:
+        return (int(self.max_steps), int(self.max_depth), int(self.max_bytes), bool(self.replay))
 
 
 DEFAULT_LIMITS = Limits()

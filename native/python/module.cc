@@ -30,6 +30,7 @@ Limits limits_from(py::tuple t) {
   l.max_steps = t[0].cast<uint64_t>();
   l.max_depth = t[1].cast<int>();
   l.max_bytes = t[2].cast<uint64_t>();
+  if (t.size() > 3) l.replay = t[3].cast<bool>();
   return l;
 }
 
@@ -380,6 +381,12 @@ PYBIND11_MODULE(_native, m) {
   });
 
   m.def("hardware_threads", &hardware_threads);
+  // This thread's replay statistics (see program.cc): runs replayed from the tape, and replays
+  // abandoned for a walk (a guard that failed, other inputs, an error).
+  m.def("replay_counts", []() {
+    const VM& vm = thread_vm();
+    return py::make_tuple(vm.replay.replayed, vm.replay.fell_back);
+  });
   m.def("build_info", []() {
     py::dict d;
     d["compiler"] = NDVM_CXX_COMPILER;

@@ -1,6 +1,7 @@
 // The front end: Datum trees -> resolved Node trees. Derived forms (let*, cond, case, do, named
 // let, when, unless, loop/recur, internal define) are expanded here, names are resolved to lexical
 // addresses, constants are pooled, arity against the primitive table is checked statically.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -835,7 +836,9 @@ class Compiler {
 }  // namespace
 
 std::shared_ptr<Program> compile_program(const std::string& source, bool f32) {
+  static std::atomic<uint64_t> next_serial{1};
   auto p = std::make_shared<Program>();
+  p->serial = next_serial++;
   p->source = source;
   p->f32 = f32;
   auto forms = read_all(source);

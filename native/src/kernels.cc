@@ -125,6 +125,109 @@ void round_f32(double* p, size_t n) {
 
 std::string opname(const Node* site) { return site && !site->name.empty() ? "'" + site->name + "'" : "arithmetic"; }
 
+// Out of line and cold: building the message would otherwise give binary() a large frame and
+// string clean-up paths on its hot path.
+[[noreturn, gnu::cold, gnu::noinline]] void shape_mismatch(VM& vm, const Node* site, const Value& a, const Value& b) {
+  err_at(site, opname(site) + ": shape mismatch between " + vm.describe(a) + " and " + vm.describe(b));
+}
+
+
+// ---- kernels shared by the evaluator and replay -----------------------------------------------
+// The evaluator and a replay (forward_record) compute through the same functions, so a replayed
+// run gives the bits of a walked one.
+
+void unary_loop(Op op, const double* x, double* o, size_t total) {
+  switch (op) {  // specialized loops for the common cases so they vectorize
+    case O_NEG: for (size_t i = 0; i < total; ++i) o[i] = -x[i]; break;
+    case O_EXP: for (size_t i = 0; i < total; ++i) o[i] = std::exp(x[i]); break;
+    case O_SQUARE: for (size_t i = 0; i < total; ++i) o[i] = x[i] * x[i]; break;
+    default: for (size_t i = 0; i < total; ++i) o[i] = fwd1(op, x[i]);
+  }
+}
+
+void rounding_loop(Op op, const double* x, double* o, size_t total) {
+  for (size_t i = 0; i < total; ++i) {
+    switch (op) {
+      case O_FLOOR: o[i] = std::floor(x[i]); break;
+      case O_CEILING: o[i] = std::ceil(x[i]); break;
+      case O_ROUND: o[i] = std::nearbyint(x[i]); break;  // round half to even (default FP mode)
+      default: o[i] = std::trunc(x[i]); break;
+    }
+  }
+}
+
+// quotient remainder modulo of inexact integers, lane by lane
+void int_div_loop(Op op, View va, View vb, double* o, uint32_t Lo, const Node* site) {
+  for (uint32_t l = 0; l < Lo; ++l) {
+    double x = va.p[l * va.ls], y = vb.p[l * vb.ls];
+    if (x != std::floor(x) || y != std::floor(y))
+      err_at(site, opname(site) + ": expects integers");
+    if (y == 0) err_at(site, opname(site) + ": division by zero");
+    double r;
+    if (op == O_QUOTIENT) r = std::trunc(x / y);
+    else if (op == O_REMAINDER) r = std::fmod(x, y);
+    else { r = std::fmod(x, y); if (r != 0 && ((r < 0) != (y < 0))) r += y; }
+    o[l] = r == 0 ? 0.0 : r;  // no negative zero
+  }
+}
+
+// The lanes' outcomes of a chained numeric comparison of n scalars.
+template <class V>
+void compare_mask(VM& vm, int prim, const V* args, int n, uint8_t* m) {
+  std::memset(m, 1, vm.L);
+  for (int i = 0; i + 1 < n; ++i) {
+    View a = view(vm, args[i], true), b = view(vm, args[i + 1], true);
+    for (int l = 0; l < vm.L; ++l) {
+      double x = a.p[l * a.ls], y = b.p[l * b.ls];
+      bool r;
+      switch (prim) {
+        case P_NUM_EQ: r = x == y; break;
+        case P_LT: r = x < y; break;
+        case P_GT: r = x > y; break;
+        case P_LE: r = x <= y; break;
+        default: r = x >= y; break;
+      }
+      m[l] &= r;
+    }
+  }
+}
+
+// The lanes' outcomes of a numeric predicate (zero? positive? ... of a scalar).
+template <class V>
+void pred_mask(VM& vm, int prim, const V& a, uint8_t* m, const Node* site) {
+  View v = view(vm, a, true);
+  int lanes = a.uniform() ? 1 : vm.L;
+  for (int l = 0; l < lanes; ++l) {
+    double x = v.p[l * v.ls];
+    bool r;
+    switch (prim) {
+      case P_ZEROP: r = x == 0; break;
+      case P_POSITIVEP: r = x > 0; break;
+      case P_NEGATIVEP: r = x < 0; break;
+      case P_INTEGERP: r = std::isfinite(x) && x == std::floor(x); break;
+      case P_EVENP:
+      case P_ODDP:
+        if (x != std::floor(x)) err_at(site, opname(site) + ": expects an integer");
+        r = (std::fmod(std::fabs(x), 2.0) == 0) == (prim == P_EVENP);
+        break;
+      default: r = false;
+    }
+    m[l] = r;
+  }
+}
+
+// The lanes' outcomes of eqv? on the elements of two numbers of one shape.
+template <class V>
+void eqv_mask(VM& vm, const V& a, const V& b, uint8_t* m) {
+  std::memset(m, 1, vm.L);
+  View va = view(vm, a, false), vb = view(vm, b, false);
+  for (uint32_t e = 0; e < a.numel(); ++e)
+    for (int l = 0; l < vm.L; ++l) {
+      double x = va.p[e * va.es + l * va.ls], y = vb.p[e * vb.es + l * vb.ls];
+      m[l] &= x == y && std::signbit(x) == std::signbit(y);  // (eqv? 0.0 -0.0) is #f
+    }
+}
+
 }  // namespace
 
 // ---- elementwise ---------------------------------------------------------------------------
@@ -189,7 +292,7 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
   uint32_t rows, cols;
   if (a.rank == 0) { rank = b.rank; rows = b.rows; cols = b.cols(); }
   else if (b.rank == 0 || (a.rank == b.rank && a.rows == b.rows && a.cols() == b.cols())) { rank = a.rank; rows = a.rows; cols = a.cols(); }
-  else err_at(site, opname(site) + ": shape mismatch between " + describe(a) + " and " + describe(b));
+  else shape_mismatch(*this, site, a, b);
 
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(rank, rows, cols, uni);
@@ -232,14 +335,8 @@ Value VM::unary(Op op, Value a, const Node* site) {
   bool uni = a.uniform();
   Value out = alloc_num(a.rank, a.rows, a.cols(), uni);
   size_t total = static_cast<size_t>(out.numel()) * (uni ? 1 : L);
-  const double* x = data(a);
   double* o = data(out);
-  switch (op) {  // specialized loops for the common cases so they vectorize
-    case O_NEG: for (size_t i = 0; i < total; ++i) o[i] = -x[i]; break;
-    case O_EXP: for (size_t i = 0; i < total; ++i) o[i] = std::exp(x[i]); break;
-    case O_SQUARE: for (size_t i = 0; i < total; ++i) o[i] = x[i] * x[i]; break;
-    default: for (size_t i = 0; i < total; ++i) o[i] = fwd1(op, x[i]);
-  }
+  unary_loop(op, data(a), o, total);
   if (prog->f32) round_f32(o, total);
   if (recording && a.active()) record1(op, out, a);
   return out;
@@ -250,17 +347,11 @@ Value VM::rounding(int prim, Value a, const Node* site) {
   if (a.tag != T_NUM) type_error(site, "a number", a);
   Value out = alloc_num(a.rank, a.rows, a.cols(), a.uniform());
   size_t total = static_cast<size_t>(out.numel()) * lanes_of(a);
-  const double* x = data(a);
-  double* o = data(out);
-  for (size_t i = 0; i < total; ++i) {
-    switch (prim) {
-      case P_FLOOR: o[i] = std::floor(x[i]); break;
-      case P_CEILING: o[i] = std::ceil(x[i]); break;
-      case P_ROUND: o[i] = std::nearbyint(x[i]); break;  // round half to even (default FP mode)
-      default: o[i] = std::trunc(x[i]); break;
-    }
-  }
-  return out;  // piecewise constant: gradient zero, no tape record
+  Op op = prim == P_FLOOR ? O_FLOOR : prim == P_CEILING ? O_CEILING : prim == P_ROUND ? O_ROUND : O_TRUNCATE;
+  rounding_loop(op, data(a), data(out), total);
+  // piecewise constant: gradient zero; recorded (when it depends on parameters) for replay only
+  if (recording && a.active()) record1(op, out, a);
+  return out;
 }
 
 Value VM::int_div(int prim, Value a, Value b, const Node* site) {
@@ -278,19 +369,9 @@ Value VM::int_div(int prim, Value a, Value b, const Node* site) {
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(0, 1, 1, uni);
   uint32_t Lo = uni ? 1 : L;
-  View va = view(*this, a, true), vb = view(*this, b, true);
-  double* o = data(out);
-  for (uint32_t l = 0; l < Lo; ++l) {
-    double x = va.p[l * va.ls], y = vb.p[l * vb.ls];
-    if (x != std::floor(x) || y != std::floor(y))
-      err_at(site, opname(site) + ": expects integers");
-    if (y == 0) err_at(site, opname(site) + ": division by zero");
-    double r;
-    if (prim == P_QUOTIENT) r = std::trunc(x / y);
-    else if (prim == P_REMAINDER) r = std::fmod(x, y);
-    else { r = std::fmod(x, y); if (r != 0 && ((r < 0) != (y < 0))) r += y; }
-    o[l] = r == 0 ? 0.0 : r;  // no negative zero
-  }
+  Op op = prim == P_QUOTIENT ? O_QUOTIENT : prim == P_REMAINDER ? O_REMAINDER : O_MODULO;
+  int_div_loop(op, view(*this, a, true), view(*this, b, true), data(out), Lo, site);
+  if (recording && (a.active() || b.active())) record2(op, out, a, b);  // for replay only: no gradient
   return out;
 }
 
@@ -327,25 +408,11 @@ Value VM::compare_num(int prim, const Value* args, int n, const Node* site) {
                        " (comparisons of data vectors have no single truth value)");
   }
   uint8_t* m = lane_mask_buf(L);
-  std::memset(m, 1, L);
-  for (int i = 0; i + 1 < n; ++i) {
-    View a = view(*this, args[i], true), b = view(*this, args[i + 1], true);
-    for (int l = 0; l < L; ++l) {
-      double x = a.p[l * a.ls], y = b.p[l * b.ls];
-      bool r;
-      switch (prim) {
-        case P_NUM_EQ: r = x == y; break;
-        case P_LT: r = x < y; break;
-        case P_GT: r = x > y; break;
-        case P_LE: r = x <= y; break;
-        default: r = x >= y; break;
-      }
-      m[l] &= r;
-    }
-  }
-  bool all_uniform = true;
-  for (int i = 0; i < n; ++i) all_uniform &= args[i].uniform();
+  compare_mask(*this, prim, args, n, m);
+  bool all_uniform = true, any_active = false;
+  for (int i = 0; i < n; ++i) { all_uniform &= args[i].uniform(); any_active |= args[i].active(); }
   if (all_uniform) return Value::make_bool(m[0]);
+  if (recording && any_active) record_guard(prim, args, n, m);
   return lanes_to_bool(m);
 }
 
@@ -363,26 +430,9 @@ Value VM::num_pred(int prim, Value a, const Node* site) {
   }
   if (a.tag != T_NUM || a.rank != 0) type_error(site, "a number", a);
   uint8_t* m = lane_mask_buf(L);
-  View v = view(*this, a, true);
-  int lanes = a.uniform() ? 1 : L;
-  for (int l = 0; l < lanes; ++l) {
-    double x = v.p[l * v.ls];
-    bool r;
-    switch (prim) {
-      case P_ZEROP: r = x == 0; break;
-      case P_POSITIVEP: r = x > 0; break;
-      case P_NEGATIVEP: r = x < 0; break;
-      case P_INTEGERP: r = std::isfinite(x) && x == std::floor(x); break;
-      case P_EVENP:
-      case P_ODDP:
-        if (x != std::floor(x)) err_at(site, opname(site) + ": expects an integer");
-        r = (std::fmod(std::fabs(x), 2.0) == 0) == (prim == P_EVENP);
-        break;
-      default: r = false;
-    }
-    m[l] = r;
-  }
+  pred_mask(*this, prim, a, m, site);
   if (a.uniform()) return Value::make_bool(m[0]);
+  if (recording && a.active()) record_guard(prim, &a, 1, m);
   return lanes_to_bool(m);
 }
 
@@ -400,12 +450,13 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
         if (!same) std::memset(m, 0, L);
         return;
       }
-      View va = view(*this, a, false), vb = view(*this, b, false);
-      for (uint32_t e = 0; e < a.numel(); ++e)
-        for (int l = 0; l < L; ++l) {
-          double x = va.p[e * va.es + l * va.ls], y = vb.p[e * vb.es + l * vb.ls];
-          m[l] &= x == y && std::signbit(x) == std::signbit(y);  // (eqv? 0.0 -0.0) is #f
-        }
+      std::vector<uint8_t> leaf(L);
+      eqv_mask(*this, a, b, leaf.data());
+      if (recording && (a.active() || b.active())) {  // the outcome depends on parameters: a guard
+        Value ab[2] = {a, b};
+        record_guard(P_EQVP, ab, 2, leaf.data());
+      }
+      for (int l = 0; l < L; ++l) m[l] &= leaf[l];
       return;
     }
     case T_PAIR:
@@ -429,27 +480,44 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
 Value VM::slice(const Value& a, uint32_t start, int rank, uint32_t rows, uint32_t cols) {
   Value out = alloc_num(rank, rows, cols, a.uniform());
   uint32_t lanes = lanes_of(a);
-  std::memcpy(data(out), data(a) + static_cast<size_t>(start) * lanes, sizeof(double) * out.numel() * lanes);
+  size_t count = static_cast<size_t>(out.numel()) * lanes;
+  const double* src = data(a) + static_cast<size_t>(start) * lanes;
+  double* dst = data(out);
+  if (count <= 4) for (size_t i = 0; i < count; ++i) dst[i] = src[i];  // (ref ys t): no call for a few numbers
+  else std::memcpy(dst, src, sizeof(double) * count);
   if (recording && a.active()) record1(O_SLICE, out, a, start);
   return out;
 }
 
-Value VM::concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols) {
-  bool uni = true, act = false;
-  for (int i = 0; i < n; ++i) { uni &= parts[i].uniform(); act |= parts[i].active(); }
-  Value out = alloc_num(rank, rows, cols, uni);
-  uint32_t Lo = uni ? 1 : L;
-  double* o = data(out);
+namespace {
+template <class V>
+void concat_compute(VM& vm, const V* parts, int n, double* o, uint32_t Lo) {
   size_t e = 0;
   for (int i = 0; i < n; ++i) {
-    const Value& p = parts[i];
-    const double* src = data(p);
+    const V& p = parts[i];
+    const double* src = vm.data(p);
     for (uint32_t k = 0; k < p.numel(); ++k, ++e) {
       double* dst = o + e * Lo;
       if (p.uniform()) for (uint32_t l = 0; l < Lo; ++l) dst[l] = src[k];
       else std::memcpy(dst, src + static_cast<size_t>(k) * Lo, sizeof(double) * Lo);
     }
   }
+}
+
+template <class V>
+void transpose_compute(VM& vm, const V& a, double* o, uint32_t r, uint32_t c, uint32_t lanes) {
+  const double* x = vm.data(a);
+  for (uint32_t i = 0; i < r; ++i)
+    for (uint32_t j = 0; j < c; ++j)
+      std::memcpy(o + (static_cast<size_t>(j) * r + i) * lanes, x + (static_cast<size_t>(i) * c + j) * lanes, sizeof(double) * lanes);
+}
+}  // namespace
+
+Value VM::concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols) {
+  bool uni = true, act = false;
+  for (int i = 0; i < n; ++i) { uni &= parts[i].uniform(); act |= parts[i].active(); }
+  Value out = alloc_num(rank, rows, cols, uni);
+  concat_compute(*this, parts, n, data(out), uni ? 1 : L);
   if (recording && act) record_n(O_CONCAT, out, parts, n);
   return out;
 }
@@ -457,11 +525,7 @@ Value VM::concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t co
 Value VM::transpose(const Value& a) {
   uint32_t r = a.rows, c = a.n.cols, lanes = lanes_of(a);
   Value out = alloc_num(2, c, r, a.uniform());
-  const double* x = data(a);
-  double* o = data(out);
-  for (uint32_t i = 0; i < r; ++i)
-    for (uint32_t j = 0; j < c; ++j)
-      std::memcpy(o + (static_cast<size_t>(j) * r + i) * lanes, x + (static_cast<size_t>(i) * c + j) * lanes, sizeof(double) * lanes);
+  transpose_compute(*this, a, data(out), r, c, lanes);
   if (recording && a.active()) record1(O_TRANSPOSE, out, a, r, c);
   return out;
 }
@@ -601,18 +665,14 @@ const GemmKernels* small_gemm(uint32_t m, uint32_t k, uint32_t n) {
 
 }  // namespace
 
-Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols) {
-  bool uni = a.uniform() && b.uniform();
-  Value out = alloc_num(out_rank, out_rows, out_cols, uni);
-  uint32_t Lo = uni ? 1 : L;
-  View va = view(*this, a, false), vb = view(*this, b, false);
-  double* o = data(out);
+namespace {
+template <class V>
+void gemm_compute(VM& vm, const V& a, const V& b, double* o, uint32_t m, uint32_t k, uint32_t n, uint32_t Lo) {
+  View va = view(vm, a, false), vb = view(vm, b, false);
   const GemmKernels* small = small_gemm(m, k, n);
   if (small && (Lo == 1 || (va.ls && vb.ls))) {
     small->fwd(va.p, vb.p, o, Lo);
-    if (prog->f32) round_f32(o, static_cast<size_t>(m) * n * Lo);
-    if (recording && (a.active() || b.active())) record2(O_GEMM, out, a, b, m, k, n);
-    return out;
+    return;
   }
   if (Lo == 1) {  // one lane (B = 1 or both uniform): a plain small matrix product
     const double* A = va.p;
@@ -623,9 +683,7 @@ Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t 
         for (uint32_t q = 0; q < k; ++q) acc += A[i * k + q] * Bm[q * n + j];
         o[i * n + j] = acc;
       }
-    if (prog->f32) round_f32(o, static_cast<size_t>(m) * n);
-    if (recording && (a.active() || b.active())) record2(O_GEMM, out, a, b, m, k, n);
-    return out;
+    return;
   }
   std::memset(o, 0, sizeof(double) * m * n * Lo);
   for (uint32_t i = 0; i < m; ++i)
@@ -640,7 +698,15 @@ Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t 
         else po[0] += *pa * *pb;
       }
     }
-  if (prog->f32) round_f32(o, static_cast<size_t>(m) * n * Lo);
+}
+}  // namespace
+
+Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols) {
+  bool uni = a.uniform() && b.uniform();
+  Value out = alloc_num(out_rank, out_rows, out_cols, uni);
+  uint32_t Lo = uni ? 1 : L;
+  gemm_compute(*this, a, b, data(out), m, k, n, Lo);
+  if (prog->f32) round_f32(data(out), static_cast<size_t>(m) * n * Lo);
   if (recording && (a.active() || b.active())) record2(O_GEMM, out, a, b, m, k, n);
   return out;
 }
@@ -720,74 +786,54 @@ void invert(const double* A, int n, double* out, double* work, int* piv, double*
 
 }  // namespace
 
-// A singular (or not positive definite) matrix that is the same in every lane is an error of the
-// program; one that depends on the parameters gives NaN in its lane, which calibration freezes.
-Value VM::inv(const Value& a, const Node* site) {
-  int n = static_cast<int>(a.rows);
-  Value out = alloc_num(2, n, n, a.uniform());
-  uint32_t lanes = lanes_of(a);
+namespace {
+// Inverses of an n x n matrix in each of `lanes` lanes; NaN in a lane where it is singular.
+template <class V>
+void inv_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
   if (n == 2) {  // closed form, vectorized over lanes: the common case of small state-space models
-    const double *a0 = data(a), *a1 = a0 + lanes, *a2 = a1 + lanes, *a3 = a2 + lanes;
-    double *y0 = data(out), *y1 = y0 + lanes, *y2 = y1 + lanes, *y3 = y2 + lanes;
+    const double *a0 = vm.data(a), *a1 = a0 + lanes, *a2 = a1 + lanes, *a3 = a2 + lanes;
+    double *y0 = o, *y1 = y0 + lanes, *y2 = y1 + lanes, *y3 = y2 + lanes;
     for (uint32_t l = 0; l < lanes; ++l) {
       double det = a0[l] * a3[l] - a1[l] * a2[l];
       y0[l] = a3[l] / det; y1[l] = -a1[l] / det; y2[l] = -a2[l] / det; y3[l] = a0[l] / det;
     }
-    if (a.uniform() && !(a0[0] * a3[0] - a1[0] * a2[0] != 0)) err_at(site, "'inv': the matrix is singular");
-    if (prog->f32) round_f32(data(out), 4u * lanes);
-    if (recording && a.active()) record1(O_INV, out, a, n);
-    return out;
+    return;
   }
-  if (scratch.size() < 5u * n * n + 8) scratch.resize(5u * n * n + 8);
-  if (pivots.size() < static_cast<size_t>(n)) pivots.resize(n);
-  int* piv = pivots.data();
-  double *A = scratch.data(), *Y = A + n * n, *W = Y + n * n, *T = W + n * n;
+  if (vm.scratch.size() < 5u * n * n + 8) vm.scratch.resize(5u * n * n + 8);
+  if (vm.pivots.size() < static_cast<size_t>(n)) vm.pivots.resize(n);
+  int* piv = vm.pivots.data();
+  double *A = vm.scratch.data(), *Y = A + n * n, *W = Y + n * n, *T = W + n * n;
   for (uint32_t l = 0; l < lanes; ++l) {
-    gather(*this, a, l, A);
-    if (n == 2) {  // closed form: the common case of small state-space models
-      double det = A[0] * A[3] - A[1] * A[2];
-      Y[0] = A[3] / det; Y[1] = -A[1] / det; Y[2] = -A[2] / det; Y[3] = A[0] / det;
-    } else {
-      invert(A, n, Y, W, piv, T);
-      if (a.uniform() && std::isnan(Y[0])) err_at(site, "'inv': the matrix is singular");
-    }
-    scatter(*this, out, l, Y);
+    gather(vm, a, l, A);
+    invert(A, n, Y, W, piv, T);
+    for (int e = 0; e < n * n; ++e) o[static_cast<size_t>(e) * lanes + l] = Y[e];
   }
-  if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * n * lanes);
-  if (recording && a.active()) record1(O_INV, out, a, n);
-  return out;
 }
 
-Value VM::solve(const Value& a, const Value& b, const Node*) {
-  int n = static_cast<int>(a.rows);
-  int m = static_cast<int>(b.cols());
-  bool uni = a.uniform() && b.uniform();
-  Value out = alloc_num(b.rank, b.rows, b.cols(), uni);
-  uint32_t lanes = uni ? 1 : L;
-  if (scratch.size() < 2u * n * n + 2u * n * m + 8) scratch.resize(2u * n * n + 2u * n * m + 8);
-  if (pivots.size() < static_cast<size_t>(n)) pivots.resize(n);
-  int* piv = pivots.data();
-  double *A = scratch.data(), *X = A + n * n, *T = X + n * m;
+template <class V>
+void solve_compute(VM& vm, const V& a, const V& b, double* o, int n, int m, uint32_t lanes) {
+  if (vm.scratch.size() < 2u * n * n + 2u * n * m + 8) vm.scratch.resize(2u * n * n + 2u * n * m + 8);
+  if (vm.pivots.size() < static_cast<size_t>(n)) vm.pivots.resize(n);
+  int* piv = vm.pivots.data();
+  double *A = vm.scratch.data(), *X = A + n * n, *T = X + n * m;
   for (uint32_t l = 0; l < lanes; ++l) {
-    gather(*this, a, a.uniform() ? 0 : l, A);
-    gather(*this, b, b.uniform() ? 0 : l, X);
+    gather(vm, a, a.uniform() ? 0 : l, A);
+    gather(vm, b, b.uniform() ? 0 : l, X);
     if (!lu(A, n, piv)) for (int i = 0; i < n * m; ++i) X[i] = NAN;
     else lu_solve(A, piv, n, X, m, T);
-    scatter(*this, out, l, X);
+    for (int e = 0; e < n * m; ++e) o[static_cast<size_t>(e) * lanes + l] = X[e];
   }
-  if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * m * lanes);
-  if (recording && (a.active() || b.active())) record2(O_SOLVE, out, a, b, n, m);
-  return out;
 }
 
-Value VM::cholesky(const Value& a, const Node* site) {
-  int n = static_cast<int>(a.rows);
-  Value out = alloc_num(2, n, n, a.uniform());
-  uint32_t lanes = lanes_of(a);
-  if (scratch.size() < 2u * n * n + 8) scratch.resize(2u * n * n + 8);
-  double *A = scratch.data(), *C = A + n * n;
+// Cholesky factors; NaN in a lane where the matrix is not positive definite. Returns false when
+// some lane is not.
+template <class V>
+bool chol_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
+  if (vm.scratch.size() < 2u * n * n + 8) vm.scratch.resize(2u * n * n + 8);
+  double *A = vm.scratch.data(), *C = A + n * n;
+  bool all_ok = true;
   for (uint32_t l = 0; l < lanes; ++l) {
-    gather(*this, a, l, A);
+    gather(vm, a, l, A);
     for (int i = 0; i < n * n; ++i) C[i] = 0;
     bool ok = true;
     for (int j = 0; j < n && ok; ++j) {
@@ -802,21 +848,18 @@ Value VM::cholesky(const Value& a, const Node* site) {
         C[i * n + j] = t / d;
       }
     }
-    if (!ok && a.uniform()) err_at(site, "'cholesky': the matrix is not positive definite");
     if (!ok) for (int i = 0; i < n * n; ++i) C[i] = NAN;  // not positive definite in this lane
-    scatter(*this, out, l, C);
+    all_ok &= ok;
+    for (int e = 0; e < n * n; ++e) o[static_cast<size_t>(e) * lanes + l] = C[e];
   }
-  if (recording && a.active()) record1(O_CHOL, out, a, n);
-  return out;
+  return all_ok;
 }
 
-Value VM::reduce(Op op, const Value& a) {
-  Value out = alloc_num(0, 1, 1, a.uniform());
-  uint32_t lanes = lanes_of(a);
-  const double* x = data(a);
-  double* o = data(out);
+// trace vsum norm det logdet of a (ne elements; n x n for the matrix reductions), per lane
+template <class V>
+void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes, int n) {
+  const double* x = vm.data(a);
   uint32_t ne = a.numel();
-  int n = static_cast<int>(a.rows);
   switch (op) {
     case O_VSUM:
     case O_NORM:
@@ -835,12 +878,12 @@ Value VM::reduce(Op op, const Value& a) {
       break;
     case O_DET:
     case O_LOGDET: {
-      if (scratch.size() < static_cast<size_t>(n) * n + 8) scratch.resize(static_cast<size_t>(n) * n + 8);
-      if (pivots.size() < static_cast<size_t>(n)) pivots.resize(n);
-      int* piv = pivots.data();
+      if (vm.scratch.size() < static_cast<size_t>(n) * n + 8) vm.scratch.resize(static_cast<size_t>(n) * n + 8);
+      if (vm.pivots.size() < static_cast<size_t>(n)) vm.pivots.resize(n);
+      int* piv = vm.pivots.data();
       for (uint32_t l = 0; l < lanes; ++l) {
-        double* A = scratch.data();
-        gather(*this, a, l, A);
+        double* A = vm.scratch.data();
+        gather(vm, a, l, A);
         double det;
         if (n == 2) det = A[0] * A[3] - A[1] * A[2];
         else {
@@ -855,7 +898,52 @@ Value VM::reduce(Op op, const Value& a) {
     }
     default: break;
   }
-  if (prog->f32) round_f32(o, lanes);
+}
+}  // namespace
+
+// A singular (or not positive definite) matrix that is the same in every lane is an error of the
+// program; one that depends on the parameters gives NaN in its lane, which calibration freezes.
+Value VM::inv(const Value& a, const Node* site) {
+  int n = static_cast<int>(a.rows);
+  Value out = alloc_num(2, n, n, a.uniform());
+  uint32_t lanes = lanes_of(a);
+  inv_compute(*this, a, data(out), n, lanes);
+  if (a.uniform()) {
+    const double* x = data(a);
+    if (n == 2 ? !(x[0] * x[3] - x[1] * x[2] != 0) : std::isnan(data(out)[0])) err_at(site, "'inv': the matrix is singular");
+  }
+  if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * n * lanes);
+  if (recording && a.active()) record1(O_INV, out, a, n);
+  return out;
+}
+
+Value VM::solve(const Value& a, const Value& b, const Node*) {
+  int n = static_cast<int>(a.rows);
+  int m = static_cast<int>(b.cols());
+  bool uni = a.uniform() && b.uniform();
+  Value out = alloc_num(b.rank, b.rows, b.cols(), uni);
+  uint32_t lanes = uni ? 1 : L;
+  solve_compute(*this, a, b, data(out), n, m, lanes);
+  if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * m * lanes);
+  if (recording && (a.active() || b.active())) record2(O_SOLVE, out, a, b, n, m);
+  return out;
+}
+
+Value VM::cholesky(const Value& a, const Node* site) {
+  int n = static_cast<int>(a.rows);
+  Value out = alloc_num(2, n, n, a.uniform());
+  bool ok = chol_compute(*this, a, data(out), n, lanes_of(a));
+  if (!ok && a.uniform()) err_at(site, "'cholesky': the matrix is not positive definite");
+  if (recording && a.active()) record1(O_CHOL, out, a, n);
+  return out;
+}
+
+Value VM::reduce(Op op, const Value& a) {
+  Value out = alloc_num(0, 1, 1, a.uniform());
+  uint32_t lanes = lanes_of(a);
+  int n = static_cast<int>(a.rows);
+  reduce_compute(*this, op, a, data(out), lanes, n);
+  if (prog->f32) round_f32(data(out), lanes);
   if (recording && a.active()) record1(op, out, a, n);
   return out;
 }
@@ -975,7 +1063,30 @@ void backward_record(VM& vm, const TapeRec& t) {
   const double* z = vm.data(out);
   const uint32_t n = out.numel();
 
+  if (Lo == 1 && t.op <= O_MUL) {  // one lane, + - *: the loop inline (same arithmetic as bwd2's)
+    const NumRef& a = in[0];
+    const NumRef& b = in[1];
+    const double* x = vm.data(a);
+    const double* y = vm.data(b);
+    double* ga = a.active() ? adj + a.n.off : nullptr;
+    double* gb = b.active() ? adj + b.n.off : nullptr;
+    const uint32_t sa = a.ne == 1 ? 0 : 1, sb = b.ne == 1 ? 0 : 1;  // a scalar broadcast over elements
+    for (uint32_t i = 0; i < n; ++i) {
+      const double g = go[i];
+      if (g == 0) continue;  // a zero cotangent contributes nothing
+      switch (t.op) {
+        case O_ADD: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g; break;
+        case O_SUB: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g * -1.0; break;
+        default: if (ga) ga[i * sa] += g * y[i * sb]; if (gb) gb[i * sb] += g * x[i * sa]; break;
+      }
+    }
+    return;
+  }
+
   switch (t.op) {
+    case O_FLOOR: case O_CEILING: case O_ROUND: case O_TRUNCATE: case O_QUOTIENT: case O_REMAINDER: case O_MODULO:
+    case O_GUARD:
+      break;  // piecewise constant, or a decision: nothing flows back
     case O_ADD: bwd2<DAdd>(vm, in, go, z, n, Lo); break;
     case O_SUB: bwd2<DSub>(vm, in, go, z, n, Lo); break;
     case O_MUL: bwd2<DMul>(vm, in, go, z, n, Lo); break;
@@ -1226,6 +1337,71 @@ void backward_record(VM& vm, const TapeRec& t) {
       break;
     }
   }
+}
+
+// ---- replay --------------------------------------------------------------------------------
+
+void forward_record(VM& vm, const TapeRec& t) {
+  const NumRef* in = t.nin > 2 ? vm.targs.data() + t.args : t.in;
+  const NumRef& out = t.out;
+  double* o = vm.data(out);
+  const uint32_t Lo = vm.lanes_of(out);
+  const size_t total = static_cast<size_t>(out.numel()) * Lo;
+  bool rounded = true;  // float32 programs round what the evaluator rounds
+  switch (t.op) {
+    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_ATAN2: case O_MIN: case O_MAX:
+      fwd2(static_cast<Op>(t.op), o, out.numel(), Lo, view(vm, in[0], true), view(vm, in[1], true));
+      break;
+    case O_NEG: case O_EXP: case O_LOG: case O_SQRT: case O_SIN: case O_COS: case O_TAN: case O_ASIN:
+    case O_ACOS: case O_ATAN: case O_TANH: case O_ABS: case O_SQUARE: case O_SIGMOID: case O_SOFTPLUS:
+      unary_loop(static_cast<Op>(t.op), vm.data(in[0]), o, total);
+      break;
+    case O_SLICE: {
+      const double* src = vm.data(in[0]) + static_cast<size_t>(t.d0) * Lo;
+      for (size_t i = 0; i < total; ++i) o[i] = src[i];
+      rounded = false;
+      break;
+    }
+    case O_CONCAT:
+      concat_compute(vm, in, t.nin == 255 ? static_cast<int>(t.d2) : t.nin, o, Lo);
+      rounded = false;
+      break;
+    case O_TRANSPOSE:
+      transpose_compute(vm, in[0], o, t.d0, t.d1, Lo);
+      rounded = false;
+      break;
+    case O_GEMM: gemm_compute(vm, in[0], in[1], o, t.d0, t.d1, t.d2, Lo); break;
+    case O_TRACE: case O_VSUM: case O_NORM: case O_DET: case O_LOGDET:
+      reduce_compute(vm, static_cast<Op>(t.op), in[0], o, Lo, static_cast<int>(t.d0));
+      break;
+    case O_INV: inv_compute(vm, in[0], o, static_cast<int>(t.d0), Lo); break;
+    case O_SOLVE: solve_compute(vm, in[0], in[1], o, static_cast<int>(t.d0), static_cast<int>(t.d1), Lo); break;
+    case O_CHOL:
+      chol_compute(vm, in[0], o, static_cast<int>(t.d0), Lo);
+      rounded = false;
+      break;
+    case O_FLOOR: case O_CEILING: case O_ROUND: case O_TRUNCATE:
+      rounding_loop(static_cast<Op>(t.op), vm.data(in[0]), o, total);
+      rounded = false;
+      break;
+    case O_QUOTIENT: case O_REMAINDER: case O_MODULO:
+      int_div_loop(static_cast<Op>(t.op), view(vm, in[0], true), view(vm, in[1], true), o, Lo, nullptr);
+      rounded = false;
+      break;
+    case O_GUARD: return;
+  }
+  if (rounded && vm.prog->f32) round_f32(o, total);
+}
+
+bool guard_holds(VM& vm, const TapeRec& t) {
+  const NumRef* in = t.nin > 2 ? vm.targs.data() + t.args : t.in;
+  int n = t.nin == 255 ? static_cast<int>(t.d2) : t.nin;
+  uint8_t* m = vm.lane_mask_buf(vm.L);
+  int prim = static_cast<int>(t.d0);
+  if (prim == P_EQVP) eqv_mask(vm, in[0], in[1], m);
+  else if (prim == P_NUM_EQ || prim == P_LT || prim == P_GT || prim == P_LE || prim == P_GE) compare_mask(vm, prim, in, n, m);
+  else pred_mask(vm, prim, in[0], m, nullptr);
+  return std::memcmp(m, vm.guard_masks.data() + t.d1, vm.L) == 0;
 }
 
 }  // namespace ndvm

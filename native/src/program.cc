@@ -29,8 +29,9 @@ Value load_array(VM& vm, const Array& a, bool uniform) {
 }
 
 // Loads parameters (lane-varying, active when differentiating) and inputs into a reset VM.
-void load(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
-          bool grad, const std::vector<int>* input_grad_ids, const std::vector<int>* lane_map = nullptr) {
+// Returns where the parameters end (the inputs follow them, up to vm.pay_top).
+size_t load(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+            bool grad, const std::vector<int>* input_grad_ids, const std::vector<int>* lane_map = nullptr) {
   auto data_lane = [&](int l) { return lane_map ? (*lane_map)[lanes[l]] : lanes[l]; };
   int L = static_cast<int>(lanes.size());
   for (int j = 0; j < P; ++j) {
@@ -44,6 +45,7 @@ void load(const Program& p, VM& vm, const double* theta, int P, const std::vecto
     }
     vm.params[j] = v;
   }
+  const size_t params_end = vm.pay_top;
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     Value v;
     if (i < in.per_lane.size() && !in.per_lane[i].empty()) {
@@ -74,6 +76,67 @@ void load(const Program& p, VM& vm, const double* theta, int P, const std::vecto
         }
     vm.inputs[i] = v;
   }
+  return params_end;
+}
+
+bool same_limits(const Limits& a, const Limits& b) {
+  return a.max_steps == b.max_steps && a.max_depth == b.max_depth && a.max_bytes == b.max_bytes;
+}
+
+// Replay: when a gradient run walks the program over all lanes without a divergence, the VM keeps
+// its tape and arena. The next gradient run of the same program over as many lanes, with the same
+// inputs and limits, then re-executes the tape with the new parameters instead of walking the
+// program: structure (lists, closures, exact integers, shapes) cannot have changed, because every
+// decision that read a parameter-dependent number is a guard on the tape (comparisons, numeric
+// predicates, eqv? of numbers), checked lane by lane. A guard that fails, or any error, falls back
+// to an ordinary run, which also records afresh. Values and gradients are the walked run's, bit
+// for bit: replay computes with the evaluator's own kernels.
+void save_replay(const Program& p, VM& vm, size_t params_end, size_t inputs_end, const Value& result,
+                 const Limits& lim) {
+  VM::Replay& r = vm.replay;
+  r.prog = &p;
+  r.serial = p.serial;
+  r.lanes = vm.L;
+  r.params_end = params_end;
+  r.inputs_end = inputs_end;
+  r.top = vm.pay_top;
+  r.inputs.assign(vm.pay + params_end, vm.pay + inputs_end);
+  r.result = result;
+  r.limits = lim;
+  r.valid = true;
+}
+
+bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes,
+                const Inputs& in, const std::vector<int>* lane_map, const Limits& lim) {
+  VM::Replay& r = vm.replay;
+  if (!lim.replay || !r.valid || r.prog != &p || r.serial != p.serial || r.lanes != static_cast<int>(lanes.size()) ||
+      !same_limits(r.limits, lim))
+    return false;
+  r.valid = false;  // until the replay has succeeded: the arena is being rewritten
+  ++r.fell_back;    // counted back below when it succeeds
+  vm.lim = &lim;
+  vm.pay_top = p.const_payload.size();
+  size_t params_end = load(p, vm, theta, P, lanes, in, true, nullptr, lane_map);  // the same offsets
+  if (params_end != r.params_end || vm.pay_top != r.inputs_end ||
+      std::memcmp(vm.pay + r.params_end, r.inputs.data(), sizeof(double) * r.inputs.size()) != 0)
+    return false;  // other inputs (or lanes of other data): walk the program
+  vm.pay_top = r.top;
+  try {
+    for (const TapeRec& t : vm.tape) {
+      if (t.op == O_GUARD) {
+        if (!guard_holds(vm, t)) return false;  // a decision would go the other way
+        continue;
+      }
+      std::memset(vm.adj + t.out.n.off, 0, sizeof(double) * t.out.numel() * vm.lanes_of(t.out));
+      forward_record(vm, t);
+    }
+  } catch (...) {
+    return false;  // e.g. (quotient x 0.0) now: the walked run reports it with its location
+  }
+  r.valid = true;
+  --r.fell_back;
+  ++r.replayed;
+  return true;
 }
 
 struct Driver {
@@ -93,10 +156,12 @@ struct Driver {
   void run_group(const std::vector<int>& lanes) {
     int L = static_cast<int>(lanes.size());
     vm.reset(p, L, grad, lim);
-    load(p, vm, theta, P, lanes, in, grad, input_grad_ids, lane_map);
+    size_t params_end = load(p, vm, theta, P, lanes, in, grad, input_grad_ids, lane_map);
+    size_t inputs_end = vm.pay_top;
     Value out;
     try {
       out = vm.run();
+      if (grad && !input_grad_ids && L == B && lim.replay) save_replay(p, vm, params_end, inputs_end, out, lim);
     } catch (Divergence& d) {
       std::vector<int> yes, no;
       for (int l = 0; l < L; ++l) (d.mask[l] ? yes : no).push_back(lanes[l]);
@@ -230,7 +295,10 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   }
   std::vector<int> lanes(B);
   for (int l = 0; l < B; ++l) lanes[l] = l;
-  d.run_group(lanes);
+  if (grad && !input_grad_ids && try_replay(p, vm, theta, P, lanes, in, lane_map, lim))
+    d.store(lanes, vm.replay.result);
+  else
+    d.run_group(lanes);
   return std::move(d.res);
 }
 

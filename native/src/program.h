@@ -25,6 +25,7 @@ struct Limits {
   uint64_t max_steps = 20'000'000;         // evaluation steps (node visits) per run
   int max_depth = 100'000;                 // nested evaluations (also bounded by C stack bytes)
   uint64_t max_bytes = 1ull << 30;         // payload + heap + tape per run
+  bool replay = true;                      // re-execute the last tape when only parameters changed
 };
 
 struct Program {
@@ -40,6 +41,7 @@ struct Program {
   std::vector<std::string> inputs;    // free variables, first-use order
   std::vector<int> input_line, input_col;
   std::string canonical;              // canonical form (see canonical.cc)
+  uint64_t serial = 0;                // unique per compiled program: a VM's replay is keyed on it
 
   int intern(const std::string& s);
 };

@@ -55,6 +55,8 @@ void VM::reset(const Program& p, int lanes, bool rec, const Limits& l) {
   heap.reset();
   tape.clear();
   targs.clear();
+  guard_masks.clear();
+  replay.valid = false;  // the arena and the tape are about to be overwritten
   // A run that needed a huge arena should not pin that memory for the life of the thread.
   constexpr size_t kKeepBytes = 64u << 20;
   if (pay_cap * sizeof(double) > kKeepBytes) {
@@ -127,6 +129,27 @@ void VM::record_n(Op op, Value& out, const Value* in, int n, uint32_t d0, uint32
   for (int i = 0; i < n; ++i) targs.push_back(ref(in[i]));
   TapeRec& t = new_record(op, out, n > 255 ? 255 : n, d0, d1, n > 255 ? static_cast<uint32_t>(n) : d2);  // many parts: count in d2
   t.args = at;
+}
+
+void VM::record_guard(int prim, const Value* in, int n, const uint8_t* outcome, uint32_t flag) {
+  if (tape.size() == tape.capacity() || targs.size() + n > targs.capacity()) check_memory(nullptr);
+  tape.emplace_back();
+  TapeRec& t = tape.back();
+  t.op = O_GUARD;
+  t.d0 = static_cast<uint32_t>(prim);
+  t.d1 = static_cast<uint32_t>(guard_masks.size());
+  t.d2 = flag;
+  t.out = NumRef{{0}, 0, 0};
+  guard_masks.insert(guard_masks.end(), outcome, outcome + L);
+  if (n <= 2) {
+    t.nin = static_cast<uint8_t>(n);
+    for (int i = 0; i < n; ++i) t.in[i] = ref(in[i]);
+  } else {  // a chained comparison of more than two numbers
+    t.nin = static_cast<uint8_t>(n > 255 ? 255 : n);
+    t.args = static_cast<uint32_t>(targs.size());
+    if (n > 255) t.d2 = static_cast<uint32_t>(n);
+    for (int i = 0; i < n; ++i) targs.push_back(ref(in[i]));
+  }
 }
 
 void VM::backward() {
@@ -384,7 +407,11 @@ Value VM::eval(const Node* n, Frame* env) {
       }
       case N_SEQ: {
         size_t k = n->kids.size();
-        for (size_t i = 0; i + 1 < k; ++i) eval(n->kids[i], env);
+        for (size_t i = 0; i + 1 < k; ++i) {
+          const Node* kid = n->kids[i];
+          if (kid->kind == N_BIND) env->slots[kid->b] = operand(kid->kids[0], env);  // a let* binding, inline
+          else eval(kid, env);
+        }
         n = n->kids[k - 1];
         continue;
       }

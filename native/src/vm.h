@@ -27,6 +27,12 @@ enum Op : uint8_t {
   // linear algebra
   O_GEMM,       // out[d0, d2] = A[d0, d1] B[d1, d2] (also dot, matvec, outer)
   O_TRACE, O_VSUM, O_NORM, O_INV, O_SOLVE, O_DET, O_LOGDET, O_CHOL,
+  // piecewise constant (gradient zero): recorded only so that a replay recomputes them
+  O_FLOOR, O_CEILING, O_ROUND, O_TRUNCATE, O_QUOTIENT, O_REMAINDER, O_MODULO,
+  // a decision that depended on differentiated values (a comparison, a numeric predicate, eqv? of
+  // numbers): d0 the primitive, d1 where its lanes' outcomes start in VM::guard_masks. A replay
+  // recomputes the outcomes and gives up when one differs.
+  O_GUARD,
 };
 
 // What the tape keeps of a number: its payload offset, its element count and its flags (uniform,
@@ -185,6 +191,9 @@ class VM {
     t.in[1].n.off = b.n.off; t.in[1].ne = b.numel(); t.in[1].flags = b.flags;
   }
   void record_n(Op op, Value& out, const Value* in, int n, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0);
+  // Records a value-dependent decision: the primitive, its numeric arguments, the lanes' outcomes.
+  void record_guard(int prim, const Value* in, int n, const uint8_t* outcome, uint32_t flag = 0);
+  std::vector<uint8_t> guard_masks;
 
   // ---- evaluator -----------------------------------------------------------------------------
   Value eval(const Node* n, Frame* env);
@@ -217,6 +226,22 @@ class VM {
   // eqv? on two values: per-lane mask accumulation (AND) into m
   void eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site);
 
+  // ---- replay --------------------------------------------------------------------------------
+  // The last recorded run, kept so that the next evaluation of the same program over the same
+  // lanes and inputs can re-execute its tape instead of walking the program again (program.cc).
+  // Any reset() drops it: the arena and the tape it describes are overwritten.
+  struct Replay {
+    bool valid = false;
+    const Program* prog = nullptr;
+    uint64_t serial = 0;
+    int lanes = 0;
+    size_t params_end = 0, inputs_end = 0, top = 0;  // arena offsets of the recorded run
+    std::vector<double> inputs;                      // the arena's input region when recorded
+    Value result;
+    Limits limits;
+    uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
+  } replay;
+
   // ---- heap ----------------------------------------------------------------------------------
   Heap heap;
   Value cons(Value a, Value b);
@@ -225,7 +250,7 @@ class VM {
 
   // error helpers
   std::string describe(const Value& v);
-  [[noreturn]] void type_error(const Node* site, const char* what, const Value& got);
+  [[noreturn, gnu::cold, gnu::noinline]] void type_error(const Node* site, const char* what, const Value& got);
 
   Value* stack = nullptr;  // argument stack (fixed capacity: pointers into it stay valid)
   size_t sp = 0, stack_cap = 0;
@@ -258,5 +283,9 @@ void set_thread_stack_budget(size_t bytes);
 
 // Kernels for backward (kernels.cc)
 void backward_record(VM& vm, const TapeRec& t);
+// Replay (kernels.cc): recomputes a record's output from its inputs, with the same kernels as the
+// evaluator (the same bits); for an O_GUARD, whether the lanes' outcomes are still the recorded ones.
+void forward_record(VM& vm, const TapeRec& t);
+bool guard_holds(VM& vm, const TapeRec& t);
 
 }  // namespace ndvm

@@ -1,0 +1,171 @@
+"""Replay: a gradient evaluation that repeats with new parameters re-executes the recorded tape.
+
+The contract (README, "Replay"): a replayed evaluation gives the bits of a walked one, values and
+gradients; a decision that would now go the other way (a guard), other inputs, other lanes, other
+limits or an error fall back to walking the program. These tests compare replayed runs with runs of
+a freshly compiled copy of the same program (a new program is never replayed), on generated
+programs and on the cases that must fall back.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ndvm
+from ndvm import _native
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import genprog  # noqa: E402
+from test_differential import COUNTS, report, spread_theta  # noqa: E402
+
+
+def counts() -> tuple[int, int]:
+    """(replayed, fell back) so far on this thread."""
+    return tuple(_native.replay_counts())
+
+
+def outcome(prog: ndvm.Program, theta, **kw):
+    """value_and_grad, or the error it raises, in a comparable form."""
+    try:
+        return prog.value_and_grad(theta, **kw)
+    except ndvm.NDVMError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def same(a, b) -> bool:
+    if isinstance(a, tuple) and isinstance(a[0], str) or isinstance(b, tuple) and isinstance(b[0], str):
+        return a == b
+    return np.array_equal(a[0], b[0], equal_nan=True) and np.array_equal(a[1], b[1], equal_nan=True)
+
+
+def check_replay(gen: genprog.Generated, seed: int) -> tuple[str | None, bool]:
+    """Records at one theta, then evaluates at three others, nearby and far: each must equal a fresh
+    program's run. Returns (failure, whether any of them was replayed)."""
+    rng = np.random.default_rng(seed)
+    kw = {"inputs": gen.inputs()}
+    if gen.uses_u and seed % 3 == 0:  # per-lane inputs too
+        kw["inputs"].pop("u")
+        kw["lane_inputs"] = {"u": rng.uniform(-1.0, 1.5, size=6)}
+    base = spread_theta(gen, rng)
+    if seed % 2:  # one lane (calibration with one restart), or six that may disagree
+        base = base[:1]
+        kw.pop("lane_inputs", None)
+        if gen.uses_u and "u" not in kw["inputs"]:
+            kw["inputs"]["u"] = 0.7
+    # nearby points (the next steps of a calibration: mostly replayed) and a far one (often walked)
+    near = lambda: base + rng.uniform(-1e-3, 1e-3, size=base.shape)  # noqa: E731
+    far = spread_theta(gen, rng)[: base.shape[0]]
+    thetas = [base, near(), far, near()]
+    # the expected outcomes first: evaluating another program on this thread drops a recording
+    wants = [outcome(ndvm.compile(gen.source), theta, **kw) for theta in thetas[1:]]
+    prog = ndvm.compile(gen.source)
+    outcome(prog, thetas[0], **kw)  # records (unless the lanes diverge or it fails)
+    replayed = False
+    for theta, want in zip(thetas[1:], wants):
+        before = counts()
+        got = outcome(prog, theta, **kw)
+        replayed |= counts()[0] > before[0]
+        if not same(got, want):
+            return f"seed {seed}: replayed/walked {got!r} vs fresh {want!r}\n{gen.source}", replayed
+    return None, replayed
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_replayed_runs_equal_fresh_runs_bit_for_bit(count):
+    failures, replayed = [], 0
+    fell_back = counts()[1]
+    for seed in range(count):
+        failure, r = check_replay(genprog.generate(seed, "model"), seed)
+        replayed += r
+        if failure:
+            failures.append(failure)
+    fell_back = counts()[1] - fell_back
+    assert not failures, report(failures, count, "replay")
+    # the check means something only if both paths were taken often
+    assert replayed >= count // 2, f"only {replayed} of {count} programs were replayed"
+    assert fell_back >= count // 10, f"only {fell_back} replays fell back to a walk"
+
+
+def test_a_decision_that_changes_falls_back_to_a_walk():
+    prog = ndvm.compile("(param a 1.0) (if (< a 0) (* a a) (* 3 a))")
+    prog.value_and_grad([[1.0]])
+    r0, f0 = counts()
+    v, g = prog.value_and_grad([[2.0]])  # same branch: replayed
+    assert (v[0], g[0, 0]) == (6.0, 3.0) and counts() == (r0 + 1, f0)
+    v, g = prog.value_and_grad([[-1.0]])  # the guard fails: walked
+    assert (v[0], g[0, 0]) == (1.0, -2.0) and counts() == (r0 + 1, f0 + 1)
+    v, g = prog.value_and_grad([[-3.0]])  # the walk recorded the other branch: replayed
+    assert (v[0], g[0, 0]) == (9.0, -6.0) and counts() == (r0 + 2, f0 + 1)
+
+
+def test_lanes_that_come_to_disagree_are_split_as_in_a_walk():
+    prog = ndvm.compile("(param a 1.0) (if (< a 0) (* a a) (* 3 a))")
+    prog.value_and_grad([[1.0], [2.0]])  # one group: recorded
+    v, g = prog.value_and_grad([[1.0], [-2.0]])  # now the lanes disagree
+    np.testing.assert_array_equal(v, [3.0, 4.0])
+    np.testing.assert_array_equal(g, [[3.0], [-4.0]])
+
+
+def test_piecewise_constant_operations_are_recomputed():
+    src = "(param a 1.3) (* (floor (* 10 a)) (quotient (round (* 4 a)) 2.0) a)"
+    points = (1.47, 2.26, 0.61)
+    wants = [ndvm.compile(src).value_and_grad([[a]]) for a in points]
+    prog = ndvm.compile(src)
+    prog.value_and_grad([[1.3]])
+    for a, want in zip(points, wants):
+        r0 = counts()[0]
+        got = prog.value_and_grad([[a]])
+        assert counts()[0] == r0 + 1, "expected a replay"
+        assert same(got, want), (a, got, want)
+
+
+def test_an_error_on_replay_is_reported_by_the_walk_with_its_location():
+    prog = ndvm.compile("(param a 1.0)\n(quotient 7.0 (floor a))")
+    prog.value_and_grad([[1.5]])
+    with pytest.raises(ndvm.EvalError, match="division by zero") as info:
+        prog.value_and_grad([[0.5]])
+    assert info.value.line == 2
+
+
+def test_other_inputs_limits_or_lane_counts_are_walked():
+    prog = ndvm.compile("(param k 1.0) (vsum (* k (exp (* k x))))")
+    x = np.linspace(0, 1, 5)
+    prog.value_and_grad([[0.5]], {"x": x})
+    r0, _ = counts()
+    prog.value_and_grad([[0.7]], {"x": x})
+    assert counts()[0] == r0 + 1
+    for call in (lambda: prog.value_and_grad([[0.7]], {"x": x + 1.0}),      # other data
+                 lambda: prog.value_and_grad([[0.7], [0.8]], {"x": x + 1.0})):  # other lane count
+        r1 = counts()[0]
+        got = call()
+        assert counts()[0] == r1
+    got = prog.value_and_grad([[0.7], [0.8]], {"x": x + 1.0})  # now recorded at two lanes: replayed
+    want = ndvm.compile(prog.source).value_and_grad([[0.7], [0.8]], {"x": x + 1.0})
+    assert same(got, want)
+    strict = ndvm.compile(prog.source, limits=ndvm.Limits(max_steps=1_000_000))
+    strict.value_and_grad([[0.7]], {"x": x})
+    r2 = counts()[0]
+    ndvm.compile(prog.source, limits=ndvm.Limits(max_steps=1_000_000, replay=False)).value_and_grad([[0.7]], {"x": x})
+    assert counts()[0] == r2
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "lbfgs"])
+def test_calibration_is_the_same_with_and_without_replay(optimizer):
+    src = """(param q 0.3 positive) (param r 0.3 positive)
+(let loop ((t 0) (x 0.0) (p 1.0) (nll 0.0))
+  (if (= t (vsize ys)) nll
+      (let* ((pp (+ p q)) (s (+ pp r)) (e (- (ref ys t) x)) (k (/ pp s)))
+        (loop (+ t 1) (+ x (* k e)) (* (- 1 k) pp) (+ nll (log s) (/ (* e e) s))))))""".replace("(vsize ys)", "(size ys)")
+    ys = np.cumsum(np.random.default_rng(3).normal(size=60)) * 0.3
+    fits = []
+    for replay in (True, False):
+        prog = ndvm.compile(src, limits=ndvm.Limits(replay=replay))
+        fits.append(ndvm.calibrate(prog, {"ys": ys}, loss="value", optimizer=optimizer, steps=60, restarts=4,
+                                   threads=1))
+    a, b = fits
+    np.testing.assert_array_equal(a.all_params, b.all_params)
+    np.testing.assert_array_equal(a.history, b.history)
+    assert a.loss == b.loss and np.isfinite(a.loss)
