@@ -2,6 +2,8 @@
 // watch when optimizing the VM. Built with -DNDVM_TESTS=ON:
 //   cmake -S native -B native/build -DNDVM_TESTS=ON -G Ninja && cmake --build native/build
 //   native/build/kalman_ndvm 5000 1      # iterations, lanes
+// It prints the time of a walked evaluation (Limits.replay off) and of a replayed one (the same
+// program evaluated again with new parameters, as calibration does).
 // Timings on a shared VM drift; compare two builds side by side, or count instructions with
 //   valgrind --tool=callgrind native/build/kalman_ndvm 200 1
 #include <chrono>
@@ -48,13 +50,20 @@ int main(int argc, char** argv) {
   LossSpec value;
   auto r = run_batch(*p, *vm, theta.data(), B, in, true, &value, lim);
   std::printf("value %.10f  grad %.10f %.10f  tape records %zu\n", r.values[0], r.grads[0], r.grads[1], vm->tape.size());
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) run_batch(*p, *vm, theta.data(), B, in, true, &value, lim);
-  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-  t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) run_batch(*p, *vm, theta.data(), B, in, false, nullptr, lim);
-  double dv = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-  std::printf("B=%d: %.2f us per value-and-gradient, %.3f us per lane (value alone: %.2f us)\n", B, dt * 1e6,
-              dt * 1e6 / B, dv * 1e6);
+  auto time_per_call = [&](bool grad, const Limits& l) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      theta[0] = 0.3 + 1e-7 * (i % 100);  // new parameters every call, as in calibration
+      run_batch(*p, *vm, theta.data(), B, in, grad, grad ? &value : nullptr, l);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters * 1e6;
+  };
+  Limits walk = lim;
+  walk.replay = false;
+  double walked = time_per_call(true, walk);
+  double replayed = time_per_call(true, lim);  // repeated with new parameters, as in calibration
+  double value_only = time_per_call(false, lim);
+  std::printf("B=%d: value-and-gradient %.2f us walked (%.3f us per lane), %.2f us replayed (%.3f us per lane); "
+              "value alone %.2f us\n", B, walked, walked / B, replayed, replayed / B, value_only);
   return 0;
 }

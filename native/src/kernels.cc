@@ -1348,6 +1348,20 @@ void forward_record(VM& vm, const TapeRec& t) {
   const uint32_t Lo = vm.lanes_of(out);
   const size_t total = static_cast<size_t>(out.numel()) * Lo;
   bool rounded = true;  // float32 programs round what the evaluator rounds
+  if (Lo == 1 && t.op <= O_DIV) {  // one lane, + - * /: the loop inline (the evaluator's arithmetic)
+    const double* pa = vm.data(in[0]);
+    const double* pb = vm.data(in[1]);
+    const uint32_t sa = in[0].ne == 1 ? 0 : 1, sb = in[1].ne == 1 ? 0 : 1;
+    const uint32_t n = out.numel();
+    switch (t.op) {
+      case O_ADD: for (uint32_t i = 0; i < n; ++i) o[i] = pa[i * sa] + pb[i * sb]; break;
+      case O_SUB: for (uint32_t i = 0; i < n; ++i) o[i] = pa[i * sa] - pb[i * sb]; break;
+      case O_MUL: for (uint32_t i = 0; i < n; ++i) o[i] = pa[i * sa] * pb[i * sb]; break;
+      default: for (uint32_t i = 0; i < n; ++i) o[i] = pa[i * sa] / pb[i * sb]; break;
+    }
+    if (vm.prog->f32) round_f32(o, n);
+    return;
+  }
   switch (t.op) {
     case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_ATAN2: case O_MIN: case O_MAX:
       fwd2(static_cast<Op>(t.op), o, out.numel(), Lo, view(vm, in[0], true), view(vm, in[1], true));
