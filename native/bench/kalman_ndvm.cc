@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 #include "program.h"
 #include "vm.h"
@@ -60,6 +61,10 @@ int main(int argc, char** argv) {
   };
   Limits walk = lim;
   walk.replay = false;
+  if (argc > 3 && std::string(argv[3]) == "walk") {  // only the walked runs (for profiling)
+    std::printf("B=%d: value-and-gradient %.2f us walked\n", B, time_per_call(true, walk));
+    return 0;
+  }
   double walked = time_per_call(true, walk);
   double replayed = time_per_call(true, lim);  // repeated with new parameters, as in calibration
   double value_only = time_per_call(false, lim);

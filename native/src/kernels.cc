@@ -262,7 +262,33 @@ bool int_op(Op op, int64_t x, int64_t y, int64_t* r) {
 }
 }  // namespace
 
+// + - * / of two numbers in a one-lane run (B = 1), the bulk of a walk's arithmetic: the shape check,
+// the allocation, the loop and the record, and nothing else; every other case goes to binary_general.
 Value VM::binary(Op op, Value a, Value b, const Node* site) {
+  if (L != 1 || a.tag != T_NUM || b.tag != T_NUM || op > O_DIV) return binary_general(op, a, b, site);
+  const uint32_t na = a.numel(), nb = b.numel();
+  Value out;
+  if (na == 1 && a.rank == 0) out = alloc_num(b.rank, b.rows, b.n.cols, a.uniform() && b.uniform());
+  else if ((nb == 1 && b.rank == 0) || (a.rank == b.rank && a.rows == b.rows && a.n.cols == b.n.cols))
+    out = alloc_num(a.rank, a.rows, a.n.cols, a.uniform() && b.uniform());
+  else
+    shape_mismatch(*this, site, a, b);
+  const double* pa = data(a);
+  const double* pb = data(b);
+  double* po = data(out);
+  const uint32_t n = out.numel(), sa = na == 1 ? 0 : 1, sb = nb == 1 ? 0 : 1;
+  switch (op) {
+    case O_ADD: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb]; break;
+    case O_SUB: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb]; break;
+    case O_MUL: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb]; break;
+    default: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb]; break;
+  }
+  if (prog->f32) round_f32(po, n);
+  if (recording && ((a.flags | b.flags) & NF_ACTIVE)) record2(op, out, a, b);
+  return out;
+}
+
+Value VM::binary_general(Op op, Value a, Value b, const Node* site) {
   if (a.tag == T_INT && b.tag == T_INT) {
     if (op == O_DIV && b.i == 0) err_at(site, "division by zero");
     int64_t r;
@@ -1052,6 +1078,40 @@ void bwd2(VM& vm, const NumRef* in, const double* go, const double* z, uint32_t 
 
 }  // namespace
 
+// The commonest records of one-lane runs (+ - * and small matrix products), in a function of their
+// own: backward_record's prologue, sized for every op, costs as much as their arithmetic.
+void backward_one_lane(VM& vm, const TapeRec& t) {
+  const NumRef* in = t.in;
+  double* adj = vm.adj;
+  const double* go = adj + t.out.n.off;
+  const NumRef& a = in[0];
+  const NumRef& b = in[1];
+  double* ga = a.active() ? adj + a.n.off : nullptr;
+  double* gb = b.active() ? adj + b.n.off : nullptr;
+  if (t.op == O_GEMM) {
+    const GemmKernels* small = small_gemm(t.d0, t.d1, t.d2);
+    if (small && ga != gb) {
+      (ga && gb ? small->bwd_ab : ga ? small->bwd_a : small->bwd_b)(vm.data(a), vm.data(b), go, ga, gb, 1);
+      return;
+    }
+    backward_record(vm, t);
+    return;
+  }
+  const double* x = vm.data(a);
+  const double* y = vm.data(b);
+  const uint32_t n = t.out.numel();
+  const uint32_t sa = a.ne == 1 ? 0 : 1, sb = b.ne == 1 ? 0 : 1;  // a scalar broadcast over elements
+  for (uint32_t i = 0; i < n; ++i) {
+    const double g = go[i];
+    if (g == 0) continue;  // a zero cotangent contributes nothing
+    switch (t.op) {  // the arithmetic of bwd2's one-lane loop
+      case O_ADD: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g; break;
+      case O_SUB: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g * -1.0; break;
+      default: if (ga) ga[i * sa] += g * y[i * sb]; if (gb) gb[i * sb] += g * x[i * sa]; break;
+    }
+  }
+}
+
 // ---- backward ------------------------------------------------------------------------------
 
 void backward_record(VM& vm, const TapeRec& t) {
@@ -1062,26 +1122,6 @@ void backward_record(VM& vm, const TapeRec& t) {
   const double* go = adj + out.n.off;
   const double* z = vm.data(out);
   const uint32_t n = out.numel();
-
-  if (Lo == 1 && t.op <= O_MUL) {  // one lane, + - *: the loop inline (same arithmetic as bwd2's)
-    const NumRef& a = in[0];
-    const NumRef& b = in[1];
-    const double* x = vm.data(a);
-    const double* y = vm.data(b);
-    double* ga = a.active() ? adj + a.n.off : nullptr;
-    double* gb = b.active() ? adj + b.n.off : nullptr;
-    const uint32_t sa = a.ne == 1 ? 0 : 1, sb = b.ne == 1 ? 0 : 1;  // a scalar broadcast over elements
-    for (uint32_t i = 0; i < n; ++i) {
-      const double g = go[i];
-      if (g == 0) continue;  // a zero cotangent contributes nothing
-      switch (t.op) {
-        case O_ADD: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g; break;
-        case O_SUB: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g * -1.0; break;
-        default: if (ga) ga[i * sa] += g * y[i * sb]; if (gb) gb[i * sb] += g * x[i * sa]; break;
-      }
-    }
-    return;
-  }
 
   switch (t.op) {
     case O_FLOOR: case O_CEILING: case O_ROUND: case O_TRUNCATE: case O_QUOTIENT: case O_REMAINDER: case O_MODULO:

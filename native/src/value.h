@@ -44,7 +44,9 @@ struct Value {
   bool uniform() const { return flags & NF_UNIFORM; }
   bool active() const { return flags & NF_ACTIVE; }
   bool truthy() const { return !(tag == T_BOOL && i == 0); }
-  uint32_t numel() const { return rank == 0 ? 1u : rank == 1 ? rows : rows * n.cols; }
+  // a number keeps rows = cols = 1 for a scalar and cols = 1 for a vector (VM::alloc_num and the
+  // compiler's constants make them so), so its element count needs no branch on the rank
+  uint32_t numel() const { return rows * n.cols; }
   uint32_t cols() const { return rank == 2 ? n.cols : 1u; }
 
   static Value make_bool(bool b) { Value v; v.tag = T_BOOL; v.i = b; return v; }

@@ -153,6 +153,14 @@ void VM::record_guard(int prim, const Value* in, int n, const uint8_t* outcome, 
 }
 
 void VM::backward() {
+  if (L == 1) {
+    for (size_t r = tape.size(); r-- > 0;) {
+      const TapeRec& t = tape[r];
+      if (t.op <= O_MUL || t.op == O_GEMM) backward_one_lane(*this, t);
+      else backward_record(*this, t);
+    }
+    return;
+  }
   for (size_t r = tape.size(); r-- > 0;) backward_record(*this, tape[r]);
 }
 

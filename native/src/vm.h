@@ -206,6 +206,7 @@ class VM {
 
   // ---- numeric operations (kernels.cc) -------------------------------------------------------
   Value binary(Op op, Value a, Value b, const Node* site);
+  [[gnu::noinline]] Value binary_general(Op op, Value a, Value b, const Node* site);
   Value unary(Op op, Value a, const Node* site);
   Value rounding(int prim, Value a, const Node* site);  // floor ceiling round truncate: no gradient
   Value int_div(int prim, Value a, Value b, const Node* site);  // quotient remainder modulo
@@ -283,6 +284,7 @@ void set_thread_stack_budget(size_t bytes);
 
 // Kernels for backward (kernels.cc)
 void backward_record(VM& vm, const TapeRec& t);
+void backward_one_lane(VM& vm, const TapeRec& t);  // L == 1 and op + - * or O_GEMM
 // Replay (kernels.cc): recomputes a record's output from its inputs, with the same kernels as the
 // evaluator (the same bits); for an O_GUARD, whether the lanes' outcomes are still the recorded ones.
 void forward_record(VM& vm, const TapeRec& t);
