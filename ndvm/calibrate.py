@@ -139,27 +139,30 @@ def _spec(optimizer, steps, lr, tol, loss, target, lane_target) -> dict:
 
 
 def _fit_from(program: Program, res: dict, seconds: float) -> Fit:
+    # Runs once per program of a calibrate_many call, serially after the parallel native part:
+    # plain Python on the few restarts' losses (numpy calls on tiny arrays cost more than the
+    # arithmetic), so that it does not cap the multicore speedup.
     if res["error"] is not None:
         return Fit(program=program, status="error", error=res["error"],
                    error_type=_ERROR_TYPES.get(res["error_kind"], EvalError), seconds=seconds)
     losses = res["best_loss"]
-    fit = Fit(program=program, all_params=res["best_theta"], all_losses=losses,
+    loss_list = losses.tolist()
+    ranked = [v if math.isfinite(v) else math.inf for v in loss_list]
+    best = min(range(len(ranked)), key=ranked.__getitem__)  # the first of equal losses, as argmin
+    steps = int(res["steps_done"])
+    fit = Fit(program=program, all_params=res["best_theta"], all_losses=losses, history=res["history"][:steps, best],
               lane_status=[_LANE_STATUS.get(s, "ok") for s in res["status"]], seconds=seconds,
-              steps=int(res["steps_done"]), evaluations=int(res["evaluations"]))
-    finite = np.isfinite(losses)
-    if not finite.all():
-        if not finite.any():
-            fit.status = "nonfinite"
-            fit.error = "no restart produced a finite loss"
-            fit.error_type = EvalError
-            fit.params = dict(zip(program.param_names, program.theta()[0].tolist()))
-            return fit
-        losses = np.where(finite, losses, np.inf)
-    best = int(losses.argmin())
+              steps=steps, evaluations=int(res["evaluations"]))
+    if ranked[best] == math.inf:  # no restart produced a finite loss
+        fit.history = np.zeros(0)
+        fit.status = "nonfinite"
+        fit.error = "no restart produced a finite loss"
+        fit.error_type = EvalError
+        fit.params = dict(zip(program.param_names, program.theta()[0].tolist()))
+        return fit
     fit.best_restart = best
-    fit.loss = float(losses[best])
+    fit.loss = loss_list[best]
     fit.params = dict(zip(program.param_names, res["best_theta"][best].tolist()))
-    fit.history = res["history"][: fit.steps, best]
     return fit
 
 
