@@ -129,6 +129,35 @@ static void test_calibrate() {
   CHECK(r.best_loss[1] < 1e-12);
 }
 
+// Tape replay: a second gradient run of the same program re-executes the tape; it must equal a
+// walk on a fresh VM bit for bit, and fall back to a walk when a guard fails.
+static void test_replay() {
+  auto p = compile_program("(param a 0.5) (param b 2.0) (if (< a 1) (* (floor (* 4 b)) (exp (* a b))) (/ b a))");
+  auto vm = make_vm();
+  Inputs in;
+  LossSpec ls;
+  std::vector<double> first{0.5, 2.0, 0.25, 1.5}, near{0.6, 2.1, 0.3, 1.4}, far{0.6, 2.1, 1.5, 1.4};
+  run_batch(*p, *vm, first.data(), 2, in, true, &ls, lim);  // records
+  // near: replayed; far: its lanes now disagree, so it walks (and splits, which records nothing);
+  // near again: walked and recorded; and once more: replayed
+  const std::vector<double>* order[] = {&near, &far, &near, &near};
+  const bool expect_replay[] = {true, false, false, true};
+  for (int k = 0; k < 4; ++k) {
+    uint64_t replayed = vm->replay.replayed;
+    auto got = run_batch(*p, *vm, order[k]->data(), 2, in, true, &ls, lim);
+    auto fresh_vm = make_vm();
+    auto want = run_batch(*p, *fresh_vm, order[k]->data(), 2, in, true, &ls, lim);
+    CHECK(got.values == want.values && got.grads == want.grads);
+    CHECK((vm->replay.replayed == replayed + 1) == expect_replay[k]);
+  }
+  Limits off = lim;
+  off.replay = false;
+  uint64_t replayed = vm->replay.replayed;
+  run_batch(*p, *vm, near.data(), 2, in, true, &ls, off);
+  run_batch(*p, *vm, near.data(), 2, in, true, &ls, off);
+  CHECK(vm->replay.replayed == replayed);
+}
+
 int main() {
   test_reader();
   test_eval();
@@ -136,6 +165,7 @@ int main() {
   test_gradient();
   test_divergence();
   test_calibrate();
+  test_replay();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
