@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -123,6 +124,27 @@ static int fuzz_one(const uint8_t* data, size_t size) {
     mse.target = {0.5, 1.0, -0.5};
     (void)ndvm::run_batch(*prog, *vm, theta.data(), B, in, /*grad=*/true, &mse, lim);
   } catch (const ndvm::Error&) {
+  }
+  // Tape replay oracle: the same program at nearby parameters on the same VM (replayed when the
+  // previous run recorded and no guard fails) must give the bits of a walk on a fresh VM.
+  {
+    std::vector<double> near = theta;
+    for (size_t i = 0; i < near.size(); ++i) near[i] += 1e-3 * static_cast<double>((i % 3) + 1);
+    ndvm::LossSpec value;
+    std::string got_error, want_error;
+    ndvm::BatchResult got, want;
+    try { got = ndvm::run_batch(*prog, *vm, near.data(), B, in, /*grad=*/true, &value, lim); }
+    catch (const ndvm::Error& e) { got_error = e.what(); }
+    auto fresh = ndvm::make_vm();
+    try { want = ndvm::run_batch(*prog, *fresh, near.data(), B, in, /*grad=*/true, &value, lim); }
+    catch (const ndvm::Error& e) { want_error = e.what(); }
+    auto same_bits = [](const std::vector<double>& a, const std::vector<double>& b) {
+      return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), sizeof(double) * a.size()) == 0);
+    };
+    if (got_error != want_error || !same_bits(got.values, want.values) || !same_bits(got.grads, want.grads)) {
+      std::fprintf(stderr, "replay differs from a fresh walk: error '%s' vs '%s'\n", got_error.c_str(), want_error.c_str());
+      __builtin_trap();
+    }
   }
   if (P > 0) {
     ndvm::CalibSpec spec;

@@ -118,7 +118,7 @@ bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std:
   vm.pay_top = p.const_payload.size();
   size_t params_end = load(p, vm, theta, P, lanes, in, true, nullptr, lane_map);  // the same offsets
   if (params_end != r.params_end || vm.pay_top != r.inputs_end ||
-      std::memcmp(vm.pay + r.params_end, r.inputs.data(), sizeof(double) * r.inputs.size()) != 0)
+      (!r.inputs.empty() && std::memcmp(vm.pay + r.params_end, r.inputs.data(), sizeof(double) * r.inputs.size()) != 0))
     return false;  // other inputs (or lanes of other data): walk the program
   vm.pay_top = r.top;
   try {
