@@ -21,7 +21,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$ROOT/build/sanitize"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 JOBS="${JOBS:-2}"
-SANITIZE_PYTEST="${SANITIZE_PYTEST:-tests/test_conformance.py tests/test_differential.py tests/test_errors.py tests/test_limits.py}"
+SANITIZE_PYTEST="${SANITIZE_PYTEST:-tests/test_conformance.py tests/test_differential.py tests/test_replay.py tests/test_kernels.py tests/test_errors.py tests/test_limits.py}"
 
 cmake_args=(-S "$ROOT/native" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
             -DNDVM_SANITIZE=ON -DNDVM_TESTS=ON
