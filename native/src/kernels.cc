@@ -653,19 +653,13 @@ void gemm_bwd_small(const double* __restrict A, const double* __restrict B, cons
 using GemmFwd = void (*)(const double*, const double*, double*, uint32_t);
 using GemmBwd = void (*)(const double*, const double*, const double*, double*, double*, uint32_t);
 
-template <int M, int K, int N>
-struct GemmEntry {
-  static constexpr GemmFwd fwd = gemm_fwd_small<M, K, N>;
-  static constexpr GemmBwd bwd_a = gemm_bwd_small<M, K, N, true, false>;
-  static constexpr GemmBwd bwd_b = gemm_bwd_small<M, K, N, false, true>;
-  static constexpr GemmBwd bwd_ab = gemm_bwd_small<M, K, N, true, true>;
-};
-
+// the forward kernel and the backward ones for A's adjoint only, B's only, and both
 struct GemmKernels { GemmFwd fwd; GemmBwd bwd_a, bwd_b, bwd_ab; };
 
 template <int M, int K, int N>
 constexpr GemmKernels gemm_entry() {
-  return {GemmEntry<M, K, N>::fwd, GemmEntry<M, K, N>::bwd_a, GemmEntry<M, K, N>::bwd_b, GemmEntry<M, K, N>::bwd_ab};
+  return {gemm_fwd_small<M, K, N>, gemm_bwd_small<M, K, N, true, false>, gemm_bwd_small<M, K, N, false, true>,
+          gemm_bwd_small<M, K, N, true, true>};
 }
 
 template <int M, int K>
