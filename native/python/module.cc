@@ -161,18 +161,29 @@ CalibSpec spec_from(const Program& p, py::dict s) {
   return c;
 }
 
+// One result per program of a calibrate_many batch: converted serially under the GIL after the
+// parallel part, so it is kept cheap (the keys are interned once: building ten key strings per
+// result was a measurable share of a 2,000-program batch).
 py::dict result_dict(const CalibResult& r, int steps) {
+  // interned once, never released: they must outlive any interpreter teardown order
+  static PyObject* const keys[] = {
+      PyUnicode_InternFromString("best_theta"), PyUnicode_InternFromString("best_loss"),
+      PyUnicode_InternFromString("history"),    PyUnicode_InternFromString("status"),
+      PyUnicode_InternFromString("steps_done"), PyUnicode_InternFromString("evaluations"),
+      PyUnicode_InternFromString("error"),      PyUnicode_InternFromString("error_kind"),
+      PyUnicode_InternFromString("error_line"), PyUnicode_InternFromString("error_col")};
   py::dict d;
-  d["best_theta"] = shaped(r.best_theta, {r.R, r.P});
-  d["best_loss"] = shaped(r.best_loss, {r.R});
-  d["history"] = shaped(r.history, {steps, r.R});
-  d["status"] = r.status;
-  d["steps_done"] = r.steps_done;
-  d["evaluations"] = r.evaluations;
-  d["error"] = r.error.empty() ? py::object(py::none()) : py::object(py::str(r.error));
-  d["error_kind"] = r.error_kind;
-  d["error_line"] = r.error_line;
-  d["error_col"] = r.error_col;
+  auto set = [&](int k, py::object v) { d[py::handle(keys[k])] = std::move(v); };
+  set(0, shaped(r.best_theta, {r.R, r.P}));
+  set(1, shaped(r.best_loss, {r.R}));
+  set(2, shaped(r.history, {steps, r.R}));
+  set(3, py::cast(r.status));
+  set(4, py::int_(r.steps_done));
+  set(5, py::int_(r.evaluations));
+  set(6, r.error.empty() ? py::object(py::none()) : py::object(py::str(r.error)));
+  set(7, py::int_(r.error_kind));
+  set(8, py::int_(r.error_line));
+  set(9, py::int_(r.error_col));
   return d;
 }
 
