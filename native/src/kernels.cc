@@ -476,11 +476,11 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
         if (!same) std::memset(m, 0, L);
         return;
       }
-      std::vector<uint8_t> leaf(L);
-      eqv_mask(*this, a, b, leaf.data());
+      uint8_t* leaf = leaf_mask_buf(L);  // no recursion below: one buffer serves every leaf
+      eqv_mask(*this, a, b, leaf);
       if (recording && (a.active() || b.active())) {  // the outcome depends on parameters: a guard
         Value ab[2] = {a, b};
-        record_guard(P_EQVP, ab, 2, leaf.data());
+        record_guard(P_EQVP, ab, 2, leaf);
       }
       for (int l = 0; l < L; ++l) m[l] &= leaf[l];
       return;

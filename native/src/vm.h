@@ -222,6 +222,8 @@ class VM {
   Value solve(const Value& a, const Value& b, const Node* site);
   Value cholesky(const Value& a, const Node* site);
   uint8_t* lane_mask_buf(size_t n) { if (mask_.size() < n) mask_.resize(n); return mask_.data(); }
+  // eqv? of two numbers inside a structure comparison (whose own mask is lane_mask_buf)
+  uint8_t* leaf_mask_buf(size_t n) { if (leaf_mask_.size() < n) leaf_mask_.resize(n); return leaf_mask_.data(); }
   // Turns a per-lane truth mask into a boolean, or signals divergence when the lanes disagree.
   Value lanes_to_bool(const uint8_t* m);
   // eqv? on two values: per-lane mask accumulation (AND) into m
@@ -263,7 +265,7 @@ class VM {
   std::vector<int> pivots;
 
  private:
-  std::vector<uint8_t> mask_;
+  std::vector<uint8_t> mask_, leaf_mask_;
   void grow_payload(size_t need);
   Value run_here();
  public:
