@@ -3,8 +3,8 @@
 ``CandidateStore`` (DuckDB, no MLflow import) is imported eagerly; ``Tracker`` and the rest of
 ``storage.tracking`` load MLflow (about a second), so they are imported on first use.
 """
-from storage.store import (OUTCOMES, Candidate, CandidateStore, EvaluationResult, MetricDirectionError,
-                           RunStatus, StoreError, StoreLockedError, default_store_path, metric_higher_is_better,
+from storage.store import (OUTCOMES, Candidate, CandidateStore, EvaluationResult, FinalTestScore,
+                           MetricDirectionError, RunStatus, StoreError, StoreLockedError, default_store_path, metric_higher_is_better,
                            redact)
 
 _LAZY = {
@@ -22,5 +22,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'storage' has no attribute {name!r}")
 
 
-__all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "StoreError", "StoreLockedError",
+__all__ = ["CandidateStore", "Candidate", "EvaluationResult", "FinalTestScore", "RunStatus", "StoreError", "StoreLockedError",
            "MetricDirectionError", "metric_higher_is_better", "redact", "default_store_path", "OUTCOMES", *_LAZY]

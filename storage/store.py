@@ -25,7 +25,7 @@ import datetime as _dt
 import json
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -87,8 +87,10 @@ class Candidate:
 class EvaluationResult:
     """One calibration and held-out scoring of a candidate, as handed to ``record``.
 
-    ``train_metrics`` / ``heldout_metrics`` map metric names to floats (e.g. {"rmse": 0.41}); the
-    run's ranking metric must be among the held-out metrics when ``status == "ok"``.
+    ``train_metrics`` / ``heldout_metrics`` map metric names to floats (e.g. {"rmse": 0.41}). The
+    held-out metrics are those of the VALIDATION split (the search ranks and selects by them; the
+    test split is scored once at the end of a run into ``test_scores``, see ``record_test_scores``).
+    The run's ranking metric must be among the held-out metrics when ``status == "ok"``.
     ``loss_history`` (the best restart's loss per step) is kept for the loss-curve plot.
     """
 
@@ -117,6 +119,24 @@ class EvaluationResult:
             seconds=float(fit.seconds), status="ok" if fit.error is None else "error", error=fit.error,
             loss_history=None if history is None else [float(v) for v in np.asarray(history).ravel()],
         )
+
+
+@dataclass
+class FinalTestScore:
+    """A test-split score of a leaderboard entry or of a reference model (see ``record_test_scores``).
+
+    ``entry``: the candidate hash (``entry_kind="candidate"``) or the reference's name
+    (``entry_kind="reference"``). ``validation_metrics`` / ``test_metrics`` are flat name -> float.
+    """
+
+    entry: str
+    entry_kind: str
+    test_metrics: dict[str, float]
+    validation_metrics: dict[str, float] = field(default_factory=dict)
+    parameters: Any = None
+    validation_rank: int | None = None
+    status: str = "ok"
+    error: str | None = None
 
 
 @dataclass
@@ -306,6 +326,21 @@ CREATE TABLE IF NOT EXISTS evaluations (
     error            VARCHAR,
     created          TIMESTAMP NOT NULL
 );
+CREATE TABLE IF NOT EXISTS test_scores (  -- test-split metrics, computed once at the END of a run
+    run_id              VARCHAR NOT NULL,
+    entry               VARCHAR NOT NULL,   -- candidate hash, or the reference model's name
+    entry_kind          VARCHAR NOT NULL,   -- candidate | reference
+    validation_rank     INTEGER,            -- the candidate's leaderboard rank when it was scored
+    parameters          JSON,               -- what was scored (candidates: the stored fit)
+    validation_metrics  JSON,               -- the same entry's validation metrics (references: fitted here)
+    validation_score    DOUBLE,             -- validation_metrics[run.metric]
+    test_metrics        JSON,
+    test_score          DOUBLE,             -- test_metrics[run.metric]; never used to rank or select
+    status              VARCHAR NOT NULL,   -- ok | error
+    error               VARCHAR,
+    created             TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, entry_kind, entry)
+);
 CREATE OR REPLACE VIEW leaderboard AS
 WITH ranked AS (
     SELECT e.run_id, e.candidate AS hash, c.source, c.origin, e.dataset, e.task, e.split,
@@ -320,8 +355,10 @@ WITH ranked AS (
     SELECT * FROM ranked
     QUALIFY row_number() OVER (PARTITION BY run_id, hash ORDER BY sort_key, evaluation_id) = 1
 )
-SELECT rank() OVER (PARTITION BY run_id ORDER BY sort_key) AS rank, * EXCLUDE (sort_key)
-FROM best_per_candidate;
+SELECT rank() OVER (PARTITION BY b.run_id ORDER BY b.sort_key) AS rank, b.* EXCLUDE (sort_key),
+       t.test_score, t.test_metrics  -- NULL until the run's end scores its top k; never in the ORDER BY
+FROM best_per_candidate b
+LEFT JOIN test_scores t ON t.run_id = b.run_id AND t.entry_kind = 'candidate' AND t.entry = b.hash;
 """
 
 
@@ -329,6 +366,8 @@ _PROPOSAL_COLUMNS = ("run_id", "created", "source", "origin", "parents", "outcom
                      "error_kind", "error", "error_line", "error_column")
 _CANDIDATE_COLUMNS = ("hash", "canonical_form", "source", "program_source", "origin", "parents", "param_names", "inputs", "created")
 _MEMBER_COLUMNS = ("run_id", "hash", "fingerprint", "probe_note", "state", "added", "mlflow_run_id")
+_TEST_SCORE_COLUMNS = ("run_id", "entry", "entry_kind", "validation_rank", "parameters", "validation_metrics",
+                       "validation_score", "test_metrics", "test_score", "status", "error", "created")
 _EVALUATION_COLUMNS = ("candidate", "run_id", "dataset", "task", "split", "parameters", "train_metrics",
                        "heldout_metrics", "score", "loss_history", "seconds", "status", "error", "created")
 
@@ -676,6 +715,45 @@ class CandidateStore:
                     self._con.sql("UPDATE runs SET updated = $2 WHERE run_id = $1", params=[run_id, now])
         return len(items)
 
+    # ---- test scores (once, at the end of a run) ------------------------------------------
+    def record_test_scores(self, run_id: str, scores: Iterable[FinalTestScore]) -> int:
+        """Replace the run's test scores with ``scores`` (one transaction). Called once at the end
+        of a run (again at the end of a resumed run, which re-scores its final top k): nothing the
+        search reads (``top``'s order, ``run_status().best_*``, the proposers' context) looks at them."""
+        items = list(scores)
+        now = _now()
+        with self._lock:
+            metric = self._run_metric(run_id)  # (an unknown run raises here)
+            rows = []
+            for item in items:
+                if item.entry_kind not in ("candidate", "reference"):
+                    raise StoreError(f"test score {item.entry!r}: entry_kind must be 'candidate' or 'reference', "
+                                     f"got {item.entry_kind!r}")
+                if item.entry_kind == "candidate" and item.entry not in self._run_index(run_id).hashes:
+                    raise StoreError(f"test score for {item.entry!r}: not a candidate of run {run_id!r}")
+                test_score = item.test_metrics.get(metric) if item.status == "ok" else None
+                if item.status == "ok" and test_score is None:
+                    raise StoreError(f"test score for {item.entry!r} lacks {metric!r}, which run {run_id!r} "
+                                     f"ranks by (it has {sorted(item.test_metrics)})")
+                rows.append([run_id, item.entry, item.entry_kind, item.validation_rank,
+                             json.dumps(item.parameters, default=str), json.dumps(item.validation_metrics),
+                             item.validation_metrics.get(metric), json.dumps(item.test_metrics),
+                             None if test_score is None else float(test_score), item.status, item.error, now])
+            with self._transaction():
+                self._con.sql("DELETE FROM test_scores WHERE run_id = $1", params=[run_id])
+                self._insert("test_scores", _TEST_SCORE_COLUMNS, rows)
+                self._touch(run_id, now)
+        return len(rows)
+
+    def test_scores(self, run_id: str) -> pl.DataFrame:
+        """The run's test scores: candidates in validation-rank order, then references by name.
+        JSON columns (parameters, validation_metrics, test_metrics) stay JSON text."""
+        with self._lock:
+            self._require_run(run_id)
+            return self._con.sql(
+                "SELECT * FROM test_scores WHERE run_id = $1 "
+                "ORDER BY entry_kind = 'reference', validation_rank NULLS LAST, entry", params=[run_id]).pl()
+
     # ---- queries ---------------------------------------------------------------------------
     def top(self, k: int = 10, metric: str | None = None, run_id: str | None = None,
             higher_is_better: bool | None = None) -> pl.DataFrame:
@@ -690,9 +768,13 @@ class CandidateStore:
                 return self._con.sql("SELECT * FROM leaderboard WHERE run_id = $1 ORDER BY rank, hash LIMIT $2",
                                      params=[run_id, int(k)]).pl()
             split, _, name = metric.rpartition(".")
-            column = {"": "heldout_metrics", "heldout": "heldout_metrics", "train": "train_metrics"}.get(split)
+            if split == "test":
+                raise StoreError(f"metric {metric!r}: the leaderboard never ranks by the test split "
+                                 "(selection uses validation only); rank by 'validation.' or 'train.' metrics")
+            column = {"": "heldout_metrics", "heldout": "heldout_metrics", "validation": "heldout_metrics",
+                      "train": "train_metrics"}.get(split)
             if column is None:
-                raise StoreError(f"metric {metric!r}: prefix must be 'train.' or 'heldout.'")
+                raise StoreError(f"metric {metric!r}: prefix must be 'train.', 'validation.' or 'heldout.'")
             if higher_is_better is None:
                 higher_is_better = metric_higher_is_better(name)
             order = "DESC" if higher_is_better else "ASC"
@@ -708,9 +790,12 @@ class CandidateStore:
                     SELECT * FROM m WHERE value IS NOT NULL AND isfinite(value)
                     QUALIFY row_number() OVER (PARTITION BY hash ORDER BY value {order}, id) = 1
                 )
-                SELECT rank() OVER (ORDER BY value {order}) AS rank, run_id, hash, source, origin, dataset, task,
-                       split, $4 AS metric, value AS score, parameters, train_metrics, heldout_metrics, seconds, created
-                FROM best ORDER BY rank, hash LIMIT $2
+                SELECT rank() OVER (ORDER BY value {order}) AS rank, b.run_id, hash, source, origin, dataset, task,
+                       split, $4 AS metric, value AS score, b.parameters, train_metrics, heldout_metrics, seconds,
+                       b.created, t.test_score, t.test_metrics
+                FROM best b LEFT JOIN test_scores t
+                     ON t.run_id = b.run_id AND t.entry_kind = 'candidate' AND t.entry = b.hash
+                ORDER BY rank, hash LIMIT $2
             """
             return self._con.sql(query, params=[run_id, int(k), name, metric]).pl()
 
@@ -750,5 +835,5 @@ class CandidateStore:
         return row
 
 
-__all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "StoreError", "StoreLockedError",
+__all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "FinalTestScore", "StoreError", "StoreLockedError",
            "MetricDirectionError", "metric_higher_is_better", "redact", "default_store_path", "OUTCOMES"]

@@ -18,10 +18,10 @@ if not hasattr(ndvm, "compile"):
 
 from storage import CandidateStore, EvaluationResult, MetricDirectionError, StoreError  # noqa: E402
 
+from conftest import shared_file  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = Path("/work/shared/data/ndvm_corpora/cosearch_candidates_valid.jsonl")
-if not CORPUS.is_file():
-    CORPUS = REPO.parent / "shared" / "data" / "ndvm_corpora" / "cosearch_candidates_valid.jsonl"
+CORPUS = "ndvm_corpora/cosearch_candidates_valid.jsonl"  # of the shared data (tests/conftest.py)
 
 PROBE_X = np.linspace(0.1, 6.0, 9)
 AB = "(param a 0.5) (param b 1.5) "
@@ -239,7 +239,7 @@ def test_single_writer_second_process_gets_a_clear_error(store, run):
 
 def test_corpus_dedup_counts():
     """The 247 LLM-proposed candidates of the co-search corpus through both stages."""
-    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in shared_file(CORPUS).read_text().splitlines() if line.strip()]
     sources = ["".join(f"(param {p} 0.5) " for p in row["params"]) + row["src"] for row in rows]
     import tempfile
 
@@ -339,3 +339,42 @@ def test_threads_of_the_writer_share_one_store(store, run):
     assert not errors
     status = store.run_status(run)
     assert status.new == 40 and status.proposed == 40 + 4 * 2 * 2 and status.duplicates == 16
+
+
+def _ok(store, run_id, candidate, score):
+    return EvaluationResult(candidate=candidate, run_id=run_id, dataset="toy", task="curve", split="validation",
+                            parameters={"a": 1.0}, train_metrics={"loss": 0.1}, heldout_metrics={"rmse": score},
+                            seconds=0.01)
+
+
+def test_test_scores_are_stored_apart_and_never_change_the_ranking(tmp_path):
+    from storage import FinalTestScore
+
+    with CandidateStore(tmp_path / "c.duckdb") as store:
+        run_id = store.start_run("r", dataset="toy", task="curve", metric="rmse", probe_inputs={"x": PROBE_X})
+        new = store.add([AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))"], run_id)
+        store.record([_ok(store, run_id, c.hash, s) for c, s in zip(new, (0.3, 0.1, 0.2))])
+        order = store.top(10, run_id=run_id)["hash"].to_list()
+        assert order == [new[1].hash, new[2].hash, new[0].hash]
+        assert store.top(10, run_id=run_id)["test_score"].to_list() == [None, None, None]
+        # test scores that would reverse the order if anything ranked by them
+        scores = [FinalTestScore(h, "candidate", {"rmse": t}, {"rmse": v}, validation_rank=i + 1)
+                  for i, (h, v, t) in enumerate(zip(order, (0.1, 0.2, 0.3), (0.9, 0.5, 0.05)))]
+        scores.append(FinalTestScore("persistence", "reference", {"rmse": 0.4}, {"rmse": 0.35}))
+        assert store.record_test_scores(run_id, scores) == 4
+        top = store.top(10, run_id=run_id)
+        assert top["hash"].to_list() == order and top["score"].to_list() == [0.1, 0.2, 0.3]
+        assert top["test_score"].to_list() == [0.9, 0.5, 0.05]
+        assert store.run_status(run_id).best_hash == order[0]
+        table = store.test_scores(run_id)
+        assert table["entry"].to_list() == [*order, "persistence"]
+        assert json.loads(table["test_metrics"][3]) == {"rmse": 0.4} and table["validation_score"][3] == 0.35
+        # a second end of run (a resume) replaces them whole
+        store.record_test_scores(run_id, scores[:1])
+        assert store.test_scores(run_id)["entry"].to_list() == [order[0]]
+        with pytest.raises(StoreError, match="never ranks by the test split"):
+            store.top(3, metric="test.rmse", run_id=run_id)
+        with pytest.raises(StoreError, match="lacks 'rmse'"):
+            store.record_test_scores(run_id, [FinalTestScore(order[0], "candidate", {"mae": 0.1})])
+        with pytest.raises(StoreError, match="not a candidate"):
+            store.record_test_scores(run_id, [FinalTestScore("nope", "candidate", {"rmse": 0.1})])
