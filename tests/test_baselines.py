@@ -237,11 +237,9 @@ def test_highdim_program_has_611_parameters_at_d20():
 
 
 def test_enso_series_from_shared_data():
-    from ndvm.bench.common import find_data_dir
+    from conftest import shared_file
     from ndvm.bench.highdim import enso_series
-    data = find_data_dir(BenchConfig())
-    if data is None or not (data / "enso").exists():
-        pytest.skip("shared ENSO data not available")
+    data = shared_file("enso").parent  # ../shared/data (or $NDVM_SHARED_DATA); skips when absent
     Y = enso_series(data, 20, 120)
     assert Y.shape == (120, 20)
     assert np.allclose(Y.mean(axis=0), 0.0, atol=1e-12) and np.allclose(Y.std(axis=0), 1.0)

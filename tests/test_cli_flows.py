@@ -16,6 +16,8 @@ from test_flows_support import enso_run, free_port, prefect_api, start_ui, stop_
 
 from ndvm.cli import build_parser, main
 
+from conftest import shared_file
+
 FORECAST_PROGRAM = """(param phi 0.9 (between -1 1))
 (define (init) 0.0)
 (define (predict s) (* phi s))
@@ -164,9 +166,10 @@ def test_ui_serves_the_run_folder_on_localhost(enso_run, prefect_api):
 
 
 def test_recalibrate_command_prints_old_and_new_scores(enso_run, capsys):
+    sstoi = shared_file("enso/raw/cpc_sstoi.indices.txt")
     report, folder = enso_run
     code = main(["recalibrate", "--from-run", "enso-e2e", "--top", "2", "--run-id", "recal-cli", "--steps", "30",
-                 "--restarts", "2", "--data", "/work/shared/data/enso/raw/cpc_sstoi.indices.txt",
+                 "--restarts", "2", "--data", str(sstoi),
                  "--folder", str(folder)])
     assert code == 0
     out = " ".join(capsys.readouterr().out.split())

@@ -1,4 +1,4 @@
-"""Dataset layer: registry, loaders on the real files in /work/shared/data, parsers, download, splits."""
+"""Dataset layer: registry, loaders on the real files of the shared data (../shared/data), parsers, download, splits."""
 from __future__ import annotations
 
 import functools
@@ -21,12 +21,14 @@ from datasets.errors import (
     UnknownDatasetError,
 )
 
-DATA = Path(os.environ.get("NDVM_SHARED_DATA", "/work/shared/data"))
+from conftest import needs_shared, shared_data_dir  # noqa: E402
+
+DATA = shared_data_dir()  # ../shared/data or $NDVM_SHARED_DATA; read only inside tests
 RAW = DATA / "enso" / "raw"
 NASA = DATA / "battery" / "nasa_pcoe.csv"
 SEVERSON = DATA / "battery" / "severson.csv"
 
-needs_data = pytest.mark.skipif(not (DATA / "enso").is_dir(), reason=f"shared data not found at {DATA}")
+needs_data = needs_shared("enso/raw", "enso/nino34_monthly.csv", "battery/nasa_pcoe.csv", "battery/severson.csv")
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,8 @@ from test_flows_support import ENSO_RUN_BUDGET, FakeOpenAI, enso_run, prefect_ap
 
 from flows.discover import Budget, DiscoveryError, StageMeter, build_config, resolve_proposer
 
+from conftest import shared_file
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -170,8 +172,8 @@ def test_llm_proposer_against_a_local_fake_server(prefect_api, tmp_path, monkeyp
 def test_recalibrate_top_programs_on_new_data(enso_run, tmp_path):
     from flows.recalibrate import recalibrate
 
+    nino34 = str(shared_file("enso/raw/cpc_detrend.nino34.ascii.txt"))
     report, folder = enso_run
-    nino34 = "/work/shared/data/enso/raw/cpc_detrend.nino34.ascii.txt"
     result = recalibrate("enso-e2e", data=nino34, top=3, steps=40, restarts=4, folder=str(folder), run_id="recal-1")
     assert result["from_run"] == "enso-e2e" and result["refitted"] == 3 and result["dataset"] == nino34
     assert [r["old_rank"] for r in result["rows"]] == sorted(r["old_rank"] for r in result["rows"])

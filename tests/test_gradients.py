@@ -426,10 +426,9 @@ def test_random_models_match_torch_and_single_lanes(seed):
 
 
 # ------------------------------------------------------------------------------------------------
-# The published candidate corpora (/work/shared/data/ndvm_corpora): every program as a calibration
+# The published candidate corpora (ndvm_corpora of the shared data): every program as a calibration
 # objective (training MSE), value and gradient against a torch interpreter of the same source.
 
-CORPORA = Path("/work/shared/data/ndvm_corpora")
 _ct_spec = importlib.util.spec_from_file_location("ndvm_corpus_torch", Path(__file__).parent / "gradprogs" / "corpus_torch.py")
 corpus_torch = importlib.util.module_from_spec(_ct_spec)
 _ct_spec.loader.exec_module(corpus_torch)
@@ -440,9 +439,9 @@ _ct_spec.loader.exec_module(corpus_torch)
 def test_corpus_objectives_match_torch(corpus):
     import json
 
-    path = CORPORA / f"{corpus}.jsonl"
-    if not path.exists():
-        pytest.skip(f"{path} is not available")
+    from conftest import shared_file
+
+    path = shared_file(f"ndvm_corpora/{corpus}.jsonl")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     x = np.linspace(0.1, 6.0, 64)
     y = np.exp(-0.3 * x) * np.cos(2 * x)

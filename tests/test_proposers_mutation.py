@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from proposers import (MutationProposer, ProposalContext, ScoredProgram, TaskSpe
 from proposers.language import static_problems
 from proposers.sexpr import count_nodes, read_all, symbols_in
 
-CORPORA = Path("/work/shared/data/ndvm_corpora")
+from conftest import shared_file
+
 needs_runtime = pytest.mark.skipif(not runtime_available(), reason="ndvm runtime not built")
 
 KALMAN = """(param q 0.3 positive) (param r 0.3 positive)
@@ -32,14 +34,39 @@ KALMAN = """(param q 0.3 positive) (param r 0.3 positive)
 def corpus(name: str, k: int) -> list[str]:
     """The first k programs of a corpus, with their parameters declared."""
     out = []
-    for line in (CORPORA / name).read_text().splitlines()[:k]:
+    for line in shared_file(f"ndvm_corpora/{name}").read_text().splitlines()[:k]:
         record = json.loads(line)
         out.append("".join(f"(param {p} 0.1)\n" for p in record["params"]) + record["src"])
     return out
 
 
-CLOSED = corpus("cosearch_candidates_valid.jsonl", 10)
-ITERATED = corpus("cosearch_rec_candidates_valid.jsonl", 10)
+class LazyCorpus(Sequence):
+    """``corpus(name, k)``, read when a test first uses it: collection never touches the shared
+    data, and a test that needs an absent corpus is skipped with the file's name."""
+
+    def __init__(self, name: str, k: int):
+        self.name, self.k, self._programs = name, k, None
+
+    def _load(self) -> list[str]:
+        if self._programs is None:
+            self._programs = corpus(self.name, self.k)
+        return self._programs
+
+    def __getitem__(self, index):
+        return self._load()[index]
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __add__(self, other) -> list[str]:
+        return list(self) + list(other)
+
+    def __repr__(self) -> str:
+        return f"LazyCorpus({self.name!r}, {self.k})"
+
+
+CLOSED = LazyCorpus("cosearch_candidates_valid.jsonl", 10)
+ITERATED = LazyCorpus("cosearch_rec_candidates_valid.jsonl", 10)
 
 
 def task(inputs=("x",)) -> ProposalContext:

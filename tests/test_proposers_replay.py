@@ -1,4 +1,4 @@
-"""ReplayProposer over the real corpora of /work/shared/data/ndvm_corpora and small files."""
+"""ReplayProposer over the real corpora of the shared data (ndvm_corpora) and small files."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import pytest
 from proposers import ProposalContext, ReplayProposer, TaskSpec, runtime_available, validate_static, with_declarations
 from proposers.sexpr import read_all
 
-CORPORA = Path("/work/shared/data/ndvm_corpora")
+from conftest import shared_file
+
 needs_runtime = pytest.mark.skipif(not runtime_available(), reason="ndvm runtime not built")
 
 
@@ -30,7 +31,7 @@ def test_with_declarations():
     pytest.param(validate_static, id="static"),
 ])
 def test_replays_the_whole_corpus_in_order(validator):
-    path = CORPORA / "cosearch_candidates_valid.jsonl"
+    path = shared_file("ndvm_corpora/cosearch_candidates_valid.jsonl")
     records = [json.loads(line) for line in path.read_text().splitlines()]
     replay = ReplayProposer(path, validator=validator)
     got = []
@@ -77,7 +78,7 @@ def test_cycle_and_batches(tmp_path):
 
 
 def test_iterated_corpus_without_validation_keeps_everything():
-    path = CORPORA / "cosearch_rec_candidates_valid.jsonl"
+    path = shared_file("ndvm_corpora/cosearch_rec_candidates_valid.jsonl")
     props = ReplayProposer(path, validate=False).propose(None, 1000)
     assert len(props) == 80
     assert all(read_all(p.source)[0][0] == "param" for p in props)
@@ -129,6 +130,6 @@ def test_command_line_mutation_and_replay(tmp_path, capsys):
 def test_command_line_replay_of_the_corpus_with_validation(capsys):
     from proposers.__main__ import main
 
-    assert main(["replay", str(CORPORA / "cosearch_rec_candidates_valid.jsonl"), "-n", "5"]) == 0
+    assert main(["replay", str(shared_file("ndvm_corpora/cosearch_rec_candidates_valid.jsonl")), "-n", "5"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(records) == 5 and all(r["canonical_hash"] for r in records)

@@ -9,7 +9,8 @@ import pytest
 from proposers.language import analyze, static_problems, structure_key
 from proposers.sexpr import Dotted, SexprError, Sym, read_all, to_source, to_str
 
-CORPORA = Path("/work/shared/data/ndvm_corpora")
+from conftest import shared_file
+
 
 KALMAN = """(param q 0.3 positive) (param r 0.3 positive)
 (define I (eye 2))
@@ -21,7 +22,7 @@ KALMAN = """(param q 0.3 positive) (param r 0.3 positive)
 
 def corpus_sources():
     for name in ("cosearch_candidates_valid.jsonl", "cosearch_rec_candidates_valid.jsonl"):
-        for line in (CORPORA / name).read_text().splitlines():
+        for line in shared_file(f"ndvm_corpora/{name}").read_text().splitlines():
             yield json.loads(line)
 
 

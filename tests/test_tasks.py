@@ -30,9 +30,11 @@ from datasets.tasks import (
 from datasets.tasks import forecast as fc
 from datasets.tasks import sexpr
 
-DATA = Path(os.environ.get("NDVM_SHARED_DATA", "/work/shared/data"))
+from conftest import needs_shared, shared_data_dir  # noqa: E402
+
+DATA = shared_data_dir()  # ../shared/data or $NDVM_SHARED_DATA; read only inside tests
 NASA = DATA / "battery" / "nasa_pcoe.csv"
-needs_data = pytest.mark.skipif(not NASA.is_file(), reason=f"shared data not found at {DATA}")
+needs_data = needs_shared("battery/nasa_pcoe.csv", "enso/raw/psl_nino34.long.data.txt")
 needs_ndvm = pytest.mark.skipif(not ndvm_available(), reason="the ndvm runtime (ndvm.compile/calibrate) is not built")
 needs_guile = pytest.mark.skipif(shutil.which("guile") is None, reason="guile not installed")
 

@@ -1,5 +1,5 @@
 """A small interpreter of the candidate-corpus language over torch tensors (float64), so that every
-program of /work/shared/data/ndvm_corpora has a torch twin with exact autograd gradients.
+program of the shared corpora (ndvm_corpora) has a torch twin with exact autograd gradients.
 
 It covers what the corpora use: numbers, parameters and the input x, `+ - * /` (variadic),
 `exp log sqrt sin cos abs tanh square`, `let`, `let*`, `if`, `= < > <= >=`, and the bounded loop

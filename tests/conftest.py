@@ -1,0 +1,59 @@
+"""Test-wide helpers: where the team's shared data folder is, and skipping cleanly without it.
+
+Real datasets and corpora are not part of the repository. Tests reach them only through
+``../shared/data`` beside the project root, or the folder named by ``$NDVM_SHARED_DATA``, and only
+when a test runs (never at import), so a user's clone without that folder collects every module
+and skips the data-dependent tests with a reason naming the missing file.
+
+    from conftest import needs_shared, shared_file
+    @needs_shared("battery/nasa_pcoe.csv")
+    def test_x(): path = shared_file("battery/nasa_pcoe.csv")
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_ENV = "NDVM_SHARED_DATA"
+
+
+def shared_data_dir() -> Path:
+    """``$NDVM_SHARED_DATA``, else ``../shared/data`` beside the project root."""
+    env = os.environ.get(SHARED_ENV)
+    return Path(env).expanduser() if env else REPO.parent / "shared" / "data"
+
+
+def shared_path(relative: str | os.PathLike) -> Path:
+    """The path of a shared file (whether or not it exists); for building paths at import time."""
+    return shared_data_dir() / relative
+
+
+def _reason(missing: list[str]) -> str:
+    return (f"needs {', '.join(missing)} of the shared data, not found under {shared_data_dir()} "
+            f"(set {SHARED_ENV} to the folder that holds it)")
+
+
+def shared_file(relative: str | os.PathLike) -> Path:
+    """The path of a shared file or folder; skips the calling test when it is absent."""
+    path = shared_path(relative)
+    if not path.exists():
+        pytest.skip(_reason([str(relative)]))
+    return path
+
+
+def needs_shared(*relatives: str) -> pytest.MarkDecorator:
+    """A skipif mark for tests that need these shared files (evaluated at collection, no reads)."""
+    missing = [r for r in relatives if not shared_path(r).exists()]
+    return pytest.mark.skipif(bool(missing), reason=_reason(missing))
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The shared data folder; skips the test when it does not exist."""
+    folder = shared_data_dir()
+    if not folder.is_dir():
+        pytest.skip(_reason(["the folder itself"]))
+    return folder
