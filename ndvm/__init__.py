@@ -14,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version as _version
 from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
 from .program import DEFAULT_LIMITS, Limits, Param, Program, compile
 from .calibrate import Fit, calibrate, calibrate_many
+from .stderr import StdErr, stderr
 from .values import Pair, Procedure, Symbol, to_scheme
 
 try:
@@ -30,7 +31,7 @@ def build_info() -> dict:
 
 
 __all__ = [
-    "compile", "Program", "Param", "Limits", "DEFAULT_LIMITS", "calibrate", "calibrate_many", "Fit",
+    "compile", "Program", "Param", "Limits", "DEFAULT_LIMITS", "calibrate", "calibrate_many", "Fit", "stderr", "StdErr",
     "NDVMError", "ParseError", "CheckError", "EvalError", "LimitError", "Symbol", "Pair", "Procedure",
     "to_scheme", "build_info", "__version__",
 ]

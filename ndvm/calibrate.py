@@ -42,6 +42,19 @@ class Fit:
     steps: int = 0
     evaluations: int = 0
     best_restart: int = -1
+    # what calibrate() fitted (inputs, target, loss): fit.stderr differentiates the same loss
+    _problem: dict | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def stderr(self):
+        """Standard errors of the fitted parameters (``ndvm.stderr.StdErr``), from the curvature of the
+        loss at the optimum; computed on first use (2P gradient evaluations) and cached."""
+        cached = self.__dict__.get("_stderr_cache")
+        if cached is None:
+            from .stderr import stderr
+
+            cached = self.__dict__["_stderr_cache"] = stderr(self)
+        return cached
 
     @property
     def theta(self) -> np.ndarray:
@@ -180,7 +193,10 @@ def calibrate(prog: Program | str, inputs: Mapping[str, Any] | None = None, targ
     t0 = time.perf_counter()
     res = _native.calibrate(program._native, theta0, _inputs(inputs), _lane_inputs(lane_inputs), spec,
                             program.limits.as_tuple(), int(threads or 0))
-    return _fit_from(program, res, time.perf_counter() - t0)
+    fit = _fit_from(program, res, time.perf_counter() - t0)
+    fit._problem = {"inputs": inputs, "target": target, "loss": loss, "lane_inputs": lane_inputs,
+                    "lane_target": lane_target}
+    return fit
 
 
 def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] | None = None, target: Any = None,
@@ -221,6 +237,9 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
         results = _native.calibrate_many(natives, thetas, _inputs(inputs), _lane_inputs(lane_inputs), spec, limits,
                                          int(threads or 0))
         seconds = (time.perf_counter() - t0) / max(len(natives), 1)
+        problem = {"inputs": inputs, "target": target, "loss": loss, "lane_inputs": lane_inputs,
+                   "lane_target": lane_target}  # one shared dict: fit.stderr needs it, nothing copies it
         for i, program, res in zip(where, compiled, results):
             fits[i] = _fit_from(program, res, seconds)
+            fits[i]._problem = problem
     return fits  # type: ignore[return-value]
