@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "error.h"
+#include "nesting.h"
 #include "prims.h"
 #include "program.h"
 #include "reader.h"
@@ -75,6 +76,18 @@ struct Scope {
   Scope* parent;
   Fn* fn;
   std::vector<Var> vars;
+  // name -> position of its latest binding in vars, so that a lookup costs the same in a body of
+  // 150,000 defines as in one of three (a linear scan made long flat forms quadratic)
+  std::unordered_map<std::string, size_t> index;
+
+  void add(Var v) {
+    index[v.name] = vars.size();
+    vars.push_back(std::move(v));
+  }
+  const Var* find(const std::string& name) const {
+    auto it = index.find(name);
+    return it == index.end() ? nullptr : &vars[it->second];
+  }
 };
 
 // The loops whose body this position is a tail position of: the innermost first. A loop in tail
@@ -122,6 +135,8 @@ class Compiler {
 
  private:
   Program& P;
+  const StackProbe probe_;  // taken when compilation starts: bounds the recursion per nesting level
+  std::unordered_map<std::string, int> param_index_, input_index_, symbol_index_;
   int gensym_ = 0;
   bool strict_recur_next_ = false;  // the named let being compiled comes from (loop ...)
   int loop_nesting_ = 0;
@@ -164,11 +179,21 @@ class Compiler {
     return n;
   }
 
+  // Symbol ids through a map (Program::intern scans: a quoted list of many symbols was quadratic).
+  int intern(const std::string& name) {
+    auto it = symbol_index_.find(name);
+    if (it != symbol_index_.end()) return it->second;
+    int id = P.intern(name);
+    symbol_index_.emplace(name, id);
+    return id;
+  }
+
   Value quote(const Datum& d) {
+    probe_.check("compiling a quoted datum", d.line, d.col);
     switch (d.kind) {
       case Datum::Number: return const_num(d.num, d.exact, d.inum);
       case Datum::Bool: return Value::make_bool(d.boolean);
-      case Datum::Symbol: return Value::make_sym(P.intern(d.sym));
+      case Datum::Symbol: return Value::make_sym(intern(d.sym));
       case Datum::List: {
         Value tail = d.dotted ? quote(*d.tail) : Value::make_nil();
         for (size_t i = d.items.size(); i-- > 0;) {
@@ -209,8 +234,7 @@ class Compiler {
     pd.name = it[1]->sym;
     if (is_form(pd.name) || find_prim(pd.name.c_str()) >= 0)
       bad(*it[1], "param name '" + pd.name + "' is a special form or primitive");
-    for (auto& q : P.params)
-      if (q.name == pd.name) bad(*it[1], "parameter '" + pd.name + "' declared twice");
+    if (param_index_.count(pd.name)) bad(*it[1], "parameter '" + pd.name + "' declared twice");
     if (it[2]->kind != Datum::Number) bad(*it[2], "param '" + pd.name + "': the initial value must be a number literal");
     pd.init = it[2]->num;
     if (!std::isfinite(pd.init)) bad(*it[2], "param '" + pd.name + "': the initial value must be finite");
@@ -238,6 +262,7 @@ class Compiler {
       if (pd.constraint == C_BETWEEN && !(pd.init > pd.lo && pd.init < pd.hi))
         bad(*it[2], "param '" + pd.name + "': initial value must lie strictly inside (between LO HI)");
     }
+    param_index_.emplace(pd.name, static_cast<int>(P.params.size()));
     P.params.push_back(pd);
   }
 
@@ -256,29 +281,27 @@ class Compiler {
         ++depth;
         fn = sc->fn;
       }
-      for (size_t i = sc->vars.size(); i-- > 0;) {
-        if (sc->vars[i].name == name) {
-          Resolved r;
-          if (sc->vars[i].loop) {
-            r.kind = Resolved::LoopName;
-            r.loop = sc->vars[i].loop;
-            r.depth = depth;
-          } else {
-            r.kind = Resolved::Local;
-            r.depth = depth;
-            r.slot = sc->vars[i].slot;
-          }
-          return r;
+      if (const Var* v = sc->find(name)) {
+        Resolved r;
+        if (v->loop) {
+          r.kind = Resolved::LoopName;
+          r.loop = v->loop;
+          r.depth = depth;
+        } else {
+          r.kind = Resolved::Local;
+          r.depth = depth;
+          r.slot = v->slot;
         }
+        return r;
       }
     }
     Resolved r;
-    for (size_t i = 0; i < P.params.size(); ++i)
-      if (P.params[i].name == name) {
-        r.kind = Resolved::Param;
-        r.index = static_cast<int>(i);
-        return r;
-      }
+    auto pi = param_index_.find(name);
+    if (pi != param_index_.end()) {
+      r.kind = Resolved::Param;
+      r.index = pi->second;
+      return r;
+    }
     int pid = find_prim(name.c_str());
     if (pid >= 0) {
       r.kind = Resolved::Prim;
@@ -290,8 +313,9 @@ class Compiler {
   }
 
   int input_index(const std::string& name, const Datum& at) {
-    for (size_t i = 0; i < P.inputs.size(); ++i)
-      if (P.inputs[i] == name) return static_cast<int>(i);
+    auto it = input_index_.find(name);
+    if (it != input_index_.end()) return it->second;
+    input_index_.emplace(name, static_cast<int>(P.inputs.size()));
     P.inputs.push_back(name);
     P.input_line.push_back(at.line);
     P.input_col.push_back(at.col);
@@ -302,6 +326,7 @@ class Compiler {
 
   // ---- expressions ---------------------------------------------------------------------------
   Node* compile(const Datum& d, Scope* s, Ctx cx) {
+    probe_.check("compiling", d.line, d.col);
     switch (d.kind) {
       case Datum::Number: return constant(const_num(d.num, d.exact, d.inum), d.line, d.col);
       case Datum::Bool: return constant(Value::make_bool(d.boolean), d.line, d.col);
@@ -411,6 +436,7 @@ class Compiler {
     std::function<void(const DatumP&)> splice = [&](const DatumP& f) {
       if (f->kind == Datum::List && !f->items.empty() && f->items[0]->is_sym("begin") &&
           resolve("begin", outer).kind == Resolved::Free) {
+        probe_.check("compiling", f->line, f->col);  // nested (begin (begin ...)) recurses
         for (size_t i = 1; i < f->items.size(); ++i) splice(f->items[i]);
       } else {
         forms.push_back(f);
@@ -431,11 +457,10 @@ class Compiler {
             if (p.name == name)
               bad(f, "'" + name + "' is a declared parameter; a define of the same name would hide it (rename one)");
         int slot = -1;
-        for (auto& v : scope.vars)  // a redefinition assigns the same variable, as at a Scheme top level
-          if (v.name == name) slot = v.slot;
+        if (const Var* v = scope.find(name)) slot = v->slot;  // a redefinition assigns the same variable, as at a Scheme top level
         if (slot < 0) {
           slot = new_slot(&scope);
-          scope.vars.push_back(Var{name, slot, nullptr});
+          scope.add(Var{name, slot, nullptr});
         }
         def_slot[i] = slot;
       }
@@ -489,9 +514,8 @@ class Compiler {
     Scope scope{s, &fn, {}};
     auto add = [&](const Datum& p) {
       if (p.kind != Datum::Symbol) bad(p, "a lambda parameter must be a name, got " + write_datum(p));
-      for (auto& v : scope.vars)
-        if (v.name == p.sym) bad(p, "duplicate parameter '" + p.sym + "'");
-      scope.vars.push_back(Var{p.sym, fn.nslots++, nullptr});
+      if (scope.find(p.sym)) bad(p, "duplicate parameter '" + p.sym + "'");
+      scope.add(Var{p.sym, fn.nslots++, nullptr});
     };
     if (formals.kind == Datum::Symbol) {
       lam->rest = true;
@@ -565,7 +589,7 @@ class Compiler {
       x->kids = {test, f == "when" ? body : none, f == "when" ? none : body};
       return x;
     }
-    if (f == "cond") return cond(d, 1, s, cx);
+    if (f == "cond") return cond(d, s, cx);
     if (f == "case") return case_form(d, s, cx);
     if (f == "do") return do_form(d, s, cx);
     if (f == "loop") return loop_form(d, s, cx);
@@ -579,38 +603,30 @@ class Compiler {
     const std::string& f = d.items[0]->sym;
     if (d.items.size() < 3 || d.items[1]->kind != Datum::List || d.items[1]->dotted)
       bad(d, "bad " + f + ": expected (" + f + " ((NAME EXPR) ...) BODY...)");
+    // One scope for all the names. let*: each name is added after its init is compiled, so the
+    // init sees the names before it (and a repeated name shadows the earlier one); let: the names
+    // are added after all inits. Either way lookups stay O(1) however many bindings there are.
     Scope inner{s, s->fn, {}};
     Node* seq = node(N_SEQ, d);
     std::vector<std::pair<std::string, int>> bound;
-    Scope* cur = s;
-    std::vector<std::unique_ptr<Scope>> chain;  // let*: one scope per binding
+    std::unordered_map<std::string, int> seen;  // let: duplicate names
     for (auto& b : d.items[1]->items) {
       if (b->kind != Datum::List || b->dotted || b->items.size() != 2 || b->items[0]->kind != Datum::Symbol)
         bad(*b, "bad binding in " + f + ": expected (NAME EXPR), got " + write_datum(*b));
       const std::string& name = b->items[0]->sym;
-      if (!sequential)
-        for (auto& p : bound)
-          if (p.first == name) bad(*b, "duplicate name '" + name + "' in let");
-      Node* init = compile(*b->items[1], sequential ? cur : s, Ctx{});
+      if (!sequential && !seen.emplace(name, 0).second) bad(*b, "duplicate name '" + name + "' in let");
+      Node* init = compile(*b->items[1], sequential ? &inner : s, Ctx{});
       int slot = new_slot(s);
       Node* bind = node(N_BIND, *b);
       bind->b = slot;
       bind->kids.push_back(init);
       seq->kids.push_back(bind);
-      if (sequential) {
-        chain.push_back(std::make_unique<Scope>(Scope{cur, s->fn, {Var{name, slot, nullptr}}}));
-        cur = chain.back().get();
-      } else {
-        bound.emplace_back(name, slot);
-      }
+      if (sequential) inner.add(Var{name, slot, nullptr});
+      else bound.emplace_back(name, slot);
     }
-    Scope* body_scope = cur;
-    if (!sequential) {
-      for (auto& p : bound) inner.vars.push_back(Var{p.first, p.second, nullptr});
-      body_scope = &inner;
-    }
+    for (auto& p : bound) inner.add(Var{p.first, p.second, nullptr});
     std::vector<DatumP> body(d.items.begin() + 2, d.items.end());
-    seq->kids.push_back(compile_body(body, body_scope, cx, d.line, d.col));
+    seq->kids.push_back(compile_body(body, &inner, cx, d.line, d.col));
     return seq;
   }
 
@@ -623,7 +639,7 @@ class Compiler {
       if (b->kind != Datum::List || b->items.size() != 2 || b->items[0]->kind != Datum::Symbol)
         bad(*b, "bad binding in letrec: expected (NAME EXPR), got " + write_datum(*b));
       slots.push_back(new_slot(s));
-      inner.vars.push_back(Var{b->items[0]->sym, slots.back(), nullptr});
+      inner.add(Var{b->items[0]->sym, slots.back(), nullptr});
     }
     Node* seq = node(N_SEQ, d);
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -664,7 +680,7 @@ class Compiler {
     lam_items.insert(lam_items.end(), body.begin(), body.end());
     Scope inner{s, s->fn, {}};
     int slot = new_slot(s);
-    inner.vars.push_back(Var{name, slot, nullptr});
+    inner.add(Var{name, slot, nullptr});
     Node* seq = node(N_SEQ, d);
     Node* bind = node(N_BIND, d);
     bind->b = slot;
@@ -697,11 +713,11 @@ class Compiler {
     info.node = loop;
     for (auto& i : inits) loop->kids.push_back(compile(*i, s, Ctx{}));
     Scope inner{s, s->fn, {}};
-    inner.vars.push_back(Var{name, -1, &info});
+    inner.add(Var{name, -1, &info});
     for (auto& v : vars) {
       int slot = new_slot(s);
       loop->slots.push_back(slot);
-      inner.vars.push_back(Var{v, slot, nullptr});
+      inner.add(Var{v, slot, nullptr});
     }
     loop->tail = cx.tail;
     LoopChain chain{&info, cx.loops};
@@ -730,41 +746,54 @@ class Compiler {
     return named_let(*as_let, s, cx);
   }
 
-  Node* cond(const Datum& d, size_t i, Scope* s, Ctx cx) {
-    if (i >= d.items.size()) return constant(Value::make_unspec(), d.line, d.col);
-    const Datum& clause = *d.items[i];
-    if (clause.kind != Datum::List || clause.dotted || clause.items.empty())
-      bad(clause, "bad cond clause: expected (TEST EXPR...), got " + write_datum(clause));
-    if (clause.items[0]->is_sym("else")) {
-      if (i + 1 != d.items.size()) bad(clause, "else must be the last cond clause");
-      if (clause.items.size() < 2) bad(clause, "empty else clause");
-      Node* x = node(N_SEQ, clause);
-      for (size_t k = 1; k < clause.items.size(); ++k)
-        x->kids.push_back(compile(*clause.items[k], s, k + 1 == clause.items.size() ? cx : Ctx{}));
-      return x->kids.size() == 1 ? x->kids[0] : x;
-    }
-    if (clause.items.size() >= 2 && clause.items[1]->is_sym("=>")) bad(clause, "cond clauses with => are not supported");
-    if (clause.items.size() == 1) {  // (cond (test) ...) yields the test's value when true
-      Node* x = node(N_OR, clause);
+  // (cond clause ...) -> a chain of N_IF / N_OR nodes. The clauses are compiled in order (so
+  // inputs keep their first-use numbering) and linked from the last one back: no recursion per
+  // clause, so a cond of any length compiles in constant C stack.
+  Node* cond(const Datum& d, Scope* s, Ctx cx) {
+    struct Clause { Node* head; };  // an N_IF (kids: test, body) or N_OR (kids: test) to link
+    std::vector<Clause> chain;
+    Node* rest = nullptr;  // the else clause, if any
+    for (size_t i = 1; i < d.items.size(); ++i) {
+      const Datum& clause = *d.items[i];
+      if (clause.kind != Datum::List || clause.dotted || clause.items.empty())
+        bad(clause, "bad cond clause: expected (TEST EXPR...), got " + write_datum(clause));
+      if (clause.items[0]->is_sym("else")) {
+        if (i + 1 != d.items.size()) bad(clause, "else must be the last cond clause");
+        if (clause.items.size() < 2) bad(clause, "empty else clause");
+        Node* x = node(N_SEQ, clause);
+        for (size_t k = 1; k < clause.items.size(); ++k)
+          x->kids.push_back(compile(*clause.items[k], s, k + 1 == clause.items.size() ? cx : Ctx{}));
+        rest = x->kids.size() == 1 ? x->kids[0] : x;
+        break;
+      }
+      if (clause.items.size() >= 2 && clause.items[1]->is_sym("=>")) bad(clause, "cond clauses with => are not supported");
+      if (clause.items.size() == 1) {  // (cond (test) ...) yields the test's value when true
+        Node* x = node(N_OR, clause);
+        x->kids.push_back(compile(*clause.items[0], s, Ctx{}));
+        chain.push_back({x});
+        continue;
+      }
+      Node* x = node(N_IF, clause);
       x->kids.push_back(compile(*clause.items[0], s, Ctx{}));
-      x->kids.push_back(cond(d, i + 1, s, cx));
-      return x;
+      Node* body = node(N_SEQ, clause);
+      for (size_t k = 1; k < clause.items.size(); ++k)
+        body->kids.push_back(compile(*clause.items[k], s, k + 1 == clause.items.size() ? cx : Ctx{}));
+      x->kids.push_back(body->kids.size() == 1 ? body->kids[0] : body);
+      chain.push_back({x});
     }
-    Node* x = node(N_IF, clause);
-    x->kids.push_back(compile(*clause.items[0], s, Ctx{}));
-    Node* body = node(N_SEQ, clause);
-    for (size_t k = 1; k < clause.items.size(); ++k)
-      body->kids.push_back(compile(*clause.items[k], s, k + 1 == clause.items.size() ? cx : Ctx{}));
-    x->kids.push_back(body->kids.size() == 1 ? body->kids[0] : body);
-    x->kids.push_back(cond(d, i + 1, s, cx));
-    return x;
+    if (!rest) rest = constant(Value::make_unspec(), d.line, d.col);
+    for (size_t i = chain.size(); i-- > 0;) {
+      chain[i].head->kids.push_back(rest);  // the else branch (N_IF) or the alternative (N_OR)
+      rest = chain[i].head;
+    }
+    return rest;
   }
 
   Node* case_form(const Datum& d, Scope* s, Ctx cx) {
     if (d.items.size() < 3) bad(d, "bad case: expected (case KEY ((DATUM ...) EXPR...) ... [(else EXPR...)])");
     Scope inner{s, s->fn, {}};
     int slot = new_slot(s);
-    inner.vars.push_back(Var{" case-key", slot, nullptr});
+    inner.add(Var{" case-key", slot, nullptr});
     Node* seq = node(N_SEQ, d);
     Node* bind = node(N_BIND, d);
     bind->b = slot;

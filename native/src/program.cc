@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "nesting.h"
 #include "vm.h"
 
 namespace ndvm {
@@ -80,7 +81,8 @@ size_t load(const Program& p, VM& vm, const double* theta, int P, const std::vec
 }
 
 bool same_limits(const Limits& a, const Limits& b) {
-  return a.max_steps == b.max_steps && a.max_depth == b.max_depth && a.max_bytes == b.max_bytes;
+  return a.max_steps == b.max_steps && a.max_depth == b.max_depth && a.max_bytes == b.max_bytes &&
+         a.max_work == b.max_work && a.max_seconds == b.max_seconds;
 }
 
 // Replay: when a gradient run walks the program over all lanes without a divergence, the VM keeps
@@ -122,7 +124,16 @@ bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std:
     return false;  // other inputs (or lanes of other data): walk the program
   vm.pay_top = r.top;
   try {
+    // Replayed records are charged to the work budget as the walk charged them (their outputs'
+    // elements, plus record_extra_work); the budgets are checked every kCheck records. Past a
+    // budget, the replay gives up and the walk it falls back to reports the error with its place.
+    constexpr size_t kCheck = 1024;
+    size_t until_check = kCheck;
     for (const TapeRec& t : vm.tape) {
+      if (--until_check == 0) {
+        until_check = kCheck;
+        vm.check_budgets(nullptr);
+      }
       if (t.op == O_GUARD) {
         if (!guard_holds(vm, t)) return false;  // a decision would go the other way
         continue;
@@ -133,8 +144,11 @@ bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std:
       size_t n = static_cast<size_t>(t.out.numel()) * vm.lanes_of(t.out);
       if (n <= 4) for (size_t i = 0; i < n; ++i) g[i] = 0.0;
       else std::memset(g, 0, sizeof(double) * n);
+      vm.work += n;
+      if (t.op >= O_GEMM && t.op <= O_CHOL) vm.charge(record_extra_work(vm, t));
       forward_record(vm, t);
     }
+    vm.check_budgets(nullptr);
   } catch (...) {
     return false;  // e.g. (quotient x 0.0) now: the walked run reports it with its location
   }
@@ -273,6 +287,13 @@ struct Driver {
       res.rows = rows;
       res.cols = cols;
       size_t ne = rank == 0 ? 1 : rank == 1 ? rows : static_cast<size_t>(rows) * cols;
+      // B lanes of a result that is the same in every lane are B copies outside the arena: the
+      // memory budget bounds them too (ne <= 2^32 and B < 2^31: no overflow in 64 bits)
+      if (static_cast<uint64_t>(B) * ne * sizeof(double) > lim.max_bytes)
+        limit_error("memory budget (max_bytes=" + std::to_string(lim.max_bytes >> 20) +
+                    " MiB per evaluation) exceeded: the result, " + std::to_string(ne) + " values in each of " +
+                    std::to_string(B) + " lanes, needs " + std::to_string((static_cast<uint64_t>(B) * ne * 8) >> 20) +
+                    " MiB; raise Limits.max_bytes if the program really needs more");
       res.values.assign(static_cast<size_t>(B) * ne, 0.0);
       shape_set = true;
       return;
@@ -300,6 +321,7 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   }
   std::vector<int> lanes(B);
   for (int l = 0; l < B; ++l) lanes[l] = l;
+  vm.begin_evaluation(lim);  // one work budget and one deadline for every lane group and a replay
   if (grad && !input_grad_ids && try_replay(p, vm, theta, P, lanes, in, lane_map, lim))
     d.store(lanes, vm.replay.result);
   else
@@ -308,11 +330,13 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
 }
 
 namespace {
-constexpr int kMaxResultNesting = 2000;  // converting deeper results would exhaust the C stack
-
-OutValue convert(VM& vm, const Value& v, int depth) {
-  if (depth > kMaxResultNesting)
-    limit_error("the result is nested more than " + std::to_string(kMaxResultNesting) + " levels deep");
+// Results share the nesting limit of programs (nesting.h): conversion recurses per level of
+// nesting (a list inside a list), never per element (the spine of a list is iterated).
+OutValue convert(VM& vm, const Value& v, int depth, const StackProbe& probe) {
+  if (depth > kMaxNesting)
+    limit_error("the result is nested more than " + std::to_string(kMaxNesting) +
+                " levels deep (the nesting limit); return a flatter structure");
+  probe.check("converting the result", 0, 0);
   OutValue o;
   switch (v.tag) {
     case T_INT: o.kind = OutValue::Int; o.inum = v.i; o.num = static_cast<double>(v.i); break;
@@ -339,14 +363,14 @@ OutValue convert(VM& vm, const Value& v, int depth) {
       Value cur = v;
       while (cur.tag == T_PAIR) {
         const Pair* p = static_cast<const Pair*>(cur.ptr);
-        o.items.push_back(convert(vm, p->car, depth + 1));
+        o.items.push_back(convert(vm, p->car, depth + 1, probe));
         cur = p->cdr;
       }
       if (cur.tag == T_NIL) {
         o.kind = OutValue::List;
       } else {  // improper: the elements, then the tail as the last item
         o.kind = OutValue::Pair_;
-        o.items.push_back(convert(vm, cur, depth + 1));
+        o.items.push_back(convert(vm, cur, depth + 1, probe));
       }
       break;
     }
@@ -357,11 +381,13 @@ OutValue convert(VM& vm, const Value& v, int depth) {
 
 OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in, const Limits& lim) {
   check_inputs(p, in, 1, nullptr);
+  vm.begin_evaluation(lim);
   vm.reset(p, 1, false, lim);
   std::vector<int> lanes{0};
   load(p, vm, theta, static_cast<int>(p.params.size()), lanes, in, false, nullptr);
   Value v = vm.run();
-  return convert(vm, v, 0);
+  const StackProbe probe;
+  return convert(vm, v, 0, probe);
 }
 
 }  // namespace ndvm

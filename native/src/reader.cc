@@ -6,11 +6,13 @@
 #include <sstream>
 
 #include "error.h"
+#include "nesting.h"
 
 namespace ndvm {
 namespace {
 
-constexpr int kMaxNesting = 2000;  // deeper input is rejected instead of overflowing the C stack
+// Nesting deeper than kMaxNesting (nesting.h) is rejected with a ParseError; the reader recurses
+// only per level of nesting (lists, quote prefixes, dotted tails), never per element or comment.
 
 class Reader {
  public:
@@ -19,7 +21,7 @@ class Reader {
   std::vector<DatumP> all() {
     std::vector<DatumP> out;
     for (;;) {
-      skip_space();
+      skip_space(0);
       if (at_end()) break;
       if (peek() == ')') parse_error("unexpected ')'", line_, col_);
       out.push_back(datum(0));
@@ -28,6 +30,7 @@ class Reader {
   }
 
  private:
+  const StackProbe probe_;
   const std::string& src_;
   size_t pos_ = 0;
   int line_ = 1, col_ = 1;
@@ -40,7 +43,28 @@ class Reader {
     return c;
   }
 
-  void skip_space() {
+  // Skips whitespace, line comments, block comments and datum comments. A datum comment `#;`
+  // drops the datum after it; a run of them (`#; #; a b`) is counted, not recursed, so any number
+  // costs constant C stack. `depth` is the nesting level of the datum that follows.
+  void skip_space(int depth) {
+    int pending = 0;          // datum comments still waiting for their datum
+    int pl = 0, pc = 0;       // where the first of them is
+    for (;;) {
+      skip_plain_space();
+      if (!at_end() && peek() == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == ';') {
+        if (pending == 0) { pl = line_; pc = col_; }
+        next(); next();
+        ++pending;
+        continue;
+      }
+      if (pending == 0) return;
+      if (at_end() || peek() == ')' || peek() == ']') parse_error("#; comment without a datum", pl, pc);
+      datum(depth);  // read and drop (it starts here, so its own skip_space returns at once)
+      --pending;
+    }
+  }
+
+  void skip_plain_space() {
     while (!at_end()) {
       char c = peek();
       if (c == ';') {
@@ -53,11 +77,6 @@ class Reader {
           else if (peek() == '|' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '#') { next(); next(); --depth; }
           else next();
         } while (depth > 0);
-      } else if (c == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == ';') {
-        next(); next();
-        skip_space();
-        if (at_end()) parse_error("#; comment without a datum", line_, col_);
-        datum(0);  // read and drop
       } else if (isspace(static_cast<unsigned char>(c))) {
         next();
       } else {
@@ -77,8 +96,10 @@ class Reader {
   }
 
   DatumP datum(int depth) {
-    if (depth > kMaxNesting) parse_error("nesting deeper than 2000 levels", line_, col_);
-    skip_space();
+    if (depth > kMaxNesting)
+      parse_error("nesting deeper than " + std::to_string(kMaxNesting) + " levels (the nesting limit)", line_, col_);
+    probe_.check("reading", line_, col_);
+    skip_space(depth);
     if (at_end()) parse_error("unexpected end of input", line_, col_);
     int l = line_, c = col_;
     char ch = peek();
@@ -87,7 +108,7 @@ class Reader {
       next();
       auto d = make(Datum::List, l, c);
       for (;;) {
-        skip_space();
+        skip_space(depth + 1);
         if (at_end()) parse_error(std::string("unbalanced '") + ch + "': missing '" + close + "'", l, c);
         char p = peek();
         if (p == ')' || p == ']') {
@@ -101,7 +122,7 @@ class Reader {
           if (d->items.empty()) parse_error("'.' with nothing before it", dl, dc);
           d->tail = datum(depth + 1);
           d->dotted = true;
-          skip_space();
+          skip_space(depth + 1);
           if (at_end() || (peek() != close)) parse_error("expected ')' after the dotted tail", line_, col_);
           next();
           return d;
@@ -182,7 +203,8 @@ class Reader {
   }
 };
 
-void write_rec(const Datum& d, std::ostringstream& o) {
+void write_rec(const Datum& d, std::ostringstream& o, const StackProbe& probe) {
+  probe.check("writing a datum", d.line, d.col);
   switch (d.kind) {
     case Datum::Number: {
       if (d.exact) { o << static_cast<long long>(d.inum); break; }
@@ -197,9 +219,9 @@ void write_rec(const Datum& d, std::ostringstream& o) {
       o << '(';
       for (size_t i = 0; i < d.items.size(); ++i) {
         if (i) o << ' ';
-        write_rec(*d.items[i], o);
+        write_rec(*d.items[i], o, probe);
       }
-      if (d.dotted) { o << " . "; write_rec(*d.tail, o); }
+      if (d.dotted) { o << " . "; write_rec(*d.tail, o, probe); }
       o << ')';
       break;
   }
@@ -211,7 +233,8 @@ std::vector<DatumP> read_all(const std::string& src) { return Reader(src).all();
 
 std::string write_datum(const Datum& d) {
   std::ostringstream o;
-  write_rec(d, o);
+  const StackProbe probe;
+  write_rec(d, o, probe);
   return o.str();
 }
 
