@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from storage.fingerprint import fingerprint
+from storage.parsimony import candidate_complexity
 
 OUTCOMES = ("new", "duplicate_hash", "duplicate_semantic", "invalid")
 
@@ -282,6 +283,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     inputs          JSON,
     created         TIMESTAMP NOT NULL
 );
+-- atoms of the candidate's canonical form (storage/parsimony.py); added after the first release
+ALTER TABLE candidates ADD COLUMN IF NOT EXISTS complexity INTEGER;
 CREATE SEQUENCE IF NOT EXISTS proposal_ids;
 CREATE TABLE IF NOT EXISTS proposals (      -- every proposal of every run, with what became of it
     id            BIGINT PRIMARY KEY DEFAULT nextval('proposal_ids'),
@@ -364,7 +367,8 @@ LEFT JOIN test_scores t ON t.run_id = b.run_id AND t.entry_kind = 'candidate' AN
 
 _PROPOSAL_COLUMNS = ("run_id", "created", "source", "origin", "parents", "outcome", "hash", "duplicate_of",
                      "error_kind", "error", "error_line", "error_column")
-_CANDIDATE_COLUMNS = ("hash", "canonical_form", "source", "program_source", "origin", "parents", "param_names", "inputs", "created")
+_CANDIDATE_COLUMNS = ("hash", "canonical_form", "source", "program_source", "origin", "parents", "param_names", "inputs", "created",
+                      "complexity")
 _MEMBER_COLUMNS = ("run_id", "hash", "fingerprint", "probe_note", "state", "added", "mlflow_run_id")
 _TEST_SCORE_COLUMNS = ("run_id", "entry", "entry_kind", "validation_rank", "parameters", "validation_metrics",
                        "validation_score", "test_metrics", "test_score", "status", "error", "created")
@@ -604,7 +608,8 @@ class CandidateStore:
                 proposal_rows.append(row + ["new", digest, None, None, None, None, None])
                 wrapped = None if program_source is None else program.source
                 candidate_rows.append([digest, program.canonical_form, source, wrapped, origin, json.dumps(parents),
-                                       json.dumps(list(program.param_names)), json.dumps(list(program.inputs)), now])
+                                       json.dumps(list(program.param_names)), json.dumps(list(program.inputs)), now,
+                                       candidate_complexity(source, program, wrapped is not None)])
                 member_rows.append([run_id, digest, fp.value, fp.note, "pending", now, None])
                 hashes.add(digest)
                 if fp.value is not None:
@@ -818,6 +823,16 @@ class CandidateStore:
                 FROM proposals p LEFT JOIN latest l ON l.candidate = p.hash
                 WHERE p.run_id = $1 ORDER BY p.id
                 """, params=[run_id]).pl()
+
+    def complexities(self, hashes: Iterable[str]) -> dict[str, int | None]:
+        """hash -> complexity (storage/parsimony.py) of the given candidates."""
+        hashes = list(dict.fromkeys(hashes))
+        if not hashes:
+            return {}
+        with self._lock:
+            rows = self._con.sql("SELECT hash, complexity FROM candidates WHERE list_contains($1, hash)",
+                                 params=[hashes]).fetchall()
+        return dict(rows)
 
     def evaluation(self, run_id: str, candidate: str) -> dict[str, Any]:
         """The best ``ok`` evaluation of a candidate in a run (as on the leaderboard), decoded."""
