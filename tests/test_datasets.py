@@ -44,11 +44,12 @@ def _isolated_cache(tmp_path, monkeypatch):
 def test_list_datasets_rows():
     rows = datasets.list_datasets()
     names = [r["name"] for r in rows]
-    assert names == ["battery", "battery-synthetic", "enso", "enso-nino34"]
+    assert names == ["battery", "battery-nasa", "battery-severson", "battery-synthetic", "enso", "enso-nino34"]
     for row in rows:
         assert {"name", "title", "kind", "task", "columns", "source", "licence", "synthetic", "download"} <= set(row)
     synthetic = {r["name"]: r["synthetic"] for r in rows}
-    assert synthetic == {"battery": False, "battery-synthetic": True, "enso": False, "enso-nino34": False}
+    assert synthetic == {"battery": False, "battery-nasa": False, "battery-severson": False, "battery-synthetic": True,
+                         "enso": False, "enso-nino34": False}
     assert "SYNTHETIC" in datasets.definition("battery-synthetic").title
     assert all(datasets.definition(n).citation for n in names)
 
