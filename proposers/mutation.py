@@ -34,6 +34,7 @@ from .base import Failure, Origin, Proposal, ProposalContext, Proposer
 from .language import (NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, analyze, static_problems,
                        structure_key)
 from .sexpr import Node, SexprError, Sym, count_nodes, read_all, symbols_in, to_source
+from .simplify import simplify as simplify_forms
 from .validate import require_compile
 
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -164,6 +165,8 @@ class MutationProposer(Proposer):
         max_nodes, max_params, min_params: size limits of a proposal (the node limit is at
             least the parent's size + 24) (a program without any
             parameter has nothing to calibrate, hence ``min_params=1``).
+        simplify: simplify each proposal (:mod:`proposers.simplify`: constant folding, a function
+            of a lone parameter becomes a parameter, unused parameters dropped).
         validate: check each proposal with ``ndvm.compile`` (recommended; the measured rate of
             the raw generator is in docs/proposers.md).
         attempts: edits tried per returned proposal before giving up on it; when they run out,
@@ -179,7 +182,7 @@ class MutationProposer(Proposer):
                  inputs: list[str] | None = None, data_inputs: list[str] | None = None,
                  weights: dict[str, float] | None = None, max_nodes: int = 80, max_params: int = 8,
                  min_params: int = 1,
-                 validate: bool = True, dedup: bool = True, attempts: int = 30):
+                 validate: bool = True, dedup: bool = True, attempts: int = 30, simplify: bool = True):
         super().__init__()
         unknown = set(weights or {}) - set(DEFAULT_WEIGHTS)
         if unknown:
@@ -196,6 +199,7 @@ class MutationProposer(Proposer):
         self.validate = validate
         self.dedup = dedup
         self.attempts = attempts
+        self.simplify = simplify
         self.stats = MutationStats()
         self._seen: set[str] = set()
         self._parent_cache: dict[str, _Parent | None] = {}
@@ -306,6 +310,8 @@ class MutationProposer(Proposer):
                 self.stats.no_site += 1
                 continue
             forms = edit.finish()
+            if self.simplify:  # fold constants, lone-parameter functions: no bloat on the Pareto front
+                forms = simplify_forms(forms).forms
             size = sum(count_nodes(f) for f in forms)
             n_params = sum(1 for f in forms if isinstance(f, list) and f and f[0] == "param")
             # the size cap grows with the parent, so large seed programs can still be edited

@@ -132,8 +132,9 @@ OPERATOR_CHECKS = {
 @pytest.mark.parametrize("operator", sorted(OPERATOR_CHECKS))
 def test_each_operator(operator):
     parent = "(param a 1.5)\n(param b 0.5)\n(param c 2.0)\n(+ (* a (exp (- (* b x)))) (* 0.5 (sin (* c x))))"
+    # simplify=False: the raw operator (simplification would turn a wrapped lone parameter back into one)
     proposer = MutationProposer(seed=2, seed_programs=[parent, CLOSED[1]], weights={operator: 1.0},
-                                validate=False, dedup=operator != "constant")
+                                validate=False, dedup=operator != "constant", simplify=False)
     props = proposer.propose(task(), 20)
     assert props and all(p.origin.operator == operator for p in props)
     by_source = {p: None for p in (parent, CLOSED[1])}

@@ -1,0 +1,295 @@
+"""Simplification of proposed programs, so that bloat does not crowd the Pareto front.
+
+:func:`simplify` rewrites the S-expression forms of a program (``proposers.sexpr``) until nothing
+changes, with three rules that keep the model's values:
+
+1. **Constant folding**: a call of a pure numeric primitive (``+ - * / exp log sqrt sin ...``)
+   whose arguments are all number literals, at least one inexact, becomes its value as the runtime
+   computes it (evaluated by ``ndvm`` itself, so the bits are the runtime's; non-finite results are
+   left alone). Exact-integer arithmetic is left alone too: integers are structure (counts, indices).
+   Neutral elements are dropped: ``(+ e 0.0)``, ``(- e 0.0)``, ``(* e 1.0)``, ``(/ e 1.0)`` become
+   ``e``, ``(* a 1.0 x)`` becomes ``(* a x)``.
+2. **A function of a lone parameter becomes a parameter**: when every occurrence of parameter
+   ``p`` lies inside one pure numeric expression ``E`` that uses no other variable, ``E`` is
+   replaced by ``p`` itself, re-declared with initial value E(init) and the range of ``E``'s
+   outermost function as its constraint (``exp``, ``softplus``: positive; ``sigmoid``,
+   ``logistic``: unit; ``sin``, ``cos``, ``tanh``: between -1 and 1; otherwise none). The model family
+   is the same: the new ``p`` takes exactly the values ``E`` could take. ``(* 3.0 p)``,
+   ``(sin phi)``, ``(exp (- k))`` all become one parameter.
+3. **Unused parameters are dropped**: a declaration no expression refers to.
+
+A parameter that is also bound locally somewhere (a ``let`` or a formal with its name) is left
+alone by rule 2: its occurrences are not all the parameter.
+
+The result carries ``changes`` (what was done) and ``param_map``: for each rewritten parameter,
+the expression of the old parameters it stands for, so ``map_params`` turns old parameter values
+into new ones (the tests check values before and after at random parameters this way).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .sexpr import Dotted, Node, Sym, to_str
+
+FOLDABLE = frozenset({"+", "-", "*", "/", "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
+                      "tanh", "square", "sigmoid", "logistic", "softplus", "abs", "expt", "min", "max"})
+RANGE_CONSTRAINT: dict[str, Node] = {
+    "exp": Sym("positive"), "softplus": Sym("positive"), "sigmoid": Sym("unit"), "logistic": Sym("unit"),
+    "sin": [Sym("between"), -1, 1], "cos": [Sym("between"), -1, 1], "tanh": [Sym("between"), -1, 1],
+}
+BINDERS = frozenset({"let", "let*", "letrec", "letrec*", "lambda", "define", "do", "loop"})
+
+
+@dataclass
+class Simplified:
+    forms: list[Node]
+    changes: list[str] = field(default_factory=list)
+    # new parameter name -> the expression (over the old parameters) whose value it takes
+    param_map: dict[str, Node] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
+
+
+def _is_num(node: Node) -> bool:
+    return isinstance(node, (int, float)) and not isinstance(node, bool)
+
+
+def _is_param_decl(form: Node) -> bool:
+    return isinstance(form, list) and len(form) >= 3 and form[0] == "param" and isinstance(form[0], Sym)
+
+
+@functools.lru_cache(maxsize=4096)
+def _evaluate(text: str) -> float | None:
+    """The runtime's value of a closed numeric expression, or None (error, non-number, non-finite)."""
+    import ndvm
+
+    try:
+        value = ndvm.compile(text).run()
+    except ndvm.NDVMError:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        return None
+    return float(value)
+
+
+def _bound_names(node: Node, out: set[str]) -> None:
+    """Every name bound locally anywhere (let/lambda/define formals and names, loop variables)."""
+    if isinstance(node, Dotted):
+        for x in node.items:
+            _bound_names(x, out)
+        return
+    if not isinstance(node, list) or not node:
+        return
+    head = node[0]
+    if isinstance(head, Sym) and head in BINDERS and len(node) >= 2:
+        spec = node[1]
+        if isinstance(spec, Sym):
+            out.add(str(spec))
+            spec = node[2] if head == "let" and len(node) > 2 else None  # named let: bindings next
+        if isinstance(spec, (list, Dotted)):
+            items = spec.items if isinstance(spec, Dotted) else spec
+            for item in items:
+                if isinstance(item, Sym):
+                    out.add(str(item))
+                elif isinstance(item, list) and item and isinstance(item[0], Sym):
+                    out.add(str(item[0]))
+            if isinstance(spec, Dotted) and isinstance(spec.tail, Sym):
+                out.add(str(spec.tail))
+    for x in node:
+        _bound_names(x, out)
+
+
+def _fold(node: Node, shadowed: set[str], changes: list[str]) -> Node:
+    if not isinstance(node, list) or not node:
+        return node
+    if node[0] == "quote" and isinstance(node[0], Sym):
+        return node
+    node = [node[0]] + [_fold(x, shadowed, changes) for x in node[1:]]
+    head = node[0]
+    if not (isinstance(head, Sym) and head in FOLDABLE and str(head) not in shadowed):
+        return node
+    args = node[1:]
+    if args and all(_is_num(a) for a in args) and any(isinstance(a, float) for a in args):
+        value = _evaluate(to_str(node))
+        if value is not None:
+            changes.append(f"folded {to_str(node)} -> {value!r}")
+            return value
+        return node
+    # inexact neutral elements: 0.0 in + (anywhere) and - (after the first argument), 1.0 in * and /
+    neutral = {"+": 0.0, "-": 0.0, "*": 1.0, "/": 1.0}.get(str(head))
+    if neutral is not None and len(args) >= 2:
+        first = 0 if head in ("+", "*") else 1  # (- 0.0 e) negates, (/ 1.0 e) inverts: keep those
+        kept = args[:first] + [a for a in args[first:] if not (isinstance(a, float) and a == neutral)]
+        # something must stay that is not a literal, so exactness and shape come from it
+        if len(kept) < len(args) and kept and any(not _is_num(a) for a in kept):
+            changes.append(f"dropped the neutral {neutral!r} of {head}")
+            return kept[0] if len(kept) == 1 else [head] + kept
+    return node
+
+
+def _occurrences(node: Node, name: str) -> int:
+    if isinstance(node, Sym):
+        return int(node == name)
+    if isinstance(node, list):
+        return sum(_occurrences(x, name) for x in node)
+    if isinstance(node, Dotted):
+        return sum(_occurrences(x, name) for x in node.items) + _occurrences(node.tail, name)
+    return 0
+
+
+def _pure_of(node: Node, param: str, shadowed: set[str]) -> bool:
+    """``node`` is a pure numeric expression whose only variable is ``param``."""
+    if isinstance(node, Sym):
+        return node == param
+    if _is_num(node):
+        return True
+    if isinstance(node, list) and node and isinstance(node[0], Sym) and node[0] in FOLDABLE \
+            and str(node[0]) not in shadowed:
+        return all(_pure_of(x, param, shadowed) for x in node[1:])
+    return False
+
+
+def _largest_pure(node: Node, param: str, shadowed: set[str], path: tuple) -> tuple | None:
+    """Path of the outermost compound sub-expression that is pure in ``param`` and holds all of its
+    occurrences in ``node`` (the caller checks the count)."""
+    if isinstance(node, list) and node:
+        if _occurrences(node, param) and _pure_of(node, param, shadowed) and not (
+                node[0] == "param" and isinstance(node[0], Sym)):
+            return path
+        for i, x in enumerate(node):
+            if _occurrences(x, param):
+                return _largest_pure(x, param, shadowed, path + (i,))
+    return None
+
+
+def _get(forms: list, path: tuple) -> Node:
+    node: Any = forms
+    for i in path:
+        node = node[i]
+    return node
+
+
+def _set(forms: list, path: tuple, value: Node) -> None:
+    node: Any = forms
+    for i in path[:-1]:
+        node = node[i]
+    node[path[-1]] = value
+
+
+def _substitute(node: Node, mapping: dict[str, Node]) -> Node:
+    if isinstance(node, Sym) and str(node) in mapping:
+        return copy.deepcopy(mapping[str(node)])
+    if isinstance(node, list):
+        return [_substitute(x, mapping) for x in node]
+    return node
+
+
+def _lone_parameter(forms: list[Node], shadowed: set[str], changes: list[str],
+                    param_map: dict[str, Node]) -> bool:
+    for k, decl in enumerate(forms):
+        if not _is_param_decl(decl) or str(decl[1]) in shadowed:
+            continue
+        name = str(decl[1])
+        body = [f for i, f in enumerate(forms) if i != k]
+        total = sum(_occurrences(f, name) for f in body)
+        if total == 0:
+            continue
+        for j, form in enumerate(forms):
+            if j == k or not _occurrences(form, name):
+                continue
+            path = _largest_pure(form, name, shadowed, (j,))
+            if path is None or _occurrences(_get(forms, path), name) != total:
+                break
+            expr = _get(forms, path)
+            init = decl[2] if _is_num(decl[2]) else None
+            if init is None:
+                break
+            value = _evaluate(to_str(_substitute(expr, {name: float(init)})))
+            if value is None:
+                break
+            constraint = RANGE_CONSTRAINT.get(str(expr[0]))
+            if constraint == Sym("positive") and not value > 0:
+                break
+            if constraint == Sym("unit") and not 0 < value < 1:
+                break
+            if isinstance(constraint, list) and not -1 < value < 1:
+                break
+            _set(forms, path, Sym(name))
+            forms[k] = [Sym("param"), Sym(name), value] + ([copy.deepcopy(constraint)] if constraint is not None else [])
+            # the new parameter stands for expr of the old one (compose with earlier rewrites of it)
+            param_map[name] = _substitute(expr, {name: param_map.get(name, Sym(name))})
+            changes.append(f"{to_str(expr)} of the lone parameter {name} became the parameter {name}")
+            return True
+    return False
+
+
+def simplify(forms: list[Node], max_rounds: int = 20) -> Simplified:
+    """Simplify a program's top-level forms (a new list; the input is not modified)."""
+    forms = copy.deepcopy(list(forms))
+    changes: list[str] = []
+    param_map: dict[str, Node] = {}
+    for _ in range(max_rounds):
+        before = len(changes)
+        shadowed: set[str] = set()
+        for f in forms:
+            _bound_names(f, shadowed)
+        # names defined at top level (define f ...) shadow primitives too
+        forms = [f if _is_param_decl(f) else _fold(f, shadowed, changes) for f in forms]
+        while _lone_parameter(forms, shadowed, changes, param_map):
+            pass
+        used: set[str] = set()
+        for f in forms:
+            if not _is_param_decl(f):
+                used |= {str(s) for s in _symbols(f)}
+        kept = []
+        for f in forms:
+            if _is_param_decl(f) and str(f[1]) not in used:
+                changes.append(f"dropped the unused parameter {f[1]}")
+                param_map.pop(str(f[1]), None)
+                continue
+            kept.append(f)
+        forms = kept
+        if len(changes) == before:
+            break
+    return Simplified(forms, changes, param_map)
+
+
+def _symbols(node: Node) -> set[str]:
+    if isinstance(node, Sym):
+        return {str(node)}
+    if isinstance(node, list):
+        out: set[str] = set()
+        for x in node:
+            out |= _symbols(x)
+        return out
+    if isinstance(node, Dotted):
+        out = set()
+        for x in node.items:
+            out |= _symbols(x)
+        return out | _symbols(node.tail)
+    return set()
+
+
+def map_params(result: Simplified, old: dict[str, float]) -> dict[str, float]:
+    """New parameter values that make the simplified program compute what the old one did at ``old``."""
+    new_names = [str(f[1]) for f in result.forms if _is_param_decl(f)]
+    out: dict[str, float] = {}
+    for name in new_names:
+        if name in result.param_map:
+            expr = _substitute(result.param_map[name], {k: float(v) for k, v in old.items()})
+            value = _evaluate(to_str(expr))
+            if value is None:
+                raise ValueError(f"parameter {name}: {to_str(result.param_map[name])} has no finite value at {old}")
+            out[name] = value
+        else:
+            out[name] = float(old[name])
+    return out
+
+
+__all__ = ["simplify", "Simplified", "map_params", "FOLDABLE", "RANGE_CONSTRAINT"]
