@@ -12,7 +12,7 @@ from .mutation import MutationProposer, MutationStats
 from .replay import ReplayProposer, with_declarations
 from .validate import Validation, canonical_hash, runtime_available, validate_source, validate_static
 
-_LAZY = {"LLMProposer", "Usage", "build_messages", "extract_programs"}
+_LAZY = {"LLMFatalError", "LLMProposer", "Usage", "build_messages", "extract_programs"}
 
 
 def __getattr__(name: str):

@@ -7,7 +7,13 @@ One call of ``apropose(context, n)`` sends ``ceil(n / per_request)`` requests co
 ``max_repairs`` times. Rate limits (429), server errors (5xx), connection errors and timeouts are
 retried with exponential backoff up to ``max_retries`` times; every call has a timeout, so a
 proposal round always ends. What did not become a proposal is recorded in ``failures`` (drain them
-into the next context).
+into the next context). Errors no retry can fix (authentication, permission, unknown model) raise
+:class:`LLMFatalError` at once with the provider's message, redacted: a run with a wrong key stops
+instead of sending requests all night.
+
+Cost: litellm's price list, or ``price_per_token=(input, output)`` in USD per token for models it
+does not price (local servers, new names). ``cost_limit_problem()`` says when neither is known, so
+that a caller can warn that a cost limit cannot be enforced.
 
 API keys come only from the environment: either the provider's own variable that litellm reads
 (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``...) or the variable named by ``api_key_env``. They are
@@ -197,6 +203,22 @@ def repair_message(failure: Failure) -> dict:
     return {"role": "user", "content": text}
 
 
+class LLMFatalError(RuntimeError):
+    """An error that no retry can fix (authentication, permission, unknown model): stop the run."""
+
+
+def _fatal(exc: BaseException) -> str | None:
+    """What is fatally wrong, or None for errors worth retrying or recording."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, litellm.AuthenticationError) or status == 401:
+        return "authentication failed (check the API key)"
+    if isinstance(exc, litellm.PermissionDeniedError) or status == 403:
+        return "permission denied (the key may not use this model)"
+    if isinstance(exc, litellm.NotFoundError) or status == 404:
+        return "model or endpoint not found (check --model and --api-base)"
+    return None
+
+
 # litellm exception classes -> (failure kind, retry?)
 def _classify(exc: BaseException) -> tuple[str, bool]:
     if isinstance(exc, (asyncio.TimeoutError, litellm.Timeout)):
@@ -230,9 +252,12 @@ class LLMProposer(Proposer):
         model: a litellm model name: ``"gpt-4o-mini"``, ``"anthropic/claude-..."``,
             ``"ollama/llama3.1"``, or ``"openai/<name>"`` with ``api_base`` for any
             OpenAI-compatible server.
-        temperature: sampling temperature (diversity matters more than precision here).
+        temperature: sampling temperature; None (default) sends none, so the provider's default
+            applies (some models accept no other value).
         concurrency: requests in flight at once.
         timeout: seconds per call (each retry gets its own timeout).
+        price_per_token: (input, output) USD per token, for a model litellm cannot price; when
+            given it is used instead of litellm's price list.
         max_retries: retries of one call after a 429, a 5xx, a connection error or a timeout.
         max_repairs: how many times an invalid program is sent back with its error.
         api_base: the server URL for local or self-hosted models.
@@ -252,14 +277,17 @@ class LLMProposer(Proposer):
 
     name = "llm"
 
-    def __init__(self, model: str, temperature: float = 0.8, concurrency: int = 8, timeout: float = 60.0,
+    def __init__(self, model: str, temperature: float | None = None, concurrency: int = 8, timeout: float = 60.0,
                  max_retries: int = 3, max_repairs: int = 2, api_base: str | None = None, *,
                  api_key_env: str | None = None, per_request: int = 4, max_tokens: int | None = None,
                  hints: bool = True,
                  backoff: float = 1.0, max_backoff: float = 30.0, max_best: int = 5, max_failures: int = 8,
                  completion_kwargs: dict[str, Any] | None = None,
-                 validator: Callable[..., Validation] | None = None, seed: int | None = None):
+                 validator: Callable[..., Validation] | None = None, seed: int | None = None,
+                 price_per_token: tuple[float, float] | None = None):
         super().__init__()
+        if price_per_token is not None and (len(price_per_token) != 2 or min(price_per_token) < 0):
+            raise ValueError(f"price_per_token must be (input, output) USD per token, both >= 0; got {price_per_token}")
         if concurrency < 1 or per_request < 1 or timeout <= 0 or max_retries < 0 or max_repairs < 0:
             raise ValueError("concurrency and per_request must be >= 1, timeout > 0, retries/repairs >= 0")
         if completion_kwargs and "api_key" in completion_kwargs:
@@ -283,6 +311,8 @@ class LLMProposer(Proposer):
         self.completion_kwargs = dict(completion_kwargs or {})
         self.validator = validator or validate_source
         self.usage = Usage()
+        self.price_per_token = None if price_per_token is None else (float(price_per_token[0]),
+                                                                     float(price_per_token[1]))
         self._jitter = random.Random(seed)
 
     def __repr__(self) -> str:
@@ -300,8 +330,10 @@ class LLMProposer(Proposer):
 
     async def _call(self, messages: list[dict], round_: _Round) -> _Reply | None:
         """One completion with retries; None (and a recorded failure) when it could not be had."""
-        kwargs: dict[str, Any] = dict(model=self.model, messages=messages, temperature=self.temperature,
-                                      timeout=self.timeout, max_retries=0, num_retries=0)
+        kwargs: dict[str, Any] = dict(model=self.model, messages=messages, timeout=self.timeout, max_retries=0,
+                                      num_retries=0)
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self.max_tokens:
@@ -332,6 +364,9 @@ class LLMProposer(Proposer):
                 self.usage.failed_calls += 1
                 kind, retry = _classify(exc)
                 message = redact(f"{type(exc).__name__}: {exc}", (key,) if key else ())
+                fatal = _fatal(exc)
+                if fatal is not None:
+                    raise LLMFatalError(f"{self.model}: {fatal}; the provider said: {message[:500]}") from None
                 last = (kind, message[:500])
                 log.warning("model call failed (%s, attempt %d/%d): %s", kind, attempt + 1,
                             self.max_retries + 1, last[1][:200])
@@ -352,7 +387,9 @@ class LLMProposer(Proposer):
         tokens_in = getattr(usage, "prompt_tokens", None) if usage else None
         tokens_out = getattr(usage, "completion_tokens", None) if usage else None
         cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if cost is None:
+        if self.price_per_token is not None:  # the user's price wins over litellm's list
+            cost = (tokens_in or 0) * self.price_per_token[0] + (tokens_out or 0) * self.price_per_token[1]
+        elif cost is None:
             try:
                 cost = litellm.completion_cost(completion_response=response)
             except Exception:  # unknown model (local servers, new names): the cost is simply unknown
@@ -364,6 +401,17 @@ class LLMProposer(Proposer):
         else:
             self.usage.cost_usd += float(cost)
         return _Reply(text, tokens_in, tokens_out, None if cost is None else float(cost))
+
+    def cost_limit_problem(self) -> str | None:
+        """Why a cost limit cannot be enforced for this model (None when it can)."""
+        if self.price_per_token is not None:
+            return None
+        try:
+            litellm.cost_per_token(model=self.model, prompt_tokens=1, completion_tokens=1)
+            return None
+        except Exception:  # litellm raises its own "not mapped" errors for unknown models
+            return (f"litellm has no price for {self.model!r}, so the cost limit cannot be enforced; give the "
+                    "prices (--input-price / --output-price, USD per million tokens)")
 
     # -- one request: ask, extract, validate, repair ------------------------------------------
     async def _request(self, messages: list[dict], k: int, task: TaskSpec,
@@ -443,8 +491,14 @@ class LLMProposer(Proposer):
                 hint = self.hints[self._next_hint % len(self.hints)]
                 self._next_hint += 1
             messages = build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures, hint=hint)
-            tasks.append(self._request(messages, k, context.task, round_))
-        batches = await asyncio.gather(*tasks)
+            tasks.append(asyncio.ensure_future(self._request(messages, k, context.task, round_)))
+        try:
+            batches = await asyncio.gather(*tasks)
+        except LLMFatalError:  # the other requests would fail the same way: stop them now
+            for pending in tasks:
+                pending.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         out: list[Proposal] = []
         seen: set[str] = set()
         for batch in batches:
@@ -459,4 +513,4 @@ class LLMProposer(Proposer):
         return out[:n]
 
 
-__all__ = ["LLMProposer", "Usage", "build_messages", "extract_programs", "repair_message", "redact"]
+__all__ = ["LLMFatalError", "LLMProposer", "Usage", "build_messages", "extract_programs", "repair_message", "redact"]

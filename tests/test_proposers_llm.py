@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 
 from proposers import (Budget, Column, Failure, ProposalContext, ScoredProgram, TaskSpec,  # noqa: E402
                        runtime_available, validate_source, validate_static)
-from proposers.llm import LLMProposer, build_messages, extract_programs, redact  # noqa: E402
+from proposers.llm import LLMFatalError, LLMProposer, build_messages, extract_programs, redact  # noqa: E402
 
 KEY_ENV = "NDVM_TEST_LLM_KEY"
 SECRET = "sk-test-0123456789abcdef"
@@ -135,6 +135,12 @@ class FakeOpenAI:
         if scenario == "auth":  # a server that echoes the credential it got (some do, in errors)
             return self.send(handler, 401, {"error": {"message": f"bad key {handler.headers.get('Authorization')}",
                                                       "type": "invalid_request_error"}})
+        if scenario == "forbidden":
+            return self.send(handler, 403, {"error": {"message": "this key may not use fake-model",
+                                                      "type": "permission_error"}})
+        if scenario == "nomodel":
+            return self.send(handler, 404, {"error": {"message": "The model `fake-model` does not exist",
+                                                      "type": "invalid_request_error", "code": "model_not_found"}})
         if scenario == "concurrency":
             time.sleep(0.3)
             return self.reply(handler, body, fenced(VALID_A))
@@ -285,15 +291,44 @@ def test_requests_run_concurrently_up_to_the_limit(server):
 
 @pytest.mark.timeout(60)
 def test_api_key_comes_from_the_environment_and_is_never_recorded(server, caplog):
-    llm = proposer(server, validate_static, per_request=1, max_retries=0)
-    with caplog.at_level("DEBUG"):
-        assert llm.propose(context("auth"), 1) == []
+    llm = proposer(server, validate_static, per_request=1, max_retries=3)
+    before = len(server.requests)
+    with caplog.at_level("DEBUG"), pytest.raises(LLMFatalError, match="authentication failed") as raised:
+        llm.propose(context("auth"), 4)
+    # fails fast: no retries of a 401, and the other requests of the round are stopped
+    assert len(server.requests) - before <= llm.concurrency and llm.usage.retries == 0
     assert server.headers[-1]["authorization"] == f"Bearer {SECRET}"
-    failures = llm.drain_failures()
-    assert len(failures) == 1 and failures[0].kind == "api"
-    assert SECRET not in failures[0].message and "***" in failures[0].message
+    message = str(raised.value)
+    assert "bad key" in message and "***" in message and SECRET not in message  # the provider's words, redacted
     assert SECRET not in caplog.text
     assert SECRET not in repr(llm) and SECRET not in repr(vars(llm))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("scenario,reason,said", [("forbidden", "permission denied", "may not use fake-model"),
+                                                   ("nomodel", "model or endpoint not found", "does not exist")])
+def test_permission_and_unknown_model_stop_at_once(server, scenario, reason, said):
+    llm = proposer(server, validate_static, per_request=1, max_retries=3, concurrency=1)
+    before = len(server.requests)
+    with pytest.raises(LLMFatalError, match=reason) as raised:
+        llm.propose(context(scenario), 3)
+    assert said in str(raised.value)
+    assert len(server.requests) - before == 1, "one request, no retries, no further requests"
+
+
+def test_temperature_is_the_providers_unless_given_and_prices_per_token(server):
+    llm = proposer(server, validate_static, per_request=1)
+    assert len(llm.propose(context("valid"), 1)) == 1
+    assert "temperature" not in server.requests[-1], "no temperature sent: the provider's default applies"
+    assert llm.usage.cost_known is False and llm.cost_limit_problem() is not None
+    assert "openai/fake-model" in llm.cost_limit_problem()
+    priced = proposer(server, validate_static, per_request=1, temperature=0.3, price_per_token=(2e-6, 8e-6))
+    [proposal] = priced.propose(context("valid"), 1)
+    assert server.requests[-1]["temperature"] == 0.3
+    assert priced.cost_limit_problem() is None
+    assert priced.usage.cost_usd == pytest.approx(100 * 2e-6 + 40 * 8e-6) and priced.usage.cost_known
+    with pytest.raises(ValueError, match="price_per_token"):
+        proposer(server, validate_static, price_per_token=(1e-6, -1.0))
 
 
 def test_missing_key_variable_is_a_clear_error(server, monkeypatch):
