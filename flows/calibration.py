@@ -37,8 +37,11 @@ class CalibrationOptions:
     threads: int | None = None  # None: every core of the worker
 
     def as_kwargs(self) -> dict[str, Any]:
+        from flows.dask_worker import batch_threads
+
+        # threads=None on a Dask worker: the worker's share of the cores, not all of them
         return {"optimizer": self.optimizer, "steps": self.steps, "lr": self.lr, "restarts": self.restarts,
-                "seed": self.seed, "threads": self.threads}
+                "seed": self.seed, "threads": batch_threads(self.threads)}
 
 
 @dataclass

@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flows.dask_worker import add_worker_command
+from flows.datasets_cli import register_datasets_command
+
 DEFAULT_FOLDER = "runs"
 
 # Telemetry and network look-ups at start-up, off unless the user set them (see STACK.md).
@@ -280,22 +283,6 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_datasets(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    import datasets
-
-    table = Table(title="datasets (select with --task NAME, or --data FILE --x COL --y COL)", title_justify="left")
-    table.add_column("name", no_wrap=True)
-    for column in ("task", "columns", "source", "licence", "notes"):
-        table.add_column(column)
-    for row in datasets.list_datasets():
-        name = row["name"] + (" [synthetic]" if row["synthetic"] else "")
-        notes = ("downloads at first use; " if row["download"] else "") + row["title"]
-        table.add_row(name, row["task"], row["columns"], row["source"], row["licence"], notes)
-    _console().print(table)
-    return 0
-
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit one program file to a dataset column: a curve program of one input (bound to the x
@@ -426,8 +413,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--folder", default=DEFAULT_FOLDER)
     p.set_defaults(fn=cmd_leaderboard)
 
-    p = subparsers.add_parser("datasets", help="list the registered datasets")
-    p.set_defaults(fn=cmd_datasets)
+    register_datasets_command(subparsers)  # ndvm datasets [show NAME | fetch NAME] (flows/datasets_cli.py)
+    add_worker_command(subparsers)  # ndvm worker --scheduler ADDRESS (flows/dask_worker.py)
 
     p = subparsers.add_parser("calibrate", help="fit one program file to a dataset and print the fit")
     p.add_argument("file")
