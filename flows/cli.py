@@ -98,7 +98,10 @@ def _add_discover_options(p: argparse.ArgumentParser) -> None:
     b.add_argument("--max-candidates", type=int, help="new candidates to accept")
     b.add_argument("--max-cost", type=float, metavar="USD", help="LLM cost limit")
     b.add_argument("--drain-minutes", type=float,
-                   help="time to calibrate what is queued after the deadline (default: 15%% of --minutes, 15-120 s)")
+                   help="time to calibrate what is queued after the deadline (default: 15%% of --minutes, 15-120 s); "
+                        "then what is still in calibration is cancelled and stays pending")
+    b.add_argument("--candidate-seconds", type=float, metavar="S",
+                   help="time limit of one candidate's calibration and scoring; one over it is marked timeout")
     _add_calibration_options(p)
     c = p.add_argument_group("execution")
     c.add_argument("--batch-size", type=int, default=32, help="candidates per calibration batch (default 32)")
@@ -119,7 +122,8 @@ def _discover_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 group=args.group, task_kind=args.task_kind, seed=args.seed, concurrency=args.concurrency,
                 per_request=args.per_request, batch_size=args.batch_size, steps=args.steps, restarts=args.restarts,
                 optimizer=args.optimizer, lr=args.lr, runner=args.runner, workers=args.workers,
-                dask_address=args.dask_address, top_k=args.top_k, folder=args.folder, tracking_uri=args.tracking_uri)
+                dask_address=args.dask_address, top_k=args.top_k, folder=args.folder, tracking_uri=args.tracking_uri,
+                candidate_seconds=args.candidate_seconds)
 
 
 def _budget(args: argparse.Namespace) -> dict[str, Any]:
@@ -211,9 +215,36 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
                   f"({report['calibration_batches']} batches, {report['runner']})")
     console.print(f"store: {report['store_path']}   MLflow: {report['tracking_uri']} "
                   f"({report['logged_entries']} leaderboard entries logged as nested runs)")
+    faults = {"crashed (killed their worker, then again alone)": report.get("crashed", 0),
+              "timed out (--candidate-seconds)": report.get("timeout", 0),
+              "retried alone after their batch failed": report.get("retried_alone", 0),
+              "worker processes replaced": report.get("workers_replaced", 0),
+              "cancelled at the hard deadline (pending)": report.get("cancelled_at_deadline", 0),
+              "proposals not stored (store errors, see the log)": report.get("store_errors", 0)}
+    if any(faults.values()):
+        console.print("faults survived: " + ", ".join(f"{n} {what}" for what, n in faults.items() if n))
+    if report.get("mlflow_error"):
+        console.print(f"[yellow]MLflow logging incomplete[/] ({report['mlflow_error'][:200]}); the results are in "
+                      f"the store. Log them later:  ndvm log --run {report['run_id']} --folder {folder}")
     console.print(f"browse the results:  [bold]{ui_command(folder)}[/]   (then open http://127.0.0.1:5000)")
     if report["pending"]:
         console.print(f"continue this run:  ndvm discover --resume {report['run_id']} --folder {folder}")
+
+
+# ---------------------------------------------------------------------------- log
+def cmd_log(args: argparse.Namespace) -> int:
+    """Log a stored run's results to MLflow (after MLflow was down during the run); idempotent."""
+    _quiet_environment(getattr(args, "verbose", False))
+    from flows.mlflow_log import LogRunError, log_stored_run
+
+    try:
+        done = log_stored_run(args.run, folder=args.folder, tracking_uri=args.tracking_uri, top_k=args.top_k)
+    except (LogRunError, *_user_errors()) as exc:
+        print(f"ndvm log: {exc}", file=sys.stderr)
+        return 1
+    print(f"{done['run_id']}: MLflow run {done['mlflow_run_id']} at {done['tracking_uri']}: {done['entries']} "
+          f"leaderboard entries logged ({done['newly_logged']} new this time)")
+    return 0
 
 
 # ---------------------------------------------------------------------------- recalibrate
@@ -405,6 +436,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--name", default="nightly", help="deployment name (default nightly)")
     _add_discover_options(p)
     p.set_defaults(fn=cmd_serve)
+
+    p = subparsers.add_parser("log", help="log a stored run to MLflow (e.g. after MLflow was down); safe to repeat")
+    p.add_argument("--run", metavar="RUN_ID", help="the run (default: the latest)")
+    p.add_argument("--top-k", type=int, help="leaderboard entries to log (default: the run's --top-k)")
+    _add_store_options(p)
+    p.set_defaults(fn=cmd_log)
 
     p = subparsers.add_parser("leaderboard", help="the best candidates of a run (default: the latest)")
     p.add_argument("--run", metavar="RUN_ID")

@@ -45,7 +45,10 @@ from prefect import flow, get_run_logger
 
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions
 from flows.problem import ProblemSpec, entry_extras, load_problem, probe_inputs, task_spec
-from flows.runners import RunnerChoice, submit_batch, worker_environment
+from flows import faults
+from flows.mlflow_log import RunTracking
+from flows.runners import RunnerChoice, worker_environment
+from flows.supervisor import CalibrationSupervisor
 
 log = logging.getLogger("ndvm.discover")
 
@@ -102,6 +105,7 @@ class DiscoverConfig:
     llm_timeout: float = 60.0
     batch_size: int = 32
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
+    candidate_seconds: float | None = None  # per-candidate time limit (calibration + scoring, alone)
     runner: RunnerChoice = field(default_factory=RunnerChoice)
     top_k: int = 10                     # leaderboard entries logged to MLflow
     log_every: float = 10.0             # seconds between MLflow progress snapshots
@@ -242,6 +246,15 @@ class DiscoveryReport:
     workers: list[str]
     proposer: str
     model: str | None
+    # Pipeline faults (flows/supervisor.py, flows/mlflow_log.py): what the run survived.
+    crashed: int = 0                 # candidates that killed their worker, then again alone
+    timeout: int = 0                 # candidates over --candidate-seconds alone
+    retried_alone: int = 0           # candidates retried alone after their batch failed
+    worker_deaths: int = 0           # worker processes that died under a batch
+    workers_replaced: int = 0
+    cancelled_at_deadline: int = 0   # in calibration at the hard deadline: left pending
+    store_errors: int = 0            # proposals the store could not write (recorded with the error)
+    mlflow_error: str | None = None  # why MLflow logging is incomplete (None: all logged)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -286,7 +299,6 @@ class Discovery:
     def __init__(self, config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
                  logger: Any = None):
         from storage import CandidateStore, default_store_path
-        from storage.tracking import Tracker
 
         self.config, self.budget = config, budget.check()
         self.log = logger or log
@@ -300,14 +312,14 @@ class Discovery:
         self.store = CandidateStore(self.store_path)
         try:
             self._open_run(run_id, resume)
-            self.tracker = Tracker(config.tracking_uri, run_folder=self.folder)
-            status = self.store.run_status(self.run_id)
-            names = dict(dataset=self.config.problem.label, task=self.task.kind, proposer=config.proposer,
-                         model=config.model)
-            parent = self.tracker.start_run(self.run_id, config=self.config.to_dict(),
-                                            budget=asdict(self.budget), mlflow_run_id=status.mlflow_run_id, **names)
-            if status.mlflow_run_id is None:
-                self.store.set_mlflow_run(self.run_id, parent)
+            # MLflow down does not stop a run: the store keeps everything, the end retries.
+            self.tracking = RunTracking(
+                self.store, self.run_id, tracking_uri=config.tracking_uri, folder=self.folder,
+                config=self.config.to_dict(), budget=asdict(self.budget),
+                names=dict(dataset=self.config.problem.label, task=self.task.kind, proposer=config.proposer,
+                           model=config.model),
+                entry_hook=lambda digest: faults.checkpoint("logging", hash=digest), logger=self.log)
+            self.tracking.connect()
         except BaseException:
             self.store.close()
             raise
@@ -323,8 +335,10 @@ class Discovery:
         self.finished = threading.Event()
         self.stop_reason = ""
         self.started = time.monotonic()
-        self.batches = 0
-        self.workers_seen: set[str] = set()  # host:pid of the processes that calibrated
+        self.drain_deadline: float | None = None  # the hard deadline, set when proposing stops
+        self.supervisor: CalibrationSupervisor | None = None
+        self.cancelled_at_deadline = 0
+        self.store_errors = 0
         self.logged_entries = 0
         self.errors: list[BaseException] = []
 
@@ -373,6 +387,7 @@ class Discovery:
         if not self.stop_proposing.is_set():
             self.stop_reason = reason
             self.log.info("discovery %s: stops proposing: %s", self.run_id, reason)
+            self.drain_deadline = time.monotonic() + self.budget.drain_seconds()
             self.stop_proposing.set()
 
     # ------------------------------------------------------------------ proposal stage
@@ -418,10 +433,36 @@ class Discovery:
                 if take <= 0:
                     return
             chunk, proposals = proposals[:take], proposals[take:]
-            new = self.store.add(chunk, self.run_id, program_source=program_source)
+            new = self._add_or_record(chunk, program_source)
             self.accepted += len(new)
             with self.queue_lock:
                 self.queue.extend(BatchItem(c.hash, c.source, c.program_source or c.source) for c in new)
+
+    def _add_or_record(self, chunk: list[Any], program_source: Any) -> list[Any]:
+        """``store.add`` of a chunk of proposals. A chunk the store cannot write is retried one
+        proposal at a time; a proposal that still fails is recorded (outcome ``store_error``, with
+        its error) and logged, never dropped silently."""
+        try:
+            new = self.store.add(chunk, self.run_id, program_source=program_source)
+        except Exception as exc:
+            new = []
+            for proposal in chunk:
+                try:
+                    new += self.store.add([proposal], self.run_id, program_source=program_source)
+                except Exception as error:
+                    self._store_error(proposal, error if len(chunk) > 1 else exc)
+        faults.checkpoint("proposal", new=[c.hash for c in new])
+        return new
+
+    def _store_error(self, proposal: Any, error: Exception) -> None:
+        source = proposal if isinstance(proposal, str) else getattr(proposal, "source", None) or repr(proposal)
+        self.log.warning("proposal not stored (%s: %s); source: %r", type(error).__name__, str(error)[:300],
+                         source[:200])
+        try:
+            self.store.record_store_error(self.run_id, proposal, error)
+        except Exception as again:  # the store cannot write at all: keep the count in memory
+            self.store_errors += 1
+            self.log.warning("recording the store error failed too: %s", again)
 
     async def _one_request(self, n: int) -> None:
         from proposers import Failure
@@ -455,8 +496,12 @@ class Discovery:
                 continue
             _, tasks = await asyncio.wait(tasks, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
             if self.stop_proposing.is_set() and tasks:
-                # Requests already in flight finish (their proposals are paid for), then stop.
-                await asyncio.wait(tasks)
+                # Requests already in flight finish (their proposals are paid for), then stop; not
+                # beyond the hard deadline, though: late ones are cancelled.
+                left = None if self.drain_deadline is None else max(0.0, self.drain_deadline - time.monotonic())
+                _, late = await asyncio.wait(tasks, timeout=left)
+                for request in late:
+                    request.cancel()
                 tasks = set()
 
     def _proposal_thread(self) -> None:
@@ -479,6 +524,7 @@ class Discovery:
         from storage import EvaluationResult
 
         sources = {item.hash: item.source for item in items}
+        faults.checkpoint("recording", hashes=[r.hash for r in results])
         self.store.record([EvaluationResult(
             candidate=r.hash, run_id=self.run_id, dataset=self.config.problem.label, task=self.task.kind,
             split=self.split_label, parameters=r.parameters, train_metrics=r.train_metrics,
@@ -495,24 +541,16 @@ class Discovery:
             return f"temporal: train {self.task.n_train} points, score leads 1..{self.task.leads} after"
         return "temporal: per-series tail held out"
 
-    def _calibration_loop(self, runner: Any) -> None:
-        drain_deadline = None
-        in_flight: dict[Any, list[BatchItem]] = {}
+    def _calibration_loop(self) -> None:
+        """Submit batches whenever a worker is free, record results as they come (the supervisor
+        turns crashes and overruns into retries alone, then ``crashed``/``timeout`` results). The
+        hard deadline (``drain_deadline``) cancels what is still in calibration: it stays pending."""
+        supervisor = self.supervisor
+        assert supervisor is not None
         last_progress = 0.0
-        slots = self.runner_choice.batches_in_flight()
         while True:
-            # Results first: record every finished batch at once (one transaction each).
-            for future in [f for f in in_flight if _done(f)]:
-                items = in_flight.pop(future)
-                self.calibration_meter.exit()
-                try:
-                    results = future.result()
-                except Exception as exc:  # a worker crash after Prefect's retry: mark the batch failed
-                    self.log.warning("calibration batch of %d failed: %s", len(items), exc)
-                    results = [BatchResult(i.hash, "error", error=f"worker failed: {type(exc).__name__}: {exc}"[:2000])
-                               for i in items]
+            for items, results in supervisor.collect(0.05):  # one transaction per batch
                 self._record(items, results)
-                self.workers_seen.update(r.worker for r in results if r.worker)
                 self.leaderboard_changed.set()
             if self.errors:
                 raise self.errors[0]
@@ -520,37 +558,32 @@ class Discovery:
                 reason = self._budget_reason()
                 if reason:
                     self._stop(reason)
-            if self.stop_proposing.is_set() and drain_deadline is None:
-                drain_deadline = time.monotonic() + self.budget.drain_seconds()
-            past_drain = drain_deadline is not None and time.monotonic() > drain_deadline
+            past_drain = self.drain_deadline is not None and time.monotonic() > self.drain_deadline
             # Never wait for the next proposals: a free slot takes whatever is queued now.
-            while len(in_flight) < slots and not past_drain:
-                items = self._take_batch()
-                if not items:
-                    break
-                self.calibration_meter.enter()
-                in_flight[submit_batch(runner, self.task, items, self.options)] = items
-                self.batches += 1
+            supervisor.fill(self._take_batch, new_batches=not past_drain)
             if time.monotonic() - last_progress >= 1.0:
                 last_progress = time.monotonic()
                 self._publish("proposing" if not self.stop_proposing.is_set() else "draining")
-            proposals_done = not self.proposal_thread.is_alive()
             with self.queue_lock:
                 queued = len(self.queue)
-            if proposals_done and not in_flight and (queued == 0 or past_drain):
-                if queued and past_drain:
-                    self.stop_reason += f"; {queued} queued candidates left pending (drain time over; resume continues)"
+            if past_drain:
+                left = supervisor.cancel()
+                self.cancelled_at_deadline = len(left)
+                if left or queued:
+                    self.stop_reason += (f"; hard deadline: {len(left)} candidates in calibration cancelled and "
+                                         f"{queued} queued, left pending (resume continues)")
                 return
-            time.sleep(0.05)
+            if not self.proposal_thread.is_alive() and not supervisor.busy() and queued == 0:
+                return
 
     # ------------------------------------------------------------------ tracking stage
-    def _log_leaderboard(self, k: int | None = None) -> None:
+    def _log_leaderboard(self, tracker: Any, k: int) -> None:
         def extras(digest: str) -> dict[str, Any]:
             evaluation = self.store.evaluation(self.run_id, digest)
             source = self.store.candidate(digest)["source"]
             return entry_extras(self.dataset, self.task, source, evaluation["parameters"])
 
-        logged = self.tracker.log_leaderboard(self.store, self.run_id, k=k or self.config.top_k, extras=extras)
+        logged = tracker.log_leaderboard(self.store, self.run_id, k=k, extras=extras)
         self.logged_entries += len(logged)
 
     def _tracking_thread(self) -> None:
@@ -558,15 +591,12 @@ class Discovery:
             self.leaderboard_changed.wait(timeout=self.config.log_every)
             if self.finished.is_set():
                 return
-            try:
-                self.tracker.log_progress(self.store.run_status(self.run_id))
-                if self.leaderboard_changed.is_set():
-                    self.leaderboard_changed.clear()
-                    # During the run only the podium: the top 10 churns while the search improves,
-                    # and each entry costs MLflow about a second of CPU. The end logs the top k.
-                    self._log_leaderboard(k=min(3, self.config.top_k))
-            except Exception as exc:  # MLflow trouble must not stop the search; the end retries
-                self.log.warning("MLflow logging failed (retried at the end): %s", exc)
+            # During the run only the podium: the top 10 churns while the search improves, and
+            # each entry costs MLflow about a second of CPU. The end logs the top k. A failure is
+            # a warning (RunTracking): MLflow trouble must not stop the search.
+            podium = min(3, self.config.top_k) if self.leaderboard_changed.is_set() else 0
+            self.leaderboard_changed.clear()
+            self.tracking.log_during_run(self.store.run_status(self.run_id), self._log_leaderboard, podium)
             self.finished.wait(timeout=self.config.log_every)
 
     # ------------------------------------------------------------------ progress
@@ -608,10 +638,17 @@ class Discovery:
         tracking = threading.Thread(target=self._tracking_thread, name="ndvm-tracking", daemon=True)
         status, mlflow_status = "failed", "FAILED"
         try:
-            with worker_environment(self.runner_choice) as api_url, self.runner_choice.make(api_url) as runner:
+            with worker_environment(self.runner_choice) as api_url, \
+                    self.runner_choice.backend(self.task, self.options, api_url) as (backend, isolation):
+                self.supervisor = CalibrationSupervisor(
+                    backend, candidate_seconds=self.config.candidate_seconds, threads=self.options.threads,
+                    isolation=isolation, meter=self.calibration_meter, log=self.log)
                 self.proposal_thread.start()
                 tracking.start()
-                self._calibration_loop(runner)
+                try:
+                    self._calibration_loop()
+                finally:
+                    self.supervisor.close()
             status, mlflow_status = "finished", "FINISHED"
         except KeyboardInterrupt:
             status, mlflow_status = "interrupted", "KILLED"
@@ -620,36 +657,45 @@ class Discovery:
         finally:
             self._stop(self.stop_reason or "stopped")
             self.finished.set()
-            self.proposal_thread.join(timeout=30)
-            tracking.join(timeout=120)
+            self.leaderboard_changed.set()  # wakes the tracking thread, which then sees `finished`
+            if self.proposal_thread.is_alive():
+                self.proposal_thread.join(timeout=30)
+            if tracking.is_alive():
+                tracking.join(timeout=60)
             self.elapsed_final = self.elapsed()
             try:
-                if tracking.is_alive():  # MLflow is stuck; a resume logs what is missing
-                    self.log.warning("MLflow logging did not finish in 120 s; the final leaderboard is not logged")
-                else:
-                    self._log_leaderboard()
-                    self.tracker.log_progress(self.store.run_status(self.run_id))
-                self.tracker.end_run(mlflow_status)
+                if tracking.is_alive():  # MLflow is stuck in a call: the final logging would wait behind it
+                    self.tracking.error = "MLflow did not answer within 60 s at the end of the run"
+                    self.log.warning("%s; log the results later with `ndvm log --run %s`", self.tracking.error,
+                                     self.run_id)
+                else:  # bounded, never raises: the results are in the store whatever MLflow does
+                    self.tracking.finish(self._log_leaderboard, self.config.top_k, mlflow_status)
             finally:
                 self.store.set_run_status(self.run_id, status)
                 self._publish(status)
         return self.report(status)
 
     def report(self, status: str) -> DiscoveryReport:
+        from flows.supervisor import SupervisorCounts
+
         s = self.store.run_status(self.run_id)
         elapsed = max(self.elapsed_final, 1e-9)
+        counts = self.supervisor.counts if self.supervisor is not None else SupervisorCounts()
         return DiscoveryReport(
             run_id=self.run_id, status=status, stop_reason=self.stop_reason, elapsed_seconds=elapsed,
             proposed=s.proposed, new=s.new, duplicates=s.duplicates, invalid=s.invalid, calibrated=s.calibrated,
             failed=s.failed, pending=s.pending, metric=s.metric, best_score=s.best_score, best_hash=s.best_hash,
             proposal_busy=self.proposal_meter.busy_seconds() / elapsed,
             calibration_busy=self.calibration_meter.busy_seconds() / elapsed,
-            proposal_requests=self.proposal_meter.operations, calibration_batches=self.batches, cost_usd=self.cost(),
-            store_path=str(self.store_path.resolve()), tracking_uri=self.tracker.tracking_uri,
-            mlflow_run_id=self.tracker.parent_run_id, mlflow_experiment_id=self.tracker.experiment_id,
-            logged_entries=self.logged_entries, runner=self.runner_choice.describe(),
-            workers=sorted(self.workers_seen), proposer=self.config.proposer,
-            model=self.config.model)
+            proposal_requests=self.proposal_meter.operations, calibration_batches=counts.batches,
+            cost_usd=self.cost(), store_path=str(self.store_path.resolve()), tracking_uri=self.tracking.tracking_uri,
+            mlflow_run_id=self.tracking.parent_run_id or s.mlflow_run_id,
+            mlflow_experiment_id=self.tracking.experiment_id, logged_entries=self.logged_entries,
+            runner=self.runner_choice.describe(), workers=sorted(counts.workers), proposer=self.config.proposer,
+            model=self.config.model, crashed=s.crashed, timeout=s.timeout, retried_alone=counts.retried_alone,
+            worker_deaths=counts.worker_deaths, workers_replaced=counts.workers_replaced,
+            cancelled_at_deadline=self.cancelled_at_deadline, store_errors=s.store_errors + self.store_errors,
+            mlflow_error=self.tracking.error)
 
     def close(self) -> None:
         self.store.close()
@@ -662,17 +708,20 @@ def build_config(task: str = "enso", proposer: str = "auto", *, model: str | Non
                  seed: int = 0, concurrency: int = 8, per_request: int = 4, batch_size: int = 32, steps: int = 100,
                  restarts: int = 8, optimizer: str = "adam", lr: float = 0.05, runner: str = "threads",
                  workers: int | None = None, dask_address: str | None = None, top_k: int = 10,
-                 log_every: float = 10.0, folder: str = "runs", tracking_uri: str | None = None) -> DiscoverConfig:
+                 log_every: float = 10.0, folder: str = "runs", tracking_uri: str | None = None,
+                 candidate_seconds: float | None = None) -> DiscoverConfig:
     kind, model = resolve_proposer(proposer, model)
     if batch_size < 1 or concurrency < 1 or per_request < 1:
         raise DiscoveryError("batch_size, concurrency and per_request must be >= 1")
+    if candidate_seconds is not None and not candidate_seconds > 0:
+        raise DiscoveryError(f"candidate_seconds must be > 0, got {candidate_seconds}")
     return DiscoverConfig(
         problem=ProblemSpec(dataset=task, data=data, x=x, y=y, group=group, task_kind=task_kind), proposer=kind,
         model=model, api_base=api_base, llm_env=api_key_env, replay=replay, seed=seed, concurrency=concurrency,
         per_request=per_request, batch_size=batch_size,
         calibration=CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed),
         runner=RunnerChoice(runner, workers, dask_address).check(), top_k=top_k, log_every=log_every, folder=folder,
-        tracking_uri=tracking_uri)
+        tracking_uri=tracking_uri, candidate_seconds=candidate_seconds)
 
 
 def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
@@ -704,7 +753,8 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
              per_request: int = 4, batch_size: int = 32, steps: int = 100, restarts: int = 8,
              optimizer: str = "adam", lr: float = 0.05, runner: str = "threads", workers: int | None = None,
              dask_address: str | None = None, top_k: int = 10, log_every: float = 10.0, folder: str = "runs",
-             tracking_uri: str | None = None, run_id: str | None = None, resume: str | None = None) -> dict[str, Any]:
+             tracking_uri: str | None = None, run_id: str | None = None, resume: str | None = None,
+             candidate_seconds: float | None = None) -> dict[str, Any]:
     """Discover model programs for ``task`` (a registered dataset, or ``data=FILE`` with x/y columns).
 
     ``proposer``: auto | mutation | llm | replay. ``budget``: {"minutes", "max_candidates",
@@ -716,7 +766,8 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
                           data=data, x=x, y=y, group=group, task_kind=task_kind, seed=seed, concurrency=concurrency,
                           per_request=per_request, batch_size=batch_size, steps=steps, restarts=restarts,
                           optimizer=optimizer, lr=lr, runner=runner, workers=workers, dask_address=dask_address,
-                          top_k=top_k, log_every=log_every, folder=folder, tracking_uri=tracking_uri)
+                          top_k=top_k, log_every=log_every, folder=folder, tracking_uri=tracking_uri,
+                          candidate_seconds=candidate_seconds)
     report = run_discovery(config, Budget(**(budget or {})), run_id=run_id, resume=resume, logger=get_run_logger())
     get_run_logger().info(
         "run %s %s (%s): %d proposed, %d new, %d calibrated, best %s %s; busy: proposal %.0f%%, calibration %.0f%%",

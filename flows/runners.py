@@ -1,12 +1,16 @@
-"""Where calibration batches run: the Prefect task runner a discovery run submits them to.
+"""Where calibration batches run.
 
-- ``threads`` (default): a thread of the flow's own process. ``ndvm.calibrate_many`` releases the
-  GIL and spreads the batch over every core, so one batch at a time is enough.
-- ``processes``: Prefect's ``ProcessPoolTaskRunner``, ``workers`` worker processes, one batch each.
+- ``threads`` (default): one supervised worker process (``flows.supervisor.WorkerPool``) that
+  calibrates one batch at a time on every core (``ndvm.calibrate_many`` spreads a batch over
+  native threads). Not the flow's own process: a candidate that crashes the runtime must not take
+  the run down with it.
+- ``processes``: ``workers`` supervised worker processes, one batch each, cores split between them.
+  A worker that dies is replaced; only its own batch is affected (see ``flows.supervisor``).
 - ``dask``: prefect-dask's ``DaskTaskRunner`` on the cluster at ``dask_address``
   (``tcp://HOST:PORT``), or on a temporary local cluster of ``workers`` processes when no address
   is given. Give the workers ``PREFECT_API_URL`` of a running ``prefect server start`` (or they
-  each start a temporary Prefect server, several seconds each).
+  each start a temporary Prefect server, several seconds each). Candidates of a failed batch are
+  retried alone in a local supervised worker.
 
 Every runner returns the workers' results to the flow's process, the only writer of the store.
 """
@@ -26,8 +30,9 @@ RUNNERS = ("threads", "processes", "dask")
 
 
 # Inputs are large (the task object) and results are recorded by the flow, not cached by Prefect.
-calibrate_batch_task = task(calibrate_batch, name="calibrate-batch", cache_policy=NO_CACHE, retries=1,
-                            retry_delay_seconds=1, persist_result=False, log_prints=False)
+# No Prefect retries: the supervisor retries the candidates of a failed batch alone.
+calibrate_batch_task = task(calibrate_batch, name="calibrate-batch", cache_policy=NO_CACHE, retries=0,
+                            persist_result=False, log_prints=False)
 
 
 class RunnerError(ValueError):
@@ -64,17 +69,32 @@ class RunnerChoice:
             return max(1, (os.cpu_count() or 1) // self.batches_in_flight())
         return None  # a remote cluster: the worker's own cores
 
+    @contextlib.contextmanager
+    def backend(self, task_obj: Any, options: CalibrationOptions,
+                api_url: str | None = None) -> Iterator[tuple[Any, Any]]:
+        """(backend, isolation factory) for ``flows.supervisor.CalibrationSupervisor``: a
+        ``WorkerPool`` (threads, processes), or a ``PrefectBackend`` on Dask with a factory of a
+        local one-worker pool for the candidates retried alone."""
+        from flows.supervisor import PrefectBackend, WorkerPool
+
+        if self.kind in ("threads", "processes"):
+            pool = WorkerPool(task_obj, options, workers=self.batches_in_flight())
+            try:
+                yield pool, None
+            finally:
+                pool.close()
+            return
+        alone = CalibrationOptions(**{**options.__dict__, "threads": None})
+        with self.make(api_url) as runner:
+            yield PrefectBackend(runner, task_obj, options, self.batches_in_flight()), \
+                lambda: WorkerPool(task_obj, alone, workers=1)
+
     def make(self, api_url: str | None = None) -> Any:
-        """A Prefect task runner (use as a context manager, then ``submit``). ``api_url``: the Prefect
-        API the workers of a temporary local Dask cluster report to (see ``worker_api_url``)."""
-        if self.kind == "threads":
-            from prefect.task_runners import ThreadPoolTaskRunner
-
-            return ThreadPoolTaskRunner(max_workers=1)
-        if self.kind == "processes":
-            from prefect.task_runners import ProcessPoolTaskRunner
-
-            return ProcessPoolTaskRunner(max_workers=self.batches_in_flight())
+        """The Prefect task runner of the dask runner (use as a context manager, then ``submit``).
+        ``api_url``: the Prefect API the workers of a temporary local Dask cluster report to (see
+        ``worker_api_url``)."""
+        if self.kind != "dask":
+            raise RunnerError(f"the {self.kind} runner has no Prefect task runner (see RunnerChoice.backend)")
         from prefect_dask import DaskTaskRunner
 
         if self.dask_address:
@@ -90,7 +110,7 @@ class RunnerChoice:
             return f"dask ({self.dask_address or f'local cluster, {self.batches_in_flight()} workers'})"
         if self.kind == "processes":
             return f"processes ({self.batches_in_flight()} workers)"
-        return "threads (in-process, all cores)"
+        return "threads (one worker process, all cores)"
 
 
 def worker_api_url() -> str | None:
@@ -114,7 +134,7 @@ def worker_api_url() -> str | None:
 def worker_environment(choice: RunnerChoice) -> Iterator[str | None]:
     """Point worker processes at this run's Prefect API while the runner starts them (Prefect's
     process pool copies os.environ into its workers), then restore the environment."""
-    url = worker_api_url() if choice.kind != "threads" else None
+    url = worker_api_url() if choice.kind == "dask" else None  # only Dask workers report to Prefect
     if not url or os.environ.get("PREFECT_API_URL") or choice.dask_address:
         yield url
         return

@@ -36,7 +36,11 @@ import polars as pl
 from storage.fingerprint import fingerprint
 from storage.parsimony import candidate_complexity
 
-OUTCOMES = ("new", "duplicate_hash", "duplicate_semantic", "invalid")
+# store_error: the proposal could not be stored (a DuckDB write error); recorded with the error
+OUTCOMES = ("new", "duplicate_hash", "duplicate_semantic", "invalid", "store_error")
+# What a calibrated candidate became: ok -> calibrated; crashed (killed its worker twice, the
+# second time alone) and timeout (over --candidate-seconds alone) are final like failed.
+FINAL_STATES = {"ok": "calibrated", "crashed": "crashed", "timeout": "timeout"}
 
 # Metric direction by name (any "_"-separated word of it, e.g. "mean_rmse" -> "rmse").
 LOWER_IS_BETTER = {"mse", "rmse", "mae", "mape", "nll", "loss", "aic", "bic", "crps", "error", "seconds"}
@@ -166,6 +170,9 @@ class RunStatus:
     calibrated: int = 0
     failed: int = 0
     pending: int = 0
+    crashed: int = 0        # killed its worker process, then again alone: never retried
+    timeout: int = 0        # over the run's per-candidate time limit alone
+    store_errors: int = 0   # proposals the store could not write (recorded with the error)
     best_score: float | None = None
     best_hash: str | None = None
 
@@ -306,7 +313,7 @@ CREATE TABLE IF NOT EXISTS run_candidates ( -- the candidates a run accepted, an
     hash            VARCHAR NOT NULL,
     fingerprint     VARCHAR,
     probe_note      VARCHAR,                -- why no fingerprint was taken, if none was
-    state           VARCHAR NOT NULL,       -- pending | calibrated | failed
+    state           VARCHAR NOT NULL,       -- pending | calibrated | failed | crashed | timeout
     added           TIMESTAMP NOT NULL,
     mlflow_run_id   VARCHAR,                -- nested MLflow run, once logged
     PRIMARY KEY (run_id, hash)
@@ -553,10 +560,28 @@ class CandidateStore:
             duplicate_hash=outcomes.get("duplicate_hash", 0), duplicate_semantic=outcomes.get("duplicate_semantic", 0),
             invalid=outcomes.get("invalid", 0), calibrated=states.get("calibrated", 0),
             failed=states.get("failed", 0), pending=states.get("pending", 0),
+            crashed=states.get("crashed", 0), timeout=states.get("timeout", 0),
+            store_errors=outcomes.get("store_error", 0),
             best_score=best[0][0] if best else None, best_hash=best[0][1] if best else None,
         )
 
     # ---- candidates ------------------------------------------------------------------------
+    def record_store_error(self, run_id: str, proposal: Any, error: BaseException) -> None:
+        """Record a proposal that ``add`` could not store (outcome ``store_error``) with its error.
+        The source is kept with characters DuckDB cannot hold (lone surrogates from a JSON reply)
+        escaped, so the row itself can be written."""
+        try:
+            source, origin, parents = _normalize_proposal(proposal)
+        except StoreError:
+            source, origin, parents = repr(proposal), None, []
+        safe = source.encode("utf-8", "backslashreplace").decode("utf-8")
+        message = f"{type(error).__name__}: {error}".encode("utf-8", "backslashreplace").decode("utf-8")[:2000]
+        now = _now()
+        with self._lock, self._transaction():
+            self._touch(run_id, now)
+            self._insert("proposals", _PROPOSAL_COLUMNS, [[run_id, now, safe, origin, json.dumps(parents), "store_error",
+                                                           None, None, type(error).__name__, message, None, None]])
+
     def add(self, proposals: Iterable[Any], run_id: str,
             program_source: Callable[[str], str] | None = None) -> list[Candidate]:
         """Record proposals for a run; return only the new candidates, in proposal order.
@@ -580,8 +605,8 @@ class CandidateStore:
             try:
                 text = source if program_source is None else program_source(source)
                 compiled.append((source, origin, parents, ndvm.compile(text), None))
-            except (ndvm.NDVMError, ValueError) as error:
-                compiled.append((source, origin, parents, None, error))
+            except (ndvm.NDVMError, ValueError, TypeError) as error:  # TypeError: text the runtime cannot
+                compiled.append((source, origin, parents, None, error))  # take (lone surrogates): invalid
 
         new: list[Candidate] = []
         now = _now()
@@ -706,7 +731,7 @@ class CandidateStore:
                              json.dumps(item.heldout_metrics), score,
                              None if item.loss_history is None else json.dumps(item.loss_history),
                              float(item.seconds), item.status, item.error, now])
-                states.append([item.run_id, item.candidate, "calibrated" if item.status == "ok" else "failed"])
+                states.append([item.run_id, item.candidate, FINAL_STATES.get(item.status, "failed")])
             with self._transaction():
                 self._insert("evaluations", _EVALUATION_COLUMNS, rows)
                 for start in range(0, len(states), 500):

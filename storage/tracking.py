@@ -117,6 +117,9 @@ class Tracker:
                               else self.client.create_experiment(experiment, artifact_location=artifact_location))
         self._lock = threading.RLock()
         self.parent_run_id: str | None = None
+        # Called with the candidate hash right after an entry's nested run is created (the flow's
+        # fault-injection checkpoint "logging" uses it; see flows/faults.py).
+        self.entry_hook: Callable[[str], None] | None = None
         self._last: tuple[float, int, int] | None = None  # (time, proposed, calibrations) at the last snapshot
 
     # ---- parent run ------------------------------------------------------------------------
@@ -125,12 +128,15 @@ class Tracker:
                   config: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None,
                   mlflow_run_id: str | None = None) -> str:
         """Open the parent run of discovery run ``run_id`` and return its MLflow run id; with
-        ``mlflow_run_id`` (a resumed run) reopen that run instead of creating one."""
+        ``mlflow_run_id`` (a resumed run) reopen that run instead of creating one. A parent run
+        already tagged with ``run_id`` in this experiment is reopened too (logging redone after a
+        crash, or by ``ndvm log``): a discovery run never gets two parent runs."""
         with self._lock:
-            if mlflow_run_id is not None:
-                self.client.update_run(mlflow_run_id, status="RUNNING")
-                self.parent_run_id = mlflow_run_id
-                return mlflow_run_id
+            existing = self._find_parent(run_id, mlflow_run_id)
+            if existing is not None:
+                self.client.update_run(existing, status="RUNNING")
+                self.parent_run_id = existing
+                return existing
             run = self.client.create_run(self.experiment_id, run_name=run_id,
                                          tags={"ndvm.run_id": run_id, "ndvm.kind": "discovery"})
             self.parent_run_id = run.info.run_id
@@ -148,6 +154,19 @@ class Tracker:
                      "budget": budget, "config": config}
             self.client.log_dict(self.parent_run_id, json.loads(json.dumps(whole, default=str)), "config.json")
             return self.parent_run_id
+
+    def _find_parent(self, run_id: str, mlflow_run_id: str | None) -> str | None:
+        if mlflow_run_id is not None:
+            try:
+                run = self.client.get_run(mlflow_run_id)
+                if run.info.experiment_id == self.experiment_id and run.info.lifecycle_stage == "active":
+                    return mlflow_run_id
+            except mlflow.exceptions.MlflowException:
+                pass  # not in this tracking store (another --tracking-uri): look it up by tag
+        found = self.client.search_runs([self.experiment_id], f"tags.`ndvm.run_id` = '{run_id}' and "
+                                        "tags.`ndvm.kind` = 'discovery'", order_by=["attributes.start_time ASC"],
+                                        max_results=1)
+        return found[0].info.run_id if found else None
 
     def _require_parent(self) -> str:
         if self.parent_run_id is None:
@@ -205,6 +224,8 @@ class Tracker:
             run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
             run_id = run.info.run_id
             try:
+                if self.entry_hook is not None:
+                    self.entry_hook(entry.hash)
                 model_uri = self._log_entry_contents(run_id, entry)
             except BaseException:
                 self.client.set_terminated(run_id, status="FAILED")
@@ -218,17 +239,42 @@ class Tracker:
         """Log the run's top ``k`` candidates that are not logged yet, and remember them in the
         store; return [(candidate hash, nested run id)]. ``extras(hash)`` supplies what the store
         does not keep: ``fit_plot``, ``forecast_plot``, ``input_example``, ``static_inputs``,
-        ``model_source``. The ``ndvm.rank`` tag is the rank when the entry was logged."""
-        done = store.logged(run_id)
-        logged = []
-        for digest in store.top(k, run_id=run_id)["hash"].to_list():
-            if digest in done:
+        ``model_source``. The ``ndvm.rank`` tag is the rank when the entry was logged.
+
+        What the tracking store holds is the truth: a finished nested run of an entry counts as
+        logged (and is remembered in the store) even if the process died before it could say so;
+        an unfinished one (the process died while logging it) is deleted and logged again."""
+        with self._lock:  # one logger at a time: _reconcile would take another's entry for half-logged
+            done = self._reconcile(store, run_id)
+            logged = []
+            for digest in store.top(k, run_id=run_id)["hash"].to_list():
+                if digest in done:
+                    continue
+                entry = entry_from_store(store, run_id, digest, **dict(extras(digest) if extras else {}))
+                nested, _ = self.log_entry(entry)
+                store.mark_logged(run_id, digest, nested)
+                logged.append((digest, nested))
+            return logged
+
+    def _reconcile(self, store: Any, run_id: str) -> dict[str, str]:
+        """candidate hash -> nested run id of the entries this parent run already has, finished."""
+        parent = self._require_parent()
+        children = self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{parent}' and "
+                                           "tags.`ndvm.kind` = 'candidate'", max_results=5000)
+        done: dict[str, str] = {}
+        for child in children:
+            digest = child.data.tags.get("ndvm.hash")
+            if not digest:
                 continue
-            entry = entry_from_store(store, run_id, digest, **dict(extras(digest) if extras else {}))
-            nested, _ = self.log_entry(entry)
-            store.mark_logged(run_id, digest, nested)
-            logged.append((digest, nested))
-        return logged
+            if child.info.status == "FINISHED" and digest not in done:
+                done[digest] = child.info.run_id
+            else:  # half-logged (its process died) or a duplicate: remove it
+                self.client.delete_run(child.info.run_id)
+        marked = store.logged(run_id)
+        for digest, nested in done.items():
+            if marked.get(digest) != nested:
+                store.mark_logged(run_id, digest, nested)
+        return done
 
     def _log_entry_contents(self, run_id: str, entry: LeaderboardEntry) -> str:
         stamp = int(time.time() * 1000)

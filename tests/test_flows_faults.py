@@ -1,41 +1,239 @@
-"""Pipeline faults in the calibration stage: a batch whose worker fails is retried once, a batch
-that fails again is recorded as failed, and the run goes on with the other batches."""
+"""Pipeline faults: a candidate that kills its worker process, one that runs far too long, the hard
+deadline, a proposal the store cannot write, MLflow down. Every run is a real discovery run with
+real worker processes; faults are injected with the test hooks of ``flows/faults.py`` (a worker
+aborts, or sleeps, when handed a marked candidate hash).
+
+The candidates come from a replay file of known programs, so the test knows their hashes (and the
+batches: a replay run takes them in file order, ``batch_size`` at a time).
+"""
 from __future__ import annotations
 
-from test_flows_support import prefect_api  # noqa: F401  (fixture)
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from test_flows_support import prefect_api, subprocess_env  # noqa: F401  (fixture)
+
+# Structurally different forecast candidates (distinct canonical hashes and fingerprints).
+TERMS = ["(tanh s)", "(sin s)", "(cos s)", "(exp (- (* s s)))", "(* s s)", "(* s s s)", "(abs s)",
+         "(sigmoid s)", "(softplus s)", "(log (+ 1.0 (* s s)))", "(sqrt (+ 1.0 (* s s)))", "(atan s)"]
 
 
-def test_a_failing_calibration_worker_is_retried_then_marked_and_the_run_continues(prefect_api, tmp_path,
-                                                                                   monkeypatch):
-    from flows import runners
-    from flows.discover import discover
+def program(term: str) -> str:
+    return ("(param phi 0.8 (between -1 1))\n(param c 0.01)\n(define (init) 0.0)\n"
+            f"(define (predict s) (+ (* phi s) (* c {term})))\n(define (update s y) y)")
+
+
+def enso_task():
+    from flows.problem import ProblemSpec, load_problem
+
+    return load_problem(ProblemSpec(dataset="enso"))[1]
+
+
+def replay_file(folder, sources: list[str]):
+    path = folder / "candidates.jsonl"
+    path.write_text("".join(json.dumps({"src": s}) + "\n" for s in sources))
+    return path
+
+
+def hashes_of(task, sources: list[str]) -> list[str]:
+    import ndvm
+
+    return [ndvm.compile(task.program_source(s)).canonical_hash for s in sources]
+
+
+def store_rows(folder, run_id: str, query: str) -> list[tuple]:
     from storage import CandidateStore
 
-    real = runners.calibrate_batch_task.fn
-    calls = []  # the candidate hashes of each call, in order
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        return store._con.sql(query, params=[run_id]).fetchall()
 
-    def faulty_worker(task, items, options):  # the signature Prefect binds the call to
-        # batch 1 fails once (its retry succeeds); batch 2 fails on both tries; the rest are healthy
-        calls.append(sorted(item.hash for item in items))
-        if len(calls) in (1, 3, 4):
-            raise RuntimeError("injected worker crash")
-        return real(task, items, options)
 
-    monkeypatch.setattr(runners.calibrate_batch_task, "fn", faulty_worker)
-    report = discover(task="enso", proposer="mutation", budget={"minutes": 2.0, "max_candidates": 24},
-                      runner="threads", batch_size=6, steps=30, restarts=2, top_k=2, log_every=30.0,
-                      folder=str(tmp_path), run_id="fault-run")
-    assert report["new"] == 24 and report["pending"] == 0
-    assert report["calibrated"] + report["failed"] == 24
-    assert calls[0] == calls[1] and calls[2] == calls[3]  # the retries re-ran the same batches
-    assert len(calls) >= 5  # and the run went on to later batches
-    with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
-        history = store.history("fault-run")
-        crashed = sorted(row[0] for row in store._con.sql(
-            "SELECT candidate FROM evaluations WHERE run_id = 'fault-run' AND error LIKE '%injected worker crash%'"
-        ).fetchall())
-    assert crashed == calls[2]  # exactly the batch that failed twice, marked failed and kept
-    retried = history.filter(history["hash"].is_in(calls[0]))
-    assert retried["eval_status"].null_count() == 0  # the batch whose retry succeeded was recorded ...
-    assert not set(calls[0]) & set(crashed) and (retried["eval_status"] == "ok").any()  # ... as calibrated
-    assert (history["eval_status"] == "ok").sum() > len(calls[0])  # later batches too
+def evaluations(folder, run_id: str) -> dict[str, list[tuple]]:
+    """candidate -> [(status, score, error)] of every evaluation of the run."""
+    out: dict[str, list[tuple]] = {}
+    for candidate, status, score, error in store_rows(
+            folder, run_id, "SELECT candidate, status, score, error FROM evaluations WHERE run_id = $1 ORDER BY id"):
+        out.setdefault(candidate, []).append((status, score, error))
+    return out
+
+
+def states(folder, run_id: str) -> dict[str, str]:
+    return dict(store_rows(folder, run_id, "SELECT hash, state FROM run_candidates WHERE run_id = $1"))
+
+
+def test_a_candidate_that_kills_its_worker_is_retried_alone_then_marked_crashed(prefect_api, tmp_path, monkeypatch):
+    from flows.calibration import BatchItem, CalibrationOptions, calibrate_batch
+    from flows.discover import discover
+
+    task = enso_task()
+    sources = [program(t) for t in TERMS]
+    hashes = hashes_of(task, sources)
+    bad = hashes[5]  # in the second batch of four: hashes[4:8]
+    monkeypatch.setenv("NDVM_TEST_CRASH_HASHES", bad)
+    common = dict(task="enso", proposer="replay", replay=str(replay_file(tmp_path, sources)), runner="processes",
+                  workers=2, batch_size=4, steps=30, restarts=2, top_k=2, log_every=30.0, folder=str(tmp_path))
+    report = discover(**common, budget={"minutes": 2.0, "max_candidates": 12}, run_id="crash-run")
+
+    assert report["status"] == "finished" and report["new"] == 12 and report["pending"] == 0
+    assert report["crashed"] == 1 and report["calibrated"] + report["failed"] == 11
+    # the batch died (its worker aborted), its four members were retried alone, the bad one died again
+    assert report["worker_deaths"] == 2 and report["retried_alone"] == 4 and report["workers_replaced"] == 2
+    assert str(os.getpid()) not in {w.rsplit(":", 1)[1] for w in report["workers"]}
+    runs = evaluations(tmp_path, "crash-run")
+    assert sorted(runs) == sorted(hashes) and all(len(v) == 1 for v in runs.values())  # each calibrated once
+    [(status, score, error)] = runs[bad]
+    assert status == "crashed" and score is None and "SIGABRT" in error and "never retried" in error
+    assert states(tmp_path, "crash-run")[bad] == "crashed"
+    # The batch-mates were calibrated alone and kept their own results: the same as a fit of each
+    # candidate by itself in this process.
+    options = CalibrationOptions(steps=30, restarts=2, threads=1)
+    for i in (4, 6, 7):
+        [alone] = calibrate_batch(task, [BatchItem(hashes[i], sources[i], task.program_source(sources[i]))], options)
+        [(status, score, _)] = runs[hashes[i]]
+        assert status == alone.status
+        if status == "ok":
+            assert score == alone.heldout_metrics[task.primary_metric]
+
+    # A resume never calibrates the crashed candidate again (it would crash every resume).
+    again = discover(**common, budget={"minutes": 0.05}, resume="crash-run")
+    assert again["status"] == "finished" and again["crashed"] == 1 and again["worker_deaths"] == 0
+    assert evaluations(tmp_path, "crash-run")[bad] == runs[bad]
+
+
+def test_a_candidate_over_candidate_seconds_is_marked_timeout_and_the_run_goes_on(prefect_api, tmp_path,
+                                                                                  monkeypatch):
+    from flows.discover import discover
+
+    task = enso_task()
+    sources = [program(t) for t in TERMS[:3]]
+    hashes = hashes_of(task, sources)
+    monkeypatch.setenv("NDVM_TEST_SLOW_HASHES", hashes[1])  # its worker sleeps an hour on it
+    started = time.monotonic()
+    report = discover(task="enso", proposer="replay", replay=str(replay_file(tmp_path, sources)), batch_size=3,
+                      steps=30, restarts=2, top_k=1, log_every=30.0, folder=str(tmp_path), run_id="slow-run",
+                      candidate_seconds=2.5, budget={"minutes": 2.0})
+    took = time.monotonic() - started
+    assert report["status"] == "finished" and report["pending"] == 0 and report["timeout"] == 1
+    assert report["calibrated"] + report["failed"] == 2 and report["retried_alone"] == 3
+    assert report["workers_replaced"] == 2  # the worker of the batch, then the one of the slow candidate alone
+    runs = evaluations(tmp_path, "slow-run")
+    assert all(len(v) == 1 for v in runs.values()) and len(runs) == 3
+    [(status, _, error)] = runs[hashes[1]]
+    assert status == "timeout" and "2.5 s" in error and "--candidate-seconds" in error
+    assert states(tmp_path, "slow-run")[hashes[1]] == "timeout"
+    assert took < 90  # the batch limit (2.5 s x (ceil(3/threads) + 1)), then 2.5 s alone: not an hour
+
+
+def test_minutes_is_a_hard_deadline_what_is_in_calibration_stays_pending(prefect_api, tmp_path, monkeypatch):
+    from flows.discover import discover
+
+    task = enso_task()
+    sources = [program(t) for t in TERMS[:3]]
+    hashes = hashes_of(task, sources)
+    monkeypatch.setenv("NDVM_TEST_SLOW_HASHES", hashes[0])  # the only batch never ends by itself
+    common = dict(task="enso", proposer="replay", replay=str(replay_file(tmp_path, sources)), batch_size=3,
+                  steps=30, restarts=2, top_k=1, log_every=30.0, folder=str(tmp_path))
+    report = discover(**common, budget={"minutes": 0.05, "drain_minutes": 0.05}, run_id="deadline-run")
+    assert report["status"] == "finished" and report["new"] == 3
+    assert report["cancelled_at_deadline"] == 3 and report["pending"] == 3
+    assert "hard deadline" in report["stop_reason"]
+    assert report["elapsed_seconds"] < 3 + 3 + 15  # proposal window + drain + the cancelling and clean-up
+    assert evaluations(tmp_path, "deadline-run") == {}
+    assert set(states(tmp_path, "deadline-run").values()) == {"pending"}
+
+    monkeypatch.delenv("NDVM_TEST_SLOW_HASHES")
+    resumed = discover(**common, budget={"minutes": 0.05}, resume="deadline-run")
+    assert resumed["pending"] == 0 and resumed["calibrated"] + resumed["failed"] == 3
+    assert all(len(v) == 1 for v in evaluations(tmp_path, "deadline-run").values())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"{url} did not answer within {seconds} s")
+
+
+def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it(prefect_api, tmp_path,
+                                                                                 monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from flows.discover import Budget, Discovery, build_config
+    from proposers import ReplayProposer
+
+    task = enso_task()
+    # The third line is a program with a lone surrogate (what json.loads makes of "\ud800" in a
+    # model's reply): the runtime cannot take it and DuckDB cannot write it, a real store error.
+    sources = [program(t) for t in TERMS[:4]]
+    sources.insert(2, sources[2] + " ; \ud800")
+    path = replay_file(tmp_path, sources)
+    port = _free_port()
+    uri = f"http://127.0.0.1:{port}"  # nothing listens there (yet)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    config = build_config("enso", "replay", replay=str(path), batch_size=4, steps=30, restarts=2, top_k=2,
+                          log_every=1.0, folder=str(tmp_path), tracking_uri=uri)
+    discovery = Discovery(config, Budget(minutes=1.0), run_id="down-run")
+    # Without validation, so the unstorable proposal reaches the store (the validating replay
+    # proposer would reject it itself).
+    discovery.proposer = ReplayProposer(str(path), validate=False)
+    try:
+        report = discovery.run().to_dict()
+    finally:
+        discovery.close()
+    assert report["status"] == "finished" and report["new"] == 4 and report["pending"] == 0
+    assert report["calibrated"] == 4 and report["best_score"] is not None
+    assert report["store_errors"] == 1 and report["mlflow_run_id"] is None and report["logged_entries"] == 0
+    assert report["mlflow_error"] and str(port) in report["tracking_uri"]
+    [(outcome, error_kind, error, source)] = store_rows(
+        tmp_path, "down-run", "SELECT outcome, error_kind, error, source FROM proposals WHERE run_id = $1 "
+                              "AND outcome NOT IN ('new')")
+    assert outcome == "store_error" and "surrogate" in error and source.endswith("\\ud800")
+
+    # MLflow comes back: a real tracking server on that port. `ndvm log` logs the stored run.
+    server = subprocess.Popen([str(os.path.join(os.path.dirname(sys.executable), "mlflow")), "server",
+                               "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--host", "127.0.0.1",
+                               "--port", str(port), "--workers", "1"], cwd=tmp_path, env=subprocess_env(prefect_api),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_http(f"{uri}/health", 120)
+        env = subprocess_env(prefect_api)
+        command = [sys.executable, "-m", "ndvm.cli", "log", "--run", "down-run", "--folder", str(tmp_path)]
+        first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert "2 leaderboard entries logged (2 new this time)" in first.stdout
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0 and "(0 new this time)" in second.stdout, second.stderr[-3000:]
+
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name("ndvm-discovery")
+        parents = client.search_runs([experiment.experiment_id], "tags.`ndvm.run_id` = 'down-run'")
+        assert len(parents) == 1 and parents[0].info.status == "FINISHED"  # idempotent: one parent ...
+        children = client.search_runs([experiment.experiment_id],
+                                      f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
+        hashes = sorted(c.data.tags["ndvm.hash"] for c in children)
+        assert len(hashes) == 2 == len(set(hashes))  # ... and each entry once
+        best = store_rows(tmp_path, "down-run", "SELECT hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 2")
+        assert hashes == sorted(h for (h,) in best)
+        assert parents[0].data.metrics["calibrated"] == 4
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)

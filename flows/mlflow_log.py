@@ -1,0 +1,198 @@
+"""MLflow logging of a discovery run that never fails the run, and ``ndvm log --run ID``.
+
+The candidate store (DuckDB) is the record of a run; MLflow is a view of it. So MLflow trouble
+(an unreachable tracking server, a failing call) costs at most the view:
+
+- connecting at the start is bounded (``CONNECT_SECONDS``): a run whose MLflow is down searches
+  and stores as usual, without a parent run;
+- a failing call during the run is logged as a warning and the run goes on;
+- at the end, logging is retried once (connecting again if needed), bounded by ``FINISH_SECONDS``;
+- whatever is still missing can be logged later from the store: ``ndvm log --run ID``
+  (``log_stored_run``). It is idempotent: the parent run is found by its ``ndvm.run_id`` tag,
+  entries already logged are skipped, half-logged ones are replaced (``Tracker.log_leaderboard``).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+log = logging.getLogger("ndvm.mlflow")
+
+CONNECT_SECONDS = 30.0   # the start of a run waits at most this long for MLflow
+FINISH_SECONDS = 180.0   # the end of a run waits at most this long for the final logging
+
+
+class LogRunError(RuntimeError):
+    """``ndvm log`` cannot log a run (unknown run, store busy, MLflow unreachable)."""
+
+
+def _bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:
+    """Run ``fn`` in a daemon thread; its result, or raise TimeoutError after ``seconds`` (a hung
+    MLflow call cannot be interrupted, only left behind)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"ndvm-mlflow-{what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"MLflow {what} did not answer within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+class RunTracking:
+    """The MLflow side of one discovery run (see the module docstring). ``error`` holds the last
+    failure, ``None`` once everything was logged."""
+
+    def __init__(self, store: Any, run_id: str, *, tracking_uri: str | None, folder: str | Path,
+                 config: Mapping[str, Any], budget: Mapping[str, Any], names: Mapping[str, Any],
+                 entry_hook: Callable[[str], None] | None = None, logger: Any = None):
+        self.store, self.run_id = store, run_id
+        self.configured_uri, self.folder = tracking_uri, Path(folder)
+        self.config, self.budget, self.names = dict(config), dict(budget), dict(names)
+        self.entry_hook = entry_hook
+        self.log = logger or log
+        self.tracker: Any = None
+        self.error: str | None = None
+        self.failures = 0  # failed logging attempts during the run
+
+    @property
+    def tracking_uri(self) -> str:
+        if self.tracker is not None:
+            return self.tracker.tracking_uri
+        from storage.tracking import default_tracking_uri
+
+        return self.configured_uri or default_tracking_uri(self.folder)
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return None if self.tracker is None else self.tracker.parent_run_id
+
+    @property
+    def experiment_id(self) -> str | None:
+        return None if self.tracker is None else self.tracker.experiment_id
+
+    def _connect_now(self) -> Any:
+        from storage.tracking import Tracker
+
+        tracker = Tracker(self.configured_uri, run_folder=self.folder)
+        tracker.entry_hook = self.entry_hook
+        stored = self.store.run_status(self.run_id).mlflow_run_id
+        parent = tracker.start_run(self.run_id, config=self.config, budget=self.budget, mlflow_run_id=stored,
+                                   **self.names)
+        if parent != stored:
+            self.store.set_mlflow_run(self.run_id, parent)
+        return tracker
+
+    def connect(self, seconds: float = CONNECT_SECONDS) -> bool:
+        """Open (or reopen) the parent run; False, with ``error`` set, when MLflow does not answer."""
+        if self.tracker is not None:
+            return True
+        try:
+            self.tracker = _bounded(self._connect_now, seconds, "connection")
+            self.error = None
+            return True
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            self.log.warning("MLflow at %s is unavailable (%s); the run goes on, results stay in the store; "
+                             "logging is retried at the end", self.tracking_uri, self.error)
+            return False
+
+    def log_during_run(self, status: Any, leaderboard: Callable[[Any, int], Any], k: int) -> None:
+        """Progress and the podium during the run; a failure is a warning (the end retries)."""
+        if self.tracker is None:
+            return  # MLflow was down at the start: only the end tries again (no waiting mid-run)
+        try:
+            self.tracker.log_progress(status)
+            leaderboard(self.tracker, k)
+        except Exception as exc:
+            self.failures += 1
+            self.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            self.log.warning("MLflow logging failed (retried at the end): %s", self.error)
+
+    def finish(self, leaderboard: Callable[[Any, int], Any], k: int, mlflow_status: str,
+               seconds: float = FINISH_SECONDS) -> bool:
+        """The final leaderboard, the last progress snapshot and the parent's end status; retried
+        once on failure. False (``error`` says why) when MLflow still fails: ``ndvm log`` later."""
+        def final() -> None:
+            if not self.connect(seconds=seconds / 2):
+                raise ConnectionError(self.error)
+            leaderboard(self.tracker, k)
+            self.tracker.log_progress(self.store.run_status(self.run_id))
+            self.tracker.end_run(mlflow_status)
+
+        for attempt in (1, 2):
+            try:
+                _bounded(final, seconds / 2, "final logging")
+                self.error = None
+                return True
+            except Exception as exc:
+                self.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+                self.log.warning("final MLflow logging failed (attempt %d of 2): %s", attempt, self.error)
+        self.log.warning("the run's results are in the store; log them to MLflow later with "
+                         "`ndvm log --run %s --folder %s`", self.run_id, self.folder)
+        return False
+
+
+def log_stored_run(run_id: str | None, folder: str | Path = "runs", tracking_uri: str | None = None,
+                   top_k: int | None = None) -> dict[str, Any]:
+    """Log a stored run's results to MLflow (``ndvm log``): its parent run with the configuration
+    and final counters, and its top-k leaderboard as nested runs. Safe to repeat: nothing is
+    logged twice. ``tracking_uri``: default the run's own (stored) tracking URI."""
+    from flows.problem import ProblemSpec, entry_extras, load_problem
+    from storage import CandidateStore, StoreError, default_store_path
+
+    path = default_store_path(folder)
+    if not path.is_file():
+        raise LogRunError(f"no candidate store at {path}; pass the run folder with --folder")
+    try:
+        store = CandidateStore(path)
+    except StoreError as exc:
+        raise LogRunError(str(exc)) from exc
+    with store:
+        run_id = run_id or store.latest_run()
+        if run_id is None:
+            raise LogRunError(f"no runs in {path}")
+        try:
+            status = store.run_status(run_id)
+        except StoreError as exc:
+            raise LogRunError(str(exc)) from exc
+        if status.status == "running":
+            raise LogRunError(f"run {run_id} is marked running: it is still going (or was killed; "
+                              f"finish it first with `ndvm discover --resume {run_id}`)")
+        config = status.config
+        k = top_k if top_k is not None else int(config.get("top_k", 10))
+        problem = ProblemSpec(**config.get("problem", {}))
+        dataset, task = load_problem(problem)
+
+        def leaderboard(tracker: Any, n: int) -> Any:
+            def extras(digest: str) -> dict[str, Any]:
+                evaluation = store.evaluation(run_id, digest)
+                return entry_extras(dataset, task, store.candidate(digest)["source"], evaluation["parameters"])
+
+            return tracker.log_leaderboard(store, run_id, k=n, extras=extras)
+
+        tracking = RunTracking(store, run_id, tracking_uri=tracking_uri or config.get("tracking_uri"), folder=folder,
+                               config=config, budget=status.budget,
+                               names=dict(dataset=problem.label, task=status.task, proposer=status.proposer,
+                                          model=status.model))
+        before = set(store.logged(run_id))
+        mlflow_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(status.status, "FINISHED")
+        if not tracking.finish(leaderboard, k, mlflow_status):
+            raise LogRunError(f"MLflow at {tracking.tracking_uri} failed: {tracking.error}")
+        after = store.logged(run_id)
+        return {"run_id": run_id, "tracking_uri": tracking.tracking_uri, "mlflow_run_id": tracking.parent_run_id,
+                "experiment_id": tracking.experiment_id, "entries": len(after),
+                "newly_logged": len(set(after) - before)}
+
+
+__all__ = ["CONNECT_SECONDS", "FINISH_SECONDS", "LogRunError", "RunTracking", "log_stored_run"]
