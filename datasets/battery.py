@@ -2,13 +2,16 @@
 
 Every loader returns the same tidy layout, one row per (cell, cycle):
 
-    cell_id (str), cycle (int), capacity_ah (float, Ah), soh (float), split ("train"/"test")
+    cell_id (str), cycle (int), capacity_ah (float, Ah), soh (float), split
 
 State of health is ``soh = capacity_ah / initial capacity``, where the initial capacity is the mean
 of the cell's first ``soh_ref_cycles`` retained cycles. Those cycles lie in the training part of
 every split, so the normalisation never looks at held-out cycles (nor at the end of life).
-The split is per cell: the first ``train_fraction`` of the cell's retained cycles (in cycle order)
-train, the rest are held out.
+The split is per cell, in cycle order: the first ``train_fraction`` of the cell's retained cycles
+train, the next ``validation_fraction`` validate (the search ranks by them), the last cycles are
+the test part. ``test_cells`` are held out whole (Severson: batch 3 by default): their first
+``train_fraction + validation_fraction`` cycles are ``test_fit`` (used at the end of a run to fit
+that cell's own parameters), the rest ``test``; the search never sees any of their rows.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import polars as pl
 
 from . import cache
 from .errors import DataFormatError, DataNotFoundError, SplitError
-from .schema import TEST, TRAIN, Column, Dataset
+from .schema import TEST, TEST_FIT, TRAIN, VALIDATION, Column, Dataset
 
 DATA_ENV = "NDVM_BATTERY_DATA"  # path of a battery file used when none is given
 
@@ -29,7 +32,8 @@ BATTERY_COLUMNS = (
     Column("cycle", "cycle", "cycle (discharge) number within the cell"),
     Column("capacity_ah", "Ah", "discharge capacity of that cycle"),
     Column("soh", "1", "state of health: capacity / mean capacity of the cell's first soh_ref_cycles cycles"),
-    Column("split", "-", '"train" (first train_fraction of the cell\'s cycles) or "test"'),
+    Column("split", "-", '"train" (first train_fraction of the cell\'s cycles), "validation" (the next '
+           'validation_fraction), "test" (the rest); whole test cells: "test_fit" then "test"'),
 )
 
 # The four classic NASA cells (24 °C, 2 A constant-current discharge, run to ~30 % fade). The other
@@ -130,19 +134,35 @@ def read_tidy(path: str | os.PathLike) -> pl.LazyFrame:
 
 # --------------------------------------------------------------------------- tidy -> dataset
 
-def _select_cells(lf: pl.LazyFrame, cells) -> pl.LazyFrame:
-    if cells is None or cells == "all":
-        return lf
+def _cell_filter(cells) -> pl.Expr:
+    """A filter on cell_id: a list or comma-separated string of ids; an entry ending in '*' is a
+    prefix ("b1*" selects Severson batch 1)."""
     if isinstance(cells, str):
         cells = [c.strip() for c in cells.split(",") if c.strip()]
     cells = list(cells)
-    # An entry ending in '*' is a prefix: "b1*" selects Severson batch 1.
     exact = [c for c in cells if not c.endswith("*")]
     prefixes = [c[:-1] for c in cells if c.endswith("*")]
     cond = pl.col("cell_id").is_in(exact)
     for p in prefixes:
         cond = cond | pl.col("cell_id").str.starts_with(p)
-    return lf.filter(cond)
+    return cond
+
+
+def _select_cells(lf: pl.LazyFrame, cells) -> pl.LazyFrame:
+    if cells is None or cells == "all":
+        return lf
+    return lf.filter(_cell_filter(cells))
+
+
+def check_fractions(train_fraction: float, validation_fraction: float) -> None:
+    """Both fractions in (0, 1) and leaving a test part: a SplitError naming the bad value otherwise."""
+    if not 0.0 < float(train_fraction) < 1.0:
+        raise SplitError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    if not 0.0 < float(validation_fraction) < 1.0:
+        raise SplitError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
+    if float(train_fraction) + float(validation_fraction) >= 1.0:
+        raise SplitError(f"train_fraction + validation_fraction must be < 1 (the rest is the test part), "
+                         f"got {train_fraction} + {validation_fraction}")
 
 
 def tidy_dataset(
@@ -150,9 +170,11 @@ def tidy_dataset(
     *,
     name: str,
     train_fraction: float = 0.5,
+    validation_fraction: float = 0.2,
     soh_ref_cycles: int = 5,
     min_cycles: int = 20,
     cells=None,
+    test_cells=None,
     meta: dict | None = None,
 ) -> Dataset:
     """Clean, split per cell and add state of health.
@@ -161,8 +183,7 @@ def tidy_dataset(
     removed; cells with fewer than ``min_cycles`` remaining cycles are removed. (Rows removed by a
     reader before this point, such as Severson's flagged outliers, are counted by that loader.)
     """
-    if not 0.0 < train_fraction < 1.0:
-        raise SplitError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    check_fractions(train_fraction, validation_fraction)
     lf = _select_cells(lf, cells)
     raw = lf.collect()
     if raw.height == 0:
@@ -183,8 +204,22 @@ def tidy_dataset(
         )
         # floor: the training part never includes a cycle past train_fraction of the record
         .with_columns(pl.max_horizontal((pl.col("_n") * train_fraction).floor().cast(pl.Int64), pl.lit(min_train)).alias("_n_train"))
-        .with_columns(pl.when(pl.col("_i") < pl.col("_n_train")).then(pl.lit(TRAIN)).otherwise(pl.lit(TEST)).alias("split"))
+        .with_columns((pl.col("_n_train") + pl.max_horizontal(
+            (pl.col("_n") * validation_fraction).floor().cast(pl.Int64), pl.lit(1))).alias("_n_fit"))
     )
+    held = _cell_filter(test_cells) if test_cells is not None else pl.lit(False)
+    frame = frame.with_columns(
+        pl.when(held & (pl.col("_i") < pl.col("_n_fit"))).then(pl.lit(TEST_FIT))
+        .when(held).then(pl.lit(TEST))
+        .when(pl.col("_i") < pl.col("_n_train")).then(pl.lit(TRAIN))
+        .when(pl.col("_i") < pl.col("_n_fit")).then(pl.lit(VALIDATION))
+        .otherwise(pl.lit(TEST)).alias("split"))
+    short_parts = frame.group_by("cell_id").agg((pl.col("split") == TEST).sum().alias("n_test")).filter(pl.col("n_test") == 0)
+    if short_parts.height:
+        raise SplitError(f"{name}: cells {short_parts.get_column('cell_id').to_list()[:5]} have no test cycles left "
+                         f"with train_fraction={train_fraction}, validation_fraction={validation_fraction}")
+    if test_cells is not None and frame.filter(pl.col("split") != TEST_FIT).filter(pl.col("split") != TEST).height == 0:
+        raise SplitError(f"{name}: test_cells={test_cells!r} hold out every cell; nothing is left to train on")
     # Initial capacity: mean of the first soh_ref_cycles cycles (always inside the training part).
     ref = (
         frame.filter(pl.col("_i") < soh_ref_cycles)
@@ -201,6 +236,8 @@ def tidy_dataset(
     info = {
         "task": "curve",
         "train_fraction": train_fraction,
+        "validation_fraction": validation_fraction,
+        "test_cells": frame.filter(pl.col("split") == TEST_FIT).get_column("cell_id").unique(maintain_order=True).to_list(),
         "soh_ref_cycles": soh_ref_cycles,
         "dropped_rows": raw.height - frame.height,
         "dropped_cells": short,
@@ -231,7 +268,9 @@ def load_battery(
     *,
     format: str = "auto",
     cells=None,
+    test_cells=None,
     train_fraction: float = 0.5,
+    validation_fraction: float = 0.2,
     soh_ref_cycles: int = 5,
     min_cycles: int = 20,
     drop_outliers: bool = True,
@@ -242,7 +281,9 @@ def load_battery(
     With no ``path``: ``$NDVM_BATTERY_DATA``, then the cache folder; otherwise a
     :class:`DataNotFoundError` that says where to get data. ``cells``: a list, a comma-separated
     string, ``"all"`` or prefixes like ``"b1*"``; NASA files default to the four classic cells
-    B0005/6/7/18, Severson files to batches 1-2 (batch 3 is the evaluation hold-out).
+    B0005/6/7/18, Severson files to all three batches. ``test_cells`` (same syntax) are held out
+    whole for the final test: Severson defaults to batch 3 (``"b3*"``), never used to train or
+    select; other files to none (``test_cells=""`` holds none out).
     """
     path = Path(path) if path is not None else _find_default_file(cache_dir)
     if not path.is_file():
@@ -255,7 +296,8 @@ def load_battery(
         source = "NASA Ames PCoE Battery Data Set (Saha & Goebel 2007)"
     elif fmt == "severson":
         lf = read_severson(path, drop_outliers=drop_outliers)
-        cells = ("b1*", "b2*") if cells is None else cells
+        cells = ("b1*", "b2*", "b3*") if cells is None else cells
+        test_cells = "b3*" if test_cells is None else test_cells
         source = "Severson et al. 2019, Nature Energy (Toyota-MIT/MATR)"
         if drop_outliers and "qd_outlier_flag" in _scan(path).collect_schema().names():
             flagged = _select_cells(_scan(path), cells).filter(pl.col("qd_outlier_flag") == 1)
@@ -265,8 +307,9 @@ def load_battery(
         source = "user file"
     else:
         raise DataFormatError(f"unknown battery format {format!r}; use auto, nasa, severson or tidy")
-    return tidy_dataset(lf, name="battery", train_fraction=train_fraction, soh_ref_cycles=soh_ref_cycles,
-                        min_cycles=min_cycles, cells=cells,
+    test_cells = test_cells or None  # "" or []: no test cells
+    return tidy_dataset(lf, name="battery", train_fraction=train_fraction, validation_fraction=validation_fraction,
+                        soh_ref_cycles=soh_ref_cycles, min_cycles=min_cycles, cells=cells, test_cells=test_cells,
                         meta={"format": fmt, "file": str(path), "source": source, **extra_meta})
 
 
@@ -295,10 +338,11 @@ def synthetic_frame(n_cells: int = 6, n_cycles: int = 400, seed: int = 0, noise:
 
 def load_battery_synthetic(
     n_cells: int = 6, n_cycles: int = 400, seed: int = 0, noise: float = 0.002,
-    train_fraction: float = 0.5, soh_ref_cycles: int = 5,
+    train_fraction: float = 0.5, validation_fraction: float = 0.2, soh_ref_cycles: int = 5, test_cells=None,
 ) -> Dataset:
     """``battery-synthetic``: generated fade curves, for demos and tests only (not real data)."""
     frame = synthetic_frame(n_cells, n_cycles, seed, noise)
     return tidy_dataset(frame.lazy(), name="battery-synthetic", train_fraction=train_fraction,
-                        soh_ref_cycles=soh_ref_cycles, min_cycles=1,
+                        validation_fraction=validation_fraction, soh_ref_cycles=soh_ref_cycles, min_cycles=1,
+                        test_cells=test_cells or None,
                         meta={"synthetic": True, "seed": seed, "source": "generated (synthetic, not measured)"})

@@ -26,7 +26,7 @@ import polars as pl
 
 from . import cache
 from .errors import DataFormatError, SplitError
-from .schema import TEST, TRAIN, Column, Dataset
+from .schema import TEST, TRAIN, VALIDATION, Column, Dataset
 
 MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 
@@ -50,7 +50,7 @@ ENSO_COLUMNS = (
     Column("t", "year", "decimal time, year + (month - 1) / 12"),
     Column("sst_c", "°C", "area-mean sea-surface temperature (null when the source gives only anomalies)"),
     Column("anom_c", "°C", "anomaly vs the monthly climatology of the training years only"),
-    Column("split", "-", '"train" (years <= train_end_year) or "test"'),
+    Column("split", "-", '"train" (years <= train_end_year), "validation" (<= validation_end_year) or "test"'),
 )
 
 
@@ -149,17 +149,25 @@ def sniff_format(path: str | os.PathLike) -> str:
 
 # --------------------------------------------------------------------------- anomalies and split
 
-def add_training_anomaly(frame: pl.DataFrame, base: str, train_end_year: int) -> pl.DataFrame:
-    """Add ``split`` and ``anom_c = base - training-years monthly mean of base``."""
+def add_training_anomaly(frame: pl.DataFrame, base: str, train_end_year: int,
+                         validation_end_year: int) -> pl.DataFrame:
+    """Add ``split`` (contiguous periods: train <= train_end_year < validation <= validation_end_year
+    < test) and ``anom_c = base - training-years monthly mean of base``."""
+    if validation_end_year <= train_end_year:
+        raise SplitError(f"validation_end_year={validation_end_year} must be after train_end_year={train_end_year}")
     frame = frame.with_columns(
-        pl.when(pl.col("year") <= train_end_year).then(pl.lit(TRAIN)).otherwise(pl.lit(TEST)).alias("split")
+        pl.when(pl.col("year") <= train_end_year).then(pl.lit(TRAIN))
+        .when(pl.col("year") <= validation_end_year).then(pl.lit(VALIDATION))
+        .otherwise(pl.lit(TEST)).alias("split")
     )
-    train = frame.filter(pl.col("split") == TRAIN)
-    if train.height == 0 or frame.height == train.height:
+    counts = {part: frame.filter(pl.col("split") == part).height for part in (TRAIN, VALIDATION, TEST)}
+    empty = [part for part, n in counts.items() if n == 0]
+    if empty:
         raise SplitError(
-            f"train_end_year={train_end_year} leaves an empty training or test part "
-            f"(data span {frame['year'].min()}-{frame['year'].max()})"
+            f"train_end_year={train_end_year}, validation_end_year={validation_end_year} leave no "
+            f"{' and no '.join(empty)} rows (data span {frame['year'].min()}-{frame['year'].max()})"
         )
+    train = frame.filter(pl.col("split") == TRAIN)
     clim = train.group_by("month").agg(pl.col(base).mean().alias("_clim"))
     if clim.height != 12:
         raise SplitError("the training years must cover all 12 calendar months")
@@ -187,12 +195,13 @@ def _finish(frame: pl.DataFrame, *, start_year: int | None, end_year: int | None
     )
 
 
-def _dataset(name: str, frame: pl.DataFrame, train_end_year: int, meta: dict) -> Dataset:
-    frame = add_training_anomaly(frame, "_base", train_end_year)
+def _dataset(name: str, frame: pl.DataFrame, train_end_year: int, validation_end_year: int, meta: dict) -> Dataset:
+    frame = add_training_anomaly(frame, "_base", train_end_year, validation_end_year)
     frame = frame.select("year", "month", "t", "sst_c", "anom_c", "split")
     from .registry import registered  # late import: the registry imports this module
 
-    meta = {"task": "forecast", "train_end_year": train_end_year, "anomaly_baseline": "training years, per calendar month", **meta}
+    meta = {"task": "forecast", "train_end_year": train_end_year, "validation_end_year": validation_end_year,
+            "anomaly_baseline": "training years, per calendar month", **meta}
     return Dataset(name=name, frame=frame, x="t", y="anom_c", group=None,
                    definition=registered(name), columns=ENSO_COLUMNS, meta=meta)
 
@@ -217,19 +226,21 @@ def elnino_frame() -> pl.DataFrame:
 
 
 def sst_dataset(
-    name: str, frame: pl.DataFrame, *, train_end_year: int, start_year: int | None = None,
-    end_year: int | None = None, meta: dict | None = None,
+    name: str, frame: pl.DataFrame, *, train_end_year: int, validation_end_year: int,
+    start_year: int | None = None, end_year: int | None = None, meta: dict | None = None,
 ) -> Dataset:
     """A forecast dataset from a ``year, month, sst_c`` frame (anomalies vs the training years)."""
     frame = frame.with_columns(pl.col("sst_c").alias("_base"))
     frame = _finish(frame, start_year=start_year, end_year=end_year)
-    return _dataset(name, frame, train_end_year, meta or {})
+    return _dataset(name, frame, train_end_year, validation_end_year, meta or {})
 
 
-def load_elnino(train_end_year: int = 1990, start_year: int | None = None, end_year: int | None = None) -> Dataset:
-    """``enso``: statsmodels' embedded Niño 1+2 SST (1950-2010), anomalies vs training years."""
-    return sst_dataset("enso", elnino_frame(), train_end_year=train_end_year, start_year=start_year,
-                       end_year=end_year, meta={"region": "Niño 1+2 (0-10°S, 90-80°W)", "product": "ERSST v3b"})
+def load_elnino(train_end_year: int = 1980, validation_end_year: int = 1990, start_year: int | None = None,
+                end_year: int | None = None) -> Dataset:
+    """``enso``: statsmodels' embedded Niño 1+2 SST (1950-2010), anomalies vs training years.
+    Default split: train 1950-1980, validation 1981-1990, test 1991-2010."""
+    return sst_dataset("enso", elnino_frame(), train_end_year=train_end_year,
+                       validation_end_year=validation_end_year, start_year=start_year, end_year=end_year, meta={"region": "Niño 1+2 (0-10°S, 90-80°W)", "product": "ERSST v3b"})
 
 
 def _nino34_frame(path: Path, fmt: str) -> tuple[pl.DataFrame, str]:
@@ -258,7 +269,8 @@ def load_nino34(
     url: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     refresh: bool = False,
-    train_end_year: int = 1999,
+    train_end_year: int = 1989,
+    validation_end_year: int = 1999,
     start_year: int | None = 1950,
     end_year: int | None = None,
 ) -> Dataset:
@@ -266,7 +278,8 @@ def load_nino34(
 
     ``source`` picks the product when downloading: ``psl`` (anomalies, HadISST), ``psl-sst``
     (absolute, HadISST), ``cpc-sstoi`` (OISST v2.1, from 1982) or ``cpc-detrend`` (ERSST v5, from
-    1950). A local ``path`` is sniffed for its format. Default split: train 1950-1999, test 2000-.
+    1950). A local ``path`` is sniffed for its format. Default split: train 1950-1989, validation
+    1990-1999, test 2000 on.
     """
     if path is None:
         if source not in URLS:
@@ -280,5 +293,5 @@ def load_nino34(
     fmt = sniff_format(path)
     frame, product = _nino34_frame(path, fmt)
     frame = _finish(frame, start_year=start_year, end_year=end_year)
-    return _dataset("enso-nino34", frame, train_end_year,
+    return _dataset("enso-nino34", frame, train_end_year, validation_end_year,
                     {"region": "Niño 3.4 (5°N-5°S, 170-120°W)", "product": product, "format": fmt, "file": str(path)})

@@ -76,7 +76,7 @@ register(DatasetDefinition(
     citation=_ENSO_CITE_NINO12,
     loader=enso.load_elnino,
     default_task="forecast",
-    notes="732 months; default split: train 1950-1990 (492 months), test 1991-2010 (240 months).",
+    notes="732 months; default split: train 1950-1980 (372 months), validation 1981-1990 (120), test 1991-2010 (240).",
 ))
 
 register(DatasetDefinition(
@@ -93,7 +93,7 @@ register(DatasetDefinition(
     loader=enso.load_nino34,
     default_task="forecast",
     needs_download=True,
-    notes="options: path=, source=psl|psl-sst|cpc-sstoi|cpc-detrend, url=, cache_dir=, train_end_year=1999, start_year=1950.",
+    notes="options: path=, source=psl|psl-sst|cpc-sstoi|cpc-detrend, url=, cache_dir=, train_end_year=1989, validation_end_year=1999 (test: 2000 on), start_year=1950.",
 ))
 
 register(DatasetDefinition(
@@ -109,7 +109,7 @@ register(DatasetDefinition(
     ),
     loader=battery.load_battery,
     default_task="curve",
-    notes=f"options: path=, format=auto|nasa|severson|tidy, cells=, train_fraction=0.5, soh_ref_cycles=5; or ${battery.DATA_ENV}.",
+    notes=f"options: path=, format=auto|nasa|severson|tidy, cells=, test_cells=, train_fraction=0.5, validation_fraction=0.2, soh_ref_cycles=5; or ${battery.DATA_ENV}.",
 ))
 
 register(DatasetDefinition(
@@ -123,5 +123,5 @@ register(DatasetDefinition(
     loader=battery.load_battery_synthetic,
     default_task="curve",
     synthetic=True,
-    notes="options: n_cells=6, n_cycles=400, seed=0, noise=0.002, train_fraction=0.5.",
+    notes="options: n_cells=6, n_cycles=400, seed=0, noise=0.002, train_fraction=0.5, validation_fraction=0.2, test_cells=.",
 ))

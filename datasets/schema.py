@@ -2,9 +2,17 @@
 
 A loaded :class:`Dataset` is a collected polars frame in a tidy layout plus the names of its
 roles: the x column (time, cycle), the y column (the quantity modelled), an optional group column
-(one series per group, e.g. one battery cell) and a ``split`` column with the values ``"train"``
-and ``"test"``. Every derived column (anomalies, state of health) is computed from the training
-rows only, so the held-out rows never influence anything a model is fitted on.
+(one series per group, e.g. one battery cell) and a ``split`` column. Its values:
+
+- ``"train"``: what candidates are fitted on;
+- ``"validation"``: what the search scores, ranks and selects by;
+- ``"test"``: read once, at the end of a run, for the final top k and the references;
+- ``"test_fit"``: only in whole held-out groups (Severson batch 3 cells): the early rows of a test
+  group, used at the end of a run to fit that group's own parameters before its ``"test"`` rows
+  are scored. Never used to train or select.
+
+Every derived column (anomalies, state of health) is computed from the training rows (for a test
+group: its own first rows), so no held-out row influences anything a model is fitted on.
 """
 from __future__ import annotations
 
@@ -17,7 +25,10 @@ import polars as pl
 from .errors import DataFormatError
 
 TRAIN = "train"
+VALIDATION = "validation"
 TEST = "test"
+TEST_FIT = "test_fit"
+SPLITS = (TRAIN, VALIDATION, TEST, TEST_FIT)
 
 
 @dataclass(frozen=True)
@@ -79,14 +90,29 @@ class Dataset:
             raise DataFormatError(
                 f"dataset {self.name!r}: missing column(s) {missing}; columns are {self.frame.columns}"
             )
+        unknown = sorted(set(self.frame.get_column("split").unique().to_list()) - set(SPLITS))
+        if unknown:
+            raise DataFormatError(f"dataset {self.name!r}: unknown split value(s) {unknown}; use {list(SPLITS)}")
 
     @property
     def train(self) -> pl.DataFrame:
         return self.frame.filter(pl.col("split") == TRAIN)
 
     @property
+    def validation(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("split") == VALIDATION)
+
+    @property
     def test(self) -> pl.DataFrame:
         return self.frame.filter(pl.col("split") == TEST)
+
+    @property
+    def test_groups(self) -> list[str]:
+        """Groups held out whole (their rows are only ``test_fit`` and ``test``), in frame order."""
+        if self.group is None:
+            return []
+        held = self.frame.filter(pl.col("split") == TEST_FIT).get_column(self.group).unique(maintain_order=True)
+        return held.to_list()
 
     @property
     def groups(self) -> list[str]:
@@ -95,14 +121,17 @@ class Dataset:
         return self.frame.get_column(self.group).unique(maintain_order=True).to_list()
 
     def series(self, column: str | None = None, part: str | None = None) -> np.ndarray:
-        """A column as float64 numpy (whole frame, or only ``part`` = "train"/"test")."""
+        """A column as float64 numpy (whole frame, or only ``part`` = "train"/"validation"/"test")."""
         frame = self.frame if part is None else self.frame.filter(pl.col("split") == part)
         return frame.get_column(column or self.y).cast(pl.Float64).to_numpy()
 
     def describe(self) -> str:
-        n_train, n_test = self.train.height, self.test.height
+        n_train, n_val = self.train.height, self.validation.height
         groups = f", {len(self.groups)} groups ({self.group})" if self.group else ""
+        held = f" ({len(self.test_groups)} whole {self.group} groups held out for test)" if self.test_groups else ""
+        # The test split's size is not described: this text goes into proposers' prompts, and the
+        # search has no business knowing anything about the test split.
         return (
             f"{self.name}: {self.frame.height} rows{groups}; x={self.x}, y={self.y}; "
-            f"train {n_train} rows, test {n_test} rows"
+            f"train {n_train} rows, validation {n_val} rows, the rest held out for the final test{held}"
         )

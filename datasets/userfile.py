@@ -8,7 +8,8 @@ Column roles come from the call or from a small TOML manifest beside the file (`
     y = "capacity_ah"
     group = "cell_id"
     task = "curve"            # or "forecast"
-    train_fraction = 0.7
+    train_fraction = 0.6
+    validation_fraction = 0.2
     source = "our lab"
     licence = "internal"
     citation = "..."
@@ -16,8 +17,11 @@ Column roles come from the call or from a small TOML manifest beside the file (`
     cycle = "cycle"
     capacity_ah = "Ah"
 
-The split is temporal: within each group (or the whole file) the first ``train_fraction`` of the
-rows in x order train, the rest are held out.
+The split is temporal: within each group (or the whole file), in x order, the first
+``train_fraction`` of the rows train (default 0.6), the next ``validation_fraction`` validate
+(default 0.2; the search ranks by them), the rest are the test part (read once, at the end of a
+run). Both fractions also come from the command line (``--train-fraction``,
+``--validation-fraction``), which wins over the manifest.
 """
 from __future__ import annotations
 
@@ -28,9 +32,11 @@ from pathlib import Path
 import polars as pl
 
 from .errors import DataFormatError, DataNotFoundError, SplitError
-from .schema import TEST, TRAIN, Column, Dataset
+from .battery import check_fractions
+from .schema import TEST, TRAIN, VALIDATION, Column, Dataset
 
-MANIFEST_KEYS = {"title", "x", "y", "group", "task", "train_fraction", "source", "licence", "citation", "units", "name"}
+MANIFEST_KEYS = {"title", "x", "y", "group", "task", "train_fraction", "validation_fraction", "source", "licence",
+                 "citation", "units", "name"}
 
 
 def scan(path: Path) -> pl.LazyFrame:
@@ -64,6 +70,7 @@ def load_file(
     y: str | None = None,
     group: str | None = None,
     train_fraction: float | None = None,
+    validation_fraction: float | None = None,
 ) -> Dataset:
     path = Path(path)
     if not path.is_file():
@@ -72,13 +79,14 @@ def load_file(
     x = x or manifest.get("x")
     y = y or manifest.get("y")
     group = group or manifest.get("group")
-    train_fraction = train_fraction if train_fraction is not None else manifest.get("train_fraction", 0.7)
+    train_fraction = train_fraction if train_fraction is not None else manifest.get("train_fraction", 0.6)
+    validation_fraction = (validation_fraction if validation_fraction is not None
+                           else manifest.get("validation_fraction", 0.2))
     if not x or not y:
         raise DataFormatError(
             f"{path}: say which columns are x and y (--x COL --y COL, or x = / y = in {path.with_suffix('.toml')})"
         )
-    if not 0.0 < float(train_fraction) < 1.0:
-        raise SplitError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    check_fractions(train_fraction, validation_fraction)
     lf = scan(path)
     names = lf.collect_schema().names()
     wanted = [c for c in (x, y, group) if c]
@@ -98,15 +106,22 @@ def load_file(
     count = pl.len()
     if group:
         rank, count = rank.over(group), count.over(group)
+    n_train = (count * float(train_fraction)).floor().clip(lower_bound=1)
+    n_fit = n_train + (count * float(validation_fraction)).floor().clip(lower_bound=1)
     frame = frame.with_columns(
-        pl.when(rank < (count * float(train_fraction)).floor().clip(lower_bound=1))
-        .then(pl.lit(TRAIN)).otherwise(pl.lit(TEST)).alias("split")
+        pl.when(rank < n_train).then(pl.lit(TRAIN)).when(rank < n_fit).then(pl.lit(VALIDATION))
+        .otherwise(pl.lit(TEST)).alias("split")
     )
+    parts = set(frame.get_column("split").unique().to_list())
+    if parts != {TRAIN, VALIDATION, TEST}:
+        raise SplitError(f"{path}: train_fraction={train_fraction}, validation_fraction={validation_fraction} "
+                         f"leave no {sorted({TRAIN, VALIDATION, TEST} - parts)} rows ({frame.height} rows)")
     units = manifest.get("units", {})
     columns = tuple(Column(c, units.get(c, "?"), "user column") for c in frame.columns if c != "split")
     meta = {
         "file": str(path),
         "train_fraction": float(train_fraction),
+        "validation_fraction": float(validation_fraction),
         "task": manifest.get("task", "curve"),
         "title": manifest.get("title", path.name),
         "source": manifest.get("source", "user file"),

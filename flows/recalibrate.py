@@ -5,8 +5,9 @@
 
 The top ``top`` candidates of ``from_run`` (by its ranking metric) are added to a new run of the
 store (origin ``recalibrate:<from_run>``), calibrated on the new dataset's training part, scored
-on its held-out part, and logged to MLflow as a new parent run with a nested run per program.
-The report lists each program's score on the old and on the new data.
+on its validation part, scored once on its test part at the end (``flows.final``), and logged to
+MLflow as a new parent run with a nested run per program. The report lists each program's score
+on the old and on the new data (validation), and its test score on the new data.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from flows.calibration import BatchItem, CalibrationOptions, calibrate_batch
+from flows.final import log_test_scores, score_final
 from flows.problem import ProblemSpec, entry_extras, load_problem
 
 
@@ -53,12 +55,11 @@ def run_recalibration(problem: ProblemSpec, from_run: str | None = None, top: in
                         metric=task.primary_metric)
         proposals = [{"source": row["source"], "origin": f"recalibrate:{source_run}", "parents": [row["hash"]]}
                      for row in old.iter_rows(named=True)]
-        wrapper = task.program_source if task.kind == "forecast" else None
-        new = store.add(proposals, run_id, program_source=wrapper)
+        new = store.add(proposals, run_id, program_source=task.program_source)
         items = [BatchItem(c.hash, c.source, c.program_source or c.source) for c in new]
         results = calibrate_batch(task, items, options) if items else []
         store.record([EvaluationResult(
-            candidate=r.hash, run_id=run_id, dataset=problem.label, task=task.kind, split="temporal",
+            candidate=r.hash, run_id=run_id, dataset=problem.label, task=task.kind, split=task.split_label(),
             parameters=r.parameters, train_metrics=r.train_metrics, heldout_metrics=r.heldout_metrics,
             seconds=r.seconds, status=r.status, error=r.error, loss_history=r.loss_history) for r in results])
 
@@ -66,6 +67,9 @@ def run_recalibration(problem: ProblemSpec, from_run: str | None = None, top: in
         parent = tracker.start_run(run_id, dataset=problem.label, task=task.kind, proposer="recalibrate",
                                    config=config, budget={"top": top})
         store.set_mlflow_run(run_id, parent)
+        # The end of this run: its re-fitted programs and the references on the new data's test split.
+        tested = {r.entry: r.test_metrics.get(task.primary_metric) for r in score_final(store, run_id, task, options, k=top)
+                  if r.entry_kind == "candidate"}
 
         def extras(digest: str) -> dict[str, Any]:
             evaluation = store.evaluation(run_id, digest)
@@ -73,6 +77,7 @@ def run_recalibration(problem: ProblemSpec, from_run: str | None = None, top: in
 
         try:
             logged = tracker.log_leaderboard(store, run_id, k=top, extras=extras)
+            log_test_scores(tracker, store, run_id)
             tracker.log_progress(store.run_status(run_id))
             tracker.end_run("FINISHED")
         except BaseException:
@@ -87,6 +92,7 @@ def run_recalibration(problem: ProblemSpec, from_run: str | None = None, top: in
                 "hash": row["hash"], "old_rank": row["rank"], f"old_{old_metric}": row["score"],
                 "new_score": None if result is None or result.status != "ok"
                 else result.heldout_metrics.get(task.primary_metric),
+                "new_test_score": tested.get(row["hash"]),
                 "status": "duplicate" if result is None else result.status,
                 "error": None if result is None else result.error,
             })
@@ -100,11 +106,13 @@ def run_recalibration(problem: ProblemSpec, from_run: str | None = None, top: in
 
 @flow(name="ndvm-recalibrate", persist_result=False)
 def recalibrate(from_run: str | None = None, task: str = "enso", *, data: str | None = None, x: str | None = None,
-                y: str | None = None, group: str | None = None, task_kind: str | None = None, top: int = 5,
+                y: str | None = None, group: str | None = None, task_kind: str | None = None,
+                train_fraction: float | None = None, validation_fraction: float | None = None, top: int = 5,
                 steps: int = 100, restarts: int = 8, optimizer: str = "adam", lr: float = 0.05, seed: int = 0,
                 folder: str = "runs", tracking_uri: str | None = None, run_id: str | None = None) -> dict[str, Any]:
     """Re-fit the ``top`` programs of ``from_run`` (default: the latest run) on ``task`` / ``data``."""
-    problem = ProblemSpec(dataset=task, data=data, x=x, y=y, group=group, task_kind=task_kind)
+    problem = ProblemSpec(dataset=task, data=data, x=x, y=y, group=group, task_kind=task_kind,
+                          train_fraction=train_fraction, validation_fraction=validation_fraction)
     options = CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed)
     report = run_recalibration(problem, from_run, top, options, folder, tracking_uri, run_id)
     get_run_logger().info("re-fitted %d programs of %s on %s: best %s %s", report["refitted"], report["from_run"],

@@ -66,22 +66,24 @@ def test_unknown_dataset_is_a_typed_error():
 def test_enso_default_shape_and_split():
     ds = datasets.load("enso")
     assert ds.frame.columns == ["year", "month", "t", "sst_c", "anom_c", "split"]
-    assert ds.frame.height == 732 and ds.train.height == 492 and ds.test.height == 240
-    assert ds.train["year"].max() == 1990 and ds.test["year"].min() == 1991
+    assert ds.frame.height == 732 and ds.train.height == 372 and ds.validation.height == 120 and ds.test.height == 240
+    assert ds.train["year"].max() == 1980 and ds.validation["year"].min() == 1981
+    assert ds.validation["year"].max() == 1990 and ds.test["year"].min() == 1991
     assert ds.frame["t"][0] == 1950.0 and ds.frame["year"][-1] == 2010
     # climatology from the training years: every calendar month has zero training-mean anomaly
     monthly = ds.train.group_by("month").agg(pl.col("anom_c").mean())["anom_c"].to_numpy()
     assert np.allclose(monthly, 0.0, atol=1e-12)
     assert abs(ds.test["anom_c"].mean()) > 1e-3  # but not on the held-out years
+    assert abs(ds.validation["anom_c"].mean()) > 1e-3
 
 
 def test_enso_climatology_ignores_held_out_values():
     frame = enso.elnino_frame()
     perturbed = frame.with_columns(
         pl.when(pl.col("year") > 1990).then(pl.col("sst_c") + 5.0).otherwise(pl.col("sst_c")).alias("sst_c"))
-    a = enso.sst_dataset("enso", frame, train_end_year=1990)
-    b = enso.sst_dataset("enso", perturbed, train_end_year=1990)
-    assert a.train.equals(b.train)
+    a = enso.sst_dataset("enso", frame, train_end_year=1980, validation_end_year=1990)
+    b = enso.sst_dataset("enso", perturbed, train_end_year=1980, validation_end_year=1990)
+    assert a.train.equals(b.train) and a.validation.equals(b.validation)
     assert np.allclose(b.test["anom_c"].to_numpy() - a.test["anom_c"].to_numpy(), 5.0)
 
 
@@ -154,7 +156,8 @@ def test_nino34_from_local_files(filename, fmt, first, n_rows):
     ds = datasets.load("enso-nino34", path=RAW / filename)
     assert ds.meta["format"] == fmt
     assert ds.frame.height == n_rows and ds.frame["t"][0] == first
-    assert ds.train["year"].max() == 1999 and ds.test["year"].min() == 2000
+    assert ds.train["year"].max() == 1989 and ds.validation["year"].min() == 1990
+    assert ds.validation["year"].max() == 1999 and ds.test["year"].min() == 2000
     assert ds.frame["anom_c"].null_count() == 0
     monthly = ds.train.group_by("month").agg(pl.col("anom_c").mean())["anom_c"].to_numpy()
     assert np.allclose(monthly, 0.0, atol=1e-9)
@@ -250,9 +253,12 @@ def test_nasa_loader_all_cells_drops_invalid_rows():
 
 @needs_data
 def test_severson_loader():
-    ds = datasets.load("battery", path=SEVERSON)  # default: batches 1-2 (batch 3 is the evaluation hold-out)
+    ds = datasets.load("battery", path=SEVERSON)  # default: all batches, batch 3 held out whole for the test
     assert ds.meta["format"] == "severson"
-    assert all(c.startswith(("b1", "b2")) for c in ds.groups) and len(ds.groups) == 82
+    seen = [c for c in ds.groups if c not in ds.test_groups]
+    assert all(c.startswith(("b1", "b2")) for c in seen) and len(seen) == 82
+    assert all(c.startswith("b3") for c in ds.test_groups) and len(ds.test_groups) == 38
+    assert ds.meta["test_cells"] == ds.test_groups
     full = datasets.load("battery", path=SEVERSON, cells="all")
     assert len(full.groups) == 120 and full.frame.height == 96995 - 14  # 14 rows flagged in the file
     assert full.meta["dropped_outlier_rows"] == 14
@@ -261,6 +267,7 @@ def test_severson_loader():
     b1c0 = full.frame.filter(pl.col("cell_id") == "b1c0")
     assert b1c0["cycle"][0] == 2 and b1c0.height == 1850
     assert b1c0.filter(pl.col("split") == "train").height == 925
+    assert b1c0.filter(pl.col("split") == "validation").height == 370
     assert "charge_policy" in full.frame.columns
     seventy = datasets.load("battery", path=SEVERSON, cells=["b1c0"], train_fraction=0.7)
     assert seventy.train.height == 1295
@@ -287,7 +294,9 @@ def test_battery_from_cache_and_env(tmp_path, monkeypatch):
     (folder / "nasa_pcoe.csv").symlink_to(NASA)  # a link, not a copy of the data
     assert datasets.load("battery").meta["format"] == "nasa"
     monkeypatch.setenv("NDVM_BATTERY_DATA", str(SEVERSON))
-    assert datasets.load("battery", cells="b3*").groups[0].startswith("b3")
+    with pytest.raises(SplitError, match="hold out every cell"):  # batch 3 alone: nothing left to train on
+        datasets.load("battery", cells="b3*")
+    assert datasets.load("battery", cells="b3*", test_cells="").groups[0].startswith("b3")
 
 
 def test_tidy_battery_file(tmp_path):
@@ -297,6 +306,7 @@ def test_tidy_battery_file(tmp_path):
     for name in ("cells.parquet", "cells.csv"):
         ds = datasets.load(tmp_path / name)
         assert ds.meta["format"] == "tidy" and ds.frame.height == 120 and ds.train.height == 60
+        assert ds.validation.height == 2 * 12 and ds.test.height == 2 * 18
 
 
 def test_battery_wrong_columns(tmp_path):
@@ -321,7 +331,7 @@ def test_battery_soh_uses_training_cycles_only():
         .with_columns(pl.when(pl.col("held")).then(pl.col("capacity_ah") * 0.5).otherwise(pl.col("capacity_ah")).alias("capacity_ah")) \
         .drop("held")
     other = battery.tidy_dataset(perturbed.lazy(), name="t", train_fraction=0.5)
-    assert other.train.equals(base.train)
+    assert other.train.equals(base.train) and other.validation.equals(base.validation)
     assert not other.test.equals(base.test)
     with pytest.raises(SplitError):
         battery.tidy_dataset(frame.lazy(), name="t", train_fraction=1.0)
@@ -333,9 +343,10 @@ def test_user_csv_with_columns(tmp_path):
     path = tmp_path / "series.csv"
     pl.DataFrame({"t": np.arange(20.0), "v": np.arange(20.0) ** 0.5, "g": ["a", "b"] * 10}).write_csv(path)
     ds = datasets.load(path, x="t", y="v")
-    assert (ds.x, ds.y, ds.group) == ("t", "v", None) and ds.train.height == 14 and ds.test.height == 6
+    assert (ds.x, ds.y, ds.group) == ("t", "v", None) and ds.train.height == 12 and ds.test.height == 4
+    assert ds.validation.height == 4
     grouped = datasets.load(path, x="t", y="v", group="g", train_fraction=0.5)
-    assert grouped.groups == ["a", "b"] and grouped.train.height == 10
+    assert grouped.groups == ["a", "b"] and grouped.train.height == 10 and grouped.validation.height == 4
     assert grouped.train.group_by("g").agg(pl.col("t").max()).sort("g")["t"].to_list() == [8.0, 9.0]
     with pytest.raises(DataFormatError, match="say which columns"):
         datasets.load(path)

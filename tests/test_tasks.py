@@ -42,11 +42,11 @@ needs_guile = pytest.mark.skipif(shutil.which("guile") is None, reason="guile no
 # ----------------------------------------------------------------------------- helpers
 
 def perturbed_enso(delta: float = 3.0) -> Dataset:
-    """The enso dataset with every held-out SST value shifted (training values untouched)."""
+    """The enso dataset with every test-year SST value shifted (training and validation untouched)."""
     frame = enso.elnino_frame().with_columns(
         pl.when(pl.col("year") > 1990).then(pl.col("sst_c") + delta * np.sin(pl.col("month").cast(pl.Float64)))
         .otherwise(pl.col("sst_c")).alias("sst_c"))
-    return enso.sst_dataset("enso", frame, train_end_year=1990)
+    return enso.sst_dataset("enso", frame, train_end_year=1980, validation_end_year=1990)
 
 
 def perturbed_battery(ds: Dataset, factor: float = 0.7) -> Dataset:
@@ -71,11 +71,13 @@ def test_make_task_picks_by_dataset_kind():
 
 def test_enso_references_score_on_held_out_years():
     task = make_task(datasets.load("enso"))
-    assert task.n_train == 492 and task.origins[0] == 491 and task.origins[-1] == 730
-    # every verified target lies in the held-out years
-    idx = task.origins[:, None] + np.arange(1, 13)[None, :]
-    assert idx.min() == task.n_train
-    rows = {r["model"]: r for r in task.score_references()}
+    assert task.n_train == 372 and task.origins("test")[0] == 491 and task.origins("test")[-1] == 730
+    # every verified test target lies in the test years
+    idx = task.origins("test")[:, None] + np.arange(1, 13)[None, :]
+    assert idx.min() == task.n_train + task.n_validation == 492
+    assert len(task.score_references("validation")[0]["rmse_by_lead"]) == 12
+    assert task.score_references("validation")[0]["n_origins"] == 120
+    rows = {r["model"]: r for r in task.score_references("test")}
     assert set(rows) == {"persistence", "damped-persistence", "ar-aic", "statsmodels-arma21"}
     for row in rows.values():
         assert len(row["rmse_by_lead"]) == 12 and np.isfinite(row["mean_rmse"]) and row["n_origins"] == 240
@@ -92,15 +94,18 @@ def test_forecast_references_ignore_held_out_values():
     for ref in task.reference_models()[1:]:
         a, b = task.fit_reference(ref), other.fit_reference(ref)
         assert np.allclose(a, b, rtol=0, atol=0), ref.name
-    before = {r["model"]: r["mean_rmse"] for r in task.score_references()}
-    after = {r["model"]: r["mean_rmse"] for r in other.score_references()}
-    assert all(before[m] != after[m] for m in before)  # the scores do see the held-out values
+    before = {r["model"]: r["mean_rmse"] for r in task.score_references("test")}
+    after = {r["model"]: r["mean_rmse"] for r in other.score_references("test")}
+    assert all(before[m] != after[m] for m in before)  # the test scores do see the test values
+    # and the validation scores do not
+    assert {r["model"]: r["mean_rmse"] for r in task.score_references("validation")} == \
+        {r["model"]: r["mean_rmse"] for r in other.score_references("validation")}
 
 
 @needs_data
 def test_nino34_forecast_task_from_psl_file():
     task = make_task(datasets.load("enso-nino34", path=DATA / "enso" / "raw" / "psl_nino34.long.data.txt"))
-    rows = {r["model"]: r for r in task.score_references()}
+    rows = {r["model"]: r for r in task.score_references("test")}
     # Niño 3.4 is smoother than Niño 1+2: persistence is good at lead 1 and damped persistence helps later
     assert rows["persistence"]["rmse_by_lead"][0] < 0.4
     assert rows["damped-persistence"]["mean_rmse"] < rows["persistence"]["mean_rmse"]
@@ -110,7 +115,7 @@ def test_forecast_candidate_contract():
     task = make_task(datasets.load("enso"))
     for seed in task.seed_programs():
         task.check_candidate(seed)
-        assert task.program_source(seed).rstrip().endswith(f"(ndvm-task-one-step-loss {fc.SERIES} 12)")
+        assert task.program_source(seed).rstrip().endswith(f"(ndvm-task-multi-step-loss {fc.SERIES} 12 12 4254.0)")
     with pytest.raises(CandidateError, match="missing: update"):
         task.check_candidate("(define (init) 0.0)\n(define (predict s) s)")
     with pytest.raises(CandidateError, match="reserved"):
@@ -129,8 +134,8 @@ def test_forecast_task_on_user_series(tmp_path):
         y[t] = 0.8 * y[t - 1] + rng.normal()
     pl.DataFrame({"t": np.arange(300.0), "v": y}).write_csv(path)
     task = make_task(datasets.load(path, x="t", y="v"), kind="forecast")
-    assert task.n_train == 210 and task.first_month is None
-    rows = {r["model"]: r for r in task.score_references()}
+    assert (task.n_train, task.n_validation, task.n_test) == (180, 60, 60) and task.first_month is None
+    rows = {r["model"]: r for r in task.score_references("test")}
     assert rows["damped-persistence"]["mean_rmse"] < rows["persistence"]["mean_rmse"]
     assert "calendar month" not in task.contract_text().split("\n")[0]
 
@@ -169,15 +174,16 @@ def test_forecast_drivers_under_guile():
     task = make_task(datasets.load("enso"))
     phi = 0.8
     candidate = fc.AR1_SOURCE.replace("(param phi 0.9", f"(param phi {phi}")
-    loss = float(_guile(task.program_source(candidate), task.y[: task.n_train], "(ndvm-task-one-step-loss"))
+    loss = float(_guile(task.program_source(candidate), task.y[: task.n_train], "(ndvm-task-multi-step-loss"))
     y = task.y[: task.n_train]
-    pred = phi * np.concatenate([[0.0], y[:-1]])
-    assert loss == pytest.approx(np.mean((y - pred)[12:] ** 2), rel=1e-12)
-    text = _guile(task.forecast_source(candidate), task.y, "(ndvm-task-forecasts")
+    errors = [y[t + k - 1] - phi ** k * y[t - 1] for t in range(12, task.n_train) for k in range(1, 13)
+              if t + k - 1 < task.n_train]  # multi-step AR(1) forecasts from every origin after the burn-in
+    assert loss == pytest.approx(np.mean(np.square(errors)), rel=1e-12)
+    text = _guile(task.forecast_source(candidate, "test"), task.y, "(ndvm-task-forecasts")
     rows = text.strip()[2:-2].split(") (")  # Guile writes ((f1 ... f12) (f1 ... f12) ...)
     forecasts = np.array([[float(v) for v in row.split()] for row in rows])
     assert forecasts.shape == (240, 12)
-    assert np.allclose(forecasts, task.y[task.origins][:, None] * phi ** np.arange(1, 13), atol=1e-12)
+    assert np.allclose(forecasts, task.y[task.origins("test")][:, None] * phi ** np.arange(1, 13), atol=1e-12)
 
 
 # ----------------------------------------------------------------------------- curve: references and leakage
@@ -186,14 +192,18 @@ def test_forecast_drivers_under_guile():
 def test_battery_references_fit_and_score():
     task = make_task(datasets.load("battery", path=NASA))
     assert task.x_scale == 100.0 and task.groups() == ["B0005", "B0006", "B0007", "B0018"]
-    assert task.train_inputs("B0005")["x"].shape == (84,) and task.test_target("B0005").shape == (84,)
-    rows = {r["model"]: r for r in task.score_references()}
+    # 168 cycles: 84 train, 33 validation, 51 test
+    assert task.train_inputs("B0005")["x"].shape == (84,) and task.split_target("validation", "B0005").shape == (33,)
+    assert task.split_target("test", "B0005").shape == (51,)
+    counts = {(cell, split): n for cell, split, n in task.dataset.frame.group_by("cell_id", "split").len().iter_rows()}
+    rows = {r["model"]: r for r in task.score_references("test")}
     assert set(rows) == {"linear", "sqrt-sei", "power-law", "knee-bacon-watts", "double-exponential"}
     for row in rows.values():
         assert set(row["per_group"]) == set(task.groups())
-        assert row["train_rmse"] < 0.03 and np.isfinite(row["test_rmse"])
-        assert all(g["n_test"] == g["n_train"] for g in row["per_group"].values())
-    assert rows["linear"]["test_rmse"] < 0.06
+        assert row["train_rmse"] < 0.03 and np.isfinite(row["rmse"])
+        assert all(g["n_fit"] == counts[c, "train"] and g["n_scored"] == counts[c, "test"]
+                   for c, g in row["per_group"].items())
+    assert rows["linear"]["rmse"] < 0.06
 
 
 def test_battery_curve_fit_ignores_held_out_values():
@@ -205,7 +215,8 @@ def test_battery_curve_fit_ignores_held_out_values():
     for ref in BATTERY_REFERENCES[:3]:
         a, b = task.fit_reference(ref), other.fit_reference(ref)
         assert a.params == b.params, ref.name
-        assert task.score(a)["test_rmse"] != other.score(b)["test_rmse"]
+        assert task.score(a, "validation")["rmse"] == other.score(b, "validation")["rmse"]
+        assert task.score(a, "test")["rmse"] != other.score(b, "test")["rmse"]
 
 
 def test_curve_task_on_user_file(tmp_path):
@@ -214,8 +225,8 @@ def test_curve_task_on_user_file(tmp_path):
     pl.DataFrame({"x": x, "y": 2.0 + 0.5 * x}).write_csv(path)
     task = make_task(datasets.load(path, x="x", y="y"))
     assert task.x_scale == 1.0 and task.groups() == [None]
-    rows = {r["model"]: r for r in task.score_references()}
-    assert rows["linear"]["test_rmse"] < 1e-8
+    rows = {r["model"]: r for r in task.score_references("test")}
+    assert rows["linear"]["rmse"] < 1e-8
     assert "`y`" in task.contract_text()
     with pytest.raises(CandidateError, match="end with an expression"):
         task.program_source("(param a 1.0)\n(define f a)")
@@ -239,8 +250,15 @@ def test_forecast_fit_ar1_matches_closed_form_and_ignores_held_out_values():
     task = make_task(datasets.load("enso"))
     fit = task.fit(fc.AR1_SOURCE, name="ar1", optimizer="lbfgs", steps=100, restarts=4, seed=0)
     assert fit.ok, fit.error
+    from scipy.optimize import minimize_scalar
+
     y = task.y[: task.n_train]
-    phi = float(np.dot(y[12:], y[11:-1]) / np.dot(y[11:-1], y[11:-1]))  # least squares after the burn-in
+    origins = [(t, k) for t in range(12, task.n_train) for k in range(1, 13) if t + k - 1 < task.n_train]
+    target = np.array([y[t + k - 1] for t, k in origins])
+    last, lead = np.array([y[t - 1] for t, _ in origins]), np.array([k for _, k in origins])
+    # the multi-step least-squares AR(1) coefficient: phi^k y[t-1] forecasts y[t+k-1]
+    phi = minimize_scalar(lambda p: np.mean((target - p ** lead * last) ** 2), bounds=(-1, 1), method="bounded",
+                          options={"xatol": 1e-10}).x
     assert fit.params["phi"] == pytest.approx(phi, abs=2e-3)
     score = task.score(fit)
     assert np.isfinite(score["mean_rmse"]) and len(score["rmse_by_lead"]) == 12
@@ -272,7 +290,7 @@ def test_battery_ndvm_references_match_scipy_and_ignore_held_out_values():
         for group in task.groups():
             for name in ref.param_names:
                 assert fit.params[group][name] == pytest.approx(scipy_fit.params[group][name], abs=1e-3)
-        assert task.score(fit)["test_rmse"] == pytest.approx(task.score(scipy_fit)["test_rmse"], abs=1e-3)
+        assert task.score(fit)["rmse"] == pytest.approx(task.score(scipy_fit)["rmse"], abs=1e-3)
         again = other.fit(ref.source, name=ref.name, optimizer="lbfgs", steps=200, restarts=4, seed=0)
         assert again.params == fit.params
 
@@ -282,7 +300,7 @@ def test_broken_candidates_score_inf_with_a_reason():
     task = make_task(datasets.load("battery-synthetic", n_cells=2, n_cycles=100))
     bad = task.fit("(param a 1.0)\n(+ a (car x))", steps=10, restarts=2)
     score = task.score(bad)
-    assert score["test_rmse"] == float("inf") and score["error"]
+    assert score["rmse"] == float("inf") and score["error"]
     unknown = task.fit("(param a 1.0)\n(+ a z)", steps=10, restarts=2)
     assert not unknown.ok and "z" in unknown.error
 
@@ -300,7 +318,7 @@ def test_group_lanes_give_the_same_fits_as_the_loop():
         for group in loop.groups():
             for name in ref.param_names:
                 assert b.params[group][name] == pytest.approx(a.params[group][name], rel=1e-6, abs=1e-8)
-        assert lanes.score(b)["test_rmse"] == pytest.approx(loop.score(a)["test_rmse"], rel=1e-6)
+        assert lanes.score(b)["rmse"] == pytest.approx(loop.score(a)["rmse"], rel=1e-6)
 
 
 @needs_ndvm
@@ -309,8 +327,10 @@ def test_forecast_gaussian_nll_with_predict_var():
     source = fc.AR1_SOURCE + "\n(param v 0.2 positive)\n(define (predict-var s) v)"
     fit = task.fit(source, optimizer="lbfgs", steps=300, restarts=4, seed=0)
     assert fit.ok, fit.error
-    mse_fit = make_task(datasets.load("enso")).fit(fc.AR1_SOURCE, optimizer="lbfgs", steps=300, restarts=4, seed=0)
-    # a constant variance leaves the mean fit unchanged and estimates the one-step error variance
-    assert fit.params["phi"] == pytest.approx(mse_fit.params["phi"], abs=1e-5)
-    assert fit.params["v"] == pytest.approx(mse_fit.train_loss, rel=1e-4)
+    # the Gaussian NLL stays one-step: with a constant variance the mean fit is the one-step least
+    # squares AR(1) and v the mean squared one-step error (both after the 12-month burn-in)
+    y = task.y[: task.n_train]
+    phi = float(np.dot(y[12:], y[11:-1]) / np.dot(y[11:-1], y[11:-1]))
+    assert fit.params["phi"] == pytest.approx(phi, abs=1e-5)
+    assert fit.params["v"] == pytest.approx(np.mean((y[12:] - phi * y[11:-1]) ** 2), rel=1e-4)
     assert np.isfinite(task.score(fit)["mean_rmse"])

@@ -6,17 +6,18 @@
     task.contract_text()                       # the program contract sent to a proposer
     task.seed_programs()                       # valid starting programs for the mutation proposer
     fit = task.fit(source, steps=200)          # ndvm.calibrate on the training part only
-    task.score(fit)                            # held-out metrics (task.primary_metric, lower is better)
-    task.score_references()                    # reference models on the same split
+    task.score(fit)                            # validation metrics (task.primary_metric, lower is better)
+    task.score(task.prepare_test_fit(fit), "test")   # the test split: once, at the end of a run
+    task.score_references("validation")        # reference models on a split
 
-Both tasks offer: name, kind, primary_metric, program_source(candidate), compile(candidate),
-train_inputs(), train_target(), fit(candidate, **calibrate_options), score(fit),
-reference_models(), score_references(), seed_programs(), contract_text().
+Every task implements the interface of ``datasets.tasks.base.Task`` (fit_batch, score, restore_fit,
+flat_parameters, probe_inputs, proposer_inputs, split_label, entry_extras, check_program, ...):
+the flows use nothing else, so a new kind of task touches this package alone.
 """
 from __future__ import annotations
 
 from ..schema import Dataset
-from .base import TaskFit
+from .base import Task, TaskFit
 from .curve import BATTERY_REFERENCES, CurveReference, CurveTask
 from .errors import CandidateError, RuntimeUnavailableError, TaskError
 from .forecast import ENSO_REFERENCES, ForecastReference, ForecastTask
@@ -41,6 +42,6 @@ def make_task(dataset: Dataset, kind: str | None = None, **options):
 
 __all__ = [
     "BATTERY_REFERENCES", "ENSO_REFERENCES", "CandidateError", "CurveReference", "CurveTask",
-    "ForecastReference", "ForecastTask", "RuntimeUnavailableError", "TaskError", "TaskFit",
+    "ForecastReference", "ForecastTask", "RuntimeUnavailableError", "Task", "TaskError", "TaskFit",
     "make_task", "ndvm_available",
 ]

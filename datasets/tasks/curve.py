@@ -7,8 +7,12 @@ closed-form model needs no loop). Parameters are declared with ``(param ...)`` a
 (or Gaussian NLL) on the training rows. With a group column (battery cells) every group gets its
 own parameter values: the same program is calibrated once per group on that group's training rows.
 
-Scores use only the held-out rows: per-group RMSE on the test part, averaged over groups
-(``test_rmse``, the primary metric), plus the pooled RMSE and MAE.
+Scores use one split's rows: per-group RMSE, averaged over groups (``rmse``, the primary metric),
+plus the pooled RMSE and MAE. During the search that split is ``validation`` (each group's rows
+after its training rows); at the end of a run the final top k are scored on ``test`` (each group's
+last rows) and, when the dataset holds whole groups out (Severson batch 3), on those groups too:
+the program is then fitted on each held-out group's ``test_fit`` rows (``fit_test_groups``) and
+scored on its ``test`` rows (``rmse_test_groups``; ``rmse_seen_groups`` for the others).
 """
 from __future__ import annotations
 
@@ -19,9 +23,9 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
-from ..schema import TEST, TRAIN, Dataset
+from ..schema import TEST, TEST_FIT, TRAIN, VALIDATION, Dataset
 from . import sexpr
-from .base import TaskFit, least_squares_multistart
+from .base import Task, TaskFit, least_squares_multistart
 from .errors import CandidateError, TaskError
 from .metrics import mae, rmse
 from .runtime import require_ndvm
@@ -111,11 +115,11 @@ EXTRA_BATTERY_SEEDS = (
 )
 
 
-class CurveTask:
+class CurveTask(Task):
     """Fit a closed-form (or any) program y = f(x) per group, score on each group's held-out tail."""
 
     kind = "curve"
-    primary_metric = "test_rmse"
+    primary_metric = "rmse"
 
     def __init__(self, dataset: Dataset, *, x_scale: float | None = None, loss: str = "mse",
                  per_group: bool = True, group_lanes: bool = False,
@@ -136,12 +140,24 @@ class CurveTask:
             raise TaskError("x_scale must be positive")
         self.references = references if references is not None else (BATTERY_REFERENCES if self.is_battery else GENERIC_REFERENCES)
         self.name = f"curve:{dataset.name}"
-        if dataset.train.height == 0 or dataset.test.height == 0:
-            raise TaskError(f"{dataset.name}: the split leaves no training or no test rows")
+        empty = [part for part, frame in ((TRAIN, dataset.train), (VALIDATION, dataset.validation),
+                                          (TEST, dataset.test)) if frame.height == 0]
+        if empty:
+            raise TaskError(f"{dataset.name}: the split leaves no {' and no '.join(empty)} rows")
+        if dataset.test_groups and not self.per_group:
+            raise TaskError(f"{dataset.name}: whole held-out test groups need a per-group fit (per_group=True)")
 
     # ------------------------------------------------------------------ data
     def groups(self) -> list[Any]:
-        return self.dataset.groups if self.per_group else [None]
+        """The groups the search fits and validates on (whole held-out test groups excluded)."""
+        if not self.per_group:
+            return [None]
+        held = set(self.dataset.test_groups)
+        return [g for g in self.dataset.groups if g not in held]
+
+    def test_groups(self) -> list[Any]:
+        """Groups held out whole: fitted on their ``test_fit`` rows and scored at the end of a run only."""
+        return list(self.dataset.test_groups) if self.per_group else []
 
     def _part(self, group, part: str) -> pl.DataFrame:
         frame = self.dataset.frame.filter(pl.col("split") == part)
@@ -162,11 +178,12 @@ class CurveTask:
     def train_target(self, group=None) -> np.ndarray:
         return self._xy(group, TRAIN)[1]
 
-    def test_inputs(self, group=None) -> dict[str, np.ndarray]:
-        return {INPUT: self._xy(group, TEST)[0]}
+    def split_inputs(self, split: str, group=None) -> dict[str, np.ndarray]:
+        """Inputs of ``group``'s rows of ``split`` (train, validation, test or test_fit)."""
+        return {INPUT: self._xy(group, split)[0]}
 
-    def test_target(self, group=None) -> np.ndarray:
-        return self._xy(group, TEST)[1]
+    def split_target(self, split: str, group=None) -> np.ndarray:
+        return self._xy(group, split)[1]
 
     # ------------------------------------------------------------------ programs
     def program_source(self, candidate: str) -> str:
@@ -178,11 +195,113 @@ class CurveTask:
     def compile(self, candidate: str):
         ndvm = require_ndvm()
         program = ndvm.compile(self.program_source(candidate))
+        self.check_program(program)
+        return program
+
+    # ------------------------------------------------------------------ the task interface (see Task)
+    @property
+    def calibration_loss(self) -> str:
+        return self.loss
+
+    def check_program(self, program: Any) -> None:
+        """Raise CandidateError when a compiled program has inputs other than ``x``."""
         extra = sorted(set(program.inputs) - {INPUT})
         if extra:
             raise CandidateError(f"unknown input(s) {extra}: a curve program may only use the input `x` "
                                  "(and its own params and definitions)")
-        return program
+
+    def fit_groups(self) -> list[Any]:
+        return self.groups()
+
+    def fit_inputs(self, group=None) -> dict[str, np.ndarray]:
+        return self.train_inputs(group)
+
+    def fit_target(self, group=None) -> np.ndarray:
+        return self.train_target(group)
+
+    def collect_params(self, groups: list[Any], fits: list[Any]) -> dict[Any, Any]:
+        if self.per_group:
+            return {g: dict(f.params) for g, f in zip(groups, fits)}
+        return dict(fits[0].params)
+
+    def attach_predictor(self, fit: TaskFit, program: Any) -> None:
+        predict = self._program_predictor(program)
+        fit.predictor = lambda group, inputs: predict(self._group_params(fit, group), inputs)
+
+    def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
+        return self.fit_test_groups(fit, **calibrate_options)
+
+    def flat_parameters(self, params: dict[Any, Any]) -> dict[str, float]:
+        """Per-group fits keep every group as ``group/name`` and the first group's values under the
+        plain names (what the logged MLflow model uses)."""
+        if not self.per_group:
+            return {str(k): float(v) for k, v in params.items()}
+        out: dict[str, float] = {}
+        for i, (group, values) in enumerate(params.items()):
+            for name, value in values.items():
+                if i == 0:
+                    out[name] = float(value)
+                out[f"{group}/{name}"] = float(value)
+        return out
+
+    def restore_fit(self, source: str, parameters: dict[str, float], name: str = "entry") -> TaskFit:
+        """A fit rebuilt from stored (flat) parameters, with its predictor."""
+        program = self.compile(source)
+        names = list(program.param_names)
+        if self.per_group:
+            params = {}
+            for group in self.groups():
+                missing = [n for n in names if f"{group}/{n}" not in parameters]
+                if missing:
+                    raise TaskError(f"stored parameters of {name!r} lack {missing} for group {group}")
+                params[group] = {n: float(parameters[f"{group}/{n}"]) for n in names}
+        else:
+            missing = [n for n in names if n not in parameters]
+            if missing:
+                raise TaskError(f"stored parameters of {name!r} lack {missing}")
+            params = {n: float(parameters[n]) for n in names}
+        fit = TaskFit(self.name, name, source, params, float("nan"), 0.0, n_params=len(names))
+        self.attach_predictor(fit, program)
+        return fit
+
+    def probe_inputs(self) -> dict[str, np.ndarray]:
+        """Inputs for the store's semantic fingerprint: up to 24 training x values of the first group."""
+        x = np.asarray(self.train_inputs(self.groups()[0])[INPUT], dtype=float)
+        if x.size > 24:
+            x = x[np.linspace(0, x.size - 1, 24).astype(int)]
+        return {INPUT: x}
+
+    def proposer_inputs(self) -> dict[str, str]:
+        return {INPUT: f"vector [n]: the column {self.dataset.x} / {self.x_scale:g}, one element per row"}
+
+    def split_label(self) -> str:
+        held = f"; {len(self.test_groups())} whole groups held out for the test" if self.test_groups() else ""
+        return "temporal per series: fit on the first rows, validation = the rows that follow" + held
+
+    def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
+        """What MLflow logs for a leaderboard entry: the fit of the first group over its training
+        and validation rows (validation marked held out), and an input example."""
+        import pandas as pd
+
+        from storage.plots import FitPlot
+
+        group = self.groups()[0]
+        x_parts, y_parts, held_parts = [], [], []
+        for part in (TRAIN, VALIDATION):
+            x, y = self._xy(group, part)
+            x_parts.append(x)
+            y_parts.append(y)
+            held_parts.append(np.full(len(y), part == VALIDATION))
+        x, y, held = np.concatenate(x_parts), np.concatenate(y_parts), np.concatenate(held_parts)
+        program = self.compile(source)
+        plain = {n: parameters[n] for n in program.param_names}  # the first group's values
+        prediction = self._program_predictor(program)(plain, {INPUT: x})
+        title = f"{self.dataset.group} {group}" if group is not None else ""
+        return {
+            "fit_plot": FitPlot(x, y, prediction, held, x_label=f"x = {self.dataset.x} / {self.x_scale:g}",
+                                y_label=self.dataset.y, title=title),
+            "input_example": pd.DataFrame({INPUT: x[:5]}),
+        }
 
     @staticmethod
     def _as_rows(values, n: int) -> np.ndarray:
@@ -300,12 +419,38 @@ class CurveTask:
     def _group_params(self, fit: TaskFit, group) -> dict[str, float]:
         return fit.params[group] if self.per_group else fit.params
 
-    def fit_reference(self, ref: CurveReference) -> TaskFit:
-        """Fit a reference model with scipy least squares (several starts), per group."""
+    def fit_test_groups(self, fit: TaskFit, **calibrate_options) -> TaskFit:
+        """``fit`` extended with parameters for every whole held-out group, each calibrated on that
+        group's ``test_fit`` rows (called at the end of a run, before ``score(fit, "test")``)."""
+        if not self.test_groups() or not fit.ok:
+            return fit
+        ndvm = require_ndvm()
+        program = self.compile(fit.source)
+        params, errors = dict(fit.params), []
+        for group in self.test_groups():
+            x, y = self._xy(group, TEST_FIT)
+            try:
+                result = ndvm.calibrate(program, {INPUT: x}, target=y, loss=self.loss, **calibrate_options)
+            except ndvm.NDVMError as exc:
+                errors.append(f"test group {group}: {exc}")
+                continue
+            if result.error or not np.isfinite(result.loss):
+                errors.append(f"test group {group}: {result.error or 'non-finite loss'}")
+                continue
+            params[group] = dict(result.params)
+        out = TaskFit(fit.task, fit.name, fit.source, params, fit.train_loss, fit.seconds, fits=fit.fits,
+                      error="; ".join(errors) or None, n_params=fit.n_params)
+        predict = self._program_predictor(program)
+        out.predictor = lambda group, inputs: predict(out.params[group], inputs)
+        return out
+
+    def fit_reference(self, ref: CurveReference, test_groups: bool = False) -> TaskFit:
+        """Fit a reference model with scipy least squares (several starts), per group on its
+        training rows; with ``test_groups``, also every held-out group on its ``test_fit`` rows."""
         start = time.perf_counter()
         params, losses = {}, []
-        for group in self.groups():
-            x, y = self._xy(group, TRAIN)
+        for group in self.groups() + (self.test_groups() if test_groups else []):
+            x, y = self._xy(group, TEST_FIT if group in self.test_groups() else TRAIN)
             lower, upper = ref.bounds(x, y)
             p, mse = least_squares_multistart(ref.func, x, y, ref.starts, lower, upper)
             params[group] = dict(zip(ref.param_names, map(float, p)))
@@ -320,54 +465,67 @@ class CurveTask:
                        predictor=predictor)
 
     # ------------------------------------------------------------------ scoring
-    def predict(self, fit: TaskFit, group=None, part: str = TEST) -> np.ndarray:
+    def predict(self, fit: TaskFit, group=None, part: str = VALIDATION) -> np.ndarray:
         if fit.predictor is None:
             raise TaskError(f"fit {fit.name!r} has no predictor (it was not made by this task)")
         x, _ = self._xy(group, part)
         return fit.predictor(group, {INPUT: x})
 
-    def score(self, fit: TaskFit) -> dict[str, Any]:
-        """Held-out scores of a fit. Only test rows enter ``test_*``; a failed or non-finite fit scores inf."""
+    def score(self, fit: TaskFit, split: str = VALIDATION) -> dict[str, Any]:
+        """Scores of a fit on ``split``'s rows ("validation" during the search, "test" once at the
+        end: then whole held-out groups are scored too, and need ``fit_test_groups`` first). A
+        failed or non-finite fit scores inf."""
+        if split not in (VALIDATION, TEST):
+            raise TaskError(f"a curve task scores the 'validation' or the 'test' split, not {split!r}")
         base = {"model": fit.name, "n_params": fit.n_params, "train_loss": fit.train_loss, "fit_seconds": fit.seconds}
+        failed = {**base, "rmse": INF, "rmse_pooled": INF, "mae": INF, "train_rmse": INF, "per_group": {}}
         if not fit.ok:
-            return {**base, "test_rmse": INF, "test_rmse_pooled": INF, "test_mae": INF, "train_rmse": INF,
-                    "error": fit.error, "per_group": {}}
+            return {**failed, "error": fit.error}
+        held = self.test_groups() if split == TEST else []
+        missing = [g for g in held if g not in fit.params]
+        if missing:
+            return {**failed, "error": f"no parameters for the held-out test groups {missing[:5]} "
+                                       "(call fit_test_groups before scoring the test split)"}
         per_group, sq, ab, count = {}, 0.0, 0.0, 0
-        for group in self.groups():
-            y_test, y_train = self.test_target(group), self.train_target(group)
+        for group in self.groups() + held:
+            fit_part = TEST_FIT if group in held else TRAIN
+            y_split, y_fit = self.split_target(split, group), self.split_target(fit_part, group)
             try:
-                p_test, p_train = self.predict(fit, group, TEST), self.predict(fit, group, TRAIN)
+                p_split, p_fit = self.predict(fit, group, split), self.predict(fit, group, fit_part)
             except Exception as exc:  # a candidate failing at prediction time scores inf, with the reason
-                return {**base, "test_rmse": INF, "test_rmse_pooled": INF, "test_mae": INF, "train_rmse": INF,
-                        "error": f"prediction failed for group {group}: {exc}", "per_group": {}}
-            finite = bool(np.all(np.isfinite(p_test)))
+                return {**failed, "error": f"prediction failed for group {group}: {exc}"}
+            finite = bool(np.all(np.isfinite(p_split)))
             per_group[group] = {
-                "n_train": int(y_train.size), "n_test": int(y_test.size),
-                "train_rmse": rmse(p_train, y_train) if np.all(np.isfinite(p_train)) else INF,
-                "test_rmse": rmse(p_test, y_test) if finite else INF,
+                "n_fit": int(y_fit.size), "n_scored": int(y_split.size), "held_out_group": group in held,
+                "fit_rmse": rmse(p_fit, y_fit) if np.all(np.isfinite(p_fit)) else INF,
+                "rmse": rmse(p_split, y_split) if finite else INF,
             }
             if finite:
-                sq += float(np.sum((p_test - y_test) ** 2))
-                ab += float(np.sum(np.abs(p_test - y_test)))
-                count += y_test.size
-        finite_all = all(np.isfinite(g["test_rmse"]) for g in per_group.values())
-        return {
+                sq += float(np.sum((p_split - y_split) ** 2))
+                ab += float(np.sum(np.abs(p_split - y_split)))
+                count += y_split.size
+        finite_all = all(np.isfinite(g["rmse"]) for g in per_group.values())
+        out = {
             **base,
-            "test_rmse": float(np.mean([g["test_rmse"] for g in per_group.values()])),
-            "test_rmse_pooled": float(np.sqrt(sq / count)) if finite_all else INF,
-            "test_mae": ab / count if finite_all else INF,
-            "train_rmse": float(np.mean([g["train_rmse"] for g in per_group.values()])),
-            "error": None if finite_all else "non-finite predictions on held-out rows",
+            "rmse": float(np.mean([g["rmse"] for g in per_group.values()])),
+            "rmse_pooled": float(np.sqrt(sq / count)) if finite_all else INF,
+            "mae": ab / count if finite_all else INF,
+            "train_rmse": float(np.mean([g["fit_rmse"] for k, g in per_group.items() if k not in held])),
+            "error": None if finite_all else f"non-finite predictions on {split} rows",
             "per_group": per_group,
         }
+        if held:
+            out["rmse_seen_groups"] = float(np.mean([g["rmse"] for k, g in per_group.items() if k not in held]))
+            out["rmse_test_groups"] = float(np.mean([g["rmse"] for k, g in per_group.items() if k in held]))
+        return out
 
     # ------------------------------------------------------------------ references and prompts
     def reference_models(self) -> tuple[CurveReference, ...]:
         return self.references
 
-    def score_references(self) -> list[dict[str, Any]]:
-        """Fit and score every reference model on the task's split (scipy; no runtime needed)."""
-        return [self.score(self.fit_reference(ref)) for ref in self.references]
+    def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
+        """Fit and score every reference model on ``split`` (scipy; no runtime needed)."""
+        return [self.score(self.fit_reference(ref, test_groups=split == TEST), split) for ref in self.references]
 
     def seed_programs(self) -> list[str]:
         seeds = [ref.source for ref in self.references]
@@ -397,7 +555,7 @@ Contract:
 - Allowed: define, lambda, let, let*, if, cond, and, or, + - * / expt exp log sqrt tanh sigmoid
   softplus min max abs square, and the usual Scheme list forms. No strings, no set!, no I/O.
 - {groups}Fit: {'mean squared error' if self.loss == 'mse' else 'Gaussian negative log-likelihood (declare `(param sigma 0.05 positive)` for the noise scale, else it is profiled out)'} on the
-  first part of each series; score: RMSE on the held-out later rows (extrapolation), lower is better.
+  first part of each series; score: RMSE on the validation rows that follow (extrapolation), lower is better.
 
 Example:
 {example}

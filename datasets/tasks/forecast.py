@@ -13,12 +13,23 @@ The candidate never sees the series itself (the series input has a reserved name
 source may not mention, and the compiled program must have no other input), so a prediction can
 only use the past: no leakage by construction.
 
-Fit: ``ndvm.calibrate(..., loss="value")`` on the TRAINING part only, minimising the mean squared
-one-step error after a burn-in (or the Gaussian NLL when the candidate also defines
-``(predict-var s)``). Score: from every origin t in the held-out period (t >= last training
-month), forecasts at leads 1..12 by iterating ``s <- (update s (predict s))``; RMSE and anomaly
-correlation (ACC) per lead, over targets that all lie in the held-out years, compared with
-persistence and damped persistence.
+Splits: contiguous periods, train < validation < test (the dataset's ``split`` column).
+
+Fit: ``ndvm.calibrate(..., loss="value")`` on the TRAINING part only. The loss is what the score
+measures: the mean squared MULTI-STEP error over leads 1..``leads``. From every origin t >= burn-in
+of the training series (the state has seen y[0..t-1]), the forecasts of y[t], ..., y[t+leads-1]
+are made by iterating ``s <- (update s (predict s))``; the loss is the mean of the squared errors
+of every forecast whose target lies in the training series:
+
+    loss = sum_{t=burn}^{n_train-1} sum_{k=1}^{min(leads, n_train-t)} (y[t+k-1] - f_{t,k})^2  /  count
+
+(``loss="gaussian_nll"`` keeps the one-step Gaussian NLL: ``(predict-var s)`` is a one-step variance.)
+
+Score on a split (validation during the search, test once at the end): from every origin t from
+the last month before the split to its second-to-last month, forecasts at leads 1..``leads``; RMSE
+and anomaly correlation (ACC) per lead over the targets inside that split only, compared with
+persistence. The validation driver receives the series up to the end of validation only, so the
+test years cannot enter a validation score.
 """
 from __future__ import annotations
 
@@ -29,9 +40,9 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
-from ..schema import TEST, TRAIN, Dataset
+from ..schema import TEST, TRAIN, VALIDATION, Dataset
 from . import sexpr
-from .base import TaskFit
+from .base import Task, TaskFit
 from .errors import CandidateError, TaskError
 from .metrics import anomaly_correlation, rmse
 from .runtime import require_ndvm
@@ -41,7 +52,7 @@ RESERVED_PREFIX = "ndvm-task-"
 REQUIRED = ("init", "predict", "update")
 INF = float("inf")
 
-_FIT_DRIVER = """
+_ONE_STEP_DRIVER = """
 ;; ---- forecast task driver (appended by the task; the candidate cannot see the series) ----
 (define (ndvm-task-one-step-loss series burn)
   (let ndvm-task-walk ((t 0) (s (init)) (total 0.0) (count 0))
@@ -54,6 +65,39 @@ _FIT_DRIVER = """
 (ndvm-task-one-step-loss ndvm-task-series {burn})
 """
 _MSE_TERM = "(* e e)"
+
+# The pyfunc model of a forecast candidate: one-step-ahead predictions over a DataFrame column.
+# Row t gets the forecast of y[t] made from y[0..t-1] only (the candidate's own state-space step).
+_ONE_STEP_MODEL = """
+;; ---- one-step-ahead model (appended by ndvm discover for the MLflow pyfunc model) ----
+(define (ndvm-model-one-step ndvm-model-series)
+  (let ndvm-model-walk ((t 0) (s (init)) (acc '()))
+    (if (= t (size ndvm-model-series))
+        (apply vec (reverse acc))
+        (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-series t)) (cons (predict s) acc)))))
+(ndvm-model-one-step {column})
+"""
+MODEL_SERIES_FALLBACK = "series"  # model input name when a candidate defines the dataset's column name itself
+
+# Multi-step loss: from each origin t in [burn, n), the forecast path over leads 1..h (iterating
+# the candidate's own update on its predictions), squared errors against y[t..t+h-1] within the
+# series. The count of terms is a constant of the split, computed by the task (see fit_count).
+_MULTI_STEP_DRIVER = """
+;; ---- forecast task driver: mean squared error over leads 1..h (the candidate cannot see the series) ----
+(define (ndvm-task-path-loss series s t h total)
+  (let ndvm-task-lead ((k 0) (s s) (total total))
+    (if (or (= k h) (= (+ t k) (size series)))
+        total
+        (let* ((p (predict s)) (e (- (ref series (+ t k)) p)))
+          (ndvm-task-lead (+ k 1) (update s p) (+ total (* e e)))))))
+(define (ndvm-task-multi-step-loss series burn h count)
+  (let ndvm-task-walk ((t 0) (s (init)) (total 0.0))
+    (if (= t (size series))
+        (/ total count)
+        (ndvm-task-walk (+ t 1) (update s (ref series t))
+                        (if (< t burn) total (ndvm-task-path-loss series s t h total))))))
+(ndvm-task-multi-step-loss ndvm-task-series {burn} {leads} {count})
+"""
 # 0.5 * (log(2 pi v) + e^2 / v), v = (predict-var s)
 _NLL_TERM = "(let ((v (predict-var s))) (* 0.5 (+ 1.8378770664093453 (log v) (/ (* e e) v))))"
 
@@ -239,11 +283,13 @@ ENSO_REFERENCES = (
 )
 
 
-class ForecastTask:
-    """Fit a state-space candidate by one-step error on the training years; score leads 1..12 after."""
+class ForecastTask(Task):
+    """Fit a state-space candidate by its multi-step error on the training years; score leads 1..12
+    on the validation years during the search and on the test years once at the end."""
 
     kind = "forecast"
     primary_metric = "mean_rmse"
+    calibration_loss = "value"  # the fitting driver returns the loss itself
 
     def __init__(self, dataset: Dataset, *, leads: int = 12, burn_in: int = 12, loss: str = "mse"):
         if loss not in ("mse", "gaussian_nll"):
@@ -252,17 +298,21 @@ class ForecastTask:
             raise TaskError(f"forecast task: {dataset.name} has groups; give a single series")
         frame = dataset.frame.sort(dataset.x)
         split = frame.get_column("split").to_list()
-        n_train = split.count(TRAIN)
-        if split[:n_train] != [TRAIN] * n_train:
-            raise TaskError(f"{dataset.name}: the split is not temporal (training rows must precede test rows)")
-        if n_train <= burn_in + 2 or len(split) - n_train < leads + 1:
-            raise TaskError(f"{dataset.name}: {n_train} training and {len(split) - n_train} test points are too few "
-                            f"for burn_in={burn_in}, leads={leads}")
+        n_train, n_val = split.count(TRAIN), split.count(VALIDATION)
+        n_test = len(split) - n_train - n_val
+        if split != [TRAIN] * n_train + [VALIDATION] * n_val + [TEST] * n_test:
+            raise TaskError(f"{dataset.name}: the split is not temporal (train, then validation, then test rows; "
+                            "a forecast task has no test_fit rows)")
+        if n_train <= burn_in + 2 or n_val < 2 or n_test < 2:
+            raise TaskError(f"{dataset.name}: {n_train} training, {n_val} validation and {n_test} test points are "
+                            f"too few for burn_in={burn_in} (each scored split needs at least 2 points)")
         self.dataset, self.leads, self.burn_in, self.loss = dataset, int(leads), int(burn_in), loss
         self.y = frame.get_column(dataset.y).cast(pl.Float64).to_numpy()
-        self.n_train = n_train
-        # origins: the last training month up to the second-to-last month; every target t+k is held out
-        self.origins = np.arange(n_train - 1, len(self.y) - 1)
+        self.n_train, self.n_validation, self.n_test = n_train, n_val, n_test
+        # The end (exclusive) of what a split's forecasts may see, and its origins: from the month
+        # before the split up to its second-to-last month. Targets outside the split are not scored.
+        self.split_end = {VALIDATION: n_train + n_val, TEST: len(self.y)}
+        self.split_start = {VALIDATION: n_train, TEST: n_train + n_val}
         self.first_month = int(frame.get_column("month")[0]) if "month" in frame.columns else None
         self.name = f"forecast:{dataset.name}"
 
@@ -274,13 +324,29 @@ class ForecastTask:
     def train_target(self):
         return None  # the driver returns the loss itself (calibrate with loss="value")
 
-    def targets(self) -> np.ndarray:
-        """[n_origins, leads] observed values y[t + k] (NaN past the end); all in the held-out part."""
-        idx = self.origins[:, None] + np.arange(1, self.leads + 1)[None, :]
+    @staticmethod
+    def _check_split(split: str) -> str:
+        if split not in (VALIDATION, TEST):
+            raise TaskError(f"a forecast task scores the 'validation' or the 'test' split, not {split!r}")
+        return split
+
+    def origins(self, split: str = VALIDATION) -> np.ndarray:
+        """Forecast origins of ``split``: the state has seen y[0..t]; forecasts target y[t+1..t+leads]."""
+        split = self._check_split(split)
+        return np.arange(self.split_start[split] - 1, self.split_end[split] - 1)
+
+    def targets(self, split: str = VALIDATION) -> np.ndarray:
+        """[n_origins, leads] observed values y[t + k]; NaN where t + k lies outside ``split``."""
+        origins = self.origins(split)
+        idx = origins[:, None] + np.arange(1, self.leads + 1)[None, :]
         out = np.full(idx.shape, np.nan)
-        valid = idx < len(self.y)
+        valid = idx < self.split_end[split]
         out[valid] = self.y[idx[valid]]
         return out
+
+    def fit_count(self) -> int:
+        """Number of squared-error terms of the multi-step training loss (see the module docstring)."""
+        return int(sum(min(self.leads, self.n_train - t) for t in range(self.burn_in, self.n_train)))
 
     # ------------------------------------------------------------------ programs
     def check_candidate(self, candidate: str) -> None:
@@ -297,25 +363,26 @@ class ForecastTask:
             raise CandidateError(f"names starting with {RESERVED_PREFIX!r} are reserved for the task driver: {used}")
 
     def program_source(self, candidate: str) -> str:
-        """Candidate + the fitting driver: the program's value is the one-step training loss."""
+        """Candidate + the fitting driver: the program's value is the training loss (multi-step MSE
+        over leads 1..leads; one-step NLL with loss="gaussian_nll")."""
         self.check_candidate(candidate)
-        term = _NLL_TERM if self.loss == "gaussian_nll" else _MSE_TERM
-        return candidate.rstrip() + "\n" + _FIT_DRIVER.format(term=term, burn=self.burn_in)
+        if self.loss == "gaussian_nll":
+            return candidate.rstrip() + "\n" + _ONE_STEP_DRIVER.format(term=_NLL_TERM, burn=self.burn_in)
+        return candidate.rstrip() + "\n" + _MULTI_STEP_DRIVER.format(burn=self.burn_in, leads=self.leads,
+                                                                      count=f"{float(self.fit_count())!r}")
 
-    def forecast_source(self, candidate: str) -> str:
+    def forecast_source(self, candidate: str, split: str = VALIDATION) -> str:
         """Candidate + the forecasting driver: its value is a list of lead-1..h forecast lists."""
         self.check_candidate(candidate)
+        origins = self.origins(split)
         return candidate.rstrip() + "\n" + _FORECAST_DRIVER.format(
-            first=int(self.origins[0]), last=int(self.origins[-1]) + 1, leads=self.leads)
+            first=int(origins[0]), last=int(origins[-1]) + 1, leads=self.leads)
 
-    def compile(self, candidate: str, forecast: bool = False):
+    def compile(self, candidate: str, forecast: bool = False, split: str = VALIDATION):
         ndvm = require_ndvm()
-        source = self.forecast_source(candidate) if forecast else self.program_source(candidate)
+        source = self.forecast_source(candidate, split) if forecast else self.program_source(candidate)
         program = ndvm.compile(source)
-        extra = sorted(set(program.inputs) - {SERIES})
-        if extra:
-            raise CandidateError(f"unknown input(s) {extra}: a forecast candidate may use only its params, "
-                                 "its own definitions and the state/observation passed to it")
+        self.check_program(program)
         return program
 
     # ------------------------------------------------------------------ fitting
@@ -337,21 +404,104 @@ class ForecastTask:
                        float(fit.loss) if not error else INF, time.perf_counter() - start, fits=[fit],
                        error=error, n_params=len(program.param_names))
 
-    def forecasts(self, fit: TaskFit) -> np.ndarray:
-        """[n_origins, leads] forecasts of a fitted candidate from every held-out origin."""
-        program = self.compile(fit.source, forecast=True)
-        value = program.run(params=fit.params, inputs={SERIES: self.y.copy()})
+    def forecasts(self, fit: TaskFit, split: str = VALIDATION) -> np.ndarray:
+        """[n_origins, leads] forecasts of a fitted candidate from every origin of ``split``. The
+        program receives the series up to the end of ``split`` only."""
+        program = self.compile(fit.source, forecast=True, split=split)
+        value = program.run(params=fit.params, inputs={SERIES: self.y[: self.split_end[split]].copy()})
         out = np.asarray(value, dtype=float)
-        if out.shape != (len(self.origins), self.leads):
-            raise CandidateError(f"forecast driver returned shape {out.shape}, expected {(len(self.origins), self.leads)}; "
+        expected = (len(self.origins(split)), self.leads)
+        if out.shape != expected:
+            raise CandidateError(f"forecast driver returned shape {out.shape}, expected {expected}; "
                                  "(predict s) must return a single number")
         return out
 
+    # ------------------------------------------------------------------ the task interface (see Task)
+    def fit_groups(self) -> list[None]:
+        return [None]
+
+    def fit_inputs(self, group=None) -> dict[str, np.ndarray]:
+        return self.train_inputs()
+
+    def fit_target(self, group=None):
+        return self.train_target()
+
+    def collect_params(self, groups: list[Any], fits: list[Any]) -> dict[str, float]:
+        return dict(fits[0].params)
+
+    def restore_fit(self, source: str, parameters: dict[str, float], name: str = "entry") -> TaskFit:
+        """A fit rebuilt from stored parameters (what the end-of-run test scoring uses)."""
+        program = self.compile(source)
+        missing = [n for n in program.param_names if n not in parameters]
+        if missing:
+            raise TaskError(f"stored parameters of {name!r} lack {missing}")
+        return TaskFit(self.name, name, source, {n: float(parameters[n]) for n in program.param_names},
+                       float("nan"), 0.0, n_params=len(program.param_names))
+
+    def probe_inputs(self) -> dict[str, np.ndarray]:
+        """Inputs for the store's semantic fingerprint: a stretch of the training series."""
+        return {SERIES: self.train_inputs()[SERIES][:60].copy()}
+
+    def proposer_inputs(self) -> dict[str, str]:
+        """The program inputs a proposer may use (none: the driver passes state and observation)."""
+        return {}
+
+    def split_label(self) -> str:
+        return (f"temporal: fit on {self.n_train} training points (multi-step loss, leads 1..{self.leads}); "
+                f"validation = the next {self.n_validation} points")
+
+    def check_program(self, program: Any) -> None:
+        """Raise CandidateError when a compiled (wrapped) program has inputs the task does not give."""
+        extra = sorted(set(program.inputs) - {SERIES})
+        if extra:
+            raise CandidateError(f"unknown input(s) {extra}: a forecast candidate may use only its params, "
+                                 "its own definitions and the state/observation passed to it")
+
+    def model_source(self, candidate: str, column: str) -> tuple[str, str]:
+        """(program, input name) of the one-step-ahead pyfunc model of a candidate."""
+        ndvm = require_ndvm()
+        for name in (column, MODEL_SERIES_FALLBACK):
+            source = candidate.rstrip() + "\n" + _ONE_STEP_MODEL.format(column=name)
+            if ndvm.compile(source).inputs == [name]:  # the candidate does not define that name itself
+                return source, name
+        raise TaskError(f"the candidate defines both {column!r} and {MODEL_SERIES_FALLBACK!r}; "
+                        "cannot name the model input")
+
+    def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
+        """What MLflow logs for a leaderboard entry besides the store's row: the one-step plot over
+        train + validation, the lead-1 validation forecasts, an input example and the model program."""
+        import pandas as pd
+
+        from storage.plots import FitPlot, ForecastPlot
+
+        ndvm = require_ndvm()
+        dataset = self.dataset
+        model_source, column = self.model_source(source, dataset.y)
+        program = ndvm.compile(model_source)
+        seen = self.split_end[VALIDATION]  # MLflow shows what the search saw: nothing of the test years
+        theta = [[parameters[n] for n in program.param_names]] if program.param_names else None
+        one_step = np.asarray(program.evaluate(theta, {column: self.y[:seen]}), dtype=float)[0]
+        t = dataset.frame.sort(dataset.x).get_column(dataset.x).cast(pl.Float64).to_numpy()[:seen]
+        held = np.arange(seen) >= self.n_train
+        fit = self.restore_fit(source, parameters)
+        lead1 = np.full(t.shape, np.nan)
+        lead1[self.origins(VALIDATION) + 1] = self.forecasts(fit, VALIDATION)[:, 0]
+        return {
+            "fit_plot": FitPlot(t, self.y[:seen], one_step, held, x_label=dataset.x, y_label=dataset.y,
+                                title="one-step-ahead predictions (train + validation)"),
+            "forecast_plot": ForecastPlot(t, self.y[:seen], lead1, split=float(t[self.n_train]),
+                                          label="lead-1 forecast (validation)", time_label=dataset.x,
+                                          y_label=dataset.y),
+            "input_example": pd.DataFrame({column: self.y[:24]}),
+            "model_source": model_source,
+        }
+
     # ------------------------------------------------------------------ scoring
-    def score_forecasts(self, forecasts: np.ndarray, name: str, **extra) -> dict[str, Any]:
-        """RMSE and ACC per lead over the held-out targets, with skill against persistence."""
-        obs = self.targets()
-        persistence = _persistence_forecast(None, self.y, self.origins, self.leads)
+    def score_forecasts(self, forecasts: np.ndarray, name: str, split: str = VALIDATION, **extra) -> dict[str, Any]:
+        """RMSE and ACC per lead over the targets inside ``split``, with skill against persistence."""
+        obs = self.targets(split)
+        origins = self.origins(split)
+        persistence = _persistence_forecast(None, self.y, origins, self.leads)
         rmse_by_lead, acc_by_lead, skill = [], [], []
         for k in range(self.leads):
             valid = ~np.isnan(obs[:, k])
@@ -373,21 +523,23 @@ class ForecastTask:
             "rmse_by_lead": rmse_by_lead,
             "acc_by_lead": acc_by_lead,
             "skill_vs_persistence": skill,  # 1 - RMSE / RMSE(persistence), per lead
-            "n_origins": int(len(self.origins)),
+            "n_origins": int(len(origins)),
             "error": None if finite else "non-finite forecasts",
             **extra,
         }
 
-    def score(self, fit: TaskFit) -> dict[str, Any]:
+    def score(self, fit: TaskFit, split: str = VALIDATION) -> dict[str, Any]:
+        """Scores of a fit on ``split`` ("validation" during the search, "test" once at the end)."""
+        split = self._check_split(split)
         base = {"n_params": fit.n_params, "train_loss": fit.train_loss, "fit_seconds": fit.seconds}
         if not fit.ok:
             return {"model": fit.name, "mean_rmse": INF, "mean_acc": float("nan"), "error": fit.error, **base}
         try:
-            forecasts = self.forecasts(fit)
-        except Exception as exc:  # a candidate failing on the held-out years scores inf, with the reason
+            forecasts = self.forecasts(fit, split)
+        except Exception as exc:  # a candidate failing on the scored years scores inf, with the reason
             return {"model": fit.name, "mean_rmse": INF, "mean_acc": float("nan"),
                     "error": f"forecasting failed: {exc}", **base}
-        return self.score_forecasts(forecasts, fit.name, **base)
+        return self.score_forecasts(forecasts, fit.name, split, **base)
 
     # ------------------------------------------------------------------ references and prompts
     def reference_models(self) -> tuple[ForecastReference, ...]:
@@ -396,14 +548,18 @@ class ForecastTask:
     def fit_reference(self, ref: ForecastReference):
         return ref.fit(self.y[: self.n_train].copy())
 
-    def score_references(self) -> list[dict[str, Any]]:
+    def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
+        """Fit every reference on the training years and score it on ``split``. A reference's
+        forecast from origin t uses y[0..t] only, so passing the series up to the split's end is
+        enough (and keeps later years out)."""
+        split = self._check_split(split)
         rows = []
         for ref in ENSO_REFERENCES:
             start = time.perf_counter()
             state = self.fit_reference(ref)
-            forecasts = ref.forecast(state, self.y, self.origins, self.leads)
+            forecasts = ref.forecast(state, self.y[: self.split_end[split]].copy(), self.origins(split), self.leads)
             n_params = ref.n_params if ref.n_params is not None else len(state)
-            rows.append(self.score_forecasts(forecasts, ref.name, n_params=n_params,
+            rows.append(self.score_forecasts(forecasts, ref.name, split, n_params=n_params,
                                              fit_seconds=time.perf_counter() - start))
         return rows
 
@@ -416,6 +572,8 @@ class ForecastTask:
         start = f" The series starts in calendar month {self.first_month} (1 = January) and is monthly." if self.first_month else ""
         nll = (" With the Gaussian likelihood, also define (predict-var s) returning the predictive variance (> 0)."
                if self.loss == "gaussian_nll" else "")
+        fit_text = ("Gaussian negative log-likelihood of the one-step forecasts" if self.loss == "gaussian_nll"
+                    else f"mean squared error of the forecasts at leads 1..{self.leads} from every month")
         return f"""Task: one-step state-space forecasting of `{ds.y}` ({units}) from the dataset `{ds.name}`.{start}
 Write a program in the NDVM language (a Scheme subset) that defines exactly these three functions:
   (define (init) ...)        the state before any observation: a number, a list or a vector
@@ -426,9 +584,9 @@ Do not write a top-level expression that uses the data: the task appends its own
 the series in time order, calling (predict s) before revealing each value, so your program can never
 see future values. It has no other inputs. To track the calendar month, keep a counter in the state.
 Multi-step forecasts iterate s <- (update s (predict s)).
-Fit: mean squared one-step error on the training years (after a {self.burn_in}-step burn-in).
-Score: RMSE and anomaly correlation of forecasts at leads 1..{self.leads} on held-out later years,
-compared with persistence and damped persistence; lower mean RMSE is better.
+Fit: {fit_text} on the training years (after a {self.burn_in}-step burn-in).
+Score: RMSE and anomaly correlation of forecasts at leads 1..{self.leads} on the validation years
+that follow, compared with persistence; lower mean RMSE is better.
 Allowed: define, lambda, let, let*, if, cond, and, or, list car cdr cadr cons, vec ref, + - * / exp
 log sqrt tanh sin cos expt abs min max modulo. No strings, no set!, no I/O.
 
