@@ -65,6 +65,12 @@ def _add_problem_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--y", help="target column of --data")
     g.add_argument("--group", help="group column of --data (one series per group, e.g. cell_id)")
     g.add_argument("--task-kind", choices=["curve", "forecast"], help="override the dataset's default task")
+    g.add_argument("--train-fraction", type=float, metavar="F",
+                   help="curve data and files: the first F of each series trains (default: the manifest's, or "
+                        "0.6 for files, 0.5 for battery data)")
+    g.add_argument("--validation-fraction", type=float, metavar="F",
+                   help="the next F of each series validates (the search ranks by it; default: the manifest's, "
+                        "or 0.2); the rest is the test split, scored once at the end of a run")
 
 
 def _add_calibration_options(p: argparse.ArgumentParser) -> None:
@@ -110,6 +116,10 @@ def _add_discover_options(p: argparse.ArgumentParser) -> None:
     c.add_argument("--workers", type=int, help="worker processes (processes/dask runners)")
     c.add_argument("--dask-address", metavar="tcp://HOST:PORT", help="calibrate on this Dask cluster (prefect-dask)")
     c.add_argument("--top-k", type=int, default=10, help="leaderboard entries logged to MLflow (default 10)")
+    c.add_argument("--test-top-k", type=int, default=10,
+                   help="final leaderboard entries scored on the test split at the end of the run (default 10)")
+    c.add_argument("--serial", action="store_true",
+                   help="one proposal round at a time, calibrated before the next: reproducible with --seed")
     c.add_argument("--run-id", help="name of the new run (default run-<time>-<random>)")
     c.add_argument("--resume", metavar="RUN_ID", help="continue a stopped or killed run (its configuration, a new budget)")
     c.add_argument("--verbose", action="store_true", help="Prefect's and MLflow's own log lines")
@@ -123,7 +133,8 @@ def _discover_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 per_request=args.per_request, batch_size=args.batch_size, steps=args.steps, restarts=args.restarts,
                 optimizer=args.optimizer, lr=args.lr, runner=args.runner, workers=args.workers,
                 dask_address=args.dask_address, top_k=args.top_k, folder=args.folder, tracking_uri=args.tracking_uri,
-                candidate_seconds=args.candidate_seconds)
+                candidate_seconds=args.candidate_seconds, test_top_k=args.test_top_k, serial=args.serial,
+                train_fraction=args.train_fraction, validation_fraction=args.validation_fraction)
 
 
 def _budget(args: argparse.Namespace) -> dict[str, Any]:
@@ -209,7 +220,7 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
         f"[bold]{report['run_id']}[/] {report['status']} after {report['elapsed_seconds'] / 60:.1f} min "
         f"({report['stop_reason']}): {report['proposed']} proposed, {report['new']} new, "
         f"{report['duplicates']} duplicates, {report['invalid']} invalid, {report['calibrated']} calibrated, "
-        f"{report['failed']} failed, {report['pending']} pending; best held-out {report['metric']} {best}")
+        f"{report['failed']} failed, {report['pending']} pending; best validation {report['metric']} {best}")
     console.print(f"busy fractions: proposal {100 * report['proposal_busy']:.0f}% "
                   f"({report['proposal_requests']} requests), calibration {100 * report['calibration_busy']:.0f}% "
                   f"({report['calibration_batches']} batches, {report['runner']})")
@@ -256,7 +267,9 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
 
     try:
         report = recalibrate(args.from_run, args.task, data=args.data, x=args.x, y=args.y, group=args.group,
-                             task_kind=args.task_kind, top=args.top, steps=args.steps, restarts=args.restarts,
+                             task_kind=args.task_kind, train_fraction=args.train_fraction,
+                             validation_fraction=args.validation_fraction, top=args.top, steps=args.steps,
+                             restarts=args.restarts,
                              optimizer=args.optimizer, lr=args.lr, seed=args.seed, folder=args.folder,
                              tracking_uri=args.tracking_uri, run_id=args.run_id)
     except _user_errors() as exc:
@@ -330,16 +343,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     source = path.read_text()
     registered = _is_registered(args.data)
     problem = ProblemSpec(dataset=args.data if registered else "enso", data=None if registered else args.data,
-                          x=args.x, y=args.y, group=args.group, task_kind=args.task_kind)
+                          x=args.x, y=args.y, group=args.group, task_kind=args.task_kind,
+                          train_fraction=getattr(args, "train_fraction", None),
+                          validation_fraction=getattr(args, "validation_fraction", None))
     dataset, task = load_problem(problem)
     if args.x and args.x != dataset.x or args.y and args.y != dataset.y:
         raise SystemExit(f"ndvm calibrate: {args.data} has x={dataset.x}, y={dataset.y}; pass other columns with a "
                          "file (--data FILE --x COL --y COL)")
     wrapped = task.program_source(source)
     program = ndvm.compile(wrapped)
-    if task.kind == "curve" and program.inputs != ["x"]:
-        raise SystemExit(f"ndvm calibrate: a curve program must use exactly one input, x (the column "
-                         f"{dataset.x}); this one uses {program.inputs or 'none'}")
+    try:
+        task.check_program(program)
+    except ValueError as exc:  # the tasks' CandidateError
+        raise SystemExit(f"ndvm calibrate: {exc}") from None
     options = CalibrationOptions(optimizer=args.optimizer, steps=args.steps, lr=args.lr, restarts=args.restarts,
                                  seed=args.seed)
     started = time.perf_counter()

@@ -108,6 +108,9 @@ class DiscoverConfig:
     candidate_seconds: float | None = None  # per-candidate time limit (calibration + scoring, alone)
     runner: RunnerChoice = field(default_factory=RunnerChoice)
     top_k: int = 10                     # leaderboard entries logged to MLflow
+    test_top_k: int = 10                # final leaderboard entries scored on the test split at the end
+    serial: bool = False                # one proposal round at a time, each calibrated before the next
+                                        # (reproducible: same seed -> same proposals, whatever the timing)
     log_every: float = 10.0             # seconds between MLflow progress snapshots
     folder: str = "runs"
     tracking_uri: str | None = None     # None: sqlite under the run folder
@@ -325,6 +328,7 @@ class Discovery:
             raise
         self.proposer = make_proposer(config, seed_offset=self.resumed_from.proposed if self.resumed_from else 0)
         self.accepted = self.store.run_status(self.run_id).new  # new candidates of the run so far
+        self.unrecorded = len(self.queue_initial)  # accepted, not recorded yet (serial mode waits for 0)
         self.leaderboard_changed = threading.Event()
         self.proposal_meter, self.calibration_meter = StageMeter(), StageMeter()
         self.queue: collections.deque[BatchItem] = collections.deque()
@@ -411,6 +415,8 @@ class Discovery:
     def _may_propose(self) -> bool:
         if self.stop_proposing.is_set():
             return False
+        if self.config.serial and self.unrecorded > 0:  # serial: the last round is not all recorded yet
+            return False
         reason = self._budget_reason()
         if reason:
             self._stop(reason)
@@ -435,6 +441,7 @@ class Discovery:
             chunk, proposals = proposals[:take], proposals[take:]
             new = self._add_or_record(chunk, program_source)
             self.accepted += len(new)
+            self.unrecorded += len(new)
             with self.queue_lock:
                 self.queue.extend(BatchItem(c.hash, c.source, c.program_source or c.source) for c in new)
 
@@ -534,12 +541,29 @@ class Discovery:
             if r.status != "ok":
                 self.failures.append(Failure("eval", f"calibration/scoring failed: {r.error}"[:500],
                                              source=sources.get(r.hash), proposer="calibration"))
+        with self.accept_lock:  # last: a serial run proposes again once this reaches 0
+            self.unrecorded -= len(results)
 
     @property
     def split_label(self) -> str:
-        if self.task.kind == "forecast":
-            return f"temporal: train {self.task.n_train} points, score leads 1..{self.task.leads} after"
-        return "temporal: per-series tail held out"
+        return self.task.split_label()
+
+    # ------------------------------------------------------------------ the end: the test split, once
+    def _score_test_split(self) -> None:
+        """Score the final top ``test_top_k`` and the references on the test split (flows/final.py).
+        Only here, after the search has stopped: nothing the search reads depends on it."""
+        from flows.final import score_final
+
+        started = time.monotonic()
+        rows = score_final(self.store, self.run_id, self.task, self.options, k=self.config.test_top_k)
+        self.log.info("test split: %d entries and references scored in %.1f s", len(rows), time.monotonic() - started)
+
+    def _log_final(self, tracker: Any, k: int) -> None:
+        """The final leaderboard, then the test scores on the logged entries and the parent run."""
+        from flows.final import log_test_scores
+
+        self._log_leaderboard(tracker, k)
+        log_test_scores(tracker, self.store, self.run_id)
 
     def _calibration_loop(self) -> None:
         """Submit batches whenever a worker is free, record results as they come (the supervisor
@@ -650,6 +674,7 @@ class Discovery:
                 finally:
                     self.supervisor.close()
             status, mlflow_status = "finished", "FINISHED"
+            self._score_test_split()
         except KeyboardInterrupt:
             status, mlflow_status = "interrupted", "KILLED"
             self._stop("interrupted")
@@ -669,7 +694,7 @@ class Discovery:
                     self.log.warning("%s; log the results later with `ndvm log --run %s`", self.tracking.error,
                                      self.run_id)
                 else:  # bounded, never raises: the results are in the store whatever MLflow does
-                    self.tracking.finish(self._log_leaderboard, self.config.top_k, mlflow_status)
+                    self.tracking.finish(self._log_final, self.config.top_k, mlflow_status)
             finally:
                 self.store.set_run_status(self.run_id, status)
                 self._publish(status)
@@ -709,19 +734,24 @@ def build_config(task: str = "enso", proposer: str = "auto", *, model: str | Non
                  restarts: int = 8, optimizer: str = "adam", lr: float = 0.05, runner: str = "threads",
                  workers: int | None = None, dask_address: str | None = None, top_k: int = 10,
                  log_every: float = 10.0, folder: str = "runs", tracking_uri: str | None = None,
-                 candidate_seconds: float | None = None) -> DiscoverConfig:
+                 candidate_seconds: float | None = None, test_top_k: int = 10,
+                 serial: bool = False, train_fraction: float | None = None,
+                 validation_fraction: float | None = None) -> DiscoverConfig:
     kind, model = resolve_proposer(proposer, model)
     if batch_size < 1 or concurrency < 1 or per_request < 1:
         raise DiscoveryError("batch_size, concurrency and per_request must be >= 1")
+    if test_top_k < 0:
+        raise DiscoveryError(f"test_top_k must be >= 0, got {test_top_k}")
     if candidate_seconds is not None and not candidate_seconds > 0:
         raise DiscoveryError(f"candidate_seconds must be > 0, got {candidate_seconds}")
     return DiscoverConfig(
-        problem=ProblemSpec(dataset=task, data=data, x=x, y=y, group=group, task_kind=task_kind), proposer=kind,
+        problem=ProblemSpec(dataset=task, data=data, x=x, y=y, group=group, task_kind=task_kind,
+                            train_fraction=train_fraction, validation_fraction=validation_fraction), proposer=kind,
         model=model, api_base=api_base, llm_env=api_key_env, replay=replay, seed=seed, concurrency=concurrency,
         per_request=per_request, batch_size=batch_size,
         calibration=CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed),
         runner=RunnerChoice(runner, workers, dask_address).check(), top_k=top_k, log_every=log_every, folder=folder,
-        tracking_uri=tracking_uri, candidate_seconds=candidate_seconds)
+        tracking_uri=tracking_uri, candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial)
 
 
 def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
@@ -754,7 +784,9 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
              optimizer: str = "adam", lr: float = 0.05, runner: str = "threads", workers: int | None = None,
              dask_address: str | None = None, top_k: int = 10, log_every: float = 10.0, folder: str = "runs",
              tracking_uri: str | None = None, run_id: str | None = None, resume: str | None = None,
-             candidate_seconds: float | None = None) -> dict[str, Any]:
+             candidate_seconds: float | None = None, test_top_k: int = 10,
+             serial: bool = False, train_fraction: float | None = None,
+             validation_fraction: float | None = None) -> dict[str, Any]:
     """Discover model programs for ``task`` (a registered dataset, or ``data=FILE`` with x/y columns).
 
     ``proposer``: auto | mutation | llm | replay. ``budget``: {"minutes", "max_candidates",
@@ -767,7 +799,8 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
                           per_request=per_request, batch_size=batch_size, steps=steps, restarts=restarts,
                           optimizer=optimizer, lr=lr, runner=runner, workers=workers, dask_address=dask_address,
                           top_k=top_k, log_every=log_every, folder=folder, tracking_uri=tracking_uri,
-                          candidate_seconds=candidate_seconds)
+                          candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial,
+                          train_fraction=train_fraction, validation_fraction=validation_fraction)
     report = run_discovery(config, Budget(**(budget or {})), run_id=run_id, resume=resume, logger=get_run_logger())
     get_run_logger().info(
         "run %s %s (%s): %d proposed, %d new, %d calibrated, best %s %s; busy: proposal %.0f%%, calibration %.0f%%",
