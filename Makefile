@@ -31,12 +31,14 @@ help:
 
 venv: $(STAMP)
 
-# pip is upgraded first (much faster resolver), torch is installed explicitly from its exact
-# CPU build, then the project (compiling native/ into ndvm._native) with its dev extras.
-$(STAMP): pyproject.toml native/CMakeLists.txt
+# pip is upgraded first (much faster resolver), torch is installed explicitly in its exact CPU
+# build (on Linux from the PyTorch CPU wheel index, as the Dockerfile does; when that index cannot
+# be reached, from the default index with a warning: scripts/install_torch.sh), then the project
+# (compiling native/ into ndvm._native) with its dev extras.
+$(STAMP): pyproject.toml native/CMakeLists.txt scripts/install_torch.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q torch==2.13.0
+	scripts/install_torch.sh $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
