@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flows.datasets_cli import add_dataset_option_args, dataset_options, register_datasets_command
 from flows.dask_worker import add_worker_command
-from flows.datasets_cli import register_datasets_command
 
 DEFAULT_FOLDER = "runs"
 
@@ -90,6 +90,7 @@ def _add_store_options(p: argparse.ArgumentParser) -> None:
 
 def _add_discover_options(p: argparse.ArgumentParser) -> None:
     _add_problem_options(p)
+    add_dataset_option_args(p)
     g = p.add_argument_group("proposals")
     g.add_argument("--proposer", default="auto", choices=["auto", "mutation", "llm", "replay"],
                    help="auto: llm when --model or $NDVM_LLM_MODEL is set, else the offline mutation proposer")
@@ -99,6 +100,12 @@ def _add_discover_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--replay", metavar="FILE.jsonl", help="candidates to replay (with --proposer replay)")
     g.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight (default 8)")
     g.add_argument("--per-request", type=int, default=4, help="programs asked for per LLM request (default 4)")
+    g.add_argument("--temperature", type=float, help="LLM sampling temperature (default: the provider's own)")
+    g.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds per LLM request before it is retried (default 60)")
+    g.add_argument("--input-price", type=float, metavar="USD",
+                   help="price of a million prompt tokens, for models litellm cannot price (with --output-price)")
+    g.add_argument("--output-price", type=float, metavar="USD", help="price of a million completion tokens")
     b = p.add_argument_group("budget (whichever comes first)")
     b.add_argument("--minutes", type=float, default=2.0, help="wall time for proposing (default 2)")
     b.add_argument("--max-candidates", type=int, help="new candidates to accept")
@@ -134,7 +141,18 @@ def _discover_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 optimizer=args.optimizer, lr=args.lr, runner=args.runner, workers=args.workers,
                 dask_address=args.dask_address, top_k=args.top_k, folder=args.folder, tracking_uri=args.tracking_uri,
                 candidate_seconds=args.candidate_seconds, test_top_k=args.test_top_k, serial=args.serial,
-                train_fraction=args.train_fraction, validation_fraction=args.validation_fraction)
+                train_fraction=args.train_fraction, validation_fraction=args.validation_fraction,
+                dataset_options=dataset_options(args), temperature=args.temperature,
+                request_timeout=args.request_timeout, price_per_token=_price_per_token(args))
+
+
+def _price_per_token(args: argparse.Namespace) -> tuple[float, float] | None:
+    """(input, output) USD per token from --input-price/--output-price (USD per million tokens)."""
+    if args.input_price is None and args.output_price is None:
+        return None
+    if args.input_price is None or args.output_price is None or min(args.input_price, args.output_price) < 0:
+        raise SystemExit("ndvm: give both --input-price and --output-price (USD per million tokens, >= 0)")
+    return (args.input_price / 1e6, args.output_price / 1e6)
 
 
 def _budget(args: argparse.Namespace) -> dict[str, Any]:
@@ -207,7 +225,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from flows.runners import RunnerError
     from storage import StoreError
 
-    return (DiscoveryError, RecalibrationError, RunnerError, StoreError, DatasetError, TaskError)
+    from proposers.llm import LLMFatalError
+
+    return (DiscoveryError, RecalibrationError, RunnerError, StoreError, DatasetError, TaskError, LLMFatalError)
 
 
 def _print_report(console, report: dict[str, Any], folder: str) -> None:
@@ -372,7 +392,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     console.print(f"  training loss {result.train_metrics.get('loss', np.nan):.6g}  ({options.optimizer}, "
                   f"{options.steps} steps x {options.restarts} restarts, {seconds:.2f} s)")
     shown = {k: v for k, v in result.heldout_metrics.items() if "lead" not in k or k.endswith(("lead1", "lead12"))}
-    console.print("  held-out: " + ", ".join(f"{k} {v:.5g}" for k, v in shown.items()))
+    console.print("  validation: " + ", ".join(f"{k} {v:.5g}" for k, v in shown.items()))
     return 0
 
 

@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -101,8 +102,9 @@ class DiscoverConfig:
     seed: int = 0
     concurrency: int = 8                # proposal requests in flight (mutation: 1)
     per_request: int = 4                # programs per request (mutation: 16 per round)
-    temperature: float = 0.8
-    llm_timeout: float = 60.0
+    temperature: float | None = None    # None: the provider's default (some models accept no other)
+    llm_timeout: float = 60.0           # seconds per LLM request (--request-timeout)
+    price_per_token: tuple[float, float] | None = None  # (input, output) USD per token, for unpriced models
     batch_size: int = 32
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
     candidate_seconds: float | None = None  # per-candidate time limit (calibration + scoring, alone)
@@ -158,7 +160,8 @@ def make_proposer(config: DiscoverConfig, seed_offset: int = 0) -> Any:
 
     return LLMProposer(config.model, temperature=config.temperature, concurrency=config.concurrency,
                        timeout=config.llm_timeout, api_base=config.api_base, api_key_env=config.llm_env,
-                       per_request=config.per_request, seed=config.seed + seed_offset)
+                       per_request=config.per_request, seed=config.seed + seed_offset,
+                       price_per_token=None if config.price_per_token is None else tuple(config.price_per_token))
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -327,6 +330,12 @@ class Discovery:
             self.store.close()
             raise
         self.proposer = make_proposer(config, seed_offset=self.resumed_from.proposed if self.resumed_from else 0)
+        # An unpriced model makes --max-cost toothless: say so at the start, not after the bill.
+        self.cost_warning = (self.proposer.cost_limit_problem() if self.budget.max_cost_usd is not None
+                             and hasattr(self.proposer, "cost_limit_problem") else None)
+        if self.cost_warning:
+            self.log.warning("--max-cost: %s", self.cost_warning)
+            print(f"ndvm discover: warning: {self.cost_warning}", file=sys.stderr)
         self.accepted = self.store.run_status(self.run_id).new  # new candidates of the run so far
         self.unrecorded = len(self.queue_initial)  # accepted, not recorded yet (serial mode waits for 0)
         self.leaderboard_changed = threading.Event()
@@ -478,6 +487,8 @@ class Discovery:
         try:
             proposals = await self.proposer.apropose(self._context(), n)
         except Exception as exc:  # a proposer bug or an API failure it did not absorb: record, go on
+            if type(exc).__name__ == "LLMFatalError":  # a wrong key or model: retrying all night helps nobody
+                raise
             self.log.warning("proposal request failed: %s", exc)
             self.failures.append(Failure("api", f"{type(exc).__name__}: {exc}"[:500], proposer=self.config.proposer))
             proposals = []
@@ -736,7 +747,9 @@ def build_config(task: str = "enso", proposer: str = "auto", *, model: str | Non
                  log_every: float = 10.0, folder: str = "runs", tracking_uri: str | None = None,
                  candidate_seconds: float | None = None, test_top_k: int = 10,
                  serial: bool = False, train_fraction: float | None = None,
-                 validation_fraction: float | None = None) -> DiscoverConfig:
+                 validation_fraction: float | None = None, dataset_options: dict[str, Any] | None = None,
+                 temperature: float | None = None, request_timeout: float = 60.0,
+                 price_per_token: tuple[float, float] | None = None) -> DiscoverConfig:
     kind, model = resolve_proposer(proposer, model)
     if batch_size < 1 or concurrency < 1 or per_request < 1:
         raise DiscoveryError("batch_size, concurrency and per_request must be >= 1")
@@ -744,9 +757,14 @@ def build_config(task: str = "enso", proposer: str = "auto", *, model: str | Non
         raise DiscoveryError(f"test_top_k must be >= 0, got {test_top_k}")
     if candidate_seconds is not None and not candidate_seconds > 0:
         raise DiscoveryError(f"candidate_seconds must be > 0, got {candidate_seconds}")
+    if not request_timeout > 0:
+        raise DiscoveryError(f"request_timeout must be > 0 seconds, got {request_timeout}")
     return DiscoverConfig(
         problem=ProblemSpec(dataset=task, data=data, x=x, y=y, group=group, task_kind=task_kind,
-                            train_fraction=train_fraction, validation_fraction=validation_fraction), proposer=kind,
+                            train_fraction=train_fraction, validation_fraction=validation_fraction,
+                            options=dict(dataset_options) if dataset_options else None), proposer=kind,
+        temperature=temperature, llm_timeout=request_timeout,
+        price_per_token=None if price_per_token is None else tuple(price_per_token),
         model=model, api_base=api_base, llm_env=api_key_env, replay=replay, seed=seed, concurrency=concurrency,
         per_request=per_request, batch_size=batch_size,
         calibration=CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed),
@@ -786,7 +804,9 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
              tracking_uri: str | None = None, run_id: str | None = None, resume: str | None = None,
              candidate_seconds: float | None = None, test_top_k: int = 10,
              serial: bool = False, train_fraction: float | None = None,
-             validation_fraction: float | None = None) -> dict[str, Any]:
+             validation_fraction: float | None = None, dataset_options: dict[str, Any] | None = None,
+             temperature: float | None = None, request_timeout: float = 60.0,
+             price_per_token: tuple[float, float] | None = None) -> dict[str, Any]:
     """Discover model programs for ``task`` (a registered dataset, or ``data=FILE`` with x/y columns).
 
     ``proposer``: auto | mutation | llm | replay. ``budget``: {"minutes", "max_candidates",
@@ -800,7 +820,9 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
                           optimizer=optimizer, lr=lr, runner=runner, workers=workers, dask_address=dask_address,
                           top_k=top_k, log_every=log_every, folder=folder, tracking_uri=tracking_uri,
                           candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial,
-                          train_fraction=train_fraction, validation_fraction=validation_fraction)
+                          train_fraction=train_fraction, validation_fraction=validation_fraction,
+                          dataset_options=dataset_options, temperature=temperature, request_timeout=request_timeout,
+                          price_per_token=price_per_token)
     report = run_discovery(config, Budget(**(budget or {})), run_id=run_id, resume=resume, logger=get_run_logger())
     get_run_logger().info(
         "run %s %s (%s): %d proposed, %d new, %d calibrated, best %s %s; busy: proposal %.0f%%, calibration %.0f%%",
