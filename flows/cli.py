@@ -235,6 +235,7 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
 
     console.print()
     show_leaderboard(Path(report["store_path"]), run_id=report["run_id"], k=10, console=console)
+    _print_report_card(console, report, folder)
     best = "-" if report["best_score"] is None else f"{report['best_score']:.5g}"
     console.print(
         f"[bold]{report['run_id']}[/] {report['status']} after {report['elapsed_seconds'] / 60:.1f} min "
@@ -341,9 +342,44 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- small commands
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from storage import default_store_path
-    from storage.leaderboard import show_leaderboard
+    from storage.leaderboard import show_leaderboard, show_pareto
 
+    if args.pareto:
+        show_pareto(default_store_path(args.folder), run_id=args.run, tolerance=args.tolerance, console=_console())
+        return 0
     show_leaderboard(default_store_path(args.folder), run_id=args.run, k=args.k, metric=args.metric, console=_console())
+    return 0
+
+
+def _print_report_card(console, report: dict[str, Any], folder: str) -> None:
+    """The report card written at the end of the run (flows/report.py), as Markdown."""
+    from rich.markdown import Markdown
+
+    path = Path(folder) / "reports" / report["run_id"] / "report.md"
+    if path.is_file():
+        console.print(Markdown(path.read_text()))
+        console.print(f"report card: {path} (and report.json; `ndvm report --run {report['run_id']}`)")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``ndvm report [--run ID] [--json]``: the report card of a run (default: the latest)."""
+    _quiet_environment(getattr(args, "verbose", False))
+    from rich.markdown import Markdown
+
+    from flows.report import ReportError, build_report, report_json, report_markdown, write_report
+    from storage import CandidateStore, default_store_path
+
+    try:
+        with CandidateStore(default_store_path(args.folder), read_only=True) as store:
+            report = build_report(store, args.run, tolerance=args.tolerance)
+    except (ReportError, *_user_errors()) as exc:
+        print(f"ndvm report: {exc}", file=sys.stderr)
+        return 1
+    write_report(report, args.folder)
+    if args.json:
+        print(report_json(report))
+    else:
+        _console().print(Markdown(report_markdown(report)))
     return 0
 
 
@@ -484,7 +520,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("-k", type=int, default=10, help="how many (default 10)")
     p.add_argument("--metric", help="rank by another stored metric, e.g. heldout.mean_acc or train.loss")
     p.add_argument("--folder", default=DEFAULT_FOLDER)
+    p.add_argument("--pareto", action="store_true",
+                   help="the Pareto front of complexity vs validation loss, with the recommended model")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="recommended model: within this fraction of the best loss (default 0.10)")
     p.set_defaults(fn=cmd_leaderboard)
+
+    p = subparsers.add_parser("report", help="the report card of a run: champion vs references on the test split, "
+                                             "paired tests, Pareto front, formulas, standard errors")
+    p.add_argument("--run", metavar="RUN_ID", help="default: the latest run")
+    p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown card")
+    p.add_argument("--folder", default=DEFAULT_FOLDER)
+    p.add_argument("--tolerance", type=float, default=None, help="Pareto rule tolerance (default 0.10)")
+    p.set_defaults(fn=cmd_report)
 
     register_datasets_command(subparsers)  # ndvm datasets [show NAME | fetch NAME] (flows/datasets_cli.py)
     add_worker_command(subparsers)  # ndvm worker --scheduler ADDRESS (flows/dask_worker.py)

@@ -70,22 +70,29 @@ def diebold_mariano(errors_a: Sequence[float], errors_b: Sequence[float], h: int
     d (divisor n), V = (gamma_0 + 2 sum_{k=1}^{h-1} gamma_k) / n, DM = mean(d) / sqrt(V) and
     DM* = DM * sqrt((n + 1 - 2h + h(h-1)/n) / n), referred to t(n-1).
     """
-    from scipy import stats
-
     a, b = _as_errors("errors_a", errors_a), _as_errors("errors_b", errors_b)
     if a.size != b.size:
         raise StatsError(f"errors_a has {a.size} values, errors_b {b.size}: the test pairs them target by target")
-    if not isinstance(h, (int, np.integer)) or h < 1:
-        raise StatsError(f"h (the forecast horizon) must be an integer >= 1, got {h!r}")
-    n = a.size
-    if n < max(3, 2 * h):
-        raise StatsError(f"{n} paired errors are too few for a horizon of {h} (need at least {max(3, 2 * h)})")
     if loss == "squared":
         d = a * a - b * b
     elif loss == "absolute":
         d = np.abs(a) - np.abs(b)
     else:
         raise StatsError(f"loss must be 'squared' or 'absolute', got {loss!r}")
+    return dm_from_differential(d, h, loss)
+
+
+def dm_from_differential(d: Sequence[float], h: int = 1, loss: str = "squared") -> DMResult:
+    """The Diebold-Mariano test (HLN-corrected) on a loss differential series d_t directly, e.g.
+    the per-origin mean over leads 1..H of e_a^2 - e_b^2 (then ``h`` = H: the windows overlap)."""
+    from scipy import stats
+
+    d = _as_errors("d", d)
+    if not isinstance(h, (int, np.integer)) or h < 1:
+        raise StatsError(f"h (the forecast horizon) must be an integer >= 1, got {h!r}")
+    n = d.size
+    if n < max(3, 2 * h):
+        raise StatsError(f"{n} paired errors are too few for a horizon of {h} (need at least {max(3, 2 * h)})")
     mean = float(d.mean())
     centred = d - mean
     gamma = [float(np.dot(centred[k:], centred[: n - k]) / n) for k in range(h)]
@@ -189,4 +196,4 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(stats.spearmanr(xa[keep], ya[keep]).statistic)
 
 
-__all__ = ["StatsError", "DMResult", "BootstrapResult", "diebold_mariano", "paired_bootstrap_rmse", "spearman"]
+__all__ = ["StatsError", "DMResult", "BootstrapResult", "diebold_mariano", "dm_from_differential", "paired_bootstrap_rmse", "spearman"]

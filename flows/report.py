@@ -1,0 +1,542 @@
+"""The report card of a discovery run: ``ndvm report [--run ID] [--json]``, and ``report.md`` +
+``report.json`` on the run's MLflow parent run (written at the end of every run).
+
+What it says, all on the **test split** (read here after the search, as the end-of-run test scores
+are; nothing here feeds back into the search):
+
+- the **champion** (the leaderboard's first entry: best validation score) and every reference
+  model of the task (persistence, damped persistence, AR, SARIMAX; the battery fade laws), per
+  lead (forecasts) or per group (curves);
+- a **paired test** of the champion against the best reference (the reference with the best test
+  score, the hardest one to beat): for forecasts the Diebold-Mariano test with the
+  Harvey-Leybourne-Newbold correction, per lead h (autocovariances up to lag h-1) and overall (the
+  per-origin mean of the squared-error differential over all leads, h = the number of leads); for
+  curves a paired bootstrap interval of the RMSE difference (whole groups resampled when there are
+  several, a moving-block bootstrap of one series otherwise; ``storage.stats``). The verdict is a
+  sentence with the interval or p-value, never a bare "beats AR";
+- the **Pareto front** of complexity vs validation loss (``storage.parsimony``) with the
+  recommended model, and the **formulas** (``storage.formula``) of the champion, the recommended
+  model and the front;
+- the champion's **standard errors** (``ndvm.stderr``), flagged where not identifiable;
+- how well validation predicted test: Spearman's rank correlation of the validation and test
+  scores of the entries scored on test (the final top k).
+
+The task supplies the errors through ``task.report_errors(fit, split)`` /
+``task.report_reference_errors(split)`` when it has them; otherwise the adapters below use the
+forecast and curve tasks' public methods.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ALPHA = 0.05
+
+
+class ReportError(RuntimeError):
+    """The report cannot be built (no such run, nothing calibrated, a task without test data)."""
+
+
+# ---------------------------------------------------------------------------- errors on the test split
+@dataclass
+class Errors:
+    """Test-split errors (prediction - observation) of one model.
+
+    ``kind="forecast"``: ``values`` is [n_origins, leads] (NaN where the target lies outside the split).
+    ``kind="curve"``: ``groups`` maps each scored group to its error vector (key None: no groups).
+    """
+
+    name: str
+    kind: str
+    values: np.ndarray | None = None
+    groups: dict[Any, np.ndarray] | None = None
+    error: str | None = None
+
+    def primary(self) -> float:
+        """The task's primary metric from these errors: mean over leads of the RMSE (forecast) or
+        mean over groups of the RMSE (curve)."""
+        if self.error:
+            return math.inf
+        if self.kind == "forecast":
+            per_lead = [math.sqrt(np.nanmean(self.values[:, k] ** 2)) for k in range(self.values.shape[1])]
+            return float(np.mean(per_lead))
+        return float(np.mean([math.sqrt(np.mean(e ** 2)) for e in self.groups.values()]))
+
+
+def _forecast_errors(task: Any, source: str | None, parameters: dict | None, name: str,
+                     split: str) -> Errors:
+    obs = task.targets(split)
+    try:
+        fit = task.restore_fit(source, parameters, name=name)
+        forecasts = task.forecasts(fit, split)
+    except Exception as exc:  # a candidate failing on the test years: reported, not fatal
+        return Errors(name, "forecast", error=f"{type(exc).__name__}: {exc}")
+    if not np.all(np.isfinite(forecasts[~np.isnan(obs)])):
+        return Errors(name, "forecast", error="non-finite forecasts")
+    return Errors(name, "forecast", values=forecasts - obs)
+
+
+def _forecast_reference_errors(task: Any, split: str) -> list[Errors]:
+    obs = task.targets(split)
+    series = task.y[: task.split_end[split]].copy()
+    out = []
+    for ref in task.reference_models():
+        state = task.fit_reference(ref)
+        forecasts = ref.forecast(state, series, task.origins(split), task.leads)
+        out.append(Errors(ref.name, "forecast", values=forecasts - obs))
+    return out
+
+
+def _curve_groups(task: Any, split: str) -> list[Any]:
+    from datasets.schema import TEST
+
+    return list(task.groups()) + (list(task.test_groups()) if split == TEST else [])
+
+
+def _curve_errors_of(task: Any, fit: Any, split: str) -> Errors:
+    groups: dict[Any, np.ndarray] = {}
+    for group in _curve_groups(task, split):
+        try:
+            prediction = task.predict(fit, group, split)
+        except Exception as exc:
+            return Errors(fit.name, "curve", error=f"group {group}: {type(exc).__name__}: {exc}")
+        err = np.asarray(prediction, dtype=float) - task.split_target(split, group)
+        if not np.all(np.isfinite(err)):
+            return Errors(fit.name, "curve", error=f"non-finite predictions for group {group}")
+        groups[group] = err
+    return Errors(fit.name, "curve", groups=groups)
+
+
+def model_errors(task: Any, source: str, parameters: dict, name: str, split: str,
+                 calibrate_options: dict | None = None) -> Errors:
+    """Errors of a stored candidate (source + stored parameters) on ``split``."""
+    if hasattr(task, "report_errors"):
+        return task.report_errors(source, parameters, name, split)
+    if hasattr(task, "forecasts"):
+        return _forecast_errors(task, source, parameters, name, split)
+    try:
+        fit = task.restore_fit(source, parameters, name=name)
+        fit = task.prepare_test_fit(fit, **(calibrate_options or {}))
+    except Exception as exc:
+        return Errors(name, "curve", error=f"{type(exc).__name__}: {exc}")
+    if not fit.ok:
+        return Errors(name, "curve", error=fit.error)
+    return _curve_errors_of(task, fit, split)
+
+
+def reference_errors(task: Any, split: str) -> list[Errors]:
+    """Errors of every reference model of the task on ``split`` (fitted on the training part)."""
+    from datasets.schema import TEST
+
+    if hasattr(task, "report_reference_errors"):
+        return task.report_reference_errors(split)
+    if hasattr(task, "forecasts"):
+        return _forecast_reference_errors(task, split)
+    out = []
+    for ref in task.reference_models():
+        try:
+            fit = task.fit_reference(ref, test_groups=split == TEST)
+        except Exception as exc:
+            out.append(Errors(ref.name, "curve", error=f"{type(exc).__name__}: {exc}"))
+            continue
+        out.append(_curve_errors_of(task, fit, split))
+    return out
+
+
+# ---------------------------------------------------------------------------- paired tests
+def paired_forecast_test(champion: Errors, reference: Errors) -> dict[str, Any]:
+    """Diebold-Mariano (HLN) per lead and overall; ``mean_diff`` < 0: the champion has lower MSE."""
+    from storage.stats import dm_from_differential, diebold_mariano
+
+    a, b = champion.values, reference.values
+    leads = a.shape[1]
+    per_lead = []
+    for k in range(leads):
+        valid = ~np.isnan(a[:, k])
+        res = diebold_mariano(a[valid, k], b[valid, k], h=k + 1)
+        per_lead.append({"lead": k + 1, "rmse_champion": math.sqrt(np.mean(a[valid, k] ** 2)),
+                         "rmse_reference": math.sqrt(np.mean(b[valid, k] ** 2)), **res.to_dict()})
+    full = ~np.isnan(a).any(axis=1)
+    d = np.mean(a[full] ** 2 - b[full] ** 2, axis=1)
+    overall = dm_from_differential(d, h=leads).to_dict()
+    return {"test": "Diebold-Mariano, Harvey-Leybourne-Newbold correction, squared error",
+            "overall": overall, "per_lead": per_lead}
+
+
+def paired_curve_test(champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Paired bootstrap interval of RMSE(champion) - RMSE(reference) (negative: champion better)."""
+    from storage.stats import paired_bootstrap_rmse
+
+    keys = list(champion.groups)
+    if len(keys) >= 2:
+        res = paired_bootstrap_rmse([champion.groups[g] for g in keys], [reference.groups[g] for g in keys],
+                                    replicates=replicates, seed=seed)
+        how = (f"paired bootstrap over {len(keys)} groups (whole groups resampled: errors within a group are "
+               "serially correlated, groups are independent); statistic: mean over groups of the RMSE difference")
+    else:
+        (g,) = keys
+        res = paired_bootstrap_rmse(champion.groups[g], reference.groups[g], replicates=replicates, seed=seed)
+        how = (f"paired moving-block bootstrap of one series (block length {res.block}, as the errors are "
+               "serially correlated); statistic: RMSE difference")
+    return {"test": how, "overall": res.to_dict()}
+
+
+def verdict(kind: str, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
+    """One sentence: the difference with its p-value or interval, and what it means at 5%."""
+    c, r = champion.primary(), reference.primary()
+    o = test["overall"]
+    if kind == "forecast":
+        p = o["p_value"]
+        direction = "lower" if o["mean_diff"] < 0 else "higher"
+        sig = (f"significantly {direction} at the 5% level" if p < ALPHA
+               else "not significantly different at the 5% level")
+        return (f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g}: the mean squared error over "
+                f"leads 1-{len(test['per_lead'])} is {direction} by {abs(o['mean_diff']):.3g} "
+                f"(Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}): {sig}.")
+    lo, hi = o["low"], o["high"]
+    if hi < 0:
+        sig = f"the champion's RMSE is lower ({int(o['level'] * 100)}% interval excludes 0)"
+    elif lo > 0:
+        sig = f"the champion's RMSE is higher ({int(o['level'] * 100)}% interval excludes 0)"
+    else:
+        sig = "no significant difference (the interval contains 0)"
+    return (f"Champion test RMSE {c:.4g} vs {reference.name} {r:.4g}: difference {o['estimate']:+.4g}, "
+            f"{int(o['level'] * 100)}% bootstrap interval [{lo:+.4g}, {hi:+.4g}]: {sig}.")
+
+
+# ---------------------------------------------------------------------------- the report
+def task_of_run(store: Any, run_id: str) -> Any:
+    """Rebuild a run's task from its stored configuration."""
+    from flows.discover import DiscoverConfig
+    from flows.problem import load_problem
+
+    config = DiscoverConfig.from_dict(store.run_status(run_id).config)
+    return load_problem(config.problem)[1], config
+
+
+def _stderr_of(task: Any, source: str, parameters: dict) -> dict[str, Any]:
+    """Standard errors of a stored fit at its stored parameters, per fit group (see ndvm.stderr)."""
+    import ndvm
+
+    program = ndvm.compile(task.program_source(source))
+    names = list(program.param_names)
+    loss = task.calibration_loss
+    out: dict[str, Any] = {}
+    for group in task.fit_groups():
+        key = "" if group is None else f"{group}/"
+        try:
+            params = {n: float(parameters[f"{key}{n}"]) for n in names}
+        except KeyError as exc:
+            return {"error": f"stored parameters lack {exc}"}
+        inputs, target = task.fit_inputs(group), task.fit_target(group)
+        fit = ndvm.Fit(program=program, params=params, status="ok")
+        try:
+            if loss == "value":
+                # the forecast task's training loss is a mean of squared multi-step errors
+                count = task.fit_count() if hasattr(task, "fit_count") else None
+                fit.loss = float(program.evaluate([[params[n] for n in names]], inputs)[0])
+                se = ndvm.stderr(fit, inputs, None, "value", value_scale="mse" if count else "nll", n=count)
+            else:
+                fit.loss = float(program.loss_and_grad([[params[n] for n in names]], inputs, target, loss)[0][0])
+                se = ndvm.stderr(fit, inputs, target, loss)
+        except (ndvm.NDVMError, ValueError, np.linalg.LinAlgError) as exc:
+            out[str(group)] = {"error": str(exc)}
+            continue
+        out[str(group)] = se.to_dict()
+    return out
+
+
+def _front(store: Any, run_id: str, tolerance: float) -> list[dict[str, Any]]:
+    from storage.parsimony import pareto_front
+
+    rows = store.top(10 ** 9, run_id=run_id)
+    if rows.is_empty():
+        return []
+    complexity = store.complexities(rows.get_column("hash").to_list())
+    items = [(r["hash"], complexity.get(r["hash"]), r["score"], r) for r in rows.iter_rows(named=True)]
+    out = []
+    for entry in pareto_front(items, tolerance=tolerance):
+        row = entry.extra
+        out.append({**entry.to_dict(), "rank": int(row["rank"]), "source": row["source"],
+                    "parameters": json.loads(row["parameters"] or "{}")})
+    return out
+
+
+def _formula(source: str, parameters: dict) -> dict[str, Any]:
+    from storage.formula import render
+
+    plain = {k: v for k, v in parameters.items() if "/" not in k}
+    return render(source, plain).to_dict()
+
+
+def build_report(store: Any, run_id: str | None = None, task: Any = None, *, tolerance: float | None = None,
+                 replicates: int = 2000, split: str = "test") -> dict[str, Any]:
+    """The report card of ``run_id`` (default: the latest run) as a JSON-ready dict."""
+    from storage.parsimony import DEFAULT_TOLERANCE
+    from storage.stats import spearman
+
+    run_id = run_id or store.latest_run()
+    if run_id is None:
+        raise ReportError("the store has no runs yet")
+    status = store.run_status(run_id)
+    config = None
+    if task is None:
+        task, config = task_of_run(store, run_id)
+    top = store.top(1, run_id=run_id)
+    if top.is_empty():
+        raise ReportError(f"run {run_id}: no calibrated candidate, nothing to report")
+    champ = top.row(0, named=True)
+    parameters = json.loads(champ["parameters"] or "{}")
+    calibrate_options = config.calibration.as_kwargs() if config is not None and hasattr(config.calibration, "as_kwargs") else {}
+    champion = model_errors(task, champ["source"], parameters, champ["hash"], split, calibrate_options)
+    references = reference_errors(task, split)
+    usable = [r for r in references if not r.error]
+    report: dict[str, Any] = {
+        "run_id": run_id, "dataset": status.dataset, "task": status.task, "kind": champion.kind,
+        "split": split, "metric": status.metric,
+        "counts": {"proposed": status.proposed, "new": status.new, "calibrated": status.calibrated,
+                   "failed": status.failed},
+        "champion": {"hash": champ["hash"], "source": champ["source"], "parameters": parameters,
+                     "validation_score": champ["score"], "test_score": champion.primary(),
+                     "error": champion.error, "formula": _formula(champ["source"], parameters),
+                     "complexity": store.complexities([champ["hash"]]).get(champ["hash"])},
+        "references": [{"name": r.name, "test_score": r.primary(), "error": r.error} for r in references],
+    }
+    report["champion"]["stderr"] = _stderr_of(task, champ["source"], parameters)
+    if champion.kind == "forecast" and not champion.error:
+        report["per_lead"] = {"champion": _per_lead(champion), **{r.name: _per_lead(r) for r in usable}}
+    elif not champion.error:
+        report["per_group"] = {"champion": _per_group(champion), **{r.name: _per_group(r) for r in usable}}
+    if usable and not champion.error:
+        best = min(usable, key=lambda r: r.primary())
+        test = (paired_forecast_test(champion, best) if champion.kind == "forecast"
+                else paired_curve_test(champion, best, replicates=replicates))
+        report["best_reference"] = best.name
+        report["paired_test"] = test
+        report["verdict"] = verdict(champion.kind, champion, best, test)
+        report["versus_each_reference"] = [
+            {"reference": r.name,
+             **(paired_forecast_test(champion, r)["overall"] if champion.kind == "forecast"
+                else paired_curve_test(champion, r, replicates=replicates)["overall"])} for r in usable]
+    else:
+        report["verdict"] = (f"No paired test: {champion.error}" if champion.error
+                             else "No paired test: no reference model could be scored.")
+    tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
+    front = _front(store, run_id, tol)
+    for entry in front:
+        entry["formula"] = _formula(entry["source"], entry["parameters"])
+    report["pareto_front"] = front
+    report["pareto_rule"] = (f"recommended: the largest drop of log(validation {status.metric}) per unit of complexity "
+                             f"from the previous front entry, among front entries within {tol:.0%} of the best")
+    report["recommended"] = next((e["hash"] for e in front if e["recommended"]), None)
+    try:
+        scored = store.test_scores(run_id)
+        cand = scored.filter(scored["entry_kind"] == "candidate") if not scored.is_empty() else scored
+        if cand.height >= 3:
+            report["validation_test_spearman"] = {
+                "n": cand.height, "rho": spearman(cand["validation_score"].to_list(), cand["test_score"].to_list()),
+                "over": "the final top k scored on test at the end of the run"}
+    except Exception:  # a store without test scores (older runs): the report goes on without it
+        pass
+    return report
+
+
+def _per_lead(e: Errors) -> list[float]:
+    return [math.sqrt(np.nanmean(e.values[:, k] ** 2)) for k in range(e.values.shape[1])]
+
+
+def _per_group(e: Errors) -> dict[str, float]:
+    return {str(g): math.sqrt(np.mean(v ** 2)) for g, v in e.groups.items()}
+
+
+# ---------------------------------------------------------------------------- rendering
+def _num(v: Any, fmt: str = ".4g") -> str:
+    if v is None:
+        return "-"
+    try:
+        return format(float(v), fmt) if math.isfinite(float(v)) else str(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
+    """The report card as Markdown (what ``ndvm report`` prints and report.md holds)."""
+    c = report["champion"]
+    lines = [f"# Report card: {report['run_id']}", "",
+             f"{report['dataset']} / {report['task']}; metric {report['metric']} (lower is better); "
+             f"{report['counts']['calibrated']} candidates calibrated. Scores below are on the **{report['split']}** split "
+             "(never seen by the search); the champion is the best on validation.", "",
+             "## Verdict", "", report["verdict"], "",
+             "## Champion", "", f"`{c['hash']}`, complexity {c['complexity']}, validation {_num(c['validation_score'])}, "
+             f"test {_num(c['test_score'])}", ""]
+    f = c["formula"]
+    lines += ([f"    {f['text']}", "", f"LaTeX: `{f['latex']}`", ""] if f["ok"] else [f"({f['reason']})", ""])
+    lines += ["```scheme", c["source"].strip(), "```", ""]
+    lines += _stderr_markdown(c["stderr"])
+    lines += ["## Test scores", "", "| model | test " + report["metric"] + " |", "|---|--:|",
+              f"| champion | {_num(c['test_score'])} |"]
+    for r in report["references"]:
+        lines.append(f"| {r['name']} | {_num(r['test_score']) if not r['error'] else 'failed: ' + r['error']} |")
+    lines.append("")
+    if "per_lead" in report:
+        names = list(report["per_lead"])
+        lines += ["### RMSE per lead", "", "| lead | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for k in range(len(report["per_lead"]["champion"])):
+            lines.append(f"| {k + 1} | " + " | ".join(_num(report["per_lead"][n][k]) for n in names) + " |")
+        lines.append("")
+    if "per_group" in report:
+        names = list(report["per_group"])
+        groups = list(report["per_group"]["champion"])
+        lines += [f"### RMSE per group ({len(groups)} groups" + (f", first {max_groups} shown" if len(groups) > max_groups else "")
+                  + ")", "", "| group | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for g in groups[:max_groups]:
+            lines.append(f"| {g} | " + " | ".join(_num(report["per_group"][n].get(g)) for n in names) + " |")
+        lines.append("")
+    if "paired_test" in report:
+        t = report["paired_test"]
+        lines += ["## Paired test against the best reference (" + report["best_reference"] + ")", "", t["test"], ""]
+        if "per_lead" in t:
+            lines += ["| lead | RMSE champion | RMSE reference | DM* | p (two-sided) |", "|--:|--:|--:|--:|--:|"]
+            for row in t["per_lead"]:
+                lines.append(f"| {row['lead']} | {_num(row['rmse_champion'])} | {_num(row['rmse_reference'])} | "
+                             f"{row['statistic']:.2f} | {row['p_value']:.3g} |")
+            o = t["overall"]
+            lines += ["", f"Overall (mean over leads of the squared-error differential, h = {o['h']}, n = {o['n']}): "
+                          f"DM* = {o['statistic']:.2f}, p = {o['p_value']:.3g}.", ""]
+        lines += ["Against every reference (overall):", "",
+                  "| reference | statistic | p (two-sided) | interval |", "|---|--:|--:|---|"]
+        for row in report["versus_each_reference"]:
+            if "statistic" in row:
+                lines.append(f"| {row['reference']} | DM* {row['statistic']:.2f} | {row['p_value']:.3g} | |")
+            else:
+                lines.append(f"| {row['reference']} | {row['estimate']:+.4g} | {row['p_value']:.3g} | "
+                             f"[{row['low']:+.4g}, {row['high']:+.4g}] |")
+        lines.append("")
+    if report.get("validation_test_spearman"):
+        s = report["validation_test_spearman"]
+        lines += [f"Validation vs test (Spearman, {s['over']}, n = {s['n']}): rho = {_num(s['rho'], '.3f')}.", ""]
+    lines += ["## Pareto front (complexity vs validation " + report["metric"] + ")", "", report["pareto_rule"], "",
+              "| complexity | validation | score | | hash | formula |", "|--:|--:|--:|---|---|---|"]
+    for e in report["pareto_front"]:
+        formula = e["formula"]["text"] if e["formula"]["ok"] else e["formula"]["reason"]
+        lines.append(f"| {e['complexity']} | {_num(e['loss'])} | {_num(e['score'], '.3g')} | "
+                     f"{'**recommended**' if e['recommended'] else ''} | `{e['hash']}` | {formula.replace('|', '/')} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _stderr_markdown(se: dict[str, Any]) -> list[str]:
+    if "error" in se:
+        return [f"Standard errors: not computed ({se['error']}).", ""]
+    groups = list(se)
+    if not groups:
+        return []
+    lines = []
+    if len(groups) == 1:
+        s = se[groups[0]]
+        if "error" in s:
+            return [f"Standard errors: not computed ({s['error']}).", ""]
+        lines += ["| parameter | estimate | std. error | |", "|---|--:|--:|---|"]
+        for name, est in s["estimates"].items():
+            flag = "" if s["identifiable"][name] else "not identifiable"
+            lines.append(f"| {name} | {_num(est)} | {_num(s['stderr'][name], '.3g')} | {flag} |")
+        lines += ["", f"({s['method']}; condition number {_num(s['condition'], '.3g')}" + (f"; {s['note']}" if s["note"] else "")
+                  + ")", ""]
+        return lines
+    # one fit per group: a summary per parameter
+    ok = [s for s in se.values() if "error" not in s]
+    if not ok:
+        return ["Standard errors: not computed for any group.", ""]
+    lines += [f"Standard errors per group ({len(ok)} of {len(groups)} groups computed): median estimate, "
+              "median standard error, groups where the parameter is not identifiable.", "",
+              "| parameter | median estimate | median std. error | not identifiable |", "|---|--:|--:|--:|"]
+    for name in ok[0]["estimates"]:
+        est = [s["estimates"][name] for s in ok]
+        errs = [s["stderr"][name] for s in ok if s["stderr"][name] is not None]
+        bad = sum(not s["identifiable"][name] for s in ok)
+        lines.append(f"| {name} | {_num(np.median(est))} | {_num(np.median(errs) if errs else None, '.3g')} | {bad} |")
+    lines.append("")
+    return lines
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def report_json(report: dict[str, Any]) -> str:
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        if isinstance(v, dict):
+            return {str(k): clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(report), indent=2, default=_json_default)
+
+
+def log_report(tracker: Any, store: Any, run_id: str, report: dict[str, Any]) -> None:
+    """report.md + report.json on the parent run; on every logged entry's nested run a ``formula``
+    tag and ``formula.tex``; the champion's standard errors as ``stderr_<param>`` metrics."""
+    import tempfile
+
+    from storage.formula import render
+
+    client, parent = tracker.client, tracker.parent_run_id
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "report.md").write_text(report_markdown(report))
+        Path(tmp, "report.json").write_text(report_json(report))
+        if parent is not None:
+            client.log_artifact(parent, str(Path(tmp, "report.md")))
+            client.log_artifact(parent, str(Path(tmp, "report.json")))
+            client.set_tag(parent, "verdict", report["verdict"][:5000])
+        logged = store.logged(run_id)
+        champion = report["champion"]["hash"]
+        for digest, nested in logged.items():
+            row = store.evaluation(run_id, digest)
+            source = store.candidate(digest)["source"]
+            plain = {k: v for k, v in row["parameters"].items() if "/" not in k}
+            formula = render(source, plain)
+            client.set_tag(nested, "formula", (formula.text if formula.ok else formula.reason)[:5000])
+            if formula.ok:
+                path = Path(tmp, digest, "formula.tex")
+                path.parent.mkdir()
+                path.write_text(formula.latex + "\n")
+                client.log_artifact(nested, str(path))
+            if digest == champion:
+                from mlflow.entities import Metric
+
+                stamp = int(__import__("time").time() * 1000)
+                metrics = []
+                for group, se in report["champion"]["stderr"].items():
+                    if not isinstance(se, dict) or "stderr" not in se:
+                        continue
+                    prefix = "stderr_" if group == "None" else f"stderr_{group}_"
+                    metrics += [Metric(f"{prefix}{name}", float(v), stamp, 0) for name, v in se["stderr"].items()
+                                if v is not None and math.isfinite(v)]
+                for start in range(0, len(metrics), 500):
+                    client.log_batch(nested, metrics=metrics[start:start + 500])
+
+
+def write_report(report: dict[str, Any], folder: str | Path) -> tuple[Path, Path]:
+    """report.md and report.json under ``folder/reports/<run>/``."""
+    out = Path(folder) / "reports" / report["run_id"]
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / "report.md", out / "report.json"
+    md.write_text(report_markdown(report))
+    js.write_text(report_json(report))
+    return md, js
+
+
+__all__ = ["build_report", "report_markdown", "report_json", "log_report", "write_report", "ReportError",
+           "Errors", "model_errors", "reference_errors", "paired_forecast_test", "paired_curve_test", "verdict"]
