@@ -48,6 +48,7 @@ from flows.calibration import BatchItem, BatchResult, CalibrationOptions
 from flows.problem import ProblemSpec, entry_extras, load_problem, probe_inputs, task_spec
 from flows import faults
 from flows.mlflow_log import RunTracking
+from flows.report import finish_report
 from flows.runners import RunnerChoice, worker_environment
 from flows.supervisor import CalibrationSupervisor
 
@@ -351,6 +352,7 @@ class Discovery:
         self.drain_deadline: float | None = None  # the hard deadline, set when proposing stops
         self.supervisor: CalibrationSupervisor | None = None
         self.cancelled_at_deadline = 0
+        self.report_card: dict[str, Any] | None = None  # flows/report.py, built at the end of a finished run
         self.store_errors = 0
         self.logged_entries = 0
         self.errors: list[BaseException] = []
@@ -572,9 +574,12 @@ class Discovery:
     def _log_final(self, tracker: Any, k: int) -> None:
         """The final leaderboard, then the test scores on the logged entries and the parent run."""
         from flows.final import log_test_scores
+        from flows.report import log_report
 
         self._log_leaderboard(tracker, k)
         log_test_scores(tracker, self.store, self.run_id)
+        if self.report_card is not None:  # report.md/.json on the parent, formulas on the entries
+            log_report(tracker, self.store, self.run_id, self.report_card)
 
     def _calibration_loop(self) -> None:
         """Submit batches whenever a worker is free, record results as they come (the supervisor
@@ -686,6 +691,8 @@ class Discovery:
                     self.supervisor.close()
             status, mlflow_status = "finished", "FINISHED"
             self._score_test_split()
+            self.report_card = finish_report(self.store, self.run_id, self.task, self.folder, self.log,
+                                             calibrate_options=self.options.as_kwargs())
         except KeyboardInterrupt:
             status, mlflow_status = "interrupted", "KILLED"
             self._stop("interrupted")

@@ -275,7 +275,8 @@ def _formula(source: str, parameters: dict) -> dict[str, Any]:
 
 
 def build_report(store: Any, run_id: str | None = None, task: Any = None, *, tolerance: float | None = None,
-                 replicates: int = 2000, split: str = "test") -> dict[str, Any]:
+                 replicates: int = 2000, split: str = "test",
+                 calibrate_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report card of ``run_id`` (default: the latest run) as a JSON-ready dict."""
     from storage.parsimony import DEFAULT_TOLERANCE
     from storage.stats import spearman
@@ -292,7 +293,8 @@ def build_report(store: Any, run_id: str | None = None, task: Any = None, *, tol
         raise ReportError(f"run {run_id}: no calibrated candidate, nothing to report")
     champ = top.row(0, named=True)
     parameters = json.loads(champ["parameters"] or "{}")
-    calibrate_options = config.calibration.as_kwargs() if config is not None and hasattr(config.calibration, "as_kwargs") else {}
+    if calibrate_options is None:  # held-out groups are fitted as the run fitted (curve tasks)
+        calibrate_options = config.calibration.as_kwargs() if config is not None else {}
     champion = model_errors(task, champ["source"], parameters, champ["hash"], split, calibrate_options)
     references = reference_errors(task, split)
     usable = [r for r in references if not r.error]
@@ -528,6 +530,24 @@ def log_report(tracker: Any, store: Any, run_id: str, report: dict[str, Any]) ->
                     client.log_batch(nested, metrics=metrics[start:start + 500])
 
 
+def finish_report(store: Any, run_id: str, task: Any, folder: str | Path, log: Any,
+                  calibrate_options: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The end of a finished run: build the report card and write it under ``folder/reports/<run>``.
+    A report that cannot be built is a warning, never a failed run (the results are in the store)."""
+    import time
+
+    started = time.monotonic()
+    try:
+        report = build_report(store, run_id, task=task, calibrate_options=calibrate_options)
+        md, _ = write_report(report, folder)
+    except Exception as exc:
+        log.warning("the report card could not be built: %s: %s (retry with `ndvm report --run %s`)",
+                    type(exc).__name__, exc, run_id)
+        return None
+    log.info("report card %s in %.1f s: %s", md, time.monotonic() - started, report["verdict"])
+    return report
+
+
 def write_report(report: dict[str, Any], folder: str | Path) -> tuple[Path, Path]:
     """report.md and report.json under ``folder/reports/<run>/``."""
     out = Path(folder) / "reports" / report["run_id"]
@@ -538,5 +558,5 @@ def write_report(report: dict[str, Any], folder: str | Path) -> tuple[Path, Path
     return md, js
 
 
-__all__ = ["build_report", "report_markdown", "report_json", "log_report", "write_report", "ReportError",
+__all__ = ["build_report", "finish_report", "report_markdown", "report_json", "log_report", "write_report", "ReportError",
            "Errors", "model_errors", "reference_errors", "paired_forecast_test", "paired_curve_test", "verdict"]
