@@ -31,8 +31,11 @@ class Procedure:
         return "#<procedure>"
 
 
-def to_scheme(value: Any) -> str:
-    """Writes a value returned by ``Program.run`` in Scheme notation."""
+class _Text(str):
+    """A piece of punctuation queued by :func:`to_scheme` (told apart from a Symbol value)."""
+
+
+def _atom_to_scheme(value: Any) -> str:
     import math
 
     import numpy as np
@@ -49,24 +52,49 @@ def to_scheme(value: Any) -> str:
         if math.isinf(value):
             return "+inf.0" if value > 0 else "-inf.0"
         return repr(value)
-    if isinstance(value, Symbol) or isinstance(value, str):
+    if isinstance(value, str):  # Symbol included
         return str(value)
     if isinstance(value, Procedure):
         return "#<procedure>"
-    if isinstance(value, Pair):
-        items, cur = [], value
-        while isinstance(cur, Pair):
-            items.append(to_scheme(cur.car))
-            cur = cur.cdr
-        if isinstance(cur, list):
-            items.extend(to_scheme(v) for v in cur)
-            return "(" + " ".join(items) + ")"
-        return "(" + " ".join(items) + " . " + to_scheme(cur) + ")"
-    if isinstance(value, list):
-        return "(" + " ".join(to_scheme(v) for v in value) + ")"
     if isinstance(value, np.ndarray):
         if value.ndim == 1:
-            return "(vec " + " ".join(to_scheme(float(v)) for v in value) + ")"
-        rows = ["(vec " + " ".join(to_scheme(float(v)) for v in row) + ")" for row in value]
+            return "(vec " + " ".join(_atom_to_scheme(float(v)) for v in value) + ")"
+        rows = ["(vec " + " ".join(_atom_to_scheme(float(v)) for v in row) + ")" for row in value]
         return "(mat " + " ".join(rows) + ")"
     return repr(value)
+
+
+def to_scheme(value: Any) -> str:
+    """Writes a value returned by ``Program.run`` in Scheme notation.
+
+    Iterative (an explicit work stack, no recursion per level), so a result nested as deeply as
+    the runtime allows (2,000 levels) prints instead of raising RecursionError.
+    """
+    out: list[str] = []
+    work: list[Any] = [value]  # values still to write and punctuation, last first
+    while work:
+        v = work.pop()
+        if type(v) is _Text:
+            out.append(v)
+            continue
+        if isinstance(v, (Pair, list)):
+            items: list[Any] = []
+            cur = v
+            while isinstance(cur, Pair):
+                items.append(cur.car)
+                cur = cur.cdr
+            improper = not isinstance(cur, list)  # (a b . c)
+            if not improper:
+                items.extend(cur)
+            parts: list[Any] = [_Text("(")]
+            for i, item in enumerate(items):
+                if i:
+                    parts.append(_Text(" "))
+                parts.append(item)
+            if improper:
+                parts += [_Text(" . "), cur]
+            parts.append(_Text(")"))
+            work.extend(reversed(parts))
+            continue
+        out.append(_atom_to_scheme(v))
+    return "".join(out)

@@ -122,17 +122,61 @@ def _tokens(text: str):
             line_start = pos - (len(value) - value.rfind("\n") - 1)
 
 
+# Levels of nesting the proposers accept. The walkers over datums (to_str, count_nodes, the
+# mutation operators) recurse per level, one or two Python frames each, under Python's default
+# recursion limit of 1,000; deeper candidates are rejected here with a SexprError rather than
+# failing later with RecursionError. (The native runtime accepts 2,000 levels.)
+MAX_NESTING = 256
+
+
 def read_all(text: str) -> list[Node]:
     """Read every top-level datum of ``text``; raise :class:`SexprError` on malformed input."""
     tokens = list(_tokens(text))
     index = 0
+    depth = 0
 
     def datum() -> Node:
+        skip_datum_comments()
+        return one()
+
+    def skip_datum_comments() -> None:
+        """Drop every datum a run of "#;" comments covers ("#; #; a b" drops a and b): counted in
+        a loop, so a long run costs no recursion."""
         nonlocal index
+        pending = 0
+        while True:
+            while index < len(tokens) and tokens[index][0] == "datum_comment":
+                index += 1
+                pending += 1
+            if not pending:
+                return
+            if index >= len(tokens) or tokens[index][0] == "close":
+                line, column = tokens[index - 1][2:]
+                raise SexprError("'#;' comment without a datum", line, column)
+            one()
+            pending -= 1
+
+    def one() -> Node:
+        """The datum that starts at the current token (not a "#;")."""
+        nonlocal index, depth
         if index >= len(tokens):
             raise SexprError("unexpected end of input (missing ')'?)", *(tokens[-1][2:] if tokens else (None, None)))
         kind, value, line, column = tokens[index]
         index += 1
+        if kind in ("open", "quote"):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise SexprError(f"nesting deeper than {MAX_NESTING} levels (the proposers' nesting limit)", line, column)
+            try:
+                return compound(kind, line, column)
+            finally:
+                depth -= 1
+        if kind == "close":
+            raise SexprError("unbalanced parenthesis: unexpected ')'", line, column)
+        return _atom(value, line, column)
+
+    def compound(kind: str, line: int, column: int) -> Node:
+        nonlocal index
         if kind == "open":
             items: list = []
             while True:
@@ -151,22 +195,21 @@ def read_all(text: str) -> list[Node]:
                         raise SexprError("expected ')' after the tail of a dotted list", ln, col)
                     index += 1
                     return Dotted(tuple(items), tail)
-                items.append(datum())
-        if kind == "close":
-            raise SexprError("unbalanced parenthesis: unexpected ')'", line, column)
-        if kind == "quote":
-            return [Sym("quote"), datum()]
-        if kind == "datum_comment":
-            datum()  # skipped datum
-            return datum()
-        return _atom(value, line, column)
+                if k == "datum_comment":
+                    skip_datum_comments()
+                    continue
+                items.append(one())
+        return [Sym("quote"), datum()]  # kind == "quote"
 
     out = []
     while index < len(tokens):
         # a trailing "#;" comment with nothing after it is tolerated
         if tokens[index][0] == "datum_comment" and index + 1 >= len(tokens):
             break
-        out.append(datum())
+        if tokens[index][0] == "datum_comment":
+            skip_datum_comments()
+            continue
+        out.append(one())
     return out
 
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "error.h"
 #include "nesting.h"
@@ -139,6 +140,10 @@ class Compiler {
   std::unordered_map<std::string, int> param_index_, input_index_, symbol_index_;
   int gensym_ = 0;
   bool strict_recur_next_ = false;  // the named let being compiled comes from (loop ...)
+  // Named lets (by their source datum) that failed to compile as a loop. A failed attempt makes
+  // the enclosing loop fail too, and each failure recompiles its body: without this memo nested
+  // named lets / do / loop forms took time exponential in their nesting (24 levels: minutes).
+  std::unordered_set<const Datum*> not_a_loop_;
   int loop_nesting_ = 0;
 
   // ---- helpers -------------------------------------------------------------------------------
@@ -655,7 +660,9 @@ class Compiler {
 
   // (let name ((v init) ...) body...): first try a frame-reusing loop; fall back to
   // ((letrec ((name (lambda (v ...) body...))) name) init ...).
-  Node* named_let(const Datum& d, Scope* s, Ctx cx) {
+  // `key` identifies the source form (the (do ...) or (loop ...) a named let was derived from).
+  Node* named_let(const Datum& d, Scope* s, Ctx cx, const Datum* key = nullptr) {
+    if (!key) key = &d;
     if (d.items.size() < 4 || d.items[2]->kind != Datum::List)
       bad(d, "bad named let: expected (let NAME ((VAR INIT) ...) BODY...)");
     const std::string& name = d.items[1]->sym;
@@ -668,11 +675,13 @@ class Compiler {
       inits.push_back(b->items[1]);
     }
     std::vector<DatumP> body(d.items.begin() + 3, d.items.end());
-    if (Node* loop = try_loop(d, name, vars, inits, body, s, cx, strict_recur_next_)) {
+    Node* loop = not_a_loop_.count(key) ? nullptr : try_loop(d, name, vars, inits, body, s, cx, strict_recur_next_);
+    if (loop) {
       strict_recur_next_ = false;
       return loop;
     }
     strict_recur_next_ = false;
+    not_a_loop_.insert(key);
     // closure form
     std::vector<DatumP> formals;
     for (auto& v : vars) formals.push_back(sym(v, d));
@@ -743,7 +752,7 @@ class Compiler {
     // `recur` is bound as the loop name inside and must be called in tail position; a closure in
     // the body (which could capture the loop variables) makes the loop a recursive closure instead.
     strict_recur_next_ = true;
-    return named_let(*as_let, s, cx);
+    return named_let(*as_let, s, cx, &d);
   }
 
   // (cond clause ...) -> a chain of N_IF / N_OR nodes. The clauses are compiled in order (so
@@ -858,7 +867,7 @@ class Compiler {
     again.push_back(list(call, d));
     auto body = list({sym("if", d), exit.items[0], list(result, exit), list(again, d)}, d);
     auto as_let = list({sym("let", d), sym(name, d), list(bindings, d), body}, d);
-    return named_let(*as_let, s, cx);
+    return named_let(*as_let, s, cx, &d);
   }
 };
 
