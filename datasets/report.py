@@ -1,7 +1,8 @@
 """Reference-model report: ``python -m datasets.report [DATASET|PATH] [key=value ...]``.
 
-Fits every reference model of the dataset's task on the training part and prints the held-out
-scores as a Markdown table (these are the numbers a discovered program has to beat).
+Fits every reference model of the dataset's task on the training part and prints its scores on
+the validation and on the test split as Markdown tables (these are the numbers a discovered
+program has to beat).
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ def _parse(value: str) -> Any:
     return value
 
 
-def reference_table(task) -> str:
-    rows = task.score_references()
-    if task.kind == "forecast":
+def reference_table(task, split: str = "test") -> str:
+    rows = task.score_references(split)
+    if "rmse_by_lead" in rows[0]:  # a forecast task's score
         lines = ["| model | params | mean RMSE | RMSE lead 1 / 3 / 6 / 12 | mean ACC | ACC lead 1 / 3 / 6 / 12 |",
                  "|---|---|---|---|---|---|"]
         for r in rows:
@@ -33,10 +34,10 @@ def reference_table(task) -> str:
                          f"{rm[0]:.3f} / {rm[2]:.3f} / {rm[5]:.3f} / {rm[11]:.3f} | {r['mean_acc']:.3f} | "
                          f"{ac[0]:.2f} / {ac[2]:.2f} / {ac[5]:.2f} / {ac[11]:.2f} |")
     else:
-        lines = ["| model | params | test RMSE (mean over groups) | test RMSE pooled | train RMSE | fit s |",
+        lines = [f"| model | params | {split} RMSE (mean over groups) | {split} RMSE pooled | train RMSE | fit s |",
                  "|---|---|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {r['model']} | {r['n_params']} | {r['test_rmse']:.4f} | {r['test_rmse_pooled']:.4f} | "
+            lines.append(f"| {r['model']} | {r['n_params']} | {r['rmse']:.4f} | {r['rmse_pooled']:.4f} | "
                          f"{r['train_rmse']:.4f} | {r['fit_seconds']:.2f} |")
     return "\n".join(lines)
 
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     dataset = load(name, **data_options)
     task = make_task(dataset, **task_options)
     print(f"{dataset.describe()}\ntask: {task.name}\n")
-    print(reference_table(task))
+    for split in ("validation", "test"):
+        print(f"{split}:\n{reference_table(task, split)}\n")
     print(f"\n({time.perf_counter() - start:.1f} s)")
     return 0
 

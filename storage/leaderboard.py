@@ -62,7 +62,8 @@ def leaderboard_table(top: pl.DataFrame, status: RunStatus, metric: str | None =
     table = Table(title=title, title_justify="left", expand=width is not None)  # the title keeps the full width
     table.add_column("#", justify="right")
     table.add_column("hash", no_wrap=True, min_width=16)
-    table.add_column(f"held-out {metric_name}" if "." not in metric_name else metric_name, justify="right")
+    table.add_column(f"validation {metric_name}" if "." not in metric_name else metric_name, justify="right")
+    table.add_column("test", justify="right")  # scored once at the end of the run; never ranks
     table.add_column("size", justify="right")
     table.add_column("origin")
     # the formula takes the width that is left and is cut with an ellipsis, one line per entry
@@ -71,11 +72,15 @@ def leaderboard_table(top: pl.DataFrame, status: RunStatus, metric: str | None =
     rows = []
     for row in top.iter_rows(named=True):
         size = complexities.get(row["hash"])
-        rows.append([str(row["rank"]), row["hash"], f"{row['score']:.6g}", "-" if size is None else str(size),
+        test = row.get("test_score")
+        rows.append([str(row["rank"]), row["hash"], f"{row['score']:.6g}", "-" if test is None else f"{test:.6g}",
+                     "-" if size is None else str(size),
                      _short(row["origin"] or "", 24), _formula_or_program(row["source"], row["parameters"])])
     _add_rows_fitting(table, rows, width)
     if metric is None:
-        table.caption = f"ranked by held-out {status.metric} ({'higher' if status.higher_is_better else 'lower'} is better)"
+        table.caption = (f"ranked by validation {status.metric} ({'higher' if status.higher_is_better else 'lower'} "
+                         f"is better); test: {status.metric} on the test split, scored once when the run finished "
+                         "(final top k only), never used to rank")
     else:
         table.caption = f"ranked by {metric}"
     return table

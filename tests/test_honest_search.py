@@ -20,7 +20,7 @@ import datasets
 import ndvm
 from datasets.errors import SplitError
 from datasets.schema import TEST, TEST_FIT, TRAIN, VALIDATION
-from datasets.tasks import make_task
+from datasets.tasks import ForecastTask, TaskError, make_task
 from datasets.tasks.forecast import AR1_SOURCE, KALMAN_AR1_SOURCE, SERIES
 
 from conftest import shared_file
@@ -142,13 +142,20 @@ def test_forecast_training_loss_is_the_multi_step_error_over_the_scored_leads():
     program = ndvm.compile(task.program_source(AR1_SOURCE))
     y, phi = task.y[: task.n_train], 0.8
     total, count = 0.0, 0
-    for t in range(task.burn_in, task.n_train):  # the state has seen y[..t-1]: AR(1) forecasts phi^k y[t-1]
+    # every 5th month from the burn-in: every calendar month is an origin, every lead is scored
+    assert task.fit_stride == 5 and list(task.fit_origins()[:3]) == [12, 17, 22]
+    assert set(task.fit_origins() % 12) == set(range(12))
+    for t in task.fit_origins():  # the state has seen y[..t-1]: AR(1) forecasts phi^k y[t-1]
         for k in range(1, task.leads + 1):
             if t + k - 1 >= task.n_train:
                 break
             total += (y[t + k - 1] - phi ** k * y[t - 1]) ** 2
             count += 1
-    assert count == task.fit_count() == 4254
+    assert count == task.fit_count() == 855
+    every = ForecastTask(task.dataset, fit_stride=1)  # all origins: the same formula
+    assert every.fit_count() == 4254
+    with pytest.raises(TaskError, match="fit_stride"):
+        ForecastTask(task.dataset, fit_stride=0)
     assert program.run(params={"phi": phi}, inputs={SERIES: y.copy()}) == pytest.approx(total / count, rel=1e-12)
     # the gradient is exact too (NDVM against a central difference of the same loss)
     _, grad = program.value_and_grad([[phi]], inputs={SERIES: y.copy()})

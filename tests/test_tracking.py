@@ -146,7 +146,8 @@ def test_leaderboard_prints_the_top_candidates(logged):
     top = show_leaderboard(logged["root"] / "candidates.duckdb", run_id="disc-1", console=console)
     text = console.export_text()
     assert top["hash"].to_list() == [logged["cand"].hash]
-    assert logged["cand"].hash in text and "held-out rmse" in text and "1 calibrated" in text
+    assert logged["cand"].hash in text and "validation rmse" in text and "1 calibrated" in text
+    assert "never used to rank" in text  # the test column: scored once at the end, not here
     logged["store"] = CandidateStore(logged["root"] / "candidates.duckdb")
 
 
