@@ -9,17 +9,19 @@ changes, with three rules that keep the model's values:
    left alone). Exact-integer arithmetic is left alone too: integers are structure (counts, indices).
    Neutral elements are dropped: ``(+ e 0.0)``, ``(- e 0.0)``, ``(* e 1.0)``, ``(/ e 1.0)`` become
    ``e``, ``(* a 1.0 x)`` becomes ``(* a x)``.
-2. **A function of a lone parameter becomes a parameter**: when every occurrence of parameter
-   ``p`` lies inside one pure numeric expression ``E`` that uses no other variable, ``E`` is
-   replaced by ``p`` itself, re-declared with initial value E(init) and the range of ``E``'s
-   outermost function as its constraint (``exp``, ``softplus``: positive; ``sigmoid``,
-   ``logistic``: unit; ``sin``, ``cos``, ``tanh``: between -1 and 1; otherwise none). The model family
-   is the same: the new ``p`` takes exactly the values ``E`` could take. ``(* 3.0 p)``,
-   ``(sin phi)``, ``(exp (- k))`` all become one parameter.
+2. **A function of lone parameters becomes a parameter**: when a pure numeric expression ``E``
+   uses parameters (and literals) only, and none of those parameters occurs anywhere else, ``E``
+   is replaced by its first parameter ``p``, re-declared with initial value E(inits) and the range
+   of ``E``'s outermost function as its constraint (``exp``, ``softplus``: positive; ``sigmoid``,
+   ``logistic``: unit; ``sin``, ``cos``, ``tanh``: between -1 and 1; otherwise none); the other
+   parameters of ``E`` become unused. The model family is the same: the new ``p`` takes exactly the
+   values ``E`` could take. ``(* 3.0 p)``, ``(sin phi)``, ``(exp (- k))``, ``(* p1 p2)`` all
+   become one parameter.
 3. **Unused parameters are dropped**: a declaration no expression refers to.
 
 A parameter that is also bound locally somewhere (a ``let`` or a formal with its name) is left
-alone by rule 2: its occurrences are not all the parameter.
+alone by rule 2: its occurrences are not all the parameter. The outermost such ``E`` is rewritten
+first, one at a time, until none is left.
 
 The result carries ``changes`` (what was done) and ``param_map``: for each rewritten parameter,
 the expression of the old parameters it stands for, so ``map_params`` turns old parameter values
@@ -143,29 +145,31 @@ def _occurrences(node: Node, name: str) -> int:
     return 0
 
 
-def _pure_of(node: Node, param: str, shadowed: set[str]) -> bool:
-    """``node`` is a pure numeric expression whose only variable is ``param``."""
+def _pure_params(node: Node, params: set[str], shadowed: set[str]) -> set[str] | None:
+    """The parameters of ``node`` when it is a pure numeric expression of parameters and literals
+    only (no input, no local variable), else None."""
     if isinstance(node, Sym):
-        return node == param
+        return {str(node)} if str(node) in params else None
     if _is_num(node):
-        return True
+        return set()
     if isinstance(node, list) and node and isinstance(node[0], Sym) and node[0] in FOLDABLE \
             and str(node[0]) not in shadowed:
-        return all(_pure_of(x, param, shadowed) for x in node[1:])
-    return False
-
-
-def _largest_pure(node: Node, param: str, shadowed: set[str], path: tuple) -> tuple | None:
-    """Path of the outermost compound sub-expression that is pure in ``param`` and holds all of its
-    occurrences in ``node`` (the caller checks the count)."""
-    if isinstance(node, list) and node:
-        if _occurrences(node, param) and _pure_of(node, param, shadowed) and not (
-                node[0] == "param" and isinstance(node[0], Sym)):
-            return path
-        for i, x in enumerate(node):
-            if _occurrences(x, param):
-                return _largest_pure(x, param, shadowed, path + (i,))
+        out: set[str] = set()
+        for x in node[1:]:
+            sub = _pure_params(x, params, shadowed)
+            if sub is None:
+                return None
+            out |= sub
+        return out
     return None
+
+
+def _paths(node: Node, path: tuple):
+    """Every list sub-expression with its path, outermost first."""
+    if isinstance(node, list) and node:
+        yield path, node
+        for i, x in enumerate(node):
+            yield from _paths(x, path + (i,))
 
 
 def _get(forms: list, path: tuple) -> Node:
@@ -192,40 +196,44 @@ def _substitute(node: Node, mapping: dict[str, Node]) -> Node:
 
 def _lone_parameter(forms: list[Node], shadowed: set[str], changes: list[str],
                     param_map: dict[str, Node]) -> bool:
-    for k, decl in enumerate(forms):
-        if not _is_param_decl(decl) or str(decl[1]) in shadowed:
+    """Rewrite the outermost pure expression E of parameters that occur nowhere outside E into
+    one parameter (the first of them in declaration order); the others become unused."""
+    decls = {str(f[1]): k for k, f in enumerate(forms) if _is_param_decl(f) and str(f[1]) not in shadowed}
+    if not decls:
+        return False
+    totals = {name: sum(_occurrences(f, name) for k, f in enumerate(forms) if k != decls[name]) for name in decls}
+    for j, form in enumerate(forms):
+        if _is_param_decl(form):
             continue
-        name = str(decl[1])
-        body = [f for i, f in enumerate(forms) if i != k]
-        total = sum(_occurrences(f, name) for f in body)
-        if total == 0:
-            continue
-        for j, form in enumerate(forms):
-            if j == k or not _occurrences(form, name):
+        for path, expr in _paths(form, (j,)):
+            used = _pure_params(expr, set(decls), shadowed)
+            if not used or any(_occurrences(expr, p) != totals[p] for p in used):
                 continue
-            path = _largest_pure(form, name, shadowed, (j,))
-            if path is None or _occurrences(_get(forms, path), name) != total:
-                break
-            expr = _get(forms, path)
-            init = decl[2] if _is_num(decl[2]) else None
-            if init is None:
-                break
-            value = _evaluate(to_str(_substitute(expr, {name: float(init)})))
-            if value is None:
-                break
-            constraint = RANGE_CONSTRAINT.get(str(expr[0]))
-            if constraint == Sym("positive") and not value > 0:
-                break
-            if constraint == Sym("unit") and not 0 < value < 1:
-                break
-            if isinstance(constraint, list) and not -1 < value < 1:
-                break
-            _set(forms, path, Sym(name))
-            forms[k] = [Sym("param"), Sym(name), value] + ([copy.deepcopy(constraint)] if constraint is not None else [])
-            # the new parameter stands for expr of the old one (compose with earlier rewrites of it)
-            param_map[name] = _substitute(expr, {name: param_map.get(name, Sym(name))})
-            changes.append(f"{to_str(expr)} of the lone parameter {name} became the parameter {name}")
-            return True
+            inits = {}
+            for p in used:
+                init = forms[decls[p]][2]
+                if not _is_num(init):
+                    break
+                inits[p] = float(init)
+            else:
+                value = _evaluate(to_str(_substitute(expr, inits)))
+                constraint = RANGE_CONSTRAINT.get(str(expr[0]))
+                if value is None or (constraint == Sym("positive") and not value > 0) or (
+                        constraint == Sym("unit") and not 0 < value < 1) or (
+                        isinstance(constraint, list) and not -1 < value < 1):
+                    continue
+                name = min(used, key=lambda p: decls[p])
+                before = to_str(expr)
+                # the new parameter stands for expr of the old ones (composed with earlier rewrites)
+                param_map[name] = _substitute(expr, {p: param_map.get(p, Sym(p)) for p in used})
+                for p in used - {name}:
+                    param_map.pop(p, None)
+                _set(forms, path, Sym(name))
+                forms[decls[name]] = [Sym("param"), Sym(name), value] + (
+                    [copy.deepcopy(constraint)] if constraint is not None else [])
+                what = "lone parameter" if len(used) == 1 else "parameters " + ", ".join(sorted(used)) + " (used nowhere else)"
+                changes.append(f"{before} of the {what} became the parameter {name}")
+                return True
     return False
 
 

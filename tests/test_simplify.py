@@ -31,12 +31,20 @@ def test_constant_folding_uses_the_runtime():
 
 
 def test_function_of_a_lone_parameter_becomes_a_parameter():
+    # the champion: (softplus (+ (sin phi) (* 3.0 s))) with s the state (here the input x):
+    # (sin phi) holds every use of phi, so phi becomes a parameter in (-1, 1)
+    text, r = simp("(param phi 0.5) (* (softplus (+ (sin phi) (* 3.0 x))) x)")
+    assert text == "(param phi 0.479425538604203 (between -1 1))\n(* (softplus (+ phi (* 3.0 x))) x)"
+    # with s a parameter too, the whole softplus is a positive constant: one parameter
     text, r = simp("(param phi 0.5) (param s 1.0) (* (softplus (+ (sin phi) (* 3.0 s))) x)")
-    # (sin phi) holds every use of phi: phi in (-1, 1); (* 3.0 s) holds every use of s: a free s
-    assert text == ("(param phi 0.479425538604203 (between -1 1))\n(param s 3.0)\n"
-                    "(* (softplus (+ phi s)) x)")
+    assert text == f"(param phi {math.log1p(math.exp(math.sin(0.5) + 3.0))!r} positive)\n(* phi x)"
     text, r = simp("(param k 0.7) (* x (exp (- k)))")
     assert text == f"(param k {math.exp(-0.7)!r} positive)\n(* x k)"
+    # several parameters used nowhere else: one parameter (the champion of a short ENSO run had this)
+    text, r = simp("(param phi 0.9) (param p1 0.1) (param p2 -0.5) (* phi (+ 0.5 (* p1 p2)) x)")
+    assert text == "(param phi 0.9)\n(param p1 0.45)\n(* phi p1 x)"  # (+ 0.5 (* p1 p2)) is one number
+    assert r.param_map == {"p1": read_all("(+ 0.5 (* p1 p2))")[0]}
+    assert map_params(r, {"phi": 0.9, "p1": 0.4, "p2": -0.5}) == {"phi": 0.9, "p1": 0.3}
     # a parameter used elsewhere too is not rewritten
     assert simp("(param k 0.7) (+ (exp k) (* k x))")[1].changes == []
     # a parameter shadowed by a local binding is left alone
