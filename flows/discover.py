@@ -514,7 +514,12 @@ class Discovery:
                     break
                 await asyncio.sleep(0.05)  # the calibration queue is full: wait for it to drain
                 continue
-            _, tasks = await asyncio.wait(tasks, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
+            done, tasks = await asyncio.wait(tasks, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
+            for request in done:  # only a fatal proposer error escapes _one_request: stop the run with it
+                if not request.cancelled() and request.exception() is not None:
+                    for other in tasks:
+                        other.cancel()
+                    raise request.exception()
             if self.stop_proposing.is_set() and tasks:
                 # Requests already in flight finish (their proposals are paid for), then stop; not
                 # beyond the hard deadline, though: late ones are cancelled.
