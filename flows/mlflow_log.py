@@ -113,7 +113,8 @@ class RunTracking:
             return  # MLflow was down at the start: only the end tries again (no waiting mid-run)
         try:
             self.tracker.log_progress(status)
-            leaderboard(self.tracker, k)
+            if k:
+                leaderboard(self.tracker, k)
         except Exception as exc:
             self.failures += 1
             self.error = f"{type(exc).__name__}: {str(exc)[:500]}"

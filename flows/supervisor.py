@@ -83,6 +83,8 @@ def _worker_main(conn: Any, task_blob: bytes, options: CalibrationOptions, paren
     _exit_with_parent(parent_pid)
     import cloudpickle  # noqa: F401  (unpickles what cloudpickle wrote: lambdas of curve tasks)
 
+    import ndvm  # noqa: F401  (a runtime that does not import kills the worker before it is ready:
+    #              the pool reports that, instead of every candidate failing one by one)
     from flows import faults
     from flows.calibration import calibrate_batch, worker_identity
 
@@ -149,8 +151,11 @@ class _Worker:
 
     def send_job(self) -> None:
         assert self.job is not None
+        try:
+            self.conn.send((self.job.id, self.job.items))
+        except OSError:  # the worker died since it was last seen: the pool's poll reassigns the job
+            return
         self.job.started = time.monotonic()
-        self.conn.send((self.job.id, self.job.items))
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -193,6 +198,8 @@ class WorkerPool:
         return sum(1 for w in self._workers if w.job is not None)
 
     def submit(self, job: Job) -> None:
+        for idle in [w for w in self._workers if w.job is None and not w.process.is_alive()]:
+            self._died(idle, [])  # an idle worker died (killed from outside): replace it first
         worker = next((w for w in self._workers if w.job is None), None)
         if worker is None:
             raise RuntimeError("WorkerPool.submit without a free worker (check free_slots first)")
