@@ -240,10 +240,12 @@ def _stderr_of(task: Any, source: str, parameters: dict) -> dict[str, Any]:
         fit = ndvm.Fit(program=program, params=params, status="ok")
         try:
             if loss == "value":
-                # the forecast task's training loss is a mean of squared multi-step errors
-                count = task.fit_count() if hasattr(task, "fit_count") else None
+                # the forecast task's training loss is a mean of fit_count() squared multi-step errors
+                if getattr(task, "loss", "mse") != "mse" or not hasattr(task, "fit_count"):
+                    return {"error": "standard errors need a squared-error training loss (this task fits "
+                                     f"{getattr(task, 'loss', loss)})"}
                 fit.loss = float(program.evaluate([[params[n] for n in names]], inputs)[0])
-                se = ndvm.stderr(fit, inputs, None, "value", value_scale="mse" if count else "nll", n=count)
+                se = ndvm.stderr(fit, inputs, None, "value", value_scale="mse", n=task.fit_count())
             else:
                 fit.loss = float(program.loss_and_grad([[params[n] for n in names]], inputs, target, loss)[0][0])
                 se = ndvm.stderr(fit, inputs, target, loss)
@@ -251,6 +253,10 @@ def _stderr_of(task: Any, source: str, parameters: dict) -> dict[str, Any]:
             out[str(group)] = {"error": str(exc)}
             continue
         out[str(group)] = se.to_dict()
+        if loss == "value":  # overlapping multi-step errors are correlated: the errors are optimistic
+            out[str(group)]["note"] = "; ".join(x for x in (out[str(group)]["note"], (
+                "the multi-step training errors overlap and are correlated, treated here as independent: "
+                "these standard errors are optimistic")) if x)
     return out
 
 
