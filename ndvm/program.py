@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -29,20 +30,46 @@ class Param:
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one evaluation; exceeding any raises ``LimitError``.
+    """Resource limits of one evaluation (one ``run``, ``evaluate`` or ``value_and_grad`` call, or one
+    step of a calibration, all lanes together); exceeding any raises ``LimitError`` naming the limit.
 
-    The defaults stop an infinite loop or a runaway recursion within a few seconds.
+    The defaults stop an infinite loop, a runaway recursion or a runaway computation within a few
+    seconds and stay far above any realistic model (docs/reliability.md, "Limits"). The first three
+    fields may still be given by position; the others are keyword-only.
     """
 
     max_steps: int = 20_000_000  # evaluation steps (about 0.3-2 s of work)
     max_depth: int = 100_000  # nested evaluations; the C stack is also bounded in bytes
-    max_bytes: int = 1 << 30  # payload + heap + tape of one evaluation
+    max_bytes: int = 1 << 30  # payload + heap + tape + linear-algebra scratch of one evaluation
     # Re-execute the recorded tape when a gradient evaluation repeats with new parameters only
     # (same program, lanes, inputs): the same bits, without walking the program (README, "Replay").
-    replay: bool = True
+    replay: bool = field(default=True, kw_only=True)
+    # Element operations summed over lanes: each numeric result's elements, k per element of a
+    # matrix product, n^3 for det/logdet/inv/cholesky of an n x n matrix (n^3 + n^2 m for solve), a
+    # reduction's input, a list traversal's length; replayed work counts as walked work.
+    max_work: int = field(default=500_000_000, kw_only=True)
+    # Wall-clock seconds per evaluation, checked cooperatively (every few thousand steps, every
+    # 1,024 replayed or backward records, inside long linear algebra); None: no limit.
+    max_seconds: float | None = field(default=None, kw_only=True)
 
-    def as_tuple(self) -> tuple[int, int, int, bool]:
-        return (int(self.max_steps), int(self.max_depth), int(self.max_bytes), bool(self.replay))
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "max_depth", "max_bytes", "max_work"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive integer, got {value!r}")
+        if self.max_depth > 2**31 - 1 or max(self.max_steps, self.max_bytes, self.max_work) > 2**64 - 1:
+            raise ValueError("Limits: a limit is out of range (max_depth < 2**31, the others < 2**64)")
+        if not isinstance(self.replay, (bool, np.bool_)):
+            raise ValueError(f"Limits.replay must be True or False, got {self.replay!r}")
+        if self.max_seconds is not None:
+            ok = isinstance(self.max_seconds, (int, float, np.integer, np.floating)) and not isinstance(self.max_seconds, bool)
+            if not ok or not math.isfinite(self.max_seconds) or self.max_seconds <= 0:
+                raise ValueError(f"Limits.max_seconds must be a positive number of seconds or None, got {self.max_seconds!r}")
+
+    def as_tuple(self) -> tuple[int, int, int, bool, int, float | None]:
+        """The form the native module takes (native/python/module.cc, limits_from)."""
+        return (int(self.max_steps), int(self.max_depth), int(self.max_bytes), bool(self.replay), int(self.max_work),
+                None if self.max_seconds is None else float(self.max_seconds))
 
 
 DEFAULT_LIMITS = Limits()

@@ -27,6 +27,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 import ndvm
@@ -407,3 +408,230 @@ def test_calibrate_many_turns_a_non_program_item_into_a_fit_error():
     """Found by this file: an int among the programs once raised AttributeError for the whole batch."""
     fits = ndvm.calibrate_many(["(param a 1.0) (* a x)", 42], {"x": [1.0]}, target=[1.0], steps=2, restarts=2)
     assert fits[0].status != "error" and fits[1].status == "error"
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 17: sizes in 64 bits, linear-algebra scratch in the memory budget, the work budget and the
+# wall-clock limit (docs/reliability.md, "Limits"). Cases that crashed the process before the fix
+# run in a child, so a crash fails the test rather than the suite.
+
+SIZES_CHILD = """
+import json, sys
+import numpy as np
+import ndvm
+cases = json.loads(sys.stdin.read())
+out = []
+for source, limits, lanes in cases:
+    try:
+        prog = ndvm.compile(source, limits=ndvm.Limits(**limits))
+        if lanes:
+            prog.evaluate(np.linspace(0.5, 1.5, lanes)[:, None])
+        else:
+            prog.run()
+        out.append({"error": None})
+    except BaseException as exc:
+        out.append({"error": type(exc).__name__, "message": str(exc)})
+print(json.dumps(out))
+"""
+
+HUGE = {"max_bytes": 2**62, "max_work": 2**62}  # budgets that do not stop a size: the size checks must
+# Each: source, Limits fields, lanes (0: run one lane), words the LimitError message must contain.
+SIZE_CASES = [
+    # rows * cols past 32 bits: once a wrapped size, a small buffer and a SIGSEGV
+    ("(vsum (outer (ones 70000) (ones 70000)))", {}, 0, ["'outer'"]),
+    ("(vsum (outer (ones 65536) (ones 65537)))", HUGE, 0, ["'outer'", "array too large"]),
+    ("(vsum (matmul (ones 70000 1) (ones 1 70000)))", HUGE, 0, ["'matmul'", "array too large"]),
+    ("(vsum (outer (ones 70000) (ones 70000)))", {"max_bytes": 64 << 30}, 0, ["'outer'"]),
+    # huge make-vector / make-matrix: a dimension past 32 bits was truncated by a cast
+    ("(vsum (zeros 4294967297))", {}, 0, ["'zeros'", "memory budget (max_bytes=1024 MiB"]),
+    ("(vsum (zeros 4294967297))", HUGE, 0, ["'zeros'", "past 2^32"]),
+    ("(vsum (ones 100000 100000))", {}, 0, ["'ones'", "memory budget"]),
+    ("(vsum (eye 3037000500))", HUGE, 0, ["'eye'", "more than 2^64 bytes"]),
+    # lane buffers: a lane-varying 2000 x 2000 matrix in 300 lanes is 9.6 GB
+    ("(param a 1.0) (vsum (outer (* a (ones 2000)) (ones 2000)))", {}, 300, ["'outer'", "memory budget"]),
+    # a result the same in every lane, copied out for each of 200 lanes (16 GB)
+    ("(param a 1.0) (+ (ones 10000000) 0.0)", {}, 200, ["the result", "memory budget"]),
+    # linear-algebra scratch counts against the budget: the 2000 x 2000 matrix and its inverse fit
+    # in 70 MiB, the four n x n work matrices of the inversion do not
+    ("(vsum (inv (eye 2000)))", {"max_bytes": 70 << 20, "max_work": 10**11}, 0, ["'inv'", "memory budget (max_bytes=70 MiB"]),
+    ("(det (eye 2000))", {"max_bytes": 40 << 20, "max_work": 10**11}, 0, ["'det'", "memory budget (max_bytes=40 MiB"]),
+    ("(vsum (cholesky (eye 2000)))", {"max_bytes": 70 << 20, "max_work": 10**11}, 0, ["'cholesky'", "memory budget"]),
+    ("(vsum (solve (eye 2000) (ones 2000 2000)))", {"max_bytes": 70 << 20, "max_work": 10**11}, 0,
+     ["'solve'", "memory budget"]),
+]
+
+
+def test_sizes_are_checked_in_64_bits_before_allocating():
+    cases = [[src, lim, lanes] for src, lim, lanes, _ in SIZE_CASES]
+    proc = subprocess.run([sys.executable, "-c", SIZES_CHILD], input=json.dumps(cases), capture_output=True, text=True,
+                          timeout=120, env=CHILD_ENV)
+    assert proc.returncode == 0, f"the process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    outcomes = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (src, lim, lanes, words), got in zip(SIZE_CASES, outcomes):
+        assert got["error"] == "LimitError", f"{src} {lim} lanes={lanes}: {got}"
+        for word in words:
+            assert word in got["message"], f"{src} {lim}: {word!r} not in {got['message']!r}"
+
+
+def test_sizes_just_inside_the_budget_still_work():
+    """The checks refuse what is too large, not what is large: an 8,000 x 8,000 product (512 MB) and
+    linear algebra whose scratch fits pass at the defaults."""
+    assert ndvm.compile("(vsum (outer (ones 8000) (ones 8000)))").run() == 64_000_000.0
+    assert ndvm.compile("(det (eye 500))").run() == 1.0
+    assert ndvm.compile("(trace (inv (eye 300)))", limits=ndvm.Limits(max_bytes=8 << 20)).run() == 300.0
+
+
+WORK_RUNAWAY = [
+    # the determinant of a 400 x 400 matrix at every step: 20M steps at 64M operations each were
+    # hours of work under a step budget alone
+    pytest.param("(let ((m (+ (eye 400) (ones 400 400)))) (let loop ((i 0) (s 0.0)) (loop (+ i 1) (+ s (det m)))))",
+                 "'det'", id="det-400-loop"),
+    pytest.param("(let ((m (eye 300))) (let loop ((x (ones 300))) (loop (solve m x))))", "'solve'", id="solve-300-loop"),
+    pytest.param("(let ((m (ones 600 600))) (let loop ((k 0)) (matmul m m) (loop (+ k 1))))", "'matmul'",
+                 id="matmul-600-loop"),
+    pytest.param("(let ((v (ones 1000000))) (let loop ((s 0.0)) (loop (+ s (vsum v)))))", "'vsum'", id="vsum-1e6-loop"),
+    pytest.param("(let ((l (vec->list (ones 100000)))) (let loop ((i 0)) (loop (+ i (length l)))))", "'length'",
+                 id="length-1e5-loop"),
+    pytest.param("(let ((l (vec->list (ones 100000)))) (let loop ((i 0)) (if (memv 2.0 l) 0 (loop (+ i 1)))))",
+                 "'memv'", id="memv-miss-loop"),
+]
+
+
+@pytest.mark.skipif(SANITIZED, reason="wall time is not meaningful under the sanitizers")
+@pytest.mark.parametrize("source,where", WORK_RUNAWAY)
+def test_runaway_work_ends_with_the_work_budget_within_seconds(source, where):
+    try:
+        proc = run_child(RUNAWAY_CHILD.replace("SOURCE", repr(source)), RUNAWAY_WALL_S + KILL_MARGIN_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {RUNAWAY_WALL_S + KILL_MARGIN_S:.0f} s (killed): {source}")
+    assert proc.returncode == 0, f"child died (exit {proc.returncode}): {proc.stderr[-1500:]}"
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outcome["error"] == "LimitError", f"{source}: {outcome}"
+    assert f"work budget (max_work={ndvm.DEFAULT_LIMITS.max_work} element operations) exceeded" in outcome["message"]
+    assert outcome["message"].startswith(where), outcome["message"]
+    assert outcome["seconds"] < RUNAWAY_WALL_S, f"{source}: LimitError only after {outcome['seconds']:.1f} s"
+
+
+def test_work_budget_is_configurable_and_counts_linear_algebra_at_its_cost():
+    det = "(det (eye 100))"  # 100^3 = 1e6 operations
+    assert ndvm.compile(det, limits=ndvm.Limits(max_work=2_000_000)).run() == 1.0
+    with pytest.raises(ndvm.LimitError, match=r"work budget \(max_work=900000 element operations\)"):
+        ndvm.compile(det, limits=ndvm.Limits(max_work=900_000)).run()
+    # a matrix product counts m*k*n: 200 x 200 by 200 x 200 is 8e6, its inputs and output 120,000
+    prod = "(vsum (matmul (ones 200 200) (ones 200 200)))"
+    assert ndvm.compile(prod, limits=ndvm.Limits(max_work=9_000_000)).run() == 200.0 * 40_000
+    with pytest.raises(ndvm.LimitError, match="'matmul': work budget"):
+        ndvm.compile(prod, limits=ndvm.Limits(max_work=7_000_000)).run()
+    # elementwise work counts every element: 100 additions of a 10,000-vector are 1e6
+    loop = "(let loop ((i 0) (v (zeros 10000))) (if (= i 100) (vsum v) (loop (+ i 1) (+ v 1.0))))"
+    assert ndvm.compile(loop, limits=ndvm.Limits(max_work=1_100_000)).run() == 1000000.0
+    with pytest.raises(ndvm.LimitError, match="work budget"):
+        ndvm.compile(loop, limits=ndvm.Limits(max_work=900_000)).run()
+
+
+def test_max_seconds_stops_a_long_loop():
+    # under the default step and work budgets this loop takes tens of seconds; 0.5 s of wall clock ends it
+    src = "(let loop ((i 0) (s 0.0)) (if (= i 3000000000) s (loop (+ i 1) (+ s 1.0))))"
+    limits = ndvm.Limits(max_steps=10**15, max_work=10**15, max_seconds=0.5)
+    t0 = time.perf_counter()
+    with pytest.raises(ndvm.LimitError, match=r"wall-clock limit \(max_seconds=0.5\) exceeded after 0\.\d\d s"):
+        ndvm.compile(src, limits=limits).run()
+    took = time.perf_counter() - t0
+    assert 0.5 <= took < 3.0, took
+    # the same limit on gradients over lanes
+    grad_src = "(param a 1.0) (let loop ((i 0) (s a)) (if (= i 3000000000) s (loop (+ i 1) (+ s (* a 1e-9)))))"
+    t0 = time.perf_counter()
+    with pytest.raises(ndvm.LimitError, match="wall-clock limit"):
+        ndvm.compile(grad_src, limits=limits).value_and_grad([[1.0], [2.0]])
+    assert time.perf_counter() - t0 < 3.0
+
+
+def test_max_seconds_is_checked_inside_long_linear_algebra():
+    """One determinant of a 3,000 x 3,000 matrix is a single step of several seconds: the clock is
+    polled inside the LU factorization."""
+    limits = ndvm.Limits(max_work=10**12, max_seconds=0.3)
+    t0 = time.perf_counter()
+    with pytest.raises(ndvm.LimitError, match="wall-clock limit"):
+        ndvm.compile("(det (+ (eye 3000) (ones 3000 3000)))", limits=limits).run()
+    assert time.perf_counter() - t0 < 3.0
+
+
+def test_limits_fields_are_keywords_with_the_native_defaults():
+    native = ndvm._native.DEFAULT_LIMITS
+    default = ndvm.Limits()
+    for name in ("max_steps", "max_depth", "max_bytes", "replay", "max_work", "max_seconds"):
+        assert getattr(default, name) == native[name], name
+    assert default.max_seconds is None
+    assert ndvm.Limits(1000, 10, 1 << 20).max_bytes == 1 << 20  # the first three still by position
+    with pytest.raises(TypeError):
+        ndvm.Limits(1000, 10, 1 << 20, False)  # the others are keyword-only
+    for bad in ({"max_work": 0}, {"max_work": -5}, {"max_steps": 1.5}, {"max_seconds": 0}, {"max_seconds": -1.0},
+                {"max_seconds": float("nan")}, {"max_seconds": "1"}, {"max_bytes": True}, {"max_bytes": 2**64}):
+        with pytest.raises(ValueError, match=f"Limits.{next(iter(bad))}|out of range"):
+            ndvm.Limits(**bad)
+
+
+REPLAY_SRC = """
+(param q 0.5 positive)
+(define F (mat (vec 1.0 0.1) (vec 0.0 1.0)))
+(let loop ((t 0) (x (vec 0.0 1.0)) (P (eye 2)) (acc 0.0))
+  (if (= t 50) acc
+      (let* ((x2 (matvec F x)) (P2 (+ (matmul (matmul F P) (transpose F)) (* q (eye 2))))
+             (S (+ (ref P2 0 0) 1.0)))
+        (loop (+ t 1) x2 (- P2 (/ (outer (vec (ref P2 0 0) (ref P2 1 0)) (vec (ref P2 0 0) (ref P2 0 1))) S))
+              (+ acc (logdet P2) (/ (square (- (ref x2 0) 0.3)) S))))))
+"""
+
+
+def test_budgets_hold_alike_for_walked_and_replayed_evaluations():
+    """Replayed work counts: a replay is charged as its walk was, so a budget between a walk's work
+    and less fails both ways and a budget that fits lets every later (replayed) call pass."""
+    walked = ndvm.compile(REPLAY_SRC, limits=ndvm.Limits(replay=False))
+    walked.value_and_grad([[0.5], [0.7]])
+    walk_work = ndvm._native.last_usage()["work"]
+    assert walk_work > 1000
+    fits = ndvm.compile(REPLAY_SRC, limits=ndvm.Limits(max_work=walk_work))
+    replayed0 = ndvm._native.replay_counts()[0]
+    for k in range(4):
+        fits.value_and_grad([[0.5 + 0.01 * k], [0.7]])
+    assert ndvm._native.replay_counts()[0] == replayed0 + 3  # the first call walked, the others replayed
+    replay_work = ndvm._native.last_usage()["work"]
+    assert 0.5 * walk_work < replay_work <= walk_work
+    for replay in (True, False):
+        tight = ndvm.compile(REPLAY_SRC, limits=ndvm.Limits(max_work=walk_work - 1, replay=replay))
+        for _ in range(2):
+            with pytest.raises(ndvm.LimitError, match="work budget"):
+                tight.value_and_grad([[0.5], [0.7]])
+
+
+RUNAWAY_WORK = "(param a 1.0) (let ((m (+ (eye 400) (ones 400 400)))) (let loop ((s a)) (loop (+ s (det m)))))"
+RUNAWAY_CLOCK = "(param a 1.0) (let loop ((i 0) (s a)) (if (= i 3000000000) s (loop (+ i 1) (* s 1.0))))"
+
+
+def test_calibrate_many_reports_a_program_over_its_budgets_without_disturbing_the_others():
+    x = np.linspace(0.0, 1.0, 30)
+    y = 1.5 * np.exp(-0.7 * x)
+    good = ["(param a 1.0) (param k 1.0 positive) (* a (exp (- (* k x))))",
+            "(param a 1.0) (param b 0.0) (+ (* a x) b)"]
+    options = {"inputs": {"x": x}, "target": y, "steps": 15, "restarts": 4, "threads": 2}
+    alone = ndvm.calibrate_many(good, **options)
+    mixed = ndvm.calibrate_many([good[0], RUNAWAY_WORK + " x", good[1]], **options)
+    assert mixed[1].status == "error" and mixed[1].error_type is ndvm.LimitError
+    assert "work budget" in mixed[1].error
+    for a, m in zip(alone, (mixed[0], mixed[2])):
+        assert m.status == a.status != "error"
+        assert np.array_equal(m.all_losses, a.all_losses) and np.array_equal(m.all_params, a.all_params)
+    # the wall clock too (a loop that would run for minutes under the step and work budgets)
+    clock = ndvm.Limits(max_steps=10**15, max_work=10**15, max_seconds=0.3)
+    progs = [ndvm.compile(s, limits=clock) for s in (good[0], RUNAWAY_CLOCK + " (* a x)", good[1])]
+    t0 = time.perf_counter()
+    fits = ndvm.calibrate_many(progs, **options)
+    assert time.perf_counter() - t0 < 10.0
+    assert fits[1].status == "error" and fits[1].error_type is ndvm.LimitError and "wall-clock limit" in fits[1].error
+    assert np.array_equal(fits[0].all_losses, alone[0].all_losses)
+    assert np.array_equal(fits[2].all_losses, alone[1].all_losses)
+
+
+def test_calibrate_of_a_program_over_its_budget_raises_limit_error():
+    with pytest.raises(ndvm.LimitError, match="work budget"):
+        ndvm.calibrate(RUNAWAY_WORK, loss="value", steps=3, restarts=2)

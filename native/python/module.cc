@@ -25,12 +25,20 @@ VM& thread_vm() {
   return *vm;
 }
 
+// ndvm.Limits.as_tuple(): (max_steps, max_depth, max_bytes[, replay[, max_work[, max_seconds]]]);
+// a missing field keeps the C++ default (program.h), max_seconds None is off.
 Limits limits_from(py::tuple t) {
+  if (t.size() < 3 || t.size() > 6) throw py::value_error("limits: expected 3 to 6 fields, got " + std::to_string(t.size()));
   Limits l;
   l.max_steps = t[0].cast<uint64_t>();
   l.max_depth = t[1].cast<int>();
   l.max_bytes = t[2].cast<uint64_t>();
   if (t.size() > 3) l.replay = t[3].cast<bool>();
+  if (t.size() > 4) l.max_work = t[4].cast<uint64_t>();
+  if (t.size() > 5 && !t[5].is_none()) {
+    l.max_seconds = t[5].cast<double>();
+    if (!(l.max_seconds > 0)) throw py::value_error("limits: max_seconds must be positive or None");
+  }
   return l;
 }
 
@@ -398,6 +406,29 @@ PYBIND11_MODULE(_native, m) {
     const VM& vm = thread_vm();
     return py::make_tuple(vm.replay.replayed, vm.replay.fell_back);
   });
+  // The C++ defaults of Limits (program.h): ndvm.Limits must agree with them (tests check).
+  {
+    Limits d;
+    py::dict dl;
+    dl["max_steps"] = d.max_steps;
+    dl["max_depth"] = d.max_depth;
+    dl["max_bytes"] = d.max_bytes;
+    dl["replay"] = d.replay;
+    dl["max_work"] = d.max_work;
+    dl["max_seconds"] = d.max_seconds > 0 ? py::object(py::float_(d.max_seconds)) : py::object(py::none());
+    m.attr("DEFAULT_LIMITS") = dl;
+  }
+  // What this thread's last evaluation (evaluate, value_and_grad, run) used of its budgets:
+  // steps of its last lane group, element operations (work) of the whole evaluation.
+  m.def("last_usage", []() {
+    const VM& vm = thread_vm();
+    py::dict d;
+    d["steps"] = vm.steps;
+    d["work"] = vm.work_used();
+    return d;
+  });
+  // The most work any successful evaluation of this process used (all threads); reset: start again.
+  m.def("peak_work", [](bool reset) { return peak_work(reset); }, py::arg("reset") = false);
   m.def("build_info", []() {
     py::dict d;
     d["compiler"] = NDVM_CXX_COMPILER;

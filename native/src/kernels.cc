@@ -268,9 +268,9 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
   if (L != 1 || a.tag != T_NUM || b.tag != T_NUM || op > O_DIV) return binary_general(op, a, b, site);
   const uint32_t na = a.numel(), nb = b.numel();
   Value out;
-  if (na == 1 && a.rank == 0) out = alloc_num(b.rank, b.rows, b.n.cols, a.uniform() && b.uniform());
+  if (na == 1 && a.rank == 0) out = alloc_num(b.rank, b.rows, b.n.cols, a.uniform() && b.uniform(), site);
   else if ((nb == 1 && b.rank == 0) || (a.rank == b.rank && a.rows == b.rows && a.n.cols == b.n.cols))
-    out = alloc_num(a.rank, a.rows, a.n.cols, a.uniform() && b.uniform());
+    out = alloc_num(a.rank, a.rows, a.n.cols, a.uniform() && b.uniform(), site);
   else
     shape_mismatch(*this, site, a, b);
   const double* pa = data(a);
@@ -299,7 +299,7 @@ Value VM::binary_general(Op op, Value a, Value b, const Node* site) {
   // fast path: two scalars (the bulk of scalar model code)
   if (a.tag == T_NUM && b.tag == T_NUM && (a.rank | b.rank) == 0 && op <= O_DIV) {
     bool uni = a.uniform() && b.uniform();
-    Value out = alloc_num(0, 1, 1, uni);
+    Value out = alloc_num(0, 1, 1, uni, site);
     uint32_t Lo = uni ? 1 : L;
     if (Lo == 1) {
       const double x = *data(a), y = *data(b);
@@ -321,7 +321,7 @@ Value VM::binary_general(Op op, Value a, Value b, const Node* site) {
   else shape_mismatch(*this, site, a, b);
 
   bool uni = a.uniform() && b.uniform();
-  Value out = alloc_num(rank, rows, cols, uni);
+  Value out = alloc_num(rank, rows, cols, uni, site);
   uint32_t n = out.numel();
   uint32_t Lo = uni ? 1 : L;
   if (Lo == 1 && op <= O_DIV) {  // one lane (B = 1, or both uniform): the loop inline, no views
@@ -359,7 +359,7 @@ Value VM::unary(Op op, Value a, const Node* site) {
   }
   if (a.tag != T_NUM) type_error(site, "a number", a);
   bool uni = a.uniform();
-  Value out = alloc_num(a.rank, a.rows, a.cols(), uni);
+  Value out = alloc_num(a.rank, a.rows, a.cols(), uni, site);
   size_t total = static_cast<size_t>(out.numel()) * (uni ? 1 : L);
   double* o = data(out);
   unary_loop(op, data(a), o, total);
@@ -371,7 +371,7 @@ Value VM::unary(Op op, Value a, const Node* site) {
 Value VM::rounding(int prim, Value a, const Node* site) {
   if (a.tag == T_INT) return a;
   if (a.tag != T_NUM) type_error(site, "a number", a);
-  Value out = alloc_num(a.rank, a.rows, a.cols(), a.uniform());
+  Value out = alloc_num(a.rank, a.rows, a.cols(), a.uniform(), site);
   size_t total = static_cast<size_t>(out.numel()) * lanes_of(a);
   Op op = prim == P_FLOOR ? O_FLOOR : prim == P_CEILING ? O_CEILING : prim == P_ROUND ? O_ROUND : O_TRUNCATE;
   rounding_loop(op, data(a), data(out), total);
@@ -393,7 +393,7 @@ Value VM::int_div(int prim, Value a, Value b, const Node* site) {
   if (a.tag != T_NUM || a.rank != 0) type_error(site, "an integer", a);
   if (b.tag != T_NUM || b.rank != 0) type_error(site, "an integer", b);
   bool uni = a.uniform() && b.uniform();
-  Value out = alloc_num(0, 1, 1, uni);
+  Value out = alloc_num(0, 1, 1, uni, site);
   uint32_t Lo = uni ? 1 : L;
   Op op = prim == P_QUOTIENT ? O_QUOTIENT : prim == P_REMAINDER ? O_REMAINDER : O_MODULO;
   int_div_loop(op, view(*this, a, true), view(*this, b, true), data(out), Lo, site);
@@ -462,7 +462,12 @@ Value VM::num_pred(int prim, Value a, const Node* site) {
   return lanes_to_bool(m);
 }
 
+// A comparison costs kCompareWork of the work budget, plus the elements of numbers: a numeric eqv?
+// in memv, assoc or equal? takes about as long as that many element operations.
+constexpr uint64_t kCompareWork = 8;
+
 void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
+  charge(kCompareWork, site);
   char probe;
   if (static_cast<size_t>(stack_base - &probe) > stack_budget)
     limit_error("recursion too deep for the evaluation stack (comparing deeply nested structures)",
@@ -477,6 +482,7 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
         return;
       }
       uint8_t* leaf = leaf_mask_buf(L);  // no recursion below: one buffer serves every leaf
+      charge(cost_of(a.numel(), L), site);  // beyond kCompareWork: arrays compare every element
       eqv_mask(*this, a, b, leaf);
       if (recording && (a.active() || b.active())) {  // the outcome depends on parameters: a guard
         Value ab[2] = {a, b};
@@ -686,9 +692,13 @@ const GemmKernels* small_gemm(uint32_t m, uint32_t k, uint32_t n) {
 }  // namespace
 
 namespace {
+// A kernel longer than this many multiply-adds checks the wall clock (Limits.max_seconds) as it goes.
+constexpr uint64_t kPollWork = 1u << 22;
+
 template <class V>
 void gemm_compute(VM& vm, const V& a, const V& b, double* o, uint32_t m, uint32_t k, uint32_t n, uint32_t Lo) {
   View va = view(vm, a, false), vb = view(vm, b, false);
+  const bool poll = cost_of(m, k, n, Lo) > kPollWork;
   const GemmKernels* small = small_gemm(m, k, n);
   if (small && (Lo == 1 || (va.ls && vb.ls))) {
     small->fwd(va.p, vb.p, o, Lo);
@@ -697,16 +707,19 @@ void gemm_compute(VM& vm, const V& a, const V& b, double* o, uint32_t m, uint32_
   if (Lo == 1) {  // one lane (B = 1 or both uniform): a plain small matrix product
     const double* A = va.p;
     const double* Bm = vb.p;
-    for (uint32_t i = 0; i < m; ++i)
+    for (uint32_t i = 0; i < m; ++i) {
+      if (poll) vm.poll_clock(nullptr);
       for (uint32_t j = 0; j < n; ++j) {
         double acc = 0;
         for (uint32_t q = 0; q < k; ++q) acc += A[i * k + q] * Bm[q * n + j];
         o[i * n + j] = acc;
       }
+    }
     return;
   }
   std::memset(o, 0, sizeof(double) * m * n * Lo);
-  for (uint32_t i = 0; i < m; ++i)
+  for (uint32_t i = 0; i < m; ++i) {
+    if (poll) vm.poll_clock(nullptr);
     for (uint32_t j = 0; j < n; ++j) {
       double* po = o + (static_cast<size_t>(i) * n + j) * Lo;
       for (uint32_t q = 0; q < k; ++q) {
@@ -718,6 +731,7 @@ void gemm_compute(VM& vm, const V& a, const V& b, double* o, uint32_t m, uint32_
         else po[0] += *pa * *pb;
       }
     }
+  }
 }
 }  // namespace
 
@@ -725,6 +739,9 @@ Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t 
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(out_rank, out_rows, out_cols, uni);
   uint32_t Lo = uni ? 1 : L;
+  // k multiply-adds per output value, charged before they run: m*n*Lo < 2^32 (allocated) and
+  // k < 2^32, so the product fits in 64 bits
+  charge(static_cast<uint64_t>(m) * n * Lo * k);
   gemm_compute(*this, a, b, data(out), m, k, n, Lo);
   if (prog->f32) round_f32(data(out), static_cast<size_t>(m) * n * Lo);
   if (recording && (a.active() || b.active())) record2(O_GEMM, out, a, b, m, k, n);
@@ -734,11 +751,14 @@ Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t 
 namespace {
 
 // LU decomposition with partial pivoting of one n x n matrix (row-major, in place).
-// Returns the sign of the permutation, or 0 when singular.
-int lu(double* A, int n, int* piv) {
+// Returns the sign of the permutation, or 0 when singular. `poll`: checks the wall clock every few
+// columns of a large matrix. n * n fits in an int (linalg_guard).
+int lu(double* A, int n, int* piv, VM* poll = nullptr) {
   int sign = 1;
+  if (n < 128) poll = nullptr;
   for (int i = 0; i < n; ++i) piv[i] = i;
   for (int c = 0; c < n; ++c) {
+    if (poll && c % 16 == 0) poll->poll_clock(nullptr);
     int p = c;
     double best = std::fabs(A[c * n + c]);
     for (int r = c + 1; r < n; ++r)
@@ -793,9 +813,9 @@ void scatter_add(VM& vm, double* adj, const V& v, uint32_t l, const double* src)
 }
 
 // Inverse of an n x n matrix; fills with NaN when singular (that lane's loss becomes non-finite).
-void invert(const double* A, int n, double* out, double* work, int* piv, double* tmp) {
+void invert(const double* A, int n, double* out, double* work, int* piv, double* tmp, VM* poll = nullptr) {
   std::memcpy(work, A, sizeof(double) * n * n);
-  if (!lu(work, n, piv)) {
+  if (!lu(work, n, piv, poll)) {
     for (int i = 0; i < n * n; ++i) out[i] = NAN;
     return;
   }
@@ -819,27 +839,29 @@ void inv_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
     }
     return;
   }
-  if (vm.scratch.size() < 5u * n * n + 8) vm.scratch.resize(5u * n * n + 8);
-  if (vm.pivots.size() < static_cast<size_t>(n)) vm.pivots.resize(n);
+  const size_t nn = static_cast<size_t>(n) * n;
+  double* A = vm.scratch_for(4 * nn + 8, n);
   int* piv = vm.pivots.data();
-  double *A = vm.scratch.data(), *Y = A + n * n, *W = Y + n * n, *T = W + n * n;
+  double *Y = A + nn, *W = Y + nn, *T = W + nn;
   for (uint32_t l = 0; l < lanes; ++l) {
+    vm.poll_clock(nullptr);
     gather(vm, a, l, A);
-    invert(A, n, Y, W, piv, T);
+    invert(A, n, Y, W, piv, T, &vm);
     for (int e = 0; e < n * n; ++e) o[static_cast<size_t>(e) * lanes + l] = Y[e];
   }
 }
 
 template <class V>
 void solve_compute(VM& vm, const V& a, const V& b, double* o, int n, int m, uint32_t lanes) {
-  if (vm.scratch.size() < 2u * n * n + 2u * n * m + 8) vm.scratch.resize(2u * n * n + 2u * n * m + 8);
-  if (vm.pivots.size() < static_cast<size_t>(n)) vm.pivots.resize(n);
+  const size_t nn = static_cast<size_t>(n) * n, nm = static_cast<size_t>(n) * m;
+  double* A = vm.scratch_for(nn + 2 * nm + 8, n);
   int* piv = vm.pivots.data();
-  double *A = vm.scratch.data(), *X = A + n * n, *T = X + n * m;
+  double *X = A + nn, *T = X + nm;
   for (uint32_t l = 0; l < lanes; ++l) {
+    vm.poll_clock(nullptr);
     gather(vm, a, a.uniform() ? 0 : l, A);
     gather(vm, b, b.uniform() ? 0 : l, X);
-    if (!lu(A, n, piv)) for (int i = 0; i < n * m; ++i) X[i] = NAN;
+    if (!lu(A, n, piv, &vm)) for (int i = 0; i < n * m; ++i) X[i] = NAN;
     else lu_solve(A, piv, n, X, m, T);
     for (int e = 0; e < n * m; ++e) o[static_cast<size_t>(e) * lanes + l] = X[e];
   }
@@ -849,10 +871,11 @@ void solve_compute(VM& vm, const V& a, const V& b, double* o, int n, int m, uint
 // some lane is not.
 template <class V>
 bool chol_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
-  if (vm.scratch.size() < 2u * n * n + 8) vm.scratch.resize(2u * n * n + 8);
-  double *A = vm.scratch.data(), *C = A + n * n;
+  double* A = vm.scratch_for(2 * static_cast<size_t>(n) * n + 8);
+  double* C = A + static_cast<size_t>(n) * n;
   bool all_ok = true;
   for (uint32_t l = 0; l < lanes; ++l) {
+    vm.poll_clock(nullptr);
     gather(vm, a, l, A);
     for (int i = 0; i < n * n; ++i) C[i] = 0;
     bool ok = true;
@@ -883,6 +906,13 @@ void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes, int n)
   switch (op) {
     case O_VSUM:
     case O_NORM:
+      if (lanes == 1) {  // the sum in a register (o may alias x for the compiler: a store per element
+        double s = 0;    // was a store-to-load chain, 5x slower); the same additions in the same order
+        if (op == O_VSUM) for (uint32_t e = 0; e < ne; ++e) s += x[e];
+        else for (uint32_t e = 0; e < ne; ++e) s += x[e] * x[e];
+        o[0] = op == O_NORM ? std::sqrt(s) : s;
+        break;
+      }
       for (uint32_t l = 0; l < lanes; ++l) o[l] = 0;
       for (uint32_t e = 0; e < ne; ++e)
         for (uint32_t l = 0; l < lanes; ++l) {
@@ -898,16 +928,15 @@ void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes, int n)
       break;
     case O_DET:
     case O_LOGDET: {
-      if (vm.scratch.size() < static_cast<size_t>(n) * n + 8) vm.scratch.resize(static_cast<size_t>(n) * n + 8);
-      if (vm.pivots.size() < static_cast<size_t>(n)) vm.pivots.resize(n);
+      double* A = vm.scratch_for(static_cast<size_t>(n) * n + 8, n);
       int* piv = vm.pivots.data();
       for (uint32_t l = 0; l < lanes; ++l) {
-        double* A = vm.scratch.data();
         gather(vm, a, l, A);
         double det;
         if (n == 2) det = A[0] * A[3] - A[1] * A[2];
         else {
-          int sign = lu(A, n, piv);
+          vm.poll_clock(nullptr);
+          int sign = lu(A, n, piv, &vm);
           det = sign;
           for (int i = 0; i < n && sign; ++i) det *= A[i * n + i];
           if (!sign) det = 0;
@@ -921,11 +950,37 @@ void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes, int n)
 }
 }  // namespace
 
+namespace {
+// The dense linear algebra indexes an n x n (and n x m) matrix with ints: refuse larger ones (they
+// are also far over the default memory and work budgets).
+void linalg_guard(uint64_t n, uint64_t m, const Node* site) {
+  if (n * n > INT32_MAX || n * m > INT32_MAX)
+    limit_error("'" + (site ? site->name : std::string("linear algebra")) + "': a " + std::to_string(n) + "x" +
+                    std::to_string(n) + " system is too large for the runtime's linear algebra (at most 2^31 elements)",
+                site ? site->line : 0, site ? site->col : 0);
+}
+}  // namespace
+
+uint64_t record_extra_work(const VM& vm, const TapeRec& t) {
+  const uint64_t lanes = vm.lanes_of(t.out);
+  switch (t.op) {
+    case O_GEMM: return cost_of(t.out.ne, lanes, t.d1);  // as VM::gemm: k per output value
+    case O_INV: case O_DET: case O_LOGDET: case O_CHOL: return cost_of(t.d0, t.d0, t.d0, lanes);
+    case O_SOLVE: return cost_of(t.d0, t.d0, static_cast<uint64_t>(t.d0) + t.d1, lanes);
+    case O_TRACE: return cost_of(t.d0, lanes);
+    case O_VSUM: case O_NORM: return cost_of(t.in[0].ne, lanes);
+    default: return 0;
+  }
+}
+
 // A singular (or not positive definite) matrix that is the same in every lane is an error of the
 // program; one that depends on the parameters gives NaN in its lane, which calibration freezes.
+// Each operation is charged to the work budget before it runs (the costs of record_extra_work).
 Value VM::inv(const Value& a, const Node* site) {
   int n = static_cast<int>(a.rows);
-  Value out = alloc_num(2, n, n, a.uniform());
+  linalg_guard(a.rows, a.rows, site);
+  charge(cost_of(n, n, n, lanes_of(a)), site);
+  Value out = alloc_num(2, n, n, a.uniform(), site);
   uint32_t lanes = lanes_of(a);
   inv_compute(*this, a, data(out), n, lanes);
   if (a.uniform()) {
@@ -937,12 +992,14 @@ Value VM::inv(const Value& a, const Node* site) {
   return out;
 }
 
-Value VM::solve(const Value& a, const Value& b, const Node*) {
+Value VM::solve(const Value& a, const Value& b, const Node* site) {
+  linalg_guard(a.rows, b.cols(), site);
   int n = static_cast<int>(a.rows);
   int m = static_cast<int>(b.cols());
   bool uni = a.uniform() && b.uniform();
-  Value out = alloc_num(b.rank, b.rows, b.cols(), uni);
   uint32_t lanes = uni ? 1 : L;
+  charge(cost_of(n, n, static_cast<uint64_t>(n) + m, lanes), site);
+  Value out = alloc_num(b.rank, b.rows, b.cols(), uni, site);
   solve_compute(*this, a, b, data(out), n, m, lanes);
   if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * m * lanes);
   if (recording && (a.active() || b.active())) record2(O_SOLVE, out, a, b, n, m);
@@ -950,8 +1007,10 @@ Value VM::solve(const Value& a, const Value& b, const Node*) {
 }
 
 Value VM::cholesky(const Value& a, const Node* site) {
+  linalg_guard(a.rows, a.rows, site);
   int n = static_cast<int>(a.rows);
-  Value out = alloc_num(2, n, n, a.uniform());
+  charge(cost_of(n, n, n, lanes_of(a)), site);
+  Value out = alloc_num(2, n, n, a.uniform(), site);
   bool ok = chol_compute(*this, a, data(out), n, lanes_of(a));
   if (!ok && a.uniform()) err_at(site, "'cholesky': the matrix is not positive definite");
   if (recording && a.active()) record1(O_CHOL, out, a, n);
@@ -959,8 +1018,14 @@ Value VM::cholesky(const Value& a, const Node* site) {
 }
 
 Value VM::reduce(Op op, const Value& a) {
-  Value out = alloc_num(0, 1, 1, a.uniform());
   uint32_t lanes = lanes_of(a);
+  if (op == O_DET || op == O_LOGDET) {
+    linalg_guard(a.rows, a.rows, op_site);
+    charge(cost_of(a.rows, a.rows, a.rows, lanes));
+  } else {
+    charge(cost_of(op == O_TRACE ? a.rows : a.numel(), lanes));
+  }
+  Value out = alloc_num(0, 1, 1, a.uniform());
   int n = static_cast<int>(a.rows);
   reduce_compute(*this, op, a, data(out), lanes, n);
   if (prog->f32) round_f32(data(out), lanes);
@@ -1270,10 +1335,9 @@ void backward_record(VM& vm, const TapeRec& t) {
         break;
       }
       size_t dd = static_cast<size_t>(d) * d;
-      if (vm.scratch.size() < 6 * dd + 8) vm.scratch.resize(6 * dd + 8);
-      if (vm.pivots.size() < static_cast<size_t>(d)) vm.pivots.resize(d);
+      double* A = vm.scratch_for(6 * dd + 8, d);
       int* piv = vm.pivots.data();
-      double *A = vm.scratch.data(), *Ainv = A + dd, *G = Ainv + dd, *R = G + dd, *W = R + dd, *T = W + dd;
+      double *Ainv = A + dd, *G = Ainv + dd, *R = G + dd, *W = R + dd, *T = W + dd;
       for (uint32_t l = 0; l < Lo; ++l) {
         if (t.op == O_DET || t.op == O_LOGDET) {
           double g = go[l];
@@ -1283,7 +1347,7 @@ void backward_record(VM& vm, const TapeRec& t) {
             double det = A[0] * A[3] - A[1] * A[2];
             Ainv[0] = A[3] / det; Ainv[1] = -A[1] / det; Ainv[2] = -A[2] / det; Ainv[3] = A[0] / det;
           } else {
-            invert(A, d, Ainv, W, piv, T);
+            invert(A, d, Ainv, W, piv, T, &vm);
           }
           double s = t.op == O_DET ? g * z[l] : g;
           for (int i = 0; i < d; ++i)
@@ -1315,7 +1379,7 @@ void backward_record(VM& vm, const TapeRec& t) {
               W[i * d + j] = j > i ? 0 : (j == i ? 0.5 * s : s);
             }
           // S = L^-T P L^-1, via Linv
-          invert(A, d, Ainv, T, piv, R);
+          invert(A, d, Ainv, T, piv, R, &vm);
           for (int i = 0; i < d; ++i)
             for (int j = 0; j < d; ++j) {
               double s = 0;
@@ -1345,16 +1409,15 @@ void backward_record(VM& vm, const TapeRec& t) {
       const NumRef& b = in[1];
       int d = static_cast<int>(t.d0), m = static_cast<int>(t.d1);
       size_t dd = static_cast<size_t>(d) * d, dm = static_cast<size_t>(d) * m;
-      if (vm.scratch.size() < 3 * dd + 3 * dm + 8) vm.scratch.resize(3 * dd + 3 * dm + 8);
-      if (vm.pivots.size() < static_cast<size_t>(d)) vm.pivots.resize(d);
+      double* A = vm.scratch_for(3 * dd + 3 * dm + 8, d);
       int* piv = vm.pivots.data();
-      double *A = vm.scratch.data(), *AT = A + dd, *X = AT + dd, *GB = X + dm, *T = GB + dm, *RA = T + dm;
+      double *AT = A + dd, *X = AT + dd, *GB = X + dm, *T = GB + dm, *RA = T + dm;
       for (uint32_t l = 0; l < Lo; ++l) {
         gather(vm, a, a.uniform() ? 0 : l, A);
         for (int i = 0; i < d; ++i)
           for (int j = 0; j < d; ++j) AT[i * d + j] = A[j * d + i];
         for (size_t e = 0; e < dm; ++e) GB[e] = go[e * Lo + l];
-        if (!lu(AT, d, piv)) for (size_t e = 0; e < dm; ++e) GB[e] = NAN;
+        if (!lu(AT, d, piv, &vm)) for (size_t e = 0; e < dm; ++e) GB[e] = NAN;
         else lu_solve(AT, piv, d, GB, m, T);
         if (b.active()) scatter_add(vm, adj, b, l, GB);
         if (a.active()) {

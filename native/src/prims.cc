@@ -34,14 +34,17 @@ const Pair* pair_of(VM& vm, const Value& v, const Node* site) {
 void list_items(VM& vm, Value l, std::vector<Value>& out, const Node* site) {
   Value cur = l;
   const size_t max_items = vm.lim->max_bytes / sizeof(Value);  // the copy counts against the budget
+  const size_t before = out.size();
   while (cur.tag == T_PAIR) {
     const Pair* p = static_cast<const Pair*>(cur.ptr);
     out.push_back(p->car);
     cur = p->cdr;
     if (out.size() > max_items)
-      limit_error("memory budget exceeded: a list of more than " + std::to_string(max_items) + " elements",
+      limit_error("memory budget (max_bytes=" + std::to_string(vm.lim->max_bytes >> 20) +
+                      " MiB per evaluation) exceeded: a list of more than " + std::to_string(max_items) + " elements",
                   site ? site->line : 0, site ? site->col : 0);
   }
+  vm.charge(out.size() - before, site);  // a traversal is work: (length l) in a loop over a long list
   if (cur.tag != T_NIL) vm.type_error(site, "a proper list", l);
 }
 
@@ -68,6 +71,7 @@ Value cxr(VM& vm, Value v, const char* path, const Node* site) {
 }  // namespace
 
 Value VM::call_prim(int id, Value* a, int n, const Node* site) {
+  op_site = site;  // names the primitive in a memory or work error raised by a kernel below
   switch (id) {  // array and transcendental primitives see exact integers as inexact numbers
     case P_DOT: case P_OUTER: case P_MATVEC: case P_MATMUL: case P_TRANSPOSE: case P_TRACE: case P_VSUM:
     case P_NORM: case P_INV: case P_SOLVE: case P_DET: case P_LOGDET: case P_CHOLESKY: case P_VEC_TO_LIST:
@@ -152,7 +156,9 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_PAIRP: return Value::make_bool(a[0].tag == T_PAIR);
     case P_LISTP: {
       Value cur = a[0];
-      while (cur.tag == T_PAIR) cur = static_cast<const Pair*>(cur.ptr)->cdr;
+      uint64_t len = 0;
+      while (cur.tag == T_PAIR) { cur = static_cast<const Pair*>(cur.ptr)->cdr; ++len; }
+      charge(len, site);
       return Value::make_bool(cur.tag == T_NIL);
     }
     case P_NOT: return Value::make_bool(!a[0].truthy());
@@ -185,6 +191,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_LIST_TAIL: {
       int64_t k = index_arg(*this, a[1], site, "an index");
       if (k < 0) err_at(site, "'" + site->name + "': negative index " + std::to_string(k));
+      charge(static_cast<uint64_t>(k), site);
       Value cur = a[0];
       for (int64_t i = 0; i < k; ++i) {
         if (cur.tag != T_PAIR) err_at(site, "'" + site->name + "': index " + std::to_string(k) + " out of range");
@@ -274,6 +281,11 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       bool assoc = id == P_ASSQ || id == P_ASSV || id == P_ASSOC;
       bool deep = id == P_ASSOC || id == P_MEMBER;
       Value cur = a[1];
+      {  // the traversal is work (charged whole, before it: a miss walks the list anyway)
+        uint64_t len = 0;
+        for (Value c = cur; c.tag == T_PAIR; c = static_cast<const Pair*>(c.ptr)->cdr) ++len;
+        charge(len, site);
+      }
       uint8_t* m = lane_mask_buf(L);
       if (a[0].tag == T_SYM || a[0].tag == T_BOOL || a[0].tag == T_INT || a[0].tag == T_NIL) {
         // a key that is the same in every lane (symbols, booleans, integers): compare directly
@@ -370,6 +382,10 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_VEC_TO_LIST: {
       Value v = a[0];
       if (v.tag != T_NUM || v.rank != 1) type_error(site, "a vector", v);
+      // a pair, a temporary Value and a scalar per element: refused before the temporary is made
+      if (bytes_in_use() + static_cast<uint64_t>(v.rows) * lanes_of(v) * (sizeof(Pair) + sizeof(Value) + sizeof(double)) >
+          lim->max_bytes)
+        memory_error(site, static_cast<uint64_t>(v.rows) * lanes_of(v) * (sizeof(Pair) + sizeof(Value) + sizeof(double)));
       std::vector<Value> items(v.rows);
       for (uint32_t i = 0; i < v.rows; ++i) items[i] = slice(v, i, 0, 1, 1);
       return list_from(*this, items.data(), items.size(), Value::make_nil());
@@ -432,9 +448,17 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       int64_t r = index_arg(*this, a[0], site, "a size");
       int64_t c = n == 2 ? index_arg(*this, a[1], site, "a size") : (id == P_EYE ? r : 1);
       if (r <= 0 || c <= 0) err_at(site, "'" + site->name + "': sizes must be positive");
-      if (static_cast<double>(r) * c * 8 > static_cast<double>(lim->max_bytes))
-        limit_error("memory budget exceeded: a " + std::to_string(r) + "x" + std::to_string(c) + " array needs more than " +
-                        std::to_string(lim->max_bytes >> 20) + " MiB",
+      // in 64 bits and checked: r * c * 8 can overflow even 64 bits, and a dimension past 32 bits
+      // would be truncated by the cast below
+      uint64_t bytes;
+      bool huge = r > UINT32_MAX || c > UINT32_MAX ||
+                  __builtin_mul_overflow(static_cast<uint64_t>(r), static_cast<uint64_t>(c), &bytes) ||
+                  __builtin_mul_overflow(bytes, uint64_t(sizeof(double)), &bytes);
+      if (huge || bytes > lim->max_bytes)
+        limit_error("memory budget (max_bytes=" + std::to_string(lim->max_bytes >> 20) + " MiB per evaluation) exceeded: '" +
+                        site->name + "' of a " + std::to_string(r) + "x" + std::to_string(c) + " array needs " +
+                        (huge ? std::string("more than 2^64 bytes or a dimension past 2^32") : std::to_string(bytes >> 20) + " MiB") +
+                        "; raise Limits.max_bytes if the program really needs more",
                     site->line, site->col);
       int rank = (id == P_EYE || n == 2) ? 2 : 1;
       Value v = alloc_num(rank, static_cast<uint32_t>(r), static_cast<uint32_t>(c), true);

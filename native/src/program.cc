@@ -1,6 +1,7 @@
 // The evaluation driver: loads parameters and inputs into a VM, runs the program over a group of
 // lanes, and splits the group when its lanes disagree on a branch (Divergence). Each part is run
 // again on its own, so a lane's result never depends on the other lanes of the batch.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -10,6 +11,20 @@
 namespace ndvm {
 
 std::unique_ptr<VM> make_vm() { return std::make_unique<VM>(); }
+
+namespace {
+std::atomic<uint64_t> g_peak_work{0};
+// once per evaluation: a relaxed load, and a write only when a new peak is reached
+void note_work(uint64_t w) {
+  uint64_t cur = g_peak_work.load(std::memory_order_relaxed);
+  while (w > cur && !g_peak_work.compare_exchange_weak(cur, w, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+uint64_t peak_work(bool reset) {
+  return reset ? g_peak_work.exchange(0, std::memory_order_relaxed) : g_peak_work.load(std::memory_order_relaxed);
+}
 
 namespace {
 
@@ -108,12 +123,27 @@ void save_replay(const Program& p, VM& vm, size_t params_end, size_t inputs_end,
   r.valid = true;
 }
 
+bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes,
+                 const Inputs& in, const std::vector<int>* lane_map, const Limits& lim);
+
+// A replay that gives up is not charged to the work budget: the walk it falls back to gets the
+// whole budget, so an evaluation passes or fails its budgets alike with replay on or off.
 bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes,
                 const Inputs& in, const std::vector<int>* lane_map, const Limits& lim) {
   VM::Replay& r = vm.replay;
   if (!lim.replay || !r.valid || r.prog != &p || r.serial != p.serial || r.lanes != static_cast<int>(lanes.size()) ||
       !same_limits(r.limits, lim))
     return false;
+  const uint64_t work0 = vm.work;
+  if (replay_tape(p, vm, theta, P, lanes, in, lane_map, lim)) return true;
+  vm.work = work0;
+  vm.pay_top = 0;  // reset() folds nothing of the abandoned replay into the work
+  return false;
+}
+
+bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes,
+                 const Inputs& in, const std::vector<int>* lane_map, const Limits& lim) {
+  VM::Replay& r = vm.replay;
   r.valid = false;  // until the replay has succeeded: the arena is being rewritten
   ++r.fell_back;    // counted back below when it succeeds
   vm.lim = &lim;
@@ -124,9 +154,10 @@ bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std:
     return false;  // other inputs (or lanes of other data): walk the program
   vm.pay_top = r.top;
   try {
-    // Replayed records are charged to the work budget as the walk charged them (their outputs'
-    // elements, plus record_extra_work); the budgets are checked every kCheck records. Past a
-    // budget, the replay gives up and the walk it falls back to reports the error with its place.
+    // Replayed records are charged to the work budget as the walk charged them: their outputs'
+    // elements through the arena (pay_top is the walk's), products and linear algebra through
+    // record_extra_work; the budgets are checked every kCheck records. Past a budget, the replay
+    // gives up and the walk it falls back to reports the error with its place.
     constexpr size_t kCheck = 1024;
     size_t until_check = kCheck;
     for (const TapeRec& t : vm.tape) {
@@ -144,8 +175,10 @@ bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std:
       size_t n = static_cast<size_t>(t.out.numel()) * vm.lanes_of(t.out);
       if (n <= 4) for (size_t i = 0; i < n; ++i) g[i] = 0.0;
       else std::memset(g, 0, sizeof(double) * n);
-      vm.work += n;
-      if (t.op >= O_GEMM && t.op <= O_CHOL) vm.charge(record_extra_work(vm, t));
+      if (t.op >= O_GEMM && t.op <= O_CHOL) {
+        if (t.op == O_GEMM) vm.charge(static_cast<uint64_t>(n) * t.d1);  // k per output value, as VM::gemm
+        else vm.charge(record_extra_work(vm, t));
+      }
       forward_record(vm, t);
     }
     vm.check_budgets(nullptr);
@@ -180,6 +213,8 @@ struct Driver {
     Value out;
     try {
       out = vm.run();
+      // the allocations since the last check, before a tape over the budget could be kept for replay
+      if (vm.over_work()) vm.work_error(nullptr);
       if (grad && !input_grad_ids && L == B && lim.replay) save_replay(p, vm, params_end, inputs_end, out, lim);
     } catch (Divergence& d) {
       std::vector<int> yes, no;
@@ -326,6 +361,7 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
     d.store(lanes, vm.replay.result);
   else
     d.run_group(lanes);
+  note_work(vm.work_used());
   return std::move(d.res);
 }
 
@@ -386,6 +422,8 @@ OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in
   std::vector<int> lanes{0};
   load(p, vm, theta, static_cast<int>(p.params.size()), lanes, in, false, nullptr);
   Value v = vm.run();
+  if (vm.over_work()) vm.work_error(nullptr);  // the allocations since the last check
+  note_work(vm.work_used());
   const StackProbe probe;
   return convert(vm, v, 0, probe);
 }

@@ -21,11 +21,19 @@ struct ParamDecl {
   double lo = 0, hi = 0;
 };
 
+// Budgets of one evaluation (one run_batch or run_one call, all its lanes and lane groups
+// together); exceeding any raises LimitError naming the limit (docs/reliability.md, "Limits").
 struct Limits {
   uint64_t max_steps = 20'000'000;         // evaluation steps (node visits) per run
   int max_depth = 100'000;                 // nested evaluations (also bounded by C stack bytes)
-  uint64_t max_bytes = 1ull << 30;         // payload + heap + tape per run
+  uint64_t max_bytes = 1ull << 30;         // payload + heap + tape + linear-algebra scratch per run
   bool replay = true;                      // re-execute the last tape when only parameters changed
+  // Element operations, summed over lanes: every numeric result counts its elements, a product
+  // m*k*n, det/inv/logdet/cholesky of an n x n matrix n^3, solve n^3 + n^2*m, a reduction its
+  // input, a list traversal its length. Replayed records count as walked ones. 5e8 is 0.1-1.5 s of
+  // the slowest kinds of work on an idle machine; the largest realistic model measured uses 2.5e7.
+  uint64_t max_work = 500'000'000;
+  double max_seconds = 0;                  // wall-clock limit per evaluation, checked cooperatively; 0: off
 };
 
 struct Program {
@@ -58,7 +66,8 @@ struct Array {
   int rank = 0;
   uint32_t rows = 1, cols = 1;
   std::vector<double> data;
-  uint32_t numel() const { return rank == 0 ? 1u : rank == 1 ? rows : rows * cols; }
+  // in 64 bits: a rows x cols product need not fit in 32 (the module refuses such inputs)
+  uint64_t numel() const { return rank == 0 ? 1u : rank == 1 ? rows : static_cast<uint64_t>(rows) * cols; }
 };
 
 // The data of one evaluation request. Shared inputs are the same for every lane; a lane input
@@ -117,6 +126,10 @@ OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in
 
 // A VM owns the arenas (payload, heap, tape) reused across runs; one per thread.
 std::unique_ptr<VM> make_vm();
+
+// The most work (Limits::max_work units) any successful evaluation in this process has used, on
+// any thread: how far realistic programs stay below the budget. `reset` starts it again at 0.
+uint64_t peak_work(bool reset = false);
 
 
 }  // namespace ndvm

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <sstream>
@@ -52,6 +53,7 @@ void VM::reset(const Program& p, int lanes, bool rec, const Limits& l) {
   L = lanes;
   recording = rec;
   lim = &l;
+  work += pay_top;  // the allocations of the lane group before this one (0 after begin_evaluation)
   heap.reset();
   tape.clear();
   targs.clear();
@@ -67,8 +69,11 @@ void VM::reset(const Program& p, int lanes, bool rec, const Limits& l) {
   }
   if (tape.capacity() * sizeof(TapeRec) > kKeepBytes) std::vector<TapeRec>().swap(tape);
   if (targs.capacity() * sizeof(NumRef) > kKeepBytes) std::vector<NumRef>().swap(targs);
+  if (scratch.capacity() * sizeof(double) > kKeepBytes) std::vector<double>().swap(scratch);
   sp = 0;
   steps = 0;
+  step_check = std::min<uint64_t>(kCheckEvery, l.max_steps);
+  op_site = nullptr;
   depth = 0;
   pay_top = 0;
   size_t nconst = p.const_payload.size();
@@ -93,19 +98,96 @@ void VM::grow_payload(size_t need) {
   pay_cap = adj_cap = cap;
 }
 
-void VM::check_memory(const Node* site) {
-  uint64_t bytes = pay_top * sizeof(double) + heap.used() + tape.size() * sizeof(TapeRec) +
-                   targs.size() * sizeof(NumRef);
-  if (bytes > lim->max_bytes)
-    limit_error("memory budget exceeded (" + std::to_string(lim->max_bytes >> 20) +
-                    " MiB per evaluation); raise Limits.max_bytes if the program really needs more",
-                site ? site->line : 0, site ? site->col : 0);
+uint64_t VM::bytes_in_use() const {
+  return pay_top * sizeof(double) + heap.used() + tape.size() * sizeof(TapeRec) + targs.size() * sizeof(NumRef);
 }
 
-void VM::grow_for(size_t n) {
-  if ((pay_top + n) * sizeof(double) > lim->max_bytes || pay_top + n > 0xFFFFFFF0ull)
-    limit_error("memory budget exceeded (" + std::to_string(lim->max_bytes >> 20) + " MiB per evaluation)");
+void VM::check_memory(const Node* site) {
+  if (bytes_in_use() > lim->max_bytes) memory_error(site, 0);
+}
+
+namespace {
+std::string mib(uint64_t bytes) {
+  if (bytes >= (1ull << 40)) return std::to_string(bytes >> 30) + " GiB";
+  return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB";
+}
+std::string site_prefix(const Node* site) {
+  return site && !site->name.empty() ? "'" + site->name + "': " : "";
+}
+}  // namespace
+
+// The arena addresses numbers by 32-bit offsets: at most this many values per run, whatever the
+// memory budget (32 GiB of payload).
+constexpr uint64_t kMaxArenaValues = 0xFFFFFFF0ull;
+
+void VM::grow_for(uint64_t n, const Node* site) {
+  if (!site) site = op_site;
+  if (n > kMaxArenaValues - pay_top)  // also a size that overflowed 64 bits (n = UINT64_MAX)
+    limit_error(site_prefix(site) + "array too large: " + (n == UINT64_MAX ? std::string("its size overflows 64 bits") :
+                    std::to_string(n) + " values") + " (an evaluation holds at most " +
+                    std::to_string(kMaxArenaValues) + " numbers, 32 GiB; memory budget Limits.max_bytes=" +
+                    mib(lim->max_bytes) + ")",
+                site ? site->line : 0, site ? site->col : 0);
+  if (bytes_in_use() + n * sizeof(double) > lim->max_bytes) memory_error(site, n * sizeof(double));
   grow_payload(pay_top + n);
+}
+
+void VM::memory_error(const Node* site, uint64_t more_bytes) {
+  std::string need;
+  if (more_bytes)
+    need = ": " + (site && !site->name.empty() ? "'" + site->name + "'" : std::string("the program")) + " needs " +
+           mib(more_bytes) + " more, with " + mib(bytes_in_use()) + " in use";
+  limit_error("memory budget (max_bytes=" + mib(lim->max_bytes) + " per evaluation) exceeded" + need +
+                  "; raise Limits.max_bytes if the program really needs more",
+              site ? site->line : 0, site ? site->col : 0);
+}
+
+double* VM::scratch_grow(uint64_t doubles, uint64_t ints, const Node* site) {
+  uint64_t bytes;
+  if (__builtin_mul_overflow(doubles, uint64_t(sizeof(double)), &bytes) ||
+      __builtin_add_overflow(bytes, ints * sizeof(int), &bytes))
+    bytes = UINT64_MAX;
+  if (bytes > lim->max_bytes || bytes_in_use() + bytes > lim->max_bytes) memory_error(site ? site : op_site, bytes);
+  if (scratch.size() < doubles) scratch.resize(doubles);
+  if (pivots.size() < ints) pivots.resize(ints);
+  return scratch.data();
+}
+
+void VM::begin_evaluation(const Limits& l) {
+  lim = &l;
+  work = 0;
+  pay_top = 0;  // the previous evaluation's arena is not this one's work (reset or a replay rewinds it)
+  has_deadline_ = l.max_seconds > 0;
+  if (has_deadline_) {
+    start_ = std::chrono::steady_clock::now();
+    // a limit beyond a century is no limit (and would overflow the clock's representation)
+    double s = std::min(l.max_seconds, 3.0e9);
+    deadline_ = start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+  }
+}
+
+void VM::work_error(const Node* site) {
+  if (!site) site = op_site;
+  limit_error(site_prefix(site) + "work budget (max_work=" + std::to_string(lim->max_work) +
+                  " element operations) exceeded; raise Limits.max_work if the program really needs more",
+              site ? site->line : 0, site ? site->col : 0);
+}
+
+void VM::clock_error(const Node* site) {
+  char took[32];
+  std::snprintf(took, sizeof took, "%.2f", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  std::ostringstream o;
+  o << "wall-clock limit (max_seconds=" << lim->max_seconds << ") exceeded after " << took
+    << " s; raise or unset Limits.max_seconds if the program really needs longer";
+  limit_error(o.str(), site ? site->line : 0, site ? site->col : 0);
+}
+
+void VM::step_checkpoint(const Node* n) {
+  if (steps > lim->max_steps)
+    limit_error("step budget (max_steps=" + std::to_string(lim->max_steps) + ") exceeded: an infinite loop?",
+                n->line, n->col);
+  check_budgets(n);
+  step_check = std::min(lim->max_steps, steps + kCheckEvery);
 }
 
 Value VM::make_real(double x) {
@@ -152,16 +234,23 @@ void VM::record_guard(int prim, const Value* in, int n, const uint8_t* outcome, 
   }
 }
 
+// The backward pass is not charged to the work budget (its cost is a small multiple of the
+// recorded forward work, which was), but it honours the wall clock.
 void VM::backward() {
+  constexpr size_t kPoll = 1024;  // records between clock checks
   if (L == 1) {
     for (size_t r = tape.size(); r-- > 0;) {
       const TapeRec& t = tape[r];
       if (t.op <= O_MUL || t.op == O_GEMM) backward_one_lane(*this, t);
       else backward_record(*this, t);
+      if (r % kPoll == 0) poll_clock(nullptr);
     }
     return;
   }
-  for (size_t r = tape.size(); r-- > 0;) backward_record(*this, tape[r]);
+  for (size_t r = tape.size(); r-- > 0;) {
+    backward_record(*this, tape[r]);
+    if (r % kPoll == 0) poll_clock(nullptr);
+  }
 }
 
 Value VM::cons(Value a, Value b) {
@@ -390,10 +479,15 @@ Value VM::eval(const Node* n, Frame* env) {
     stack_peak_ = used;
     if (used > stack_budget) limit_error("recursion too deep for the evaluation stack; use a tail call", n->line, n->col);
   }
-  const uint64_t max_steps = lim->max_steps;
+  // Steps are compared with step_check (at most kCheckEvery ahead); the slow path checks the
+  // step budget, the work budget and the clock. A local copy keeps the compare in a register; a
+  // nested eval that moved step_check on only makes this one take the slow path once more.
+  uint64_t check_at = step_check;
   for (;;) {
-    if (++steps > max_steps)
-      limit_error("step budget exceeded (" + std::to_string(max_steps) + " steps): an infinite loop?", n->line, n->col);
+    if (++steps > check_at) {
+      step_checkpoint(n);
+      check_at = step_check;
+    }
     switch (n->kind) {
       case N_CONST:
         return n->k;

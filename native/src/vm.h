@@ -1,6 +1,7 @@
 // The virtual machine: arenas, the tape, and the evaluator. One VM per thread; a Program is
 // immutable and shared. Every run starts with reset(): the arenas are rewound, not freed.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -125,20 +126,26 @@ class VM {
   double* adj = nullptr;  // adjoints, same offsets as pay (valid after backward setup)
   size_t adj_cap = 0;
 
-  Value alloc_num(int rank, uint32_t rows, uint32_t cols, bool uniform) {
+  // A number of the given shape in the arena. Its size is computed in 64 bits (rows * cols * lanes
+  // can exceed 32, and wrapped it would allocate a small buffer that the kernel then overruns);
+  // grow_for refuses what exceeds the memory budget or the arena's 32-bit offsets, so every
+  // number's numel() * lanes fits in 32 bits. `site` names the operation in that error (the
+  // primitive being called when null). The elements count as work through pay_top (work_used).
+  Value alloc_num(int rank, uint32_t rows, uint32_t cols, bool uniform, const Node* site = nullptr) {
     Value v;
     v.tag = T_NUM;
     v.rank = static_cast<uint8_t>(rank);
     v.rows = rank == 0 ? 1 : rows;
     v.n.cols = rank == 2 ? cols : 1;
     v.flags = uniform ? NF_UNIFORM : 0;
-    size_t n = static_cast<size_t>(v.numel()) * (uniform ? 1 : L);
-    if (pay_top + n > pay_cap) grow_for(n);
+    uint64_t n = static_cast<uint64_t>(v.rows) * v.n.cols;  // < 2^64: two 32-bit factors
+    if (!uniform && __builtin_mul_overflow(n, static_cast<uint64_t>(L), &n)) n = UINT64_MAX;
+    if (n > pay_cap - pay_top) grow_for(n, site);  // pay_top <= pay_cap: no wrap-around
     v.n.off = static_cast<uint32_t>(pay_top);
     pay_top += n;
     return v;
   }
-  void grow_for(size_t n);  // grows the payload arena or raises LimitError
+  void grow_for(uint64_t n, const Node* site);  // grows the payload arena or raises LimitError
   double* data(const Value& v) { return pay + v.n.off; }
   uint32_t lanes_of(const Value& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
   uint32_t lanes_of(const NumRef& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
@@ -250,6 +257,49 @@ class VM {
   Value cons(Value a, Value b);
   Frame* new_frame(uint32_t size, Frame* parent);
   void check_memory(const Node* site);
+  uint64_t bytes_in_use() const;  // what the memory budget counts: payload, heap, tape
+
+  // ---- budgets of one evaluation (Limits.max_work, max_seconds) ------------------------------
+  // begin_evaluation starts them once per run_batch / run_one: the lane groups of a divergent
+  // batch, a replay and the walk it falls back to all share one budget.
+  void begin_evaluation(const Limits& l);
+  // Work (element operations, Limits::max_work) is `work` plus the values allocated in the arena by
+  // the current lane group (pay_top): every numeric result's elements count through its
+  // allocation, without a counter on that hot path; reset() folds a finished group's pay_top into
+  // `work`, and a replay, whose arena is the recorded walk's, counts as that walk did. `work` holds
+  // what allocation does not show: products, linear algebra, reductions, list traversals.
+  uint64_t work = 0;
+  uint64_t work_used() const { return work > UINT64_MAX - pay_top ? UINT64_MAX : work + pay_top; }
+  bool over_work() const { return work > lim->max_work || pay_top > lim->max_work - work; }
+  // Adds `w` (an operation's cost, computed before it runs) and raises LimitError past the budget.
+  void charge(uint64_t w, const Node* site = nullptr) {
+    if (__builtin_add_overflow(work, w, &work)) work = UINT64_MAX;  // a cost that overflowed is over any budget
+    if (over_work()) work_error(site);
+  }
+  // Checks the work budget and the wall clock (when Limits.max_seconds is set): every
+  // kCheckEvery steps, every few replayed or backward records, and inside long kernels.
+  void check_budgets(const Node* site) {
+    if (over_work()) work_error(site);
+    if (has_deadline_) poll_clock(site);
+  }
+  void poll_clock(const Node* site) {
+    if (has_deadline_ && std::chrono::steady_clock::now() > deadline_) clock_error(site);
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void work_error(const Node* site);
+  [[noreturn, gnu::cold, gnu::noinline]] void clock_error(const Node* site);
+  [[noreturn, gnu::cold, gnu::noinline]] void memory_error(const Node* site, uint64_t more_bytes);
+  [[gnu::noinline]] void step_checkpoint(const Node* site);  // eval's slow path, every kCheckEvery steps
+  static constexpr uint64_t kCheckEvery = 4096;
+  uint64_t step_check = 0;      // eval calls step_checkpoint when steps passes this
+  const Node* op_site = nullptr;  // the primitive being called (names it in a memory error)
+  // Linear-algebra scratch of `doubles` values (and `ints` pivots), charged to the memory budget
+  // on top of what the run holds; raises LimitError (naming `site`) past it. A small request that
+  // the kept buffers already hold is not checked (it is below any budget that leaves room to run).
+  double* scratch_for(uint64_t doubles, uint64_t ints = 0, const Node* site = nullptr) {
+    if (doubles <= 4096 && doubles <= scratch.size() && ints <= pivots.size()) return scratch.data();
+    return scratch_grow(doubles, ints, site);
+  }
+  double* scratch_grow(uint64_t doubles, uint64_t ints, const Node* site);
 
   // error helpers
   std::string describe(const Value& v);
@@ -266,6 +316,8 @@ class VM {
 
  private:
   std::vector<uint8_t> mask_, leaf_mask_;
+  bool has_deadline_ = false;
+  std::chrono::steady_clock::time_point start_, deadline_;
   void grow_payload(size_t need);
   Value run_here();
  public:
@@ -290,6 +342,17 @@ void backward_one_lane(VM& vm, const TapeRec& t);  // L == 1 and op + - * or O_G
 // Replay (kernels.cc): recomputes a record's output from its inputs, with the same kernels as the
 // evaluator (the same bits); for an O_GUARD, whether the lanes' outcomes are still the recorded ones.
 void forward_record(VM& vm, const TapeRec& t);
+// The work a record costs beyond its output's elements (products, linear algebra, reductions), as
+// the evaluator charged it; replay charges it again.
+uint64_t record_extra_work(const VM& vm, const TapeRec& t);
+
+// a * b * c * d, saturating at UINT64_MAX (a cost that overflows is over any budget)
+inline uint64_t cost_of(uint64_t a, uint64_t b, uint64_t c = 1, uint64_t d = 1) {
+  uint64_t r;
+  if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r) || __builtin_mul_overflow(r, d, &r))
+    return UINT64_MAX;
+  return r;
+}
 bool guard_holds(VM& vm, const TapeRec& t);
 
 }  // namespace ndvm

@@ -1,4 +1,5 @@
 // C++ unit tests of the runtime, run by ctest (and by tests/test_native_cpp.py).
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -158,6 +159,77 @@ static void test_replay() {
   CHECK(vm->replay.replayed == replayed);
 }
 
+// Issue 17: sizes checked in 64 bits, linear-algebra scratch in the memory budget, the work budget
+// and the wall clock. Each returns the LimitError's message ("" when the program ran).
+static std::string limit_message(const std::string& src, const Limits& l, int lanes = 1) {
+  auto p = compile_program(src);
+  auto vm = make_vm();
+  Inputs in;
+  std::vector<double> theta;
+  for (int k = 0; k < lanes; ++k)
+    for (auto& d : p->params) theta.push_back(d.init + 0.1 * k);
+  try {
+    run_batch(*p, *vm, theta.data(), lanes, in, false, nullptr, l);
+  } catch (const Error& e) {
+    return e.kind == ErrorKind::Limit ? std::string(e.what()) : "not a LimitError: " + std::string(e.what());
+  }
+  return "";
+}
+
+static bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+static void test_limits() {
+  Limits huge;  // budgets that do not stop a size: the 64-bit size checks must
+  huge.max_bytes = 1ull << 62;
+  huge.max_work = 1ull << 62;
+  // rows * cols past 32 bits (once a wrapped size, a small buffer and a SIGSEGV)
+  std::string m = limit_message("(vsum (outer (ones 70000) (ones 70000)))", lim);
+  CHECK(has(m, "'outer'"));
+  m = limit_message("(vsum (outer (ones 65536) (ones 65537)))", huge);
+  CHECK(has(m, "'outer'") && has(m, "array too large"));
+  m = limit_message("(vsum (zeros 4294967297))", huge);  // a dimension past 32 bits (once truncated)
+  CHECK(has(m, "'zeros'") && has(m, "past 2^32"));
+  m = limit_message("(param a 1.0) (vsum (outer (* a (ones 2000)) (ones 2000)))", lim, 300);  // 300 lanes
+  CHECK(has(m, "'outer'") && has(m, "memory budget"));
+  // linear-algebra scratch counts: the matrix and its inverse fit in 70 MiB, the work matrices do not
+  Limits small = lim;
+  small.max_bytes = 70ull << 20;
+  small.max_work = 100'000'000'000ull;
+  m = limit_message("(vsum (inv (eye 2000)))", small);
+  CHECK(has(m, "'inv'") && has(m, "memory budget (max_bytes=70 MiB"));
+  // the work budget: linear algebra at n^3, a determinant of 400 x 400 in a loop ends at once
+  m = limit_message("(let ((m (+ (eye 400) (ones 400 400)))) (let loop ((s 0.0)) (loop (+ s (det m)))))", lim);
+  CHECK(has(m, "'det'") && has(m, "work budget (max_work=500000000 element operations) exceeded"));
+  Limits work = lim;
+  work.max_work = 1'000'000;
+  CHECK(limit_message("(det (eye 99))", work).empty());  // 970,299 + its inputs
+  CHECK(has(limit_message("(det (eye 101))", work), "work budget"));
+  // the wall clock, on a loop that the step and work budgets would let run for minutes
+  Limits clock = lim;
+  clock.max_steps = 1ull << 60;
+  clock.max_work = 1ull << 60;
+  clock.max_seconds = 0.2;
+  auto t0 = std::chrono::steady_clock::now();
+  m = limit_message("(let loop ((i 0) (s 0.0)) (if (= i 3000000000) s (loop (+ i 1) (+ s 1.0))))", clock);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(has(m, "wall-clock limit (max_seconds=0.2) exceeded"));
+  CHECK(took >= 0.2 && took < 5.0);
+  // the work of an evaluation, and of its replay (charged as the walk was)
+  auto p = compile_program("(param a 1.0) (det (* a (+ (eye 50) (ones 50 50))))");
+  auto vm = make_vm();
+  Inputs in;
+  LossSpec ls;
+  double theta[2] = {1.0, 1.5};
+  run_batch(*p, *vm, theta, 2, in, true, &ls, lim);
+  uint64_t walked = vm->work_used();
+  CHECK(walked >= 2ull * 50 * 50 * 50);
+  uint64_t replayed = vm->replay.replayed;
+  theta[0] = 1.1;
+  run_batch(*p, *vm, theta, 2, in, true, &ls, lim);
+  CHECK(vm->replay.replayed == replayed + 1);
+  CHECK(vm->work_used() >= 2ull * 50 * 50 * 50 && vm->work_used() <= walked);
+}
+
 int main() {
   test_reader();
   test_eval();
@@ -166,6 +238,7 @@ int main() {
   test_divergence();
   test_calibrate();
   test_replay();
+  test_limits();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
