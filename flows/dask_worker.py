@@ -6,8 +6,9 @@ every core of the machine). On a Dask worker that would oversubscribe: a worker 
 
 - ``$NDVM_WORKER_THREADS`` native threads when set (``ndvm worker`` sets it: one batch at a time
   per worker, on the worker's ``--nthreads`` cores), else
-- the worker's share of the cores it may run on: ``cores // nthreads`` (a plain ``dask worker
-  --nthreads T`` runs T batches at once, each on cores/T threads).
+- the worker's share of the cores it may run on: ``cores // slots``, where ``slots`` counts the task
+  slots (``nthreads``) of every worker on the same host, as the scheduler reports them (a plain
+  ``dask worker --nworkers K --nthreads T`` runs K*T batches at once, each on cores/(K*T) threads).
 
 Outside a Dask worker nothing changes (the flow's own runners decide).
 """
@@ -18,6 +19,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from urllib.parse import urlparse
 
 WORKER_THREADS_ENV = "NDVM_WORKER_THREADS"
 
@@ -56,8 +59,35 @@ def batch_threads(requested: int | None) -> int | None:
         if value >= 1:
             return value
         raise ValueError(f"${WORKER_THREADS_ENV} must be a whole number >= 1, got {env!r}")
-    slots = max(1, int(getattr(worker.state, "nthreads", 0) or getattr(worker, "nthreads", 1) or 1))
-    return max(1, usable_cores() // slots)
+    return max(1, usable_cores() // host_slots(worker))
+
+
+_SLOTS_CACHE: dict[str, tuple[float, int]] = {}
+_SLOTS_TTL = 60.0  # seconds; workers joining later are counted at the next look-up
+
+
+def _own_slots(worker) -> int:
+    return max(1, int(getattr(worker.state, "nthreads", 0) or getattr(worker, "nthreads", 1) or 1))
+
+
+def host_slots(worker) -> int:
+    """Task slots of all the workers on ``worker``'s host, this one included (asked of the
+    scheduler once a minute; this worker's own ``nthreads`` when the scheduler cannot be asked)."""
+    host = urlparse(worker.address).hostname or ""
+    cached = _SLOTS_CACHE.get(host)
+    if cached and time.monotonic() - cached[0] < _SLOTS_TTL:
+        return cached[1]
+    slots = _own_slots(worker)
+    try:
+        from distributed import get_client
+
+        workers = get_client().scheduler_info(n_workers=-1)["workers"]
+        here = [info for address, info in workers.items() if urlparse(address).hostname == host]
+        slots = max(slots, sum(int(info.get("nthreads", 1)) for info in here))
+    except Exception:  # no scheduler answer (or an older distributed): this worker's own slots
+        pass
+    _SLOTS_CACHE[host] = (time.monotonic(), slots)
+    return slots
 
 
 def calibration_threads_here() -> dict:
@@ -65,8 +95,9 @@ def calibration_threads_here() -> dict:
     worker to check its setting): {"threads", "pid", "setting"}."""
     from flows.calibration import CalibrationOptions
 
+    worker = _current_worker()
     return {"threads": CalibrationOptions().as_kwargs()["threads"], "pid": os.getpid(),
-            "setting": os.environ.get(WORKER_THREADS_ENV)}
+            "setting": os.environ.get(WORKER_THREADS_ENV), "host_slots": host_slots(worker) if worker else None}
 
 
 # ---------------------------------------------------------------------------- ndvm worker

@@ -80,16 +80,19 @@ def test_ndvm_workers_use_their_thread_count_and_calibrate_a_run(cluster, tmp_pa
     assert len({w.rsplit(":", 1)[1] for w in report["workers"]}) == 2, "both workers calibrated batches"
 
 
-def test_plain_dask_worker_gets_its_share_of_the_cores(prefect_api):
-    """A `dask worker --nthreads T` (not started by ndvm) runs T batches at once: each gets cores // T."""
-    from distributed import LocalCluster, Client
+def test_plain_dask_workers_share_the_cores_of_their_host(prefect_api):
+    """`dask worker --nworkers 2 --nthreads 2` (not started by ndvm) runs 4 batches at once on one
+    host: each gets cores // 4 threads, not every core."""
+    from distributed import Client, LocalCluster
 
-    from flows.dask_worker import batch_threads, usable_cores
+    from flows.dask_worker import calibration_threads_here, usable_cores
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None,
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
                       host="127.0.0.1") as local, Client(local) as client:
-        share = client.submit(batch_threads, None, pure=False).result(60)
-    assert share == max(1, usable_cores() // 2)
+        client.wait_for_workers(2, timeout=60)
+        here = client.submit(calibration_threads_here, pure=False).result(60)
+    assert here["host_slots"] == 4 and here["setting"] is None
+    assert here["threads"] == max(1, usable_cores() // 4)
 
 
 def test_worker_command_line_is_checked(capsys):
