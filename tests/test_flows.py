@@ -10,6 +10,7 @@ import json
 import time
 
 import numpy as np
+import polars as pl
 import pytest
 
 from test_flows_support import ENSO_RUN_BUDGET, FakeOpenAI, enso_run, prefect_api  # noqa: F401  (fixtures)
@@ -63,6 +64,12 @@ def test_enso_run_fills_store_and_leaderboard(enso_run):
         assert len(best["loss_history"]) >= 1
         history = store.history("enso-e2e")
         assert history.height == report["proposed"]
+        # the final top 10 and the four references were scored on the test split, once, at the end
+        tests = store.test_scores("enso-e2e")
+        assert tests.filter(pl.col("entry_kind") == "candidate")["entry"].to_list() == \
+            store.top(10, run_id="enso-e2e")["hash"].to_list()
+        assert tests.filter(pl.col("entry_kind") == "reference").height == 4
+        assert (tests["status"] == "ok").all() and tests["test_score"].is_finite().all()
         assert set(history["outcome"].to_list()) <= {"new", "duplicate_hash", "duplicate_semantic", "invalid"}
     shown = show_leaderboard(folder / "candidates.duckdb", run_id="enso-e2e", k=5)
     assert shown["hash"].to_list() == top["hash"].to_list()
@@ -134,8 +141,12 @@ def test_enso_run_mlflow_parent_nested_artifacts_and_model(enso_run):
         evaluation_params = json.load(handle)["params"]
     program_source = open(client.download_artifacts(best.info.run_id, "program.scm")).read()
     fit = TaskFit(task.name, "best", program_source, evaluation_params, 0.0, 0.0)
-    lead1 = task.forecasts(fit)[:, 0]
-    np.testing.assert_allclose(predicted[task.origins + 1], lead1, rtol=1e-9, atol=1e-12)
+    lead1 = task.forecasts(fit, "validation")[:, 0]
+    np.testing.assert_allclose(predicted[task.origins("validation") + 1], lead1, rtol=1e-9, atol=1e-12)
+    # the test split, scored once at the end: on the nested run of every final top-k entry
+    assert best.data.metrics["test_mean_rmse"] == pytest.approx(
+        task.score(fit, "test")["mean_rmse"], rel=1e-9)
+    assert "ref_ar-aic_test_mean_rmse" in parent.data.metrics
 
 
 def test_llm_proposer_against_a_local_fake_server(prefect_api, tmp_path, monkeypatch):
@@ -240,7 +251,7 @@ def test_curve_task_with_groups(prefect_api, tmp_path):
     report = discover(task="battery-synthetic", proposer="mutation", budget={"minutes": 1.0, "max_candidates": 16},
                       batch_size=8, steps=60, restarts=4, top_k=1, log_every=30.0, folder=str(tmp_path),
                       run_id="curve-run")
-    assert report["metric"] == "test_rmse" and report["new"] == 16 and report["pending"] == 0
+    assert report["metric"] == "rmse" and report["new"] == 16 and report["pending"] == 0
     assert report["calibrated"] >= 12 and report["best_score"] < 0.05  # state of health, a fraction
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
         best = store.evaluation("curve-run", report["best_hash"])
