@@ -36,6 +36,15 @@ class CalibrationOptions:
     restarts: int = 8
     seed: int = 0
     threads: int | None = None  # None: every core of the worker
+    # Wall-clock seconds per evaluation (ndvm.Limits.max_seconds), set from --candidate-seconds: one
+    # evaluation longer than a candidate's whole allowance ends that candidate at once (a typed
+    # LimitError), without killing the worker; the supervisor still bounds the total (flows/supervisor.py).
+    max_seconds: float | None = None
+
+    def limits(self) -> Any:
+        import ndvm
+
+        return None if self.max_seconds is None else ndvm.Limits(max_seconds=self.max_seconds)
 
     def as_kwargs(self) -> dict[str, Any]:
         from flows.dask_worker import batch_threads
@@ -114,7 +123,7 @@ def calibrate_batch(task: Any, items: list[BatchItem], options: CalibrationOptio
     results: dict[str, BatchResult] = {}
     for item in items:
         try:
-            programs.append(ndvm.compile(item.program_source))
+            programs.append(ndvm.compile(item.program_source, limits=options.limits()))
         except ndvm.NDVMError as exc:  # compiled once by the store; only a changed runtime gets here
             programs.append(None)
             results[item.hash] = BatchResult(item.hash, "error", error=f"compile: {exc}")

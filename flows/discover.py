@@ -313,7 +313,8 @@ class Discovery:
         self.dataset, self.task = load_problem(config.problem)
         self.spec = task_spec(self.dataset, self.task)
         self.options = CalibrationOptions(**{**asdict(config.calibration),
-                                             "threads": config.calibration.threads or self.runner_choice.native_threads()})
+                                             "threads": config.calibration.threads or self.runner_choice.native_threads(),
+                                             "max_seconds": config.candidate_seconds})
         self.folder = Path(config.folder)
         self.store_path = default_store_path(self.folder)
         self.store = CandidateStore(self.store_path)

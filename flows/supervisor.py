@@ -39,6 +39,10 @@ from flows.calibration import BatchItem, BatchResult, CalibrationOptions
 # native threads, each within the limit, ends within (ceil(n / t) + 1) limits (the +1 covers an
 # unlucky split of the work over the threads); below this floor start-up noise dominates.
 MIN_BATCH_SECONDS = 5.0
+# A candidate alone has its worker killed GRACE_SECONDS after its limit: within the limit the
+# runtime's own wall clock (Limits.max_seconds, per evaluation) usually ends it first, cleanly.
+GRACE_SECONDS = 2.0
+WALL_CLOCK_ERROR = "wall-clock limit (max_seconds="  # how the runtime's LimitError starts
 STARTUP_FAILURES = 3  # workers that die before they are ready, in a row, before the pool gives up
 
 
@@ -63,7 +67,9 @@ def batch_seconds(candidate_seconds: float | None, n: int, threads: int | None) 
     if candidate_seconds is None:
         return None
     t = max(1, threads or os.cpu_count() or 1)
-    return max(MIN_BATCH_SECONDS, candidate_seconds * (math.ceil(n / t) + 1)) if n > 1 else candidate_seconds
+    if n <= 1:
+        return candidate_seconds + GRACE_SECONDS
+    return max(MIN_BATCH_SECONDS, candidate_seconds * (math.ceil(n / t) + 1))
 
 
 # ---------------------------------------------------------------------------- the worker process
@@ -408,7 +414,7 @@ class CalibrationSupervisor:
 
     def _submit(self, backend: Any, items: list[BatchItem], alone: bool, why: str) -> None:
         self._next_id += 1
-        limit = self.candidate_seconds if alone else batch_seconds(self.candidate_seconds, len(items), self.threads)
+        limit = batch_seconds(self.candidate_seconds, 1 if alone else len(items), self.threads)
         job = Job(self._next_id, items, alone, limit)
         backend.submit(job)
         self._jobs[job.id] = (backend, job, why)
@@ -461,7 +467,15 @@ class CalibrationSupervisor:
 
     def _judge(self, job: Job, outcome: Outcome, why: str) -> list[BatchResult]:
         if outcome.kind == "done":
-            return outcome.results or []
+            results = outcome.results or []
+            for result in results:  # an evaluation stopped by the runtime's wall clock: over the limit
+                if self.candidate_seconds is not None and result.status == "error" and \
+                        WALL_CLOCK_ERROR in (result.error or ""):
+                    self.counts.timeout += 1
+                    result.status = "timeout"
+                    result.error = (f"one evaluation alone took over {self.candidate_seconds:g} s "
+                                    f"(--candidate-seconds, the runtime's Limits.max_seconds): {result.error}")[:2000]
+            return results
         what = {"crashed": "its worker died", "timeout": "it ran past its time limit",
                 "error": "its worker raised an error"}[outcome.kind]
         last_line = (outcome.detail.strip().splitlines() or [""])[-1][:300]

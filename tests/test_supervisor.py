@@ -113,10 +113,38 @@ def test_the_supervisor_retries_a_failed_batch_alone_then_marks_the_culprit(task
 
 
 def test_batch_limit_grows_with_the_batch_and_shrinks_with_threads():
-    from flows.supervisor import MIN_BATCH_SECONDS, batch_seconds
+    from flows.supervisor import GRACE_SECONDS, MIN_BATCH_SECONDS, batch_seconds
 
     assert batch_seconds(None, 32, 4) is None
-    assert batch_seconds(10.0, 1, 4) == 10.0
+    assert batch_seconds(10.0, 1, 4) == 10.0 + GRACE_SECONDS
     assert batch_seconds(10.0, 32, 4) == 10.0 * (8 + 1)
     assert batch_seconds(10.0, 32, 32) == 20.0
     assert batch_seconds(0.1, 2, 1) == MIN_BATCH_SECONDS
+
+
+def test_an_evaluation_over_candidate_seconds_is_stopped_by_the_runtime_without_killing_the_worker(task):
+    import ndvm
+
+    from flows.calibration import BatchItem, CalibrationOptions
+    from flows.supervisor import CalibrationSupervisor, WorkerPool
+
+    # init counts to two million once per evaluation: about 0.2 s, so one evaluation alone is over 0.1 s
+    slow = ("(param phi 0.8 (between -1 1))\n(define (init) (let loop ((i 0)) (if (< i 2000000) (loop (+ i 1)) 0.0)))\n"
+            "(define (predict s) (* phi s))\n(define (update s y) y)")
+    wrapped = task.program_source(slow)
+    items = [BatchItem(ndvm.compile(wrapped).canonical_hash, slow, wrapped), *_items(task, 1)]
+    pool = WorkerPool(task, CalibrationOptions(**OPTIONS, max_seconds=0.1), workers=1)
+    supervisor = CalibrationSupervisor(pool, candidate_seconds=0.1, threads=1)
+    queue, recorded = [items], {}
+    try:
+        deadline = time.monotonic() + 60
+        while (queue or supervisor.busy()) and time.monotonic() < deadline:
+            supervisor.fill(lambda: queue.pop() if queue else [])
+            for _, results in supervisor.collect(0.2):
+                recorded.update({r.hash: r for r in results})
+    finally:
+        supervisor.close()
+    slow_result = recorded[items[0].hash]
+    assert slow_result.status == "timeout" and "Limits.max_seconds" in slow_result.error
+    assert recorded[items[1].hash].status == "ok"  # its batch-mate, in the same batch
+    assert pool.replaced == 0 and supervisor.counts.retried_alone == 0 and supervisor.counts.timeout == 1
