@@ -319,8 +319,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     from flows.discover import build_config, discover
 
-    kwargs = _discover_kwargs(args)
     try:
+        kwargs = _discover_kwargs(args)  # dataset options are checked here
         build_config(**kwargs)  # fail now, not at 2 am, on a bad option
     except _user_errors() as exc:
         print(f"ndvm serve: {exc}", file=sys.stderr)
