@@ -99,7 +99,9 @@ SEVERSON_BATCHES = {"2017-05-12": 1, "2017-06-30": 2, "2018-04-12": 3}
 # The authors' "Load Data" clean-up: batch-1 cells that do not reach 80 % capacity, batch-3 noisy
 # channels, and the batch-1 cells whose cycling continued in batch 2 (with the cycles they had).
 SEVERSON_REMOVED = ("b1c8", "b1c10", "b1c12", "b1c13", "b1c22", "b3c2", "b3c23", "b3c32", "b3c37", "b3c42", "b3c43")
-SEVERSON_CONTINUED = {"b1c0": "b2c7", "b1c1": "b2c8", "b1c2": "b2c9", "b1c3": "b2c15", "b1c4": "b2c16"}
+# batch-1 cell -> (its continuation in batch 2, the cycles the authors add to its cycle life)
+SEVERSON_CONTINUED = {"b1c0": ("b2c7", 662), "b1c1": ("b2c8", 981), "b1c2": ("b2c9", 1060), "b1c3": ("b2c15", 208),
+                      "b1c4": ("b2c16", 482)}
 
 NASA_COLUMNS = ("cell_id", "cycle", "operation_index", "start_time", "ambient_temperature_c", "capacity_ah",
                 "mean_current_a", "min_voltage_v", "final_voltage_v", "max_cell_temperature_c")
@@ -315,7 +317,7 @@ def convert_severson(paths: list[Path], *, authors_cleaning: bool = True) -> pl.
     for path in paths:
         cells.update(severson_batch_rows(Path(path), _batch_of(path)))
     if authors_cleaning:
-        for first, continued in SEVERSON_CONTINUED.items():
+        for first, (continued, added_life) in SEVERSON_CONTINUED.items():
             if first in cells and continued in cells:
                 a, b = cells[first], cells.pop(continued)
                 offset = a["cycle"].size  # the authors number the continued cycles after the first run's
@@ -323,7 +325,7 @@ def convert_severson(paths: list[Path], *, authors_cleaning: bool = True) -> pl.
                     if isinstance(value, np.ndarray):
                         extra = b[key] + offset if key == "cycle" else b[key]
                         a[key] = np.concatenate([value, extra])
-                a["cycle_life"] = a["cycle_life"] + b["cycle_life"] if np.isfinite(b["cycle_life"]) else a["cycle_life"]
+                a["cycle_life"] = a["cycle_life"] + added_life  # the authors' add_len
         for cell in SEVERSON_REMOVED:
             cells.pop(cell, None)
     frames = []
