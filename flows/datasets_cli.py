@@ -45,7 +45,8 @@ def register_datasets_command(subparsers: Any) -> None:
     show = sub.add_parser("show", help="a dataset's options, splits, sizes, source and licence")
     show.add_argument("name")
     fetch = sub.add_parser("fetch", help="download a dataset's published files into the cache and convert them")
-    fetch.add_argument("name", help="nasa-pcoe, severson (or their datasets battery-nasa, battery-severson)")
+    fetch.add_argument("name", help="nasa-pcoe, severson (or their datasets battery-nasa, battery-severson), "
+                                     "enso-nino34")
     fetch.add_argument("--refresh", action="store_true", help="download again even when cached")
     fetch.add_argument("--mirror", metavar="URL", help="fetch the original file names from this folder instead")
     fetch.add_argument("--cache-dir", metavar="DIR", help="cache folder (default $NDVM_CACHE_DIR or ~/.cache/ndvm)")
@@ -139,6 +140,19 @@ def _fetch(args: argparse.Namespace) -> int:
     from datasets import battery_sources
 
     name = {s.dataset: s.name for s in battery_sources.SOURCES.values()}.get(args.name, args.name)
+    if name not in battery_sources.SOURCES:
+        import datasets
+        from datasets.registry import registered
+
+        defn = registered(name)
+        if defn is not None and defn.needs_download:  # enso-nino34: its loader downloads into the cache
+            ds = datasets.load(name, refresh=args.refresh, **({"cache_dir": args.cache_dir} if args.cache_dir else {}))
+            from datasets import cache
+
+            print(f"{name}: {ds.describe()} (cached under {cache.cache_dir(args.cache_dir)})")
+            return 0
+        fetchable = [*battery_sources.SOURCES, *(s.dataset for s in battery_sources.SOURCES.values()), "enso-nino34"]
+        raise datasets.UnknownDatasetError(f"nothing to fetch for {args.name!r}; fetchable: {', '.join(fetchable)}")
     src = battery_sources.source(name)
     print(f"fetching {src.title} ({src.approx_download}) into the cache")
     out = battery_sources.fetch(name, cache_dir=args.cache_dir, refresh=args.refresh, mirror=args.mirror,

@@ -62,6 +62,16 @@ def test_unknown_dataset_option_is_an_error_listing_the_valid_ones(capsys):
     assert time.monotonic() - started < 30, "checked before any run starts"
 
 
+def test_fetch_names_what_it_can_fetch(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("NDVM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NDVM_OFFLINE", "1")
+    assert main(["datasets", "fetch", "enso"]) == 1
+    assert "nothing to fetch for 'enso'; fetchable: nasa-pcoe, severson, battery-nasa" in capsys.readouterr().err
+    assert main(["datasets", "fetch", "enso-nino34"]) == 1  # its loader downloads; offline: says where to put it
+    err = " ".join(capsys.readouterr().err.split())
+    assert "downloads are disabled (NDVM_OFFLINE is set)" in err and "psl.noaa.gov" in err
+
+
 @pytest.mark.timeout(400)
 def test_battery_from_download_to_a_discovery_run(mirror, prefect_api, tmp_path, capsys):
     assert main(["datasets", "fetch", "severson", "--mirror", mirror]) == 0
