@@ -90,7 +90,7 @@ def _list() -> int:
         table.add_row(row["name"], row["task"], row["title"] + flags)
     console = _console()
     console.print(table)
-    console.print("details, options and licence: ndvm datasets show NAME;  download: ndvm datasets fetch NAME")
+    console.print("more: ndvm datasets show NAME    download: ndvm datasets fetch NAME")
     return 0
 
 
