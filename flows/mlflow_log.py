@@ -144,6 +144,26 @@ class RunTracking:
         return False
 
 
+def _log_end_of_run_extras(tracker: Any, store: Any, run_id: str, folder: Path) -> None:
+    """What the end of a run logs besides the leaderboard, from what it stored: the test-split
+    scores (``flows.final``) and the report card written under ``<folder>/reports/<run>/``. Best
+    effort: the leaderboard is what ``ndvm log`` promises; a failure here is a warning."""
+    import json
+
+    try:
+        from flows.final import log_test_scores
+
+        log_test_scores(tracker, store, run_id)
+        card = folder / "reports" / run_id / "report.json"
+        if card.is_file():
+            from flows.report import log_report
+
+            log_report(tracker, store, run_id, json.loads(card.read_text()))
+    except Exception as exc:
+        log.warning("ndvm log: the test scores or the report card of %s were not logged: %s: %s", run_id,
+                    type(exc).__name__, exc)
+
+
 def log_stored_run(run_id: str | None, folder: str | Path = "runs", tracking_uri: str | None = None,
                    top_k: int | None = None) -> dict[str, Any]:
     """Log a stored run's results to MLflow (``ndvm log``): its parent run with the configuration
@@ -180,7 +200,9 @@ def log_stored_run(run_id: str | None, folder: str | Path = "runs", tracking_uri
                 evaluation = store.evaluation(run_id, digest)
                 return entry_extras(dataset, task, store.candidate(digest)["source"], evaluation["parameters"])
 
-            return tracker.log_leaderboard(store, run_id, k=n, extras=extras)
+            done = tracker.log_leaderboard(store, run_id, k=n, extras=extras)
+            _log_end_of_run_extras(tracker, store, run_id, Path(folder))
+            return done
 
         tracking = RunTracking(store, run_id, tracking_uri=tracking_uri or config.get("tracking_uri"), folder=folder,
                                config=config, budget=status.budget,

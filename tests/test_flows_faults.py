@@ -234,6 +234,9 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
         best = store_rows(tmp_path, "down-run", "SELECT hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 2")
         assert hashes == sorted(h for (h,) in best)
         assert parents[0].data.metrics["calibrated"] == 4
+        # what the end of the run could not log: the report card and the test-split scores
+        assert "report.md" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+        assert any(k.startswith("test_") for c in children for k in client.get_run(c.info.run_id).data.metrics)
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
