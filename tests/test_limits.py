@@ -547,13 +547,13 @@ def test_max_seconds_stops_a_long_loop():
 
 
 def test_max_seconds_is_checked_inside_long_linear_algebra():
-    """One determinant of a 3,000 x 3,000 matrix is a single step of several seconds: the clock is
-    polled inside the LU factorization."""
+    """One determinant of a 3,000 x 3,000 matrix is a single step of 10-20 s (2e10 multiply-adds):
+    the clock is polled inside the LU factorization, so 0.3 s of wall clock ends it long before."""
     limits = ndvm.Limits(max_work=10**12, max_seconds=0.3)
     t0 = time.perf_counter()
-    with pytest.raises(ndvm.LimitError, match="wall-clock limit"):
-        ndvm.compile("(det (+ (eye 3000) (ones 3000 3000)))", limits=limits).run()
-    assert time.perf_counter() - t0 < 3.0
+    with pytest.raises(ndvm.LimitError, match=r"wall-clock limit \(max_seconds=0.3\)"):
+        ndvm.compile("(det (eye 3000))", limits=limits).run()
+    assert time.perf_counter() - t0 < 5.0
 
 
 def test_limits_fields_are_keywords_with_the_native_defaults():

@@ -741,7 +741,7 @@ Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t 
   uint32_t Lo = uni ? 1 : L;
   // k multiply-adds per output value, charged before they run: m*n*Lo < 2^32 (allocated) and
   // k < 2^32, so the product fits in 64 bits
-  charge(static_cast<uint64_t>(m) * n * Lo * k);
+  charge_op(static_cast<uint64_t>(m) * n * Lo * k);
   gemm_compute(*this, a, b, data(out), m, k, n, Lo);
   if (prog->f32) round_f32(data(out), static_cast<size_t>(m) * n * Lo);
   if (recording && (a.active() || b.active())) record2(O_GEMM, out, a, b, m, k, n);
@@ -979,7 +979,7 @@ uint64_t record_extra_work(const VM& vm, const TapeRec& t) {
 Value VM::inv(const Value& a, const Node* site) {
   int n = static_cast<int>(a.rows);
   linalg_guard(a.rows, a.rows, site);
-  charge(cost_of(n, n, n, lanes_of(a)), site);
+  charge_op(cost_of(n, n, n, lanes_of(a)), site);
   Value out = alloc_num(2, n, n, a.uniform(), site);
   uint32_t lanes = lanes_of(a);
   inv_compute(*this, a, data(out), n, lanes);
@@ -998,7 +998,7 @@ Value VM::solve(const Value& a, const Value& b, const Node* site) {
   int m = static_cast<int>(b.cols());
   bool uni = a.uniform() && b.uniform();
   uint32_t lanes = uni ? 1 : L;
-  charge(cost_of(n, n, static_cast<uint64_t>(n) + m, lanes), site);
+  charge_op(cost_of(n, n, static_cast<uint64_t>(n) + m, lanes), site);
   Value out = alloc_num(b.rank, b.rows, b.cols(), uni, site);
   solve_compute(*this, a, b, data(out), n, m, lanes);
   if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * m * lanes);
@@ -1009,7 +1009,7 @@ Value VM::solve(const Value& a, const Value& b, const Node* site) {
 Value VM::cholesky(const Value& a, const Node* site) {
   linalg_guard(a.rows, a.rows, site);
   int n = static_cast<int>(a.rows);
-  charge(cost_of(n, n, n, lanes_of(a)), site);
+  charge_op(cost_of(n, n, n, lanes_of(a)), site);
   Value out = alloc_num(2, n, n, a.uniform(), site);
   bool ok = chol_compute(*this, a, data(out), n, lanes_of(a));
   if (!ok && a.uniform()) err_at(site, "'cholesky': the matrix is not positive definite");
@@ -1021,9 +1021,9 @@ Value VM::reduce(Op op, const Value& a) {
   uint32_t lanes = lanes_of(a);
   if (op == O_DET || op == O_LOGDET) {
     linalg_guard(a.rows, a.rows, op_site);
-    charge(cost_of(a.rows, a.rows, a.rows, lanes));
+    charge_op(cost_of(a.rows, a.rows, a.rows, lanes));
   } else {
-    charge(cost_of(op == O_TRACE ? a.rows : a.numel(), lanes));
+    charge_op(cost_of(op == O_TRACE ? a.rows : a.numel(), lanes));
   }
   Value out = alloc_num(0, 1, 1, a.uniform());
   int n = static_cast<int>(a.rows);

@@ -120,6 +120,10 @@ void save_replay(const Program& p, VM& vm, size_t params_end, size_t inputs_end,
   r.inputs.assign(vm.pay + params_end, vm.pay + inputs_end);
   r.result = result;
   r.limits = lim;
+  // charged once per replay, before it runs: the tape and its dimensions do not change
+  r.extra_work = 0;
+  for (const TapeRec& t : vm.tape)
+    if (t.op >= O_GEMM && t.op <= O_CHOL) r.extra_work += record_extra_work(vm, t);
   r.valid = true;
 }
 
@@ -154,17 +158,16 @@ bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std
     return false;  // other inputs (or lanes of other data): walk the program
   vm.pay_top = r.top;
   try {
-    // Replayed records are charged to the work budget as the walk charged them: their outputs'
-    // elements through the arena (pay_top is the walk's), products and linear algebra through
-    // record_extra_work; the budgets are checked every kCheck records. Past a budget, the replay
-    // gives up and the walk it falls back to reports the error with its place.
+    // A replay is charged as its walk was, before it runs: its outputs' elements through the arena
+    // (pay_top is the walk's), its products and linear algebra as r.extra_work. The wall clock, when
+    // set, is checked every kCheck records. Past a budget, the replay gives up and the walk it
+    // falls back to reports the error with its place.
+    vm.charge(r.extra_work);
     constexpr size_t kCheck = 1024;
-    size_t until_check = kCheck;
+    const bool clock = lim.max_seconds > 0;
+    size_t index = 0;
     for (const TapeRec& t : vm.tape) {
-      if (--until_check == 0) {
-        until_check = kCheck;
-        vm.check_budgets(nullptr);
-      }
+      if (clock && ++index % kCheck == 0) vm.poll_clock(nullptr);
       if (t.op == O_GUARD) {
         if (!guard_holds(vm, t)) return false;  // a decision would go the other way
         continue;
@@ -175,10 +178,6 @@ bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std
       size_t n = static_cast<size_t>(t.out.numel()) * vm.lanes_of(t.out);
       if (n <= 4) for (size_t i = 0; i < n; ++i) g[i] = 0.0;
       else std::memset(g, 0, sizeof(double) * n);
-      if (t.op >= O_GEMM && t.op <= O_CHOL) {
-        if (t.op == O_GEMM) vm.charge(static_cast<uint64_t>(n) * t.d1);  // k per output value, as VM::gemm
-        else vm.charge(record_extra_work(vm, t));
-      }
       forward_record(vm, t);
     }
     vm.check_budgets(nullptr);

@@ -249,6 +249,7 @@ class VM {
     std::vector<double> inputs;                      // the arena's input region when recorded
     Value result;
     Limits limits;
+    uint64_t extra_work = 0;  // what the tape's products and linear algebra cost beyond their outputs
     uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
   } replay;
 
@@ -275,6 +276,15 @@ class VM {
   void charge(uint64_t w, const Node* site = nullptr) {
     if (__builtin_add_overflow(work, w, &work)) work = UINT64_MAX;  // a cost that overflowed is over any budget
     if (over_work()) work_error(site);
+  }
+  // The cost of one primitive call (a product, linear algebra, a reduction): a small one is only
+  // added, and checked at the next checkpoint (at most kCheckEvery steps away, so at most
+  // kCheckEvery * kDeferWork = 1.7e7 past the budget), which keeps the check off the small
+  // products of state-space models; a large one is checked before it runs.
+  static constexpr uint64_t kDeferWork = 4096;
+  void charge_op(uint64_t w, const Node* site = nullptr) {
+    if (w < kDeferWork) work += w;
+    else charge(w, site);
   }
   // Checks the work budget and the wall clock (when Limits.max_seconds is set): every
   // kCheckEvery steps, every few replayed or backward records, and inside long kernels.
