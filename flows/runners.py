@@ -29,9 +29,18 @@ from flows.calibration import BatchItem, BatchResult, CalibrationOptions, calibr
 RUNNERS = ("threads", "processes", "dask")
 
 
+def calibrate_batch_on_worker(task: Any, items: list[BatchItem], options: CalibrationOptions) -> list[BatchResult]:
+    """``calibrate_batch`` behind the fault-injection hooks a worker checks (flows/faults.py)."""
+    from flows import faults
+
+    faults.crash_if_marked([item.hash for item in items])
+    faults.sleep_if_marked([item.hash for item in items])
+    return calibrate_batch(task, items, options)
+
+
 # Inputs are large (the task object) and results are recorded by the flow, not cached by Prefect.
 # No Prefect retries: the supervisor retries the candidates of a failed batch alone.
-calibrate_batch_task = task(calibrate_batch, name="calibrate-batch", cache_policy=NO_CACHE, retries=0,
+calibrate_batch_task = task(calibrate_batch_on_worker, name="calibrate-batch", cache_policy=NO_CACHE, retries=0,
                             persist_result=False, log_prints=False)
 
 

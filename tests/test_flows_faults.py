@@ -240,3 +240,26 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def test_on_dask_a_batch_that_kills_its_worker_is_retried_alone_locally(prefect_api, tmp_path, monkeypatch):
+    import dask
+    from distributed import LocalCluster
+
+    from flows.discover import discover
+
+    task = enso_task()
+    sources = [program(t) for t in TERMS[:4]]
+    hashes = hashes_of(task, sources)
+    monkeypatch.setenv("NDVM_TEST_CRASH_HASHES", hashes[2])  # the Dask worker, then the local worker, abort
+    # allowed-failures 0: Dask gives up on the task at the first dead worker (default: 3 more tries)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                         env={"PREFECT_API_URL": prefect_api, "NDVM_TEST_CRASH_HASHES": hashes[2]}) as cluster:
+        report = discover(task="enso", proposer="replay", replay=str(replay_file(tmp_path, sources)),
+                          dask_address=cluster.scheduler_address, workers=1, batch_size=4, steps=30, restarts=2,
+                          top_k=1, log_every=30.0, folder=str(tmp_path), run_id="dask-crash-run")
+    assert report["status"] == "finished" and report["pending"] == 0
+    assert report["crashed"] == 1 and report["retried_alone"] == 4 and report["calibrated"] + report["failed"] == 3
+    runs = evaluations(tmp_path, "dask-crash-run")
+    assert all(len(v) == 1 for v in runs.values()) and runs[hashes[2]][0][0] == "crashed"
