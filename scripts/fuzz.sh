@@ -83,7 +83,9 @@ fi
 echo "fuzz.sh: fuzzing for ${FUZZ_SECONDS}s ($FUZZ_MODE mode)"
 extra=()
 if [[ "${FUZZ_KEEP_GOING:-0}" == 1 ]]; then extra=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1); fi
-before=$(ls "$OUT/artifacts" | wc -l)
+# findings only: libFuzzer also writes slow-unit-* files (inputs over -report_slow_units), which are not
+count_findings() { ls "$OUT/artifacts" | grep -Ec '(^|-)(crash|timeout|oom|leak)-' || true; }
+before=$(count_findings)
 set +e
 "$OUT/fuzz_ndvm" \
   -max_total_time="$FUZZ_SECONDS" -timeout="$TIMEOUT" -rss_limit_mb=2560 -max_len=2048 \
@@ -92,7 +94,7 @@ set +e
   "$CORPUS" "$SEEDS" 2>&1 | tee "$OUT/last_run.log" | grep -E "^#[0-9]+.*(pulse|DONE)|ERROR|SUMMARY|stat::|Done" 
 status=${PIPESTATUS[0]}
 set -e
-after=$(ls "$OUT/artifacts" | wc -l)
+after=$(count_findings)
 if [[ $status -eq 0 && $after -gt $before ]]; then
   echo "fuzz.sh: $((after - before)) new crash/timeout inputs in $OUT/artifacts/" >&2
   status=1
