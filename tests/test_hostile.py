@@ -181,7 +181,7 @@ CASES += [
     Case("thread-256k-deep-nesting", nest("(let ((x 1)) ", ")", 1990, "x"), "LimitError",
          r"program nested too deeply for the C stack of this thread", mode="thread", stack=256 << 10),
     Case("thread-default-deep-nesting", nest("(+ 1 ", ")", 1990), "value", "1991", mode="thread"),
-    Case("thread-default-deep-recursion", "(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1))))) (f 50000)",
+    Case("thread-256k-deep-recursion", "(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1))))) (f 50000)",
          "value", "50000", mode="thread", stack=256 << 10),
     Case("calibrate-many-deep-recursion", "(param a 1.0) (define (f n) (if (= n 0) a (+ a (f (- n 1))))) (f 1000000)",
          "LimitError", r"recursion depth exceeded", mode="calibrate_many"),
