@@ -291,14 +291,6 @@ def status_path(folder: str | Path, run_id: str) -> Path:
     return Path(folder) / "status" / f"{run_id}.json"
 
 
-def _done(future: Any) -> bool:
-    """Whether a submitted batch has finished, without asking the Prefect API: ``future.state``
-    reads the task run from the server on every call, the wrapped (thread, process or Dask)
-    future knows locally."""
-    wrapped = getattr(future, "wrapped_future", None)
-    return wrapped.done() if wrapped is not None else future.state.is_final()
-
-
 # ---------------------------------------------------------------------------- the engine
 class Discovery:
     """One discovery run (or the continuation of one). ``run()`` blocks until the budget is spent."""

@@ -336,6 +336,7 @@ class PrefectBackend:
         while True:
             now = time.monotonic()
             for job in list(self._jobs):
+                # the wrapped (Dask) future knows locally; future.state would ask the Prefect API
                 wrapped = getattr(job.handle, "wrapped_future", None)
                 finished = wrapped.done() if wrapped is not None else job.handle.state.is_final()
                 if finished:

@@ -128,13 +128,14 @@ def test_an_evaluation_over_candidate_seconds_is_stopped_by_the_runtime_without_
     from flows.calibration import BatchItem, CalibrationOptions
     from flows.supervisor import CalibrationSupervisor, WorkerPool
 
-    # init counts to two million once per evaluation: about 0.2 s, so one evaluation alone is over 0.1 s
-    slow = ("(param phi 0.8 (between -1 1))\n(define (init) (let loop ((i 0)) (if (< i 2000000) (loop (+ i 1)) 0.0)))\n"
+    # init counts to three million once per evaluation: about 0.1 s, twice the 0.05 s allowed (a
+    # well-behaved candidate's evaluation takes a few milliseconds)
+    slow = ("(param phi 0.8 (between -1 1))\n(define (init) (let loop ((i 0)) (if (< i 3000000) (loop (+ i 1)) 0.0)))\n"
             "(define (predict s) (* phi s))\n(define (update s y) y)")
     wrapped = task.program_source(slow)
     items = [BatchItem(ndvm.compile(wrapped).canonical_hash, slow, wrapped), *_items(task, 1)]
-    pool = WorkerPool(task, CalibrationOptions(**OPTIONS, max_seconds=0.1), workers=1)
-    supervisor = CalibrationSupervisor(pool, candidate_seconds=0.1, threads=1)
+    pool = WorkerPool(task, CalibrationOptions(**OPTIONS, max_seconds=0.05), workers=1)
+    supervisor = CalibrationSupervisor(pool, candidate_seconds=0.05, threads=1)
     queue, recorded = [items], {}
     try:
         deadline = time.monotonic() + 60
