@@ -9,7 +9,6 @@ model runs.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
