@@ -53,6 +53,10 @@ Array array_from(py::handle obj, const std::string& name, bool leading_lane = fa
   if (nd > 2) throw py::value_error("input '" + name + "' has " + std::to_string(nd) + " dimensions; at most 2 (a matrix)");
   out.rank = nd;
   size_t off = 0, count = 1;
+  for (int d = 0; d < nd; ++d)  // the runtime's dimensions are 32-bit: refuse, never truncate
+    if (a.shape(d + (leading_lane ? 1 : 0)) > static_cast<py::ssize_t>(UINT32_MAX))
+      throw py::value_error("input '" + name + "' has a dimension of " + std::to_string(a.shape(d + (leading_lane ? 1 : 0))) +
+                            "; at most 4294967295");
   if (nd >= 1) out.rows = static_cast<uint32_t>(a.shape(leading_lane ? 1 : 0));
   if (nd == 2) out.cols = static_cast<uint32_t>(a.shape(leading_lane ? 2 : 1));
   count = out.numel();

@@ -99,7 +99,9 @@ void VM::grow_payload(size_t need) {
 }
 
 uint64_t VM::bytes_in_use() const {
-  return pay_top * sizeof(double) + heap.used() + tape.size() * sizeof(TapeRec) + targs.size() * sizeof(NumRef);
+  // guard masks: one byte per lane per recorded decision (256 lanes make them larger than the tape)
+  return pay_top * sizeof(double) + heap.used() + tape.size() * sizeof(TapeRec) + targs.size() * sizeof(NumRef) +
+         guard_masks.size();
 }
 
 void VM::check_memory(const Node* site) {

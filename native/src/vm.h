@@ -258,7 +258,7 @@ class VM {
   Value cons(Value a, Value b);
   Frame* new_frame(uint32_t size, Frame* parent);
   void check_memory(const Node* site);
-  uint64_t bytes_in_use() const;  // what the memory budget counts: payload, heap, tape
+  uint64_t bytes_in_use() const;  // what the memory budget counts: payload, heap, tape, guard masks
 
   // ---- budgets of one evaluation (Limits.max_work, max_seconds) ------------------------------
   // begin_evaluation starts them once per run_batch / run_one: the lane groups of a divergent
