@@ -31,7 +31,10 @@ class EvalError(NDVMError):
 
 
 class LimitError(NDVMError):
-    """A resource limit was reached: the step budget, the recursion depth or the memory budget."""
+    """A resource limit of ``ndvm.Limits`` was reached: the step budget, the recursion depth, the
+    memory budget (also for an array too large to allocate), the work budget or the wall clock.
+    The message names the limit (``max_steps``, ``max_depth``, ``max_bytes``, ``max_work``,
+    ``max_seconds``) and, where there is one, the operation; see docs/reliability.md, "Limits"."""
 
 
 __all__ = ["NDVMError", "ParseError", "CheckError", "EvalError", "LimitError"]
