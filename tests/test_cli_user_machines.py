@@ -77,6 +77,10 @@ def test_battery_from_download_to_a_discovery_run(mirror, prefect_api, tmp_path,
     assert main(["datasets", "fetch", "severson", "--mirror", mirror]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "converted:" in out and "17 cells" in out and "ndvm discover --task battery-severson" in out
+    assert main(["datasets", "show", "battery-severson"]) == 0  # now with sizes and splits
+    out = " ".join(capsys.readouterr().out.split())
+    assert "cached: 3 of 3 files" in out and "cell_id groups" in out
+    assert "test_fit" in out and "train" in out and "validation" in out
     folder = tmp_path / "runs"
     code = main(["discover", "--task", "battery-severson", "--option", "batches=1,3", "--option", "test_cells=b3*",
                  "--option", f"mirror={mirror}", "--minutes", "1", "--max-candidates", "12", "--steps", "20",
