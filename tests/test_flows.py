@@ -132,6 +132,10 @@ def test_enso_run_mlflow_parent_nested_artifacts_and_model(enso_run):
 
     # The pyfunc model: one-step-ahead predictions of the anomaly series; the predictions at the
     # held-out origins equal the task's lead-1 forecasts (computed by the task's own driver).
+    from storage.tracking import default_tracking_uri
+
+    # the model URI resolves through the global tracking URI, which another test may have moved
+    mlflow.set_tracking_uri(default_tracking_uri(folder))
     model = mlflow.pyfunc.load_model(best.data.tags["ndvm.model_uri"])
     task = make_task(load("enso"))
     predicted = np.asarray(model.predict(pd.DataFrame({"anom_c": task.y})))
