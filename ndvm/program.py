@@ -13,7 +13,7 @@ try:
 except ImportError as exc:  # a source tree without the compiled extension
     raise ImportError("ndvm's native extension (ndvm._native) is not built: run `make build` "
                       "(or `pip install -e .`) first") from exc
-from .errors import EvalError
+from .errors import EvalError, ParseError
 
 
 @dataclass(frozen=True)
@@ -198,5 +198,12 @@ def compile(source: str, dtype: str = "float64", limits: Limits | None = None) -
         raise TypeError(f"ndvm.compile expects source text (str), got {type(source).__name__}")
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: not text the native reader can receive
+        line = source.count("\n", 0, exc.start) + 1
+        column = exc.start - (source.rfind("\n", 0, exc.start) + 1) + 1
+        raise ParseError(f"unreadable character U+{ord(source[exc.start]):04X} (a lone surrogate, not valid "
+                         "Unicode text)", line, column) from None
     native = _native.compile(source, dtype == "float32")
     return Program(native, limits or DEFAULT_LIMITS)

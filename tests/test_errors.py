@@ -723,3 +723,12 @@ def test_cli_reports_typed_errors_without_traceback(tmp_path):
     good.write_text("(param a 0.5)\n(define (f v) (* a v))\n(f x)\n")
     proc = subprocess.run([cli, "run", str(good), "--param", "a=2", "--input", "x=3"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "6.0", proc.stdout + proc.stderr
+
+
+def test_lone_surrogate_is_a_parse_error_with_its_position():
+    """Text an LLM client decoded badly can hold a lone surrogate; it is a ParseError, not a TypeError
+    from the binding, so validators and the store treat it like any unreadable proposal."""
+    with pytest.raises(ndvm.ParseError) as info:
+        ndvm.compile("(+ 1\n  2 \ud800)")
+    assert "U+D800" in info.value.message
+    assert (info.value.line, info.value.column) == (2, 5)
