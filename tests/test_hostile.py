@@ -258,7 +258,8 @@ def _run_batch(cases: list[Case]) -> dict[str, dict]:
     """Runs cases in one child; a crash or a hang is recorded on its case and the rest rerun."""
     results: dict[str, dict] = {}
     pending = list(cases)
-    prelude = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({AS_CAP}, {AS_CAP}))\n"
+    # ASan reserves terabytes of shadow address space: no cap under the sanitizer (as test_limits)
+    prelude = "" if SANITIZED else f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({AS_CAP}, {AS_CAP}))\n"
     while pending:
         payload = json.dumps([{"name": c.name, "source": c.source, "mode": c.mode, "limits": c.limits,
                                "stack": c.stack} for c in pending])
@@ -290,6 +291,7 @@ def _run_batch(cases: list[Case]) -> dict[str, dict]:
 
 
 _RESULTS: dict[str, dict] = {}
+_STACK_BOUND = r"for the C stack of this thread|recursion too deep for the evaluation stack"
 
 
 def _result(case: Case) -> dict:
@@ -311,6 +313,11 @@ def test_corpus_is_large_and_names_are_unique():
 def test_hostile(case: Case):
     res = _result(case)
     got, text = res["kind"], res["text"]
+    if SANITIZED and got == "LimitError" and re.search(_STACK_BOUND, text):
+        # ASan makes frames several times larger and caps the evaluation stack at 48 MiB, so deep
+        # cases may end on the C-stack bound instead; what the sanitizer run checks is that they
+        # end cleanly (no report, no crash). Release builds must give the exact outcome.
+        return
     assert got == case.kind, f"{case.name}: expected {case.kind}, got {got}: {text[:600]}"
     if case.kind == "value":
         if case.want.startswith("~"):
