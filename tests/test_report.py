@@ -119,3 +119,11 @@ def test_curve_run_report_card(prefect_api, tmp_path):
     assert len(card["per_group"]["champion"]) == card["paired_test"]["overall"]["n_units"]
     md = report_markdown(card)
     assert "RMSE per group" in md and "Standard errors per group" in md
+
+
+def test_discovery_suite_is_registered_but_not_in_the_default_run():
+    from ndvm.bench.runner import EXPLICIT_SUITES, SUITE_NAMES, _suites, build_parser
+
+    assert "discovery" in EXPLICIT_SUITES and "discovery" not in SUITE_NAMES  # ~15 min: only when named
+    assert build_parser().parse_args(["--suite", "discovery"]).suite == ["discovery"]
+    assert _suites()["discovery"].__module__ == "ndvm.bench.discovery"
