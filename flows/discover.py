@@ -508,11 +508,14 @@ class Discovery:
                 await asyncio.sleep(0.05)  # the calibration queue is full: wait for it to drain
                 continue
             done, tasks = await asyncio.wait(tasks, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
-            for request in done:  # only a fatal proposer error escapes _one_request: stop the run with it
-                if not request.cancelled() and request.exception() is not None:
-                    for other in tasks:
-                        other.cancel()
-                    raise request.exception()
+            # only a fatal proposer error escapes _one_request: stop the run with it (every finished
+            # request's error is taken, so asyncio does not log the others as never retrieved)
+            fatal = [r.exception() for r in done if not r.cancelled() and r.exception() is not None]
+            if fatal:
+                for other in tasks:
+                    other.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)  # collected, not logged as lost
+                raise fatal[0]
             if self.stop_proposing.is_set() and tasks:
                 # Requests already in flight finish (their proposals are paid for), then stop; not
                 # beyond the hard deadline, though: late ones are cancelled.
