@@ -205,5 +205,8 @@ def compile(source: str, dtype: str = "float64", limits: Limits | None = None) -
         column = exc.start - (source.rfind("\n", 0, exc.start) + 1) + 1
         raise ParseError(f"unreadable character U+{ord(source[exc.start]):04X} (a lone surrogate, not valid "
                          "Unicode text)", line, column) from None
-    native = _native.compile(source, dtype == "float32")
-    return Program(native, limits or DEFAULT_LIMITS)
+    limits = limits or DEFAULT_LIMITS
+    # compilation runs under the evaluation's memory budget (the syntax tree of a 4 MB source
+    # can take 300 MB) and the C-stack bound of the calling thread
+    native = _native.compile(source, dtype == "float32", int(limits.max_bytes))
+    return Program(native, limits)

@@ -138,6 +138,11 @@ CASES += [
     Case("transpose-2^31", "(transpose (zeros 2 1073741824))", "LimitError", r"memory budget|array too large"),
     Case("zeros-negative", "(zeros -1)", "EvalError", r"zeros"),
     Case("zeros-nan", "(zeros +nan.0)", "EvalError", r"zeros"),
+    # ---- compilation under the memory budget (a 4 MB source is a 300 MB syntax tree) -----------------
+    Case("compile-budget-while-reading", "(vsum (vec " + "1.0 " * 1_000_000 + "))", "LimitError",
+         r"memory budget \(max_bytes=64 MiB\) exceeded while reading the program", limits={"max_bytes": 64 << 20}),
+    Case("compile-budget-while-compiling", "(vsum (vec " + "1.0 " * 1_000_000 + "))", "LimitError",
+         r"memory budget \(max_bytes=256 MiB\) exceeded while compiling the program", limits={"max_bytes": 256 << 20}),
     # ---- runaway work (work budget, wall-clock limit) ------------------------------------------------
     Case("det-400-in-a-loop", "(define m (+ (eye 400) (* 0.001 (ones 400 400))))"
          " (do ((i 0 (+ i 1)) (s 0.0 (+ s (det m)))) (#f s))", "LimitError", r"work budget \(max_work="),

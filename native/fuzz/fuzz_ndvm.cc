@@ -99,7 +99,7 @@ static int fuzz_one(const std::string& source) {
 
   std::shared_ptr<ndvm::Program> prog;
   try {
-    prog = ndvm::compile_program(source, /*f32=*/size % 7 == 0);
+    prog = ndvm::compile_program(source, /*f32=*/size % 7 == 0, lim.max_bytes);
   } catch (const ndvm::Error&) {
     return 0;
   }

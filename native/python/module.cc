@@ -306,8 +306,8 @@ PYBIND11_MODULE(_native, m) {
         return to_python(v);
       });
 
-  m.def("compile", [](const std::string& src, bool f32) { return compile_program(src, f32); }, py::arg("source"),
-        py::arg("f32") = false);
+  m.def("compile", [](const std::string& src, bool f32, uint64_t max_bytes) { return compile_program(src, f32, max_bytes); },
+        py::arg("source"), py::arg("f32") = false, py::arg("max_bytes") = 0);
   m.def("canonical_form", &canonical_form);
 
   m.def("calibrate", [](std::shared_ptr<Program> p, Arr theta0, py::dict shared, py::dict lane, py::dict spec_d,

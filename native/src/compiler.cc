@@ -112,7 +112,8 @@ struct Ctx {
 
 class Compiler {
  public:
-  explicit Compiler(Program& p) : P(p) {}
+  // `max_bytes` (0: none) bounds the syntax tree (`used`: what the reader charged) plus the nodes.
+  Compiler(Program& p, uint64_t max_bytes, uint64_t used) : P(p), max_bytes_(max_bytes), bytes_(used) {}
 
   void compile_toplevel(const std::vector<DatumP>& forms) {
     std::vector<DatumP> body;
@@ -136,6 +137,10 @@ class Compiler {
 
  private:
   Program& P;
+  const uint64_t max_bytes_;
+  uint64_t bytes_;  // the read tree plus the nodes made so far, as charged to the memory budget
+  // a node, its unique_ptr in P.nodes, its pointer in its parent's kids, the allocator's overhead
+  static constexpr uint64_t kNodeBytes = sizeof(Node) + 40;
   const StackProbe probe_;  // taken when compilation starts: bounds the recursion per nesting level
   std::unordered_map<std::string, int> param_index_, input_index_, symbol_index_;
   int gensym_ = 0;
@@ -149,6 +154,12 @@ class Compiler {
   // ---- helpers -------------------------------------------------------------------------------
   Node* node(NodeKind k, const Datum& d) { return node(k, d.line, d.col); }
   Node* node(NodeKind k, int line, int col) {
+    bytes_ += kNodeBytes;
+    if (max_bytes_ && bytes_ > max_bytes_)
+      limit_error("memory budget (max_bytes=" + std::to_string(max_bytes_ >> 20) +
+                      " MiB) exceeded while compiling the program: its syntax tree and compiled form need more than "
+                      "that; raise Limits.max_bytes for a program this large",
+                  line, col);
     P.nodes.push_back(std::make_unique<Node>());
     Node* n = P.nodes.back().get();
     n->kind = k;
@@ -875,14 +886,15 @@ class Compiler {
 
 }  // namespace
 
-std::shared_ptr<Program> compile_program(const std::string& source, bool f32) {
+std::shared_ptr<Program> compile_program(const std::string& source, bool f32, uint64_t max_bytes) {
   static std::atomic<uint64_t> next_serial{1};
   auto p = std::make_shared<Program>();
   p->serial = next_serial++;
   p->source = source;
   p->f32 = f32;
-  auto forms = read_all(source);
-  Compiler(*p).compile_toplevel(forms);
+  uint64_t used = 0;
+  auto forms = read_all(source, max_bytes, &used);
+  Compiler(*p, max_bytes, used).compile_toplevel(forms);
   return p;
 }
 

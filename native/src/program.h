@@ -54,8 +54,10 @@ struct Program {
   int intern(const std::string& s);
 };
 
-// source -> Program. Throws Error(Parse|Check).
-std::shared_ptr<Program> compile_program(const std::string& source, bool f32 = false);
+// source -> Program. Throws Error(Parse|Check), and Error(Limit) when the syntax tree and the
+// compiled form would need more than `max_bytes` (Limits::max_bytes; 0: no budget) or nesting
+// would overflow the C stack of the calling thread.
+std::shared_ptr<Program> compile_program(const std::string& source, bool f32 = false, uint64_t max_bytes = 0);
 
 // Canonical form for deduplication: alpha-renamed, inexact literals abstracted, commutative
 // arguments ordered. Computed at compile time.

@@ -16,7 +16,8 @@ namespace {
 
 class Reader {
  public:
-  explicit Reader(const std::string& s) : src_(s) {}
+  Reader(const std::string& s, uint64_t max_bytes) : src_(s), max_bytes_(max_bytes) {}
+  uint64_t charged() const { return datums_ * kDatumBytes; }
 
   std::vector<DatumP> all() {
     std::vector<DatumP> out;
@@ -32,6 +33,8 @@ class Reader {
  private:
   const StackProbe probe_;
   const std::string& src_;
+  const uint64_t max_bytes_;  // 0: no budget
+  uint64_t datums_ = 0;
   size_t pos_ = 0;
   int line_ = 1, col_ = 1;
 
@@ -90,6 +93,12 @@ class Reader {
   }
 
   DatumP make(Datum::Kind k, int l, int c) {
+    // A 4 MB source can need 300 MB of syntax tree: the tree is charged to the memory budget.
+    if (max_bytes_ && ++datums_ * kDatumBytes > max_bytes_)
+      limit_error("memory budget (max_bytes=" + std::to_string(max_bytes_ >> 20) +
+                      " MiB) exceeded while reading the program: its syntax tree needs more than that (" +
+                      std::to_string(datums_) + " datums so far); raise Limits.max_bytes for a program this large",
+                  l, c);
     auto d = std::make_shared<Datum>();
     d->kind = k; d->line = l; d->col = c;
     return d;
@@ -229,7 +238,12 @@ void write_rec(const Datum& d, std::ostringstream& o, const StackProbe& probe) {
 
 }  // namespace
 
-std::vector<DatumP> read_all(const std::string& src) { return Reader(src).all(); }
+std::vector<DatumP> read_all(const std::string& src, uint64_t max_bytes, uint64_t* used) {
+  Reader r(src, max_bytes);
+  auto forms = r.all();
+  if (used) *used = r.charged();
+  return forms;
+}
 
 std::string write_datum(const Datum& d) {
   std::ostringstream o;

@@ -25,8 +25,14 @@ struct Datum {
 };
 using DatumP = std::shared_ptr<Datum>;
 
-// Reads every top-level datum of `src`. Throws Error(Parse) on malformed input.
-std::vector<DatumP> read_all(const std::string& src);
+// Reads every top-level datum of `src`. Throws Error(Parse) on malformed input. With a
+// `max_bytes` budget (0: none), a source whose syntax tree would need more memory throws
+// Error(Limit) naming the memory budget; `used` (optional) receives what the tree was charged.
+std::vector<DatumP> read_all(const std::string& src, uint64_t max_bytes = 0, uint64_t* used = nullptr);
+
+// What one datum of a read tree costs, as charged against a memory budget: the struct, the
+// shared_ptr control block, its slot in the parent's vector and the allocator's overhead.
+constexpr uint64_t kDatumBytes = sizeof(Datum) + 56;
 
 // Writes a datum back in Scheme notation (used by the canonical form and error messages).
 std::string write_datum(const Datum& d);
