@@ -21,9 +21,9 @@ are; nothing here feeds back into the search):
 - how well validation predicted test: Spearman's rank correlation of the validation and test
   scores of the entries scored on test (the final top k).
 
-The task supplies the errors through ``task.report_errors(fit, split)`` /
-``task.report_reference_errors(split)`` when it has them; otherwise the adapters below use the
-forecast and curve tasks' public methods.
+Everything that depends on the kind of task comes from the task (``datasets.tasks.base.Task``:
+``test_errors``, ``reference_test_errors``, ``references_to_refit``, ``error_breakdown``,
+``paired_test``, ``verdict`` and their Markdown), so this module never branches on the kind.
 """
 from __future__ import annotations
 
@@ -35,181 +35,49 @@ from typing import Any
 
 import numpy as np
 
-ALPHA = 0.05
+from datasets.tasks import CurveTask, Errors, ForecastTask, task_class
+from datasets.tasks.base import SIGNIFICANCE as ALPHA
+from datasets.tasks.base import format_number as _num
 
 
 class ReportError(RuntimeError):
     """The report cannot be built (no such run, nothing calibrated, a task without test data)."""
 
 
-# ---------------------------------------------------------------------------- errors on the test split
-@dataclass
-class Errors:
-    """Test-split errors (prediction - observation) of one model.
-
-    ``kind="forecast"``: ``values`` is [n_origins, leads] (NaN where the target lies outside the split).
-    ``kind="curve"``: ``groups`` maps each scored group to its error vector (key None: no groups).
-    """
-
-    name: str
-    kind: str
-    values: np.ndarray | None = None
-    groups: dict[Any, np.ndarray] | None = None
-    error: str | None = None
-
-    def primary(self) -> float:
-        """The task's primary metric from these errors: mean over leads of the RMSE (forecast) or
-        mean over groups of the RMSE (curve)."""
-        if self.error:
-            return math.inf
-        if self.kind == "forecast":
-            per_lead = [math.sqrt(np.nanmean(self.values[:, k] ** 2)) for k in range(self.values.shape[1])]
-            return float(np.mean(per_lead))
-        return float(np.mean([math.sqrt(np.mean(e ** 2)) for e in self.groups.values()]))
-
-
-def _forecast_errors(task: Any, source: str | None, parameters: dict | None, name: str,
-                     split: str) -> Errors:
-    obs = task.targets(split)
-    try:
-        fit = task.restore_fit(source, parameters, name=name)
-        forecasts = task.forecasts(fit, split)
-    except Exception as exc:  # a candidate failing on the test years: reported, not fatal
-        return Errors(name, "forecast", error=f"{type(exc).__name__}: {exc}")
-    if not np.all(np.isfinite(forecasts[~np.isnan(obs)])):
-        return Errors(name, "forecast", error="non-finite forecasts")
-    return Errors(name, "forecast", values=forecasts - obs)
-
-
-def _forecast_reference_errors(task: Any, split: str) -> list[Errors]:
-    obs = task.targets(split)
-    series = task.y[: task.split_end[split]].copy()
-    out = []
-    for ref in task.reference_models():
-        state = task.fit_reference(ref)
-        forecasts = ref.forecast(state, series, task.origins(split), task.leads)
-        out.append(Errors(ref.name, "forecast", values=forecasts - obs))
-    return out
-
-
-def _curve_groups(task: Any, split: str) -> list[Any]:
-    from datasets.schema import TEST
-
-    return list(task.groups()) + (list(task.test_groups()) if split == TEST else [])
-
-
-def _curve_errors_of(task: Any, fit: Any, split: str) -> Errors:
-    groups: dict[Any, np.ndarray] = {}
-    for group in _curve_groups(task, split):
-        try:
-            prediction = task.predict(fit, group, split)
-        except Exception as exc:
-            return Errors(fit.name, "curve", error=f"group {group}: {type(exc).__name__}: {exc}")
-        err = np.asarray(prediction, dtype=float) - task.split_target(split, group)
-        if not np.all(np.isfinite(err)):
-            return Errors(fit.name, "curve", error=f"non-finite predictions for group {group}")
-        groups[group] = err
-    return Errors(fit.name, "curve", groups=groups)
-
-
+# ---------------------------------------------------------------------------- errors and paired tests
+# What is kind-specific (the errors' structure, the per-lead or per-group breakdown, which paired
+# test, the verdict's wording, their Markdown) belongs to the task classes (datasets/tasks): this
+# module only asks the task, and has no branch on its kind.
 def model_errors(task: Any, source: str, parameters: dict, name: str, split: str,
                  calibrate_options: dict | None = None) -> Errors:
     """Errors of a stored candidate (source + stored parameters) on ``split``."""
-    if hasattr(task, "report_errors"):
-        return task.report_errors(source, parameters, name, split)
-    if hasattr(task, "forecasts"):
-        return _forecast_errors(task, source, parameters, name, split)
-    try:
-        fit = task.restore_fit(source, parameters, name=name)
-        fit = task.prepare_test_fit(fit, **(calibrate_options or {}))
-    except Exception as exc:
-        return Errors(name, "curve", error=f"{type(exc).__name__}: {exc}")
-    if not fit.ok:
-        return Errors(name, "curve", error=fit.error)
-    return _curve_errors_of(task, fit, split)
+    return task.test_errors(source, parameters, name, split, **(calibrate_options or {}))
 
 
 def reference_errors(task: Any, split: str, only: set[str] | None = None) -> list[Errors]:
-    """Errors of the reference models of the task on ``split`` (fitted on the training part; for a
-    curve task only those named in ``only``, when given: each is fitted on every group)."""
-    from datasets.schema import TEST
-
-    if hasattr(task, "report_reference_errors"):
-        return task.report_reference_errors(split)
-    if hasattr(task, "forecasts"):
-        return _forecast_reference_errors(task, split)
-    out = []
-    for ref in task.reference_models():
-        if only is not None and ref.name not in only:
-            continue
-        try:
-            fit = task.fit_reference(ref, test_groups=split == TEST)
-        except Exception as exc:
-            out.append(Errors(ref.name, "curve", error=f"{type(exc).__name__}: {exc}"))
-            continue
-        out.append(_curve_errors_of(task, fit, split))
-    return out
+    """Errors of the reference models of the task on ``split`` (fitted on the training part; only
+    those named in ``only``, when given)."""
+    return task.reference_test_errors(split, only=only)
 
 
-# ---------------------------------------------------------------------------- paired tests
+def paired_test(champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The paired test the champion's task runs (``Task.paired_test``)."""
+    return task_class(champion.kind).paired_test(champion, reference, replicates=replicates, seed=seed)
+
+
 def paired_forecast_test(champion: Errors, reference: Errors) -> dict[str, Any]:
     """Diebold-Mariano (HLN) per lead and overall; ``mean_diff`` < 0: the champion has lower MSE."""
-    from storage.stats import dm_from_differential, diebold_mariano
-
-    a, b = champion.values, reference.values
-    leads = a.shape[1]
-    per_lead = []
-    for k in range(leads):
-        valid = ~np.isnan(a[:, k])
-        res = diebold_mariano(a[valid, k], b[valid, k], h=k + 1)
-        per_lead.append({"lead": k + 1, "rmse_champion": math.sqrt(np.mean(a[valid, k] ** 2)),
-                         "rmse_reference": math.sqrt(np.mean(b[valid, k] ** 2)), **res.to_dict()})
-    full = ~np.isnan(a).any(axis=1)
-    d = np.mean(a[full] ** 2 - b[full] ** 2, axis=1)
-    overall = dm_from_differential(d, h=leads).to_dict()
-    return {"test": "Diebold-Mariano, Harvey-Leybourne-Newbold correction, squared error",
-            "overall": overall, "per_lead": per_lead}
+    return ForecastTask.paired_test(champion, reference)
 
 
 def paired_curve_test(champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Paired bootstrap interval of RMSE(champion) - RMSE(reference) (negative: champion better)."""
-    from storage.stats import paired_bootstrap_rmse
-
-    keys = list(champion.groups)
-    if len(keys) >= 2:
-        res = paired_bootstrap_rmse([champion.groups[g] for g in keys], [reference.groups[g] for g in keys],
-                                    replicates=replicates, seed=seed)
-        how = (f"paired bootstrap over {len(keys)} groups (whole groups resampled: errors within a group are "
-               "serially correlated, groups are independent); statistic: mean over groups of the RMSE difference")
-    else:
-        (g,) = keys
-        res = paired_bootstrap_rmse(champion.groups[g], reference.groups[g], replicates=replicates, seed=seed)
-        how = (f"paired moving-block bootstrap of one series (block length {res.block}, as the errors are "
-               "serially correlated); statistic: RMSE difference")
-    return {"test": how, "overall": res.to_dict()}
+    return CurveTask.paired_test(champion, reference, replicates=replicates, seed=seed)
 
 
 def verdict(kind: str, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
     """One sentence: the difference with its p-value or interval, and what it means at 5%."""
-    c, r = champion.primary(), reference.primary()
-    o = test["overall"]
-    if kind == "forecast":
-        p = o["p_value"]
-        direction = "lower" if o["mean_diff"] < 0 else "higher"
-        sig = (f"significantly {direction} at the 5% level" if p < ALPHA
-               else "not significantly different at the 5% level")
-        return (f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g}: the mean squared error over "
-                f"leads 1-{len(test['per_lead'])} is {direction} by {abs(o['mean_diff']):.3g} "
-                f"(Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}): {sig}.")
-    lo, hi = o["low"], o["high"]
-    if hi < 0:
-        sig = f"the champion's RMSE is lower ({int(o['level'] * 100)}% interval excludes 0)"
-    elif lo > 0:
-        sig = f"the champion's RMSE is higher ({int(o['level'] * 100)}% interval excludes 0)"
-    else:
-        sig = "no significant difference (the interval contains 0)"
-    return (f"Champion test RMSE {c:.4g} vs {reference.name} {r:.4g}: difference {o['estimate']:+.4g}, "
-            f"{int(o['level'] * 100)}% bootstrap interval [{lo:+.4g}, {hi:+.4g}]: {sig}.")
+    return task_class(kind).verdict(champion, reference, test)
 
 
 # ---------------------------------------------------------------------------- the report
@@ -240,12 +108,13 @@ def _stderr_of(task: Any, source: str, parameters: dict) -> dict[str, Any]:
         fit = ndvm.Fit(program=program, params=params, status="ok")
         try:
             if loss == "value":
-                # the forecast task's training loss is a mean of fit_count() squared multi-step errors
-                if getattr(task, "loss", "mse") != "mse" or not hasattr(task, "fit_count"):
+                # a program-computed training loss: standard errors need it to be a mean of n squared errors
+                count = task.value_loss_squared_errors()
+                if count is None:
                     return {"error": "standard errors need a squared-error training loss (this task fits "
                                      f"{getattr(task, 'loss', loss)})"}
                 fit.loss = float(program.evaluate([[params[n] for n in names]], inputs)[0])
-                se = ndvm.stderr(fit, inputs, None, "value", value_scale="mse", n=task.fit_count())
+                se = ndvm.stderr(fit, inputs, None, "value", value_scale="mse", n=count)
             else:
                 fit.loss = float(program.loss_and_grad([[params[n] for n in names]], inputs, target, loss)[0][0])
                 se = ndvm.stderr(fit, inputs, target, loss)
@@ -308,9 +177,7 @@ def build_report(store: Any, run_id: str | None = None, task: Any = None, *, tol
     # The end-of-run scoring stored every reference's test score: a curve task with many groups
     # (Severson: 120 cells) then refits only the best reference, the one the paired test needs.
     stored = _stored_reference_scores(store, run_id) if split == "test" else {}
-    only = None
-    if champion.kind == "curve" and stored and any(v is not None for v in stored.values()):
-        only = {min((k for k, v in stored.items() if v is not None), key=lambda k: stored[k])}
+    only = task.references_to_refit(stored) if stored else None
     references = reference_errors(task, split, only=only)
     usable = [r for r in references if not r.error]
     report: dict[str, Any] = {
@@ -329,21 +196,18 @@ def build_report(store: Any, run_id: str | None = None, task: Any = None, *, tol
                                   "error": None if v is not None else "failed at the end-of-run scoring"}
                                  for k, v in sorted(stored.items()) if k not in only]
     report["champion"]["stderr"] = _stderr_of(task, champ["source"], parameters)
-    if champion.kind == "forecast" and not champion.error:
-        report["per_lead"] = {"champion": _per_lead(champion), **{r.name: _per_lead(r) for r in usable}}
-    elif not champion.error:
-        report["per_group"] = {"champion": _per_group(champion), **{r.name: _per_group(r) for r in usable}}
+    kind = task_class(champion.kind)
+    if not champion.error:
+        report[kind.breakdown_key] = {"champion": kind.error_breakdown(champion),
+                                      **{r.name: kind.error_breakdown(r) for r in usable}}
     if usable and not champion.error:
         best = min(usable, key=lambda r: r.primary())
-        test = (paired_forecast_test(champion, best) if champion.kind == "forecast"
-                else paired_curve_test(champion, best, replicates=replicates))
+        test = kind.paired_test(champion, best, replicates=replicates)
         report["best_reference"] = best.name
         report["paired_test"] = test
-        report["verdict"] = verdict(champion.kind, champion, best, test)
+        report["verdict"] = kind.verdict(champion, best, test)
         report["versus_each_reference"] = [
-            {"reference": r.name,
-             **(paired_forecast_test(champion, r)["overall"] if champion.kind == "forecast"
-                else paired_curve_test(champion, r, replicates=replicates)["overall"])} for r in usable]
+            {"reference": r.name, **kind.paired_test(champion, r, replicates=replicates)["overall"]} for r in usable]
     else:
         report["verdict"] = (f"No paired test: {champion.error}" if champion.error
                              else "No paired test: no reference model could be scored.")
@@ -377,24 +241,7 @@ def _stored_reference_scores(store: Any, run_id: str) -> dict[str, float | None]
             for r in rows.iter_rows(named=True) if r["entry_kind"] == "reference"}
 
 
-def _per_lead(e: Errors) -> list[float]:
-    return [math.sqrt(np.nanmean(e.values[:, k] ** 2)) for k in range(e.values.shape[1])]
-
-
-def _per_group(e: Errors) -> dict[str, float]:
-    return {str(g): math.sqrt(np.mean(v ** 2)) for g, v in e.groups.items()}
-
-
 # ---------------------------------------------------------------------------- rendering
-def _num(v: Any, fmt: str = ".4g") -> str:
-    if v is None:
-        return "-"
-    try:
-        return format(float(v), fmt) if math.isfinite(float(v)) else str(v)
-    except (TypeError, ValueError):
-        return str(v)
-
-
 def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
     """The report card as Markdown (what ``ndvm report`` prints and report.md holds)."""
     c = report["champion"]
@@ -414,39 +261,16 @@ def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
     for r in report["references"]:
         lines.append(f"| {r['name']} | {_num(r['test_score']) if not r['error'] else 'failed: ' + r['error']} |")
     lines.append("")
-    if "per_lead" in report:
-        names = list(report["per_lead"])
-        lines += ["### RMSE per lead", "", "| lead | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-        for k in range(len(report["per_lead"]["champion"])):
-            lines.append(f"| {k + 1} | " + " | ".join(_num(report["per_lead"][n][k]) for n in names) + " |")
-        lines.append("")
-    if "per_group" in report:
-        names = list(report["per_group"])
-        groups = list(report["per_group"]["champion"])
-        lines += [f"### RMSE per group ({len(groups)} groups" + (f", first {max_groups} shown" if len(groups) > max_groups else "")
-                  + ")", "", "| group | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-        for g in groups[:max_groups]:
-            lines.append(f"| {g} | " + " | ".join(_num(report["per_group"][n].get(g)) for n in names) + " |")
-        lines.append("")
+    kind = task_class(report["kind"])
+    if kind.breakdown_key in report:
+        lines += kind.breakdown_markdown(report[kind.breakdown_key], max_groups=max_groups)
     if "paired_test" in report:
         t = report["paired_test"]
         lines += ["## Paired test against the best reference (" + report["best_reference"] + ")", "", t["test"], ""]
-        if "per_lead" in t:
-            lines += ["| lead | RMSE champion | RMSE reference | DM* | p (two-sided) |", "|--:|--:|--:|--:|--:|"]
-            for row in t["per_lead"]:
-                lines.append(f"| {row['lead']} | {_num(row['rmse_champion'])} | {_num(row['rmse_reference'])} | "
-                             f"{row['statistic']:.2f} | {row['p_value']:.3g} |")
-            o = t["overall"]
-            lines += ["", f"Overall (mean over leads of the squared-error differential, h = {o['h']}, n = {o['n']}): "
-                          f"DM* = {o['statistic']:.2f}, p = {o['p_value']:.3g}.", ""]
+        lines += kind.paired_test_markdown(t)
         lines += ["Against every reference (overall):", "",
                   "| reference | statistic | p (two-sided) | interval |", "|---|--:|--:|---|"]
-        for row in report["versus_each_reference"]:
-            if "statistic" in row:
-                lines.append(f"| {row['reference']} | DM* {row['statistic']:.2f} | {row['p_value']:.3g} | |")
-            else:
-                lines.append(f"| {row['reference']} | {row['estimate']:+.4g} | {row['p_value']:.3g} | "
-                             f"[{row['low']:+.4g}, {row['high']:+.4g}] |")
+        lines += [kind.versus_row_markdown(row) for row in report["versus_each_reference"]]
         lines.append("")
     if report.get("validation_test_spearman"):
         s = report["validation_test_spearman"]
@@ -588,4 +412,4 @@ def write_report(report: dict[str, Any], folder: str | Path) -> tuple[Path, Path
 
 
 __all__ = ["build_report", "finish_report", "report_markdown", "report_json", "log_report", "write_report", "ReportError",
-           "Errors", "model_errors", "reference_errors", "paired_forecast_test", "paired_curve_test", "verdict"]
+           "Errors", "model_errors", "reference_errors", "paired_test", "paired_forecast_test", "paired_curve_test", "verdict"]

@@ -17,13 +17,21 @@ the flows use nothing else, so a new kind of task touches this package alone.
 from __future__ import annotations
 
 from ..schema import Dataset
-from .base import Task, TaskFit
+from .base import Errors, Task, TaskFit
 from .curve import BATTERY_REFERENCES, CurveReference, CurveTask
 from .errors import CandidateError, RuntimeUnavailableError, TaskError
 from .forecast import ENSO_REFERENCES, ForecastReference, ForecastTask
 from .runtime import ndvm_available
 
 TASKS = {"curve": CurveTask, "forecast": ForecastTask}
+
+
+def task_class(kind: str) -> type[Task]:
+    """The task class of ``kind`` (what a stored report or error record names)."""
+    try:
+        return TASKS[kind]
+    except KeyError:
+        raise TaskError(f"unknown task {kind!r}; use one of {sorted(TASKS)}") from None
 
 
 def make_task(dataset: Dataset, kind: str | None = None, **options):
@@ -33,15 +41,11 @@ def make_task(dataset: Dataset, kind: str | None = None, **options):
             kind = dataset.definition.default_task
         else:
             kind = dataset.meta.get("task", "curve")
-    try:
-        cls = TASKS[kind]
-    except KeyError:
-        raise TaskError(f"unknown task {kind!r}; use one of {sorted(TASKS)}") from None
-    return cls(dataset, **options)
+    return task_class(kind)(dataset, **options)
 
 
 __all__ = [
-    "BATTERY_REFERENCES", "ENSO_REFERENCES", "CandidateError", "CurveReference", "CurveTask",
+    "BATTERY_REFERENCES", "ENSO_REFERENCES", "CandidateError", "Errors", "CurveReference", "CurveTask",
     "ForecastReference", "ForecastTask", "RuntimeUnavailableError", "Task", "TaskError", "TaskFit",
-    "make_task", "ndvm_available",
+    "make_task", "ndvm_available", "task_class",
 ]

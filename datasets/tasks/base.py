@@ -70,6 +70,44 @@ def least_squares_multistart(func, x, y, starts, lower, upper, max_nfev: int = 4
     return best_p, best
 
 
+SIGNIFICANCE = 0.05  # the level the report card's verdicts speak of
+
+
+def format_number(value: Any, fmt: str = ".4g") -> str:
+    """A number for the report card's Markdown: ``-`` for None, inf/nan spelled out."""
+    if value is None:
+        return "-"
+    try:
+        return format(float(value), fmt) if math.isfinite(float(value)) else str(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@dataclass
+class Errors:
+    """Errors (prediction - observation) of one model on one split, in the structure its task gives
+    them (``Task.test_errors``); ``kind`` names that task kind, whose class interprets them.
+
+    ``kind="forecast"``: ``values`` is [n_origins, leads] (NaN where the target lies outside the split).
+    ``kind="curve"``: ``groups`` maps each scored group to its error vector (key None: no groups).
+    ``error``: why the model could not be scored (its primary score is then inf).
+    """
+
+    name: str
+    kind: str
+    values: np.ndarray | None = None
+    groups: dict[Any, np.ndarray] | None = None
+    error: str | None = None
+
+    def primary(self) -> float:
+        """The task's primary metric from these errors (``Task.primary_of_errors``)."""
+        if self.error:
+            return math.inf
+        from . import task_class
+
+        return task_class(self.kind).primary_of_errors(self)
+
+
 class Task:
     """The interface every task implements (the flows use nothing else).
 
@@ -85,6 +123,12 @@ class Task:
     ``score_references(split)``, ``restore_fit(source, parameters, name)``, ``probe_inputs()``,
     ``proposer_inputs()``, ``split_label()``, ``entry_extras(source, parameters)``,
     ``check_program(program)``, ``seed_programs()``, ``contract_text()``.
+
+    The end-of-run report card (``flows/report.py``) uses: ``test_errors`` and
+    ``reference_test_errors`` (the split's :class:`Errors`), ``references_to_refit``, and the class
+    methods ``primary_of_errors``, ``error_breakdown`` (under the report key ``breakdown_key``),
+    ``paired_test``, ``verdict`` and the Markdown pieces ``breakdown_markdown``,
+    ``paired_test_markdown`` and ``versus_row_markdown``.
     """
 
     kind = "task"
@@ -133,3 +177,63 @@ class Task:
     def flat_parameters(self, params: dict[Any, Any]) -> dict[str, float]:
         """Fitted parameters as name -> float (what the store and MLflow keep)."""
         return {str(k): float(v) for k, v in params.items()}
+
+    # ---------------------------------------------------------------- the report card (test split)
+    def test_errors(self, source: str, parameters: dict[str, float], name: str, split: str,
+                    **calibrate_options) -> Errors:
+        """Errors of a stored candidate (source + stored parameters) on ``split``; a candidate that
+        fails there gives an :class:`Errors` with ``error`` set, never an exception."""
+        raise NotImplementedError(f"{type(self).__name__} does not give test errors")
+
+    def reference_test_errors(self, split: str, only: set[str] | None = None) -> list[Errors]:
+        """Errors of the task's reference models on ``split`` (fitted on the training part; only the
+        ones named in ``only`` when given)."""
+        raise NotImplementedError(f"{type(self).__name__} does not give reference errors")
+
+    def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
+        """Which references the report refits, given the test scores the end-of-run scoring stored
+        (name -> score, None where it failed): None means all of them (default)."""
+        return None
+
+    def value_loss_squared_errors(self) -> int | None:
+        """With ``calibration_loss == "value"`` (the program computes its own training loss): how
+        many squared errors that loss averages, or None when it is not a mean of squared errors
+        (then the report card gives no standard errors). Default: None."""
+        return None
+
+    breakdown_key = "breakdown"
+
+    @classmethod
+    def primary_of_errors(cls, errors: Errors) -> float:
+        """The primary metric computed from a model's (error-free) :class:`Errors`."""
+        raise NotImplementedError(f"{cls.__name__} does not score errors")
+
+    @classmethod
+    def error_breakdown(cls, errors: Errors) -> Any:
+        """The report's per-unit RMSE of a model (per lead, per group, ...), JSON-ready."""
+        raise NotImplementedError(f"{cls.__name__} does not break errors down")
+
+    @classmethod
+    def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
+        """The paired test of the champion against a reference: ``{"test": how, "overall": {...}, ...}``."""
+        raise NotImplementedError(f"{cls.__name__} has no paired test")
+
+    @classmethod
+    def verdict(cls, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
+        """One sentence: the difference with its p-value or interval, and what it means at 5%."""
+        raise NotImplementedError(f"{cls.__name__} has no verdict")
+
+    @classmethod
+    def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
+        """Markdown lines of the report's ``breakdown_key`` section (model name -> breakdown)."""
+        return []
+
+    @classmethod
+    def paired_test_markdown(cls, test: dict[str, Any]) -> list[str]:
+        """Markdown lines detailing the paired test beyond its description (default: none)."""
+        return []
+
+    @classmethod
+    def versus_row_markdown(cls, row: dict[str, Any]) -> str:
+        """One row ``| reference | statistic | p | interval |`` of the paired test against each reference."""
+        raise NotImplementedError(f"{cls.__name__} has no paired test")

@@ -25,9 +25,9 @@ import polars as pl
 
 from ..schema import TEST, TEST_FIT, TRAIN, VALIDATION, Dataset
 from . import sexpr
-from .base import Task, TaskFit, least_squares_multistart
+from .base import Errors, Task, TaskFit, format_number, least_squares_multistart
 from .errors import CandidateError, TaskError
-from .metrics import mae, rmse
+from .metrics import mae, rms, rmse
 from .runtime import require_ndvm
 
 INPUT = "x"
@@ -501,7 +501,8 @@ class CurveTask(Task):
                 "rmse": rmse(p_split, y_split) if finite else INF,
             }
             if finite:
-                sq += float(np.sum((p_split - y_split) ** 2))
+                with np.errstate(over="ignore"):  # beyond the float range: inf, checked below
+                    sq += float(np.sum((p_split - y_split) ** 2))
                 ab += float(np.sum(np.abs(p_split - y_split)))
                 count += y_split.size
         finite_all = all(np.isfinite(g["rmse"]) for g in per_group.values())
@@ -526,6 +527,119 @@ class CurveTask(Task):
     def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
         """Fit and score every reference model on ``split`` (scipy; no runtime needed)."""
         return [self.score(self.fit_reference(ref, test_groups=split == TEST), split) for ref in self.references]
+
+    # ------------------------------------------------------------------ the report card
+    # Errors are one vector per scored group; the breakdown is the RMSE per group; the paired test
+    # is a bootstrap interval of the RMSE difference (storage.stats.paired_bootstrap_rmse).
+    breakdown_key = "per_group"
+
+    def _split_groups(self, split: str) -> list[Any]:
+        return self.groups() + (self.test_groups() if split == TEST else [])
+
+    def _errors_of(self, fit: TaskFit, split: str) -> Errors:
+        groups: dict[Any, np.ndarray] = {}
+        for group in self._split_groups(split):
+            try:
+                prediction = self.predict(fit, group, split)
+            except Exception as exc:
+                return Errors(fit.name, self.kind, error=f"group {group}: {type(exc).__name__}: {exc}")
+            err = np.asarray(prediction, dtype=float) - self.split_target(split, group)
+            if not np.all(np.isfinite(err)):
+                return Errors(fit.name, self.kind, error=f"non-finite predictions for group {group}")
+            groups[group] = err
+        return Errors(fit.name, self.kind, groups=groups)
+
+    def test_errors(self, source: str, parameters: dict[str, float], name: str, split: str,
+                    **calibrate_options) -> Errors:
+        """Errors per group of a stored candidate on ``split``; held-out groups are first fitted on
+        their ``test_fit`` rows with ``calibrate_options`` (as the run fitted them)."""
+        try:
+            fit = self.restore_fit(source, parameters, name=name)
+            fit = self.prepare_test_fit(fit, **calibrate_options)
+        except Exception as exc:
+            return Errors(name, self.kind, error=f"{type(exc).__name__}: {exc}")
+        if not fit.ok:
+            return Errors(name, self.kind, error=fit.error)
+        return self._errors_of(fit, split)
+
+    def reference_test_errors(self, split: str, only: set[str] | None = None) -> list[Errors]:
+        """Each reference is fitted on every group (held-out ones too on the test split)."""
+        out = []
+        for ref in self.reference_models():
+            if only is not None and ref.name not in only:
+                continue
+            try:
+                fit = self.fit_reference(ref, test_groups=split == TEST)
+            except Exception as exc:
+                out.append(Errors(ref.name, self.kind, error=f"{type(exc).__name__}: {exc}"))
+                continue
+            out.append(self._errors_of(fit, split))
+        return out
+
+    def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
+        """Only the best stored reference (the one the paired test needs): with many groups
+        (Severson: 120 cells) refitting every fade law is slow, and their scores are stored."""
+        ok = {k: v for k, v in stored.items() if v is not None}
+        return {min(ok, key=lambda k: ok[k])} if ok else None
+
+    @classmethod
+    def primary_of_errors(cls, errors: Errors) -> float:
+        """Mean over groups of the RMSE."""
+        return float(np.mean(list(cls.error_breakdown(errors).values())))
+
+    @classmethod
+    def error_breakdown(cls, errors: Errors) -> dict[str, float]:
+        """RMSE per group."""
+        return {str(g): rms(v) for g, v in errors.groups.items()}
+
+    @classmethod
+    def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
+        """Paired bootstrap interval of RMSE(champion) - RMSE(reference) (negative: champion better):
+        whole groups resampled when there are several, a moving-block bootstrap of one series otherwise."""
+        from storage.stats import paired_bootstrap_rmse
+
+        keys = list(champion.groups)
+        if len(keys) >= 2:
+            res = paired_bootstrap_rmse([champion.groups[g] for g in keys], [reference.groups[g] for g in keys],
+                                        replicates=replicates, seed=seed)
+            how = (f"paired bootstrap over {len(keys)} groups (whole groups resampled: errors within a group are "
+                   "serially correlated, groups are independent); statistic: mean over groups of the RMSE difference")
+        else:
+            (g,) = keys
+            res = paired_bootstrap_rmse(champion.groups[g], reference.groups[g], replicates=replicates, seed=seed)
+            how = (f"paired moving-block bootstrap of one series (block length {res.block}, as the errors are "
+                   "serially correlated); statistic: RMSE difference")
+        return {"test": how, "overall": res.to_dict()}
+
+    @classmethod
+    def verdict(cls, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
+        c, r = champion.primary(), reference.primary()
+        o = test["overall"]
+        lo, hi = o["low"], o["high"]
+        if hi < 0:
+            sig = f"the champion's RMSE is lower ({int(o['level'] * 100)}% interval excludes 0)"
+        elif lo > 0:
+            sig = f"the champion's RMSE is higher ({int(o['level'] * 100)}% interval excludes 0)"
+        else:
+            sig = "no significant difference (the interval contains 0)"
+        return (f"Champion test RMSE {c:.4g} vs {reference.name} {r:.4g}: difference {o['estimate']:+.4g}, "
+                f"{int(o['level'] * 100)}% bootstrap interval [{lo:+.4g}, {hi:+.4g}]: {sig}.")
+
+    @classmethod
+    def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
+        names = list(breakdown)
+        groups = list(breakdown["champion"])
+        lines = [f"### RMSE per group ({len(groups)} groups" + (f", first {max_groups} shown" if len(groups) > max_groups else "")
+                 + ")", "", "| group | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for g in groups[:max_groups]:
+            lines.append(f"| {g} | " + " | ".join(format_number(breakdown[n].get(g)) for n in names) + " |")
+        lines.append("")
+        return lines
+
+    @classmethod
+    def versus_row_markdown(cls, row: dict[str, Any]) -> str:
+        return (f"| {row['reference']} | {row['estimate']:+.4g} | {row['p_value']:.3g} | "
+                f"[{row['low']:+.4g}, {row['high']:+.4g}] |")
 
     def seed_programs(self) -> list[str]:
         seeds = [ref.source for ref in self.references]

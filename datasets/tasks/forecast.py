@@ -43,9 +43,9 @@ import polars as pl
 
 from ..schema import TEST, TRAIN, VALIDATION, Dataset
 from . import sexpr
-from .base import Task, TaskFit
+from .base import SIGNIFICANCE, Errors, Task, TaskFit, format_number
 from .errors import CandidateError, TaskError
-from .metrics import anomaly_correlation, rmse
+from .metrics import anomaly_correlation, rms, rmse
 from .runtime import require_ndvm
 
 SERIES = "ndvm-task-series"  # the only input; reserved, candidates may not mention it
@@ -365,6 +365,10 @@ class ForecastTask(Task):
         """Number of squared-error terms of the multi-step training loss (see the module docstring)."""
         return int(sum(min(self.leads, self.n_train - t) for t in self.fit_origins()))
 
+    def value_loss_squared_errors(self) -> int | None:
+        """The multi-step MSE averages ``fit_count()`` squared errors; the Gaussian NLL is no MSE."""
+        return self.fit_count() if self.loss == "mse" else None
+
     # ------------------------------------------------------------------ programs
     def check_candidate(self, candidate: str) -> None:
         names = sexpr.defined_names(candidate)
@@ -533,10 +537,12 @@ class ForecastTask(Task):
             acc_by_lead.append(anomaly_correlation(f, o))
             skill.append(1.0 - r / rmse(persistence[valid, k], o))
         finite = all(np.isfinite(rmse_by_lead))
+        # ACC is NaN at a lead where the forecasts are constant; the mean is over the other leads
+        defined_acc = [a for a in acc_by_lead if not np.isnan(a)]
         return {
             "model": name,
             "mean_rmse": float(np.mean(rmse_by_lead)) if finite else INF,
-            "mean_acc": float(np.nanmean(acc_by_lead)) if finite else float("nan"),
+            "mean_acc": float(np.mean(defined_acc)) if finite and defined_acc else float("nan"),
             "rmse_by_lead": rmse_by_lead,
             "acc_by_lead": acc_by_lead,
             "skill_vs_persistence": skill,  # 1 - RMSE / RMSE(persistence), per lead
@@ -579,6 +585,104 @@ class ForecastTask(Task):
             rows.append(self.score_forecasts(forecasts, ref.name, split, n_params=n_params,
                                              fit_seconds=time.perf_counter() - start))
         return rows
+
+    # ------------------------------------------------------------------ the report card
+    # Errors are [n_origins, leads] matrices; the breakdown is the RMSE per lead; the paired test is
+    # Diebold-Mariano with the Harvey-Leybourne-Newbold correction, per lead and overall.
+    breakdown_key = "per_lead"
+
+    def test_errors(self, source: str, parameters: dict[str, float], name: str, split: str,
+                    **calibrate_options) -> Errors:
+        """Forecast errors of a stored candidate from every origin of ``split`` (no refitting: the
+        ``calibrate_options`` are not needed)."""
+        obs = self.targets(split)
+        try:
+            fit = self.restore_fit(source, parameters, name=name)
+            forecasts = self.forecasts(fit, split)
+        except Exception as exc:  # a candidate failing on the test years: reported, not fatal
+            return Errors(name, self.kind, error=f"{type(exc).__name__}: {exc}")
+        if not np.all(np.isfinite(forecasts[~np.isnan(obs)])):
+            return Errors(name, self.kind, error="non-finite forecasts")
+        return Errors(name, self.kind, values=forecasts - obs)
+
+    def reference_test_errors(self, split: str, only: set[str] | None = None) -> list[Errors]:
+        obs = self.targets(split)
+        series = self.y[: self.split_end[split]].copy()
+        out = []
+        for ref in self.reference_models():
+            if only is not None and ref.name not in only:
+                continue
+            forecasts = ref.forecast(self.fit_reference(ref), series, self.origins(split), self.leads)
+            out.append(Errors(ref.name, self.kind, values=forecasts - obs))
+        return out
+
+    @classmethod
+    def primary_of_errors(cls, errors: Errors) -> float:
+        """Mean over leads of the RMSE (each over the origins whose target lies in the split)."""
+        return float(np.mean(cls.error_breakdown(errors)))
+
+    @classmethod
+    def error_breakdown(cls, errors: Errors) -> list[float]:
+        """RMSE per lead."""
+        values = errors.values
+        return [rms(values[:, k], skip_nan=True) for k in range(values.shape[1])]
+
+    @classmethod
+    def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
+        """Diebold-Mariano (HLN) per lead h (autocovariances up to lag h-1) and overall (the
+        per-origin mean of the squared-error differential over all leads, h = the number of leads);
+        ``mean_diff`` < 0: the champion has lower MSE. ``replicates``/``seed``: unused (no resampling)."""
+        from storage.stats import dm_from_differential, diebold_mariano
+
+        a, b = champion.values, reference.values
+        leads = a.shape[1]
+        per_lead = []
+        for k in range(leads):
+            valid = ~np.isnan(a[:, k])
+            res = diebold_mariano(a[valid, k], b[valid, k], h=k + 1)
+            per_lead.append({"lead": k + 1, "rmse_champion": rms(a[valid, k]), "rmse_reference": rms(b[valid, k]),
+                             **res.to_dict()})
+        full = ~np.isnan(a).any(axis=1)
+        d = np.mean(a[full] ** 2 - b[full] ** 2, axis=1)
+        overall = dm_from_differential(d, h=leads).to_dict()
+        return {"test": "Diebold-Mariano, Harvey-Leybourne-Newbold correction, squared error",
+                "overall": overall, "per_lead": per_lead}
+
+    @classmethod
+    def verdict(cls, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
+        c, r = champion.primary(), reference.primary()
+        o = test["overall"]
+        p = o["p_value"]
+        direction = "lower" if o["mean_diff"] < 0 else "higher"
+        sig = (f"significantly {direction} at the 5% level" if p < SIGNIFICANCE
+               else "not significantly different at the 5% level")
+        return (f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g}: the mean squared error over "
+                f"leads 1-{len(test['per_lead'])} is {direction} by {abs(o['mean_diff']):.3g} "
+                f"(Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}): {sig}.")
+
+    @classmethod
+    def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
+        names = list(breakdown)
+        lines = ["### RMSE per lead", "", "| lead | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for k in range(len(breakdown["champion"])):
+            lines.append(f"| {k + 1} | " + " | ".join(format_number(breakdown[n][k]) for n in names) + " |")
+        lines.append("")
+        return lines
+
+    @classmethod
+    def paired_test_markdown(cls, test: dict[str, Any]) -> list[str]:
+        lines = ["| lead | RMSE champion | RMSE reference | DM* | p (two-sided) |", "|--:|--:|--:|--:|--:|"]
+        for row in test["per_lead"]:
+            lines.append(f"| {row['lead']} | {format_number(row['rmse_champion'])} | "
+                         f"{format_number(row['rmse_reference'])} | {row['statistic']:.2f} | {row['p_value']:.3g} |")
+        o = test["overall"]
+        lines += ["", f"Overall (mean over leads of the squared-error differential, h = {o['h']}, n = {o['n']}): "
+                      f"DM* = {o['statistic']:.2f}, p = {o['p_value']:.3g}.", ""]
+        return lines
+
+    @classmethod
+    def versus_row_markdown(cls, row: dict[str, Any]) -> str:
+        return f"| {row['reference']} | DM* {row['statistic']:.2f} | {row['p_value']:.3g} | |"
 
     def seed_programs(self) -> list[str]:
         return [AR1_SOURCE, AR2_SOURCE, KALMAN_AR1_SOURCE, SEASONAL_AR1_SOURCE]

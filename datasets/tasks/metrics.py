@@ -4,9 +4,21 @@ from __future__ import annotations
 import numpy as np
 
 
+def rms(errors: np.ndarray, skip_nan: bool = False) -> float:
+    """Root mean square of ``errors`` (NaN entries left out with ``skip_nan``). Finite errors whose
+    squares exceed the float range give inf, without an overflow warning: an infinite score is
+    what every caller checks for (a failed candidate). No errors at all (an empty split or lead)
+    give NaN, which callers treat as not finite too."""
+    errors = np.asarray(errors, float)
+    if (np.count_nonzero(~np.isnan(errors)) if skip_nan else errors.size) == 0:
+        return float("nan")
+    with np.errstate(over="ignore"):
+        return float(np.sqrt((np.nanmean if skip_nan else np.mean)(errors ** 2)))
+
+
 def rmse(pred: np.ndarray, obs: np.ndarray) -> float:
     pred, obs = np.asarray(pred, float), np.asarray(obs, float)
-    return float(np.sqrt(np.mean((pred - obs) ** 2)))
+    return rms(pred - obs)
 
 
 def mae(pred: np.ndarray, obs: np.ndarray) -> float:
