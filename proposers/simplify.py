@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .sexpr import Dotted, Node, Sym, to_str
+from .sexpr import Dotted, Node, Sym, symbols_in, to_str
 
 FOLDABLE = frozenset({"+", "-", "*", "/", "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
                       "tanh", "square", "sigmoid", "logistic", "softplus", "abs", "expt", "min", "max"})
@@ -254,7 +254,7 @@ def simplify(forms: list[Node], max_rounds: int = 20) -> Simplified:
         used: set[str] = set()
         for f in forms:
             if not _is_param_decl(f):
-                used |= {str(s) for s in _symbols(f)}
+                used |= symbols_in(f)
         kept = []
         for f in forms:
             if _is_param_decl(f) and str(f[1]) not in used:
@@ -266,22 +266,6 @@ def simplify(forms: list[Node], max_rounds: int = 20) -> Simplified:
         if len(changes) == before:
             break
     return Simplified(forms, changes, param_map)
-
-
-def _symbols(node: Node) -> set[str]:
-    if isinstance(node, Sym):
-        return {str(node)}
-    if isinstance(node, list):
-        out: set[str] = set()
-        for x in node:
-            out |= _symbols(x)
-        return out
-    if isinstance(node, Dotted):
-        out = set()
-        for x in node.items:
-            out |= _symbols(x)
-        return out | _symbols(node.tail)
-    return set()
 
 
 def map_params(result: Simplified, old: dict[str, float]) -> dict[str, float]:

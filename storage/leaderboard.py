@@ -86,15 +86,20 @@ def leaderboard_table(top: pl.DataFrame, status: RunStatus, metric: str | None =
     return table
 
 
+def _run_and_status(store: CandidateStore, store_path: str | Path, run_id: str | None) -> tuple[str, RunStatus]:
+    """``run_id`` (default: the store's latest run) and its status; a clear error on an empty store."""
+    run_id = run_id or store.latest_run()
+    if run_id is None:
+        raise StoreError(f"the store {store_path} has no runs yet")
+    return run_id, store.run_status(run_id)
+
+
 def show_leaderboard(store_path: str | Path | None = None, run_id: str | None = None, k: int = 10, metric: str | None = None,
                      console: Console | None = None) -> pl.DataFrame:
     """Print the top ``k`` candidates of ``run_id`` (default: the latest run) and return them."""
     store_path = default_store_path() if store_path is None else store_path
     with CandidateStore(store_path, read_only=True) as store:
-        run_id = run_id or store.latest_run()
-        if run_id is None:
-            raise StoreError(f"the store {store_path} has no runs yet")
-        status = store.run_status(run_id)
+        run_id, status = _run_and_status(store, store_path, run_id)
         top = store.top(k, metric=metric, run_id=run_id)
         complexities = store.complexities(top.get_column("hash").to_list()) if not top.is_empty() else {}
     console = console or Console()
@@ -132,10 +137,7 @@ def show_pareto(store_path: str | Path | None = None, run_id: str | None = None,
     tolerance = DEFAULT_TOLERANCE if tolerance is None else tolerance
     store_path = default_store_path() if store_path is None else store_path
     with CandidateStore(store_path, read_only=True) as store:
-        run_id = run_id or store.latest_run()
-        if run_id is None:
-            raise StoreError(f"the store {store_path} has no runs yet")
-        status = store.run_status(run_id)
+        run_id, status = _run_and_status(store, store_path, run_id)
         if status.higher_is_better:
             raise StoreError(f"run {run_id} ranks by {status.metric}, higher is better: the Pareto front needs a loss")
         rows = store.top(10 ** 9, run_id=run_id)
