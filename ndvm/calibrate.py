@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _native
 from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
-from .program import Program, _inputs, _lane_inputs, compile
+from .program import Limits, Program, _inputs, _lane_inputs, compile
 
 LOSSES = ("mse", "gaussian_nll", "value")
 OPTIMIZERS = ("adam", "lbfgs", "gd")
@@ -203,10 +203,12 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
                    loss: str = "mse", optimizer: str = "adam", steps: int = 200, lr: float = 0.05, restarts: int = 32,
                    seed: int = 0, lane_inputs: Mapping[str, Any] | None = None, init: Any = "declared",
                    tol: float | None = None, threads: int | None = None, lane_target: Any = None,
-                   jitter: float = 0.5) -> list[Fit]:
+                   jitter: float = 0.5, limits: Limits | None = None) -> list[Fit]:
     """Calibrates many programs on the native thread pool (GIL released). One ``Fit`` per program, in
     order; a program that fails to compile or run gives ``fit.error`` instead of an exception.
-    ``threads`` defaults to the cores available; results are identical to a serial run."""
+    ``threads`` defaults to the cores available; results are identical to a serial run.
+    Each program runs under its own ``Limits``: a compiled ``Program`` keeps those it was compiled
+    with, source text is compiled under ``limits`` (default ``DEFAULT_LIMITS``)."""
     _check_options(loss, optimizer, steps, restarts, lr)
     if loss != "value" and target is None and lane_target is None:
         raise ValueError(f"loss {loss!r} needs a target (or lane_target)")
@@ -218,7 +220,7 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
                           error=f"item {i} is a {type(p).__name__}, not a program or source text")
             continue
         try:
-            program = compile(p) if isinstance(p, str) else p
+            program = compile(p, limits=limits) if isinstance(p, str) else p
             theta0 = initial_theta(program, restarts, seed, init, jitter)
         except NDVMError as exc:
             fits[i] = Fit(program=None, status="error", error=str(exc), error_type=type(exc))
@@ -231,15 +233,20 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
         where.append(i)
         compiled.append(program)
     if natives:
-        limits = compiled[0].limits.as_tuple()
         spec = _spec(optimizer, steps, lr, tol, loss, target, lane_target)
-        t0 = time.perf_counter()
-        results = _native.calibrate_many(natives, thetas, _inputs(inputs), _lane_inputs(lane_inputs), spec, limits,
-                                         int(threads or 0))
-        seconds = (time.perf_counter() - t0) / max(len(natives), 1)
+        native_inputs, native_lane_inputs = _inputs(inputs), _lane_inputs(lane_inputs)
         problem = {"inputs": inputs, "target": target, "loss": loss, "lane_inputs": lane_inputs,
                    "lane_target": lane_target}  # one shared dict: fit.stderr needs it, nothing copies it
-        for i, program, res in zip(where, compiled, results):
-            fits[i] = _fit_from(program, res, seconds)
-            fits[i]._problem = problem
+        # The native batch takes one Limits: programs are batched by theirs (nearly always one group).
+        groups: dict[tuple, list[int]] = {}
+        for k, program in enumerate(compiled):
+            groups.setdefault(program.limits.as_tuple(), []).append(k)
+        for group_limits, members in groups.items():
+            t0 = time.perf_counter()
+            results = _native.calibrate_many([natives[k] for k in members], [thetas[k] for k in members],
+                                             native_inputs, native_lane_inputs, spec, group_limits, int(threads or 0))
+            seconds = (time.perf_counter() - t0) / len(members)
+            for k, res in zip(members, results):
+                fits[where[k]] = _fit_from(compiled[k], res, seconds)
+                fits[where[k]]._problem = problem
     return fits  # type: ignore[return-value]

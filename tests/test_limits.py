@@ -635,3 +635,24 @@ def test_calibrate_many_reports_a_program_over_its_budgets_without_disturbing_th
 def test_calibrate_of_a_program_over_its_budget_raises_limit_error():
     with pytest.raises(ndvm.LimitError, match="work budget"):
         ndvm.calibrate(RUNAWAY_WORK, loss="value", steps=3, restarts=2)
+
+
+def test_calibrate_many_runs_each_program_under_its_own_limits():
+    """The native batch takes one Limits; programs with different ones are batched apart, so a tight
+    budget on one program neither stops nor protects its batch-mates (it used to be the first
+    program's Limits for all)."""
+    x = np.linspace(0.0, 1.0, 30)
+    y = 1.5 * np.exp(-0.7 * x)
+    source = "(param a 1.0) (param k 1.0 positive) (* a (exp (- (* k x))))"
+    options = {"inputs": {"x": x}, "target": y, "steps": 15, "restarts": 4, "threads": 2}
+    tight = ndvm.Limits(max_work=100)  # one evaluation of the model over 30 points is ~150
+    alone = ndvm.calibrate_many([source], **options)[0]
+    fits = ndvm.calibrate_many([ndvm.compile(source, limits=tight), ndvm.compile(source),
+                                ndvm.compile(RUNAWAY_WORK + " x", limits=tight), source], **options)
+    assert fits[0].status == "error" and fits[0].error_type is ndvm.LimitError and "work budget" in fits[0].error
+    assert fits[2].status == "error" and fits[2].error_type is ndvm.LimitError and "work budget" in fits[2].error
+    for fit in (fits[1], fits[3]):
+        assert fit.status != "error" and np.array_equal(fit.all_losses, alone.all_losses)
+    # source text takes the batch's limits= argument
+    under = ndvm.calibrate_many([source, source], limits=tight, **options)
+    assert all(f.status == "error" and f.error_type is ndvm.LimitError for f in under)
