@@ -329,12 +329,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SystemExit("ndvm serve: --resume does not apply to a schedule (each scheduled run is a new run)")
     parameters = {**kwargs, "folder": str(Path(args.folder).resolve()), "budget": _budget(args)}
     parameters = {k: v for k, v in parameters.items() if v is not None}
+    from flows.schedule import UnknownTimezoneError, cron_schedule, describe, local_timezone
+
+    timezone = args.timezone
+    if timezone is None:
+        local = local_timezone()
+        timezone = local.name
+        if local.note:
+            print(f"ndvm serve: {local.note}", file=sys.stderr)
+    try:
+        schedule = cron_schedule(args.cron, timezone)
+        when = describe(args.cron, timezone)
+    except UnknownTimezoneError as exc:
+        print(f"ndvm serve: {exc}", file=sys.stderr)
+        return 1
     if not os.environ.get("PREFECT_API_URL"):
         print("ndvm serve: PREFECT_API_URL is not set, so the schedule lives in a temporary Prefect server that "
               "never fires cron runs. Start `prefect server start --host 127.0.0.1` and "
               "`export PREFECT_API_URL=http://127.0.0.1:4200/api` first.", file=sys.stderr)
-    print(f"serving deployment ndvm-discover/{args.name} on cron {args.cron!r} (Ctrl-C or SIGTERM stops it)")
-    discover.serve(name=args.name, cron=args.cron, parameters=parameters, tags=["ndvm"],
+    print(f"serving deployment ndvm-discover/{args.name}: {when} (Ctrl-C or SIGTERM stops it)")
+    discover.serve(name=args.name, schedule=schedule, parameters=parameters, tags=["ndvm"],
                    description="Scheduled NDVM discovery run (ndvm serve)", limit=1)
     return 0
 
@@ -504,7 +518,10 @@ def register(subparsers: Any) -> None:
     p.set_defaults(fn=cmd_recalibrate)
 
     p = subparsers.add_parser("serve", help="register a scheduled discovery deployment and serve it (Prefect)")
-    p.add_argument("--cron", required=True, help='cron schedule, e.g. "0 2 * * *" (02:00 every night)')
+    p.add_argument("--cron", required=True,
+                   help='cron schedule, e.g. "0 2 * * *" (02:00 every night in --timezone)')
+    p.add_argument("--timezone", help="IANA time zone the cron is read in, e.g. Europe/Berlin "
+                                      "(default: this machine's zone)")
     p.add_argument("--name", default="nightly", help="deployment name (default nightly)")
     _add_discover_options(p)
     p.set_defaults(fn=cmd_serve)

@@ -89,8 +89,8 @@ def test_serve_registers_a_cron_deployment_and_runs_it(prefect_api, tmp_path):
 
     # (the runner polls for due runs every 2 s here instead of 10 s)
     env = subprocess_env(prefect_api, PREFECT_RUNNER_POLL_FREQUENCY="2")
-    proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "serve", "--cron", "0 2 * * *", "--name", "nightly-test",
-                             "--minutes", "30", "--steps", "30", "--restarts", "2", "--top-k", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "serve", "--cron", "0 2 * * *", "--timezone", "Europe/Berlin",
+                             "--name", "nightly-test", "--minutes", "30", "--steps", "30", "--restarts", "2", "--top-k", "1",
                              "--folder", str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
@@ -105,7 +105,7 @@ def test_serve_registers_a_cron_deployment_and_runs_it(prefect_api, tmp_path):
                     time.sleep(0.5)
             assert deployment is not None, "the deployment was not registered in time"
             schedules = client.read_deployment_schedules(deployment.id)
-        assert [s.schedule.cron for s in schedules] == ["0 2 * * *"]
+        assert [(s.schedule.cron, s.schedule.timezone) for s in schedules] == [("0 2 * * *", "Europe/Berlin")]
         assert deployment.parameters["budget"]["minutes"] == 30.0
         assert deployment.parameters["task"] == "enso" and deployment.parameters["folder"] == str(tmp_path.resolve())
 

@@ -1,0 +1,34 @@
+"""``ndvm serve``'s schedule carries an explicit IANA time zone (issue 16: "0 2 * * *" ran at 02:00 UTC)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from flows.schedule import UnknownTimezoneError, cron_schedule, local_timezone, next_run
+from ndvm.cli import main
+
+
+def test_the_serve_schedule_carries_the_zone_and_fires_at_local_time():
+    schedule = cron_schedule("0 2 * * *", "Europe/Berlin")
+    assert (schedule.cron, schedule.timezone) == ("0 2 * * *", "Europe/Berlin")
+    # 02:00 in Berlin in winter is 01:00 UTC, not 02:00 UTC.
+    when = next_run("0 2 * * *", "Europe/Berlin", after=datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc))
+    assert when.astimezone(timezone.utc) == datetime(2026, 12, 2, 1, 0, tzinfo=timezone.utc)
+
+
+def test_an_unknown_zone_is_an_error_naming_it(capsys):
+    with pytest.raises(UnknownTimezoneError, match="Mars/Olympus"):
+        cron_schedule("0 2 * * *", "Mars/Olympus")
+    assert main(["serve", "--cron", "0 2 * * *", "--timezone", "Mars/Olympus"]) == 1
+    assert "unknown time zone 'Mars/Olympus'" in capsys.readouterr().err
+
+
+def test_the_default_is_the_machines_zone_as_an_iana_name(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "tzlocal", None)  # the fallbacks without tzlocal
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert local_timezone().name == "America/New_York"
+    monkeypatch.setenv("TZ", "Not/AZone")
+    monkeypatch.setattr("flows.schedule._zone_from_localtime", lambda: None)
+    zone = local_timezone()  # nothing resolves: UTC, said out loud
+    assert zone.name == "UTC" and "--timezone" in zone.note
