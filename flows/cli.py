@@ -245,6 +245,12 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
     console.print(f"busy fractions: proposal {100 * report['proposal_busy']:.0f}% "
                   f"({report['proposal_requests']} requests), calibration {100 * report['calibration_busy']:.0f}% "
                   f"({report['calibration_batches']} batches, {report['runner']})")
+    if report.get("cost_usd") is not None:
+        tokens = report.get("tokens")
+        used = "" if not tokens else f", {tokens[0]} prompt + {tokens[1]} completion tokens"
+        earlier = report.get("earlier_cost_usd") or 0.0
+        before = f"; ${earlier:.4f} of it before this resume" if earlier else ""
+        console.print(f"LLM cost of the run: ${report['cost_usd']:.4f}{used}{before}")
     console.print(f"store: {report['store_path']}   MLflow: {report['tracking_uri']} "
                   f"({report['logged_entries']} leaderboard entries logged as nested runs)")
     faults = {"crashed (killed their worker, then again alone)": report.get("crashed", 0),

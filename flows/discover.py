@@ -243,7 +243,9 @@ class DiscoveryReport:
     calibration_busy: float
     proposal_requests: int
     calibration_batches: int
-    cost_usd: float | None
+    cost_usd: float | None           # LLM cost of the whole run, earlier sessions (resumes) included
+    tokens: tuple[int, int] | None   # (prompt, completion) tokens of the whole run
+    earlier_cost_usd: float          # the part of cost_usd spent before this session (from the store)
     store_path: str
     tracking_uri: str
     mlflow_run_id: str | None
@@ -323,6 +325,10 @@ class Discovery:
         except BaseException:
             self.store.close()
             raise
+        # The LLM spend of the run's earlier sessions, from the store: --max-cost bounds the whole run.
+        earlier = self.resumed_from
+        self.earlier_cost = (earlier.llm_cost_usd or 0.0) if earlier else 0.0
+        self.earlier_tokens = ((earlier.llm_tokens_in or 0, earlier.llm_tokens_out or 0) if earlier else (0, 0))
         self.proposer = make_proposer(config, seed_offset=self.resumed_from.proposed if self.resumed_from else 0)
         # An unpriced model makes --max-cost toothless: say so at the start, not after the bill.
         self.cost_warning = (self.proposer.cost_limit_problem() if self.budget.max_cost_usd is not None
@@ -375,8 +381,30 @@ class Discovery:
         return time.monotonic() - self.started
 
     def cost(self) -> float | None:
+        """The run's LLM cost in USD, earlier sessions included (None: a proposer without usage)."""
         usage = getattr(self.proposer, "usage", None)
-        return None if usage is None else float(usage.cost_usd)
+        if usage is None:
+            return self.earlier_cost or None
+        return self.earlier_cost + float(usage.cost_usd)
+
+    def tokens(self) -> tuple[int, int] | None:
+        """(prompt, completion) tokens of the run's LLM calls, earlier sessions included."""
+        usage = getattr(self.proposer, "usage", None)
+        if usage is None:
+            return None
+        return self.earlier_tokens[0] + int(usage.tokens_in), self.earlier_tokens[1] + int(usage.tokens_out)
+
+    def _save_usage(self) -> None:
+        """The spend so far into the store (after each proposal request and at the end), so a
+        resumed run starts its cost accounting from it. A failed write is logged, not fatal."""
+        tokens = self.tokens()
+        if tokens is None:
+            return
+        try:
+            self.store.set_llm_usage(self.run_id, self.cost(), *tokens)
+        except Exception as exc:
+            self.log.warning("could not store the LLM cost so far: %s", exc)
+
 
     def _budget_reason(self) -> str | None:
         b = self.budget
@@ -491,6 +519,7 @@ class Discovery:
             self.proposal_meter.exit()
         for failure in self.proposer.drain_failures():
             self.failures.append(failure)
+        await asyncio.to_thread(self._save_usage)  # a failed request may have cost too
         if proposals:
             await asyncio.to_thread(self._accept, proposals)
 
@@ -715,6 +744,7 @@ class Discovery:
                 else:  # bounded, never raises: the results are in the store whatever MLflow does
                     self.tracking.finish(self._log_final, self.config.top_k, mlflow_status)
             finally:
+                self._save_usage()
                 self.store.set_run_status(self.run_id, status)
                 self._publish(status)
         return self.report(status)
@@ -732,7 +762,8 @@ class Discovery:
             proposal_busy=self.proposal_meter.busy_seconds() / elapsed,
             calibration_busy=self.calibration_meter.busy_seconds() / elapsed,
             proposal_requests=self.proposal_meter.operations, calibration_batches=counts.batches,
-            cost_usd=self.cost(), store_path=str(self.store_path.resolve()), tracking_uri=self.tracking.tracking_uri,
+            cost_usd=self.cost(), tokens=self.tokens(), earlier_cost_usd=self.earlier_cost,
+            store_path=str(self.store_path.resolve()), tracking_uri=self.tracking.tracking_uri,
             mlflow_run_id=self.tracking.parent_run_id or s.mlflow_run_id,
             mlflow_experiment_id=self.tracking.experiment_id, logged_entries=self.logged_entries,
             runner=self.runner_choice.describe(), workers=sorted(counts.workers), proposer=self.config.proposer,

@@ -175,6 +175,9 @@ class RunStatus:
     store_errors: int = 0   # proposals the store could not write (recorded with the error)
     best_score: float | None = None
     best_hash: str | None = None
+    llm_cost_usd: float | None = None  # all sessions of the run together (None: no LLM cost recorded)
+    llm_tokens_in: int | None = None
+    llm_tokens_out: int | None = None
 
     @property
     def duplicates(self) -> int:
@@ -186,14 +189,17 @@ class RunStatus:
 
 
 _SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential", "auth")
+# Names that look secret but are not, and that a resume needs back as they were: the NAME of the
+# variable holding the key, and the prices (redacted, a resumed priced run could not start).
+_NOT_SECRET = frozenset({"api_key_env", "price_per_token"})
 
 
 def redact(config: Any) -> Any:
     """A copy of ``config`` with the values of secret-looking keys (api_key, token, ...) replaced by
     "***": configurations are stored and logged, secrets must never be."""
     if isinstance(config, Mapping):
-        return {k: "***" if any(w in str(k).lower() for w in _SECRET_WORDS) and v not in (None, "")
-                else redact(v) for k, v in config.items()}
+        return {k: "***" if k not in _NOT_SECRET and any(w in str(k).lower() for w in _SECRET_WORDS)
+                and v not in (None, "") else redact(v) for k, v in config.items()}
     if isinstance(config, (list, tuple)):
         return [redact(v) for v in config]
     return config
@@ -292,6 +298,10 @@ CREATE TABLE IF NOT EXISTS candidates (
 );
 -- atoms of the candidate's canonical form (storage/parsimony.py); added after the first release
 ALTER TABLE candidates ADD COLUMN IF NOT EXISTS complexity INTEGER;
+-- what the run's LLM calls cost so far, kept across resumes so --max-cost bounds the whole run
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_cost_usd DOUBLE;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_tokens_in BIGINT;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_tokens_out BIGINT;
 CREATE SEQUENCE IF NOT EXISTS proposal_ids;
 CREATE TABLE IF NOT EXISTS proposals (      -- every proposal of every run, with what became of it
     id            BIGINT PRIMARY KEY DEFAULT nextval('proposal_ids'),
@@ -462,7 +472,9 @@ class CandidateStore:
             if self._run_row(run_id) is not None:
                 raise StoreError(f"run {run_id!r} already exists in {self.path}; use resume({run_id!r})")
             self._con.sql(
-                "INSERT INTO runs VALUES ($1, 'running', $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL)",
+                "INSERT INTO runs (run_id, status, created, updated, dataset, task, proposer, model, config, budget, "
+                "metric, higher_is_better, probe_inputs, mlflow_run_id) "
+                "VALUES ($1, 'running', $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL)",
                 params=[run_id, now, dataset, task, proposer, model, json.dumps(redact(dict(config or {})), default=str),
                         json.dumps(redact(dict(budget or {})), default=str), metric, higher_is_better, _encode_inputs(probe_inputs)],
             )
@@ -485,6 +497,14 @@ class CandidateStore:
             self._require_run(run_id)
             self._con.sql("UPDATE runs SET status = $2, updated = $3 WHERE run_id = $1",
                           params=[run_id, status, _now()])
+
+    def set_llm_usage(self, run_id: str, cost_usd: float | None, tokens_in: int | None = None,
+                      tokens_out: int | None = None) -> None:
+        """Store the run's LLM spend so far (totals over all its sessions, not increments)."""
+        with self._lock:
+            self._require_run(run_id)
+            self._con.sql("UPDATE runs SET llm_cost_usd = $2, llm_tokens_in = $3, llm_tokens_out = $4 "
+                          "WHERE run_id = $1", params=[run_id, cost_usd, tokens_in, tokens_out])
 
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
         """Remember the run's MLflow parent run, so a resumed run keeps logging into it."""
@@ -563,6 +583,9 @@ class CandidateStore:
             crashed=states.get("crashed", 0), timeout=states.get("timeout", 0),
             store_errors=outcomes.get("store_error", 0),
             best_score=best[0][0] if best else None, best_hash=best[0][1] if best else None,
+            # .get: a store opened read-only may predate these columns
+            llm_cost_usd=row.get("llm_cost_usd"), llm_tokens_in=row.get("llm_tokens_in"),
+            llm_tokens_out=row.get("llm_tokens_out"),
         )
 
     # ---- candidates ------------------------------------------------------------------------

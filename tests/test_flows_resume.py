@@ -91,3 +91,39 @@ def test_kill_9_then_resume_loses_nothing(prefect_api, tmp_path):
     children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{mlflow_parent}'")
     hashes = [c.data.tags["ndvm.hash"] for c in children]
     assert len(hashes) == len(set(hashes)) >= 2  # a resumed run does not log an entry twice
+
+
+def test_llm_cost_is_stored_and_max_cost_bounds_the_run_across_resumes(prefect_api, tmp_path, monkeypatch):
+    """A run's LLM spend is in the store; a resume starts its cost accounting from it, so a
+    --max-cost below what the run already spent stops proposing at once (no LLM call)."""
+    from flows.discover import discover
+    from storage import CandidateStore
+    from test_flows_support import FakeOpenAI
+
+    monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-resume")
+    price = (1e-6, 4e-6)  # USD per token: the fake model is unpriced in litellm
+    options = dict(task="enso", model="openai/fake-model", api_base=None, api_key_env="NDVM_TEST_FAKE_KEY",
+                   price_per_token=price, concurrency=2, per_request=2, batch_size=4, steps=30, restarts=2,
+                   top_k=1, log_every=30.0, folder=str(tmp_path), run_id=None)
+    fake = FakeOpenAI(delay=0.05)
+    try:
+        options["api_base"] = fake.api_base
+        first = discover(**{**options, "run_id": "cost-resume"}, budget={"minutes": 2.0, "max_candidates": 4})
+        calls = len(fake.requests)
+        with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
+            stored = store.run_status("cost-resume")
+        # every answered call is 900 prompt + 120 completion tokens (tests/test_flows_support.py)
+        assert calls >= 2 and (stored.llm_tokens_in, stored.llm_tokens_out) == (900 * calls, 120 * calls)
+        assert stored.llm_cost_usd == pytest.approx(calls * (900 * price[0] + 120 * price[1]), rel=1e-9)
+        assert first["cost_usd"] == pytest.approx(stored.llm_cost_usd, rel=1e-12)
+
+        limit = stored.llm_cost_usd / 2
+        second = discover(**{**options, "resume": "cost-resume"}, budget={"minutes": 2.0, "max_cost_usd": limit})
+    finally:
+        fake.close()
+    assert second["stop_reason"] == f"LLM cost (${limit:g})"
+    assert len(fake.requests) == calls  # not one more call
+    assert second["cost_usd"] == pytest.approx(stored.llm_cost_usd, rel=1e-12)
+    assert second["earlier_cost_usd"] == pytest.approx(stored.llm_cost_usd, rel=1e-12)
+    with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
+        assert store.run_status("cost-resume").llm_cost_usd == pytest.approx(stored.llm_cost_usd, rel=1e-12)

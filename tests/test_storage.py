@@ -378,3 +378,34 @@ def test_test_scores_are_stored_apart_and_never_change_the_ranking(tmp_path):
             store.record_test_scores(run_id, [FinalTestScore(order[0], "candidate", {"mae": 0.1})])
         with pytest.raises(StoreError, match="not a candidate"):
             store.record_test_scores(run_id, [FinalTestScore("nope", "candidate", {"rmse": 0.1})])
+
+
+def test_llm_usage_is_stored_with_the_run_and_survives_reopening(tmp_path):
+    import duckdb
+
+    path = tmp_path / "c.duckdb"
+    # a store from before the LLM-usage columns: opening it for writing adds them
+    con = duckdb.connect(str(path))
+    con.sql("CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, status VARCHAR NOT NULL, created TIMESTAMP NOT NULL, "
+            "updated TIMESTAMP NOT NULL, dataset VARCHAR, task VARCHAR, proposer VARCHAR, model VARCHAR, "
+            "config JSON, budget JSON, metric VARCHAR NOT NULL, higher_is_better BOOLEAN NOT NULL, "
+            "probe_inputs JSON, mlflow_run_id VARCHAR)")
+    con.close()
+    with CandidateStore(path) as store:
+        store.start_run("r", metric="rmse")
+        assert store.run_status("r").llm_cost_usd is None
+        store.set_llm_usage("r", 0.0125, 9000, 1200)
+        with pytest.raises(StoreError, match="no run 'nope'"):
+            store.set_llm_usage("nope", 1.0)
+    with CandidateStore(path, read_only=True) as store:
+        status = store.run_status("r")
+    assert (status.llm_cost_usd, status.llm_tokens_in, status.llm_tokens_out) == (0.0125, 9000, 1200)
+
+
+def test_stored_config_keeps_the_key_variable_name_and_prices_but_not_secrets(tmp_path):
+    # a resumed LLM run rebuilds its proposer from the stored config: these two must survive
+    config = {"api_key_env": "MY_KEY_VAR", "price_per_token": [1e-6, 4e-6], "api_key": "sk-123"}
+    with CandidateStore(tmp_path / "c.duckdb") as store:
+        store.start_run("r", metric="rmse", config=config)
+        stored = store.run_status("r").config
+    assert stored == {"api_key_env": "MY_KEY_VAR", "price_per_token": [1e-6, 4e-6], "api_key": "***"}
