@@ -125,6 +125,9 @@ def _add_discover_options(p: argparse.ArgumentParser) -> None:
     c.add_argument("--top-k", type=int, default=10, help="leaderboard entries logged to MLflow (default 10)")
     c.add_argument("--test-top-k", type=int, default=10,
                    help="final leaderboard entries scored on the test split at the end of the run (default 10)")
+    c.add_argument("--max-stale-rounds", type=int, default=5, metavar="N",
+                   help="stop proposing after N proposal rounds in a row gave nothing new (duplicates or "
+                        "invalid only; 0: never; default 5)")
     c.add_argument("--serial", action="store_true",
                    help="one proposal round at a time, calibrated before the next: reproducible with --seed")
     c.add_argument("--run-id", help="name of the new run (default run-<time>-<random>)")
@@ -143,7 +146,8 @@ def _discover_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 candidate_seconds=args.candidate_seconds, test_top_k=args.test_top_k, serial=args.serial,
                 train_fraction=args.train_fraction, validation_fraction=args.validation_fraction,
                 dataset_options=dataset_options(args), temperature=args.temperature,
-                request_timeout=args.request_timeout, price_per_token=_price_per_token(args))
+                request_timeout=args.request_timeout, price_per_token=_price_per_token(args),
+                max_stale_rounds=args.max_stale_rounds)
 
 
 def _price_per_token(args: argparse.Namespace) -> tuple[float, float] | None:

@@ -47,6 +47,7 @@ from prefect import flow, get_run_logger
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions
 from flows.problem import ProblemSpec, entry_extras, load_problem, probe_inputs, task_spec
 from flows import faults
+from flows.feedback import RoundFeedback
 from flows.mlflow_log import RunTracking
 from flows.report import finish_report
 from flows.runners import RunnerChoice, worker_environment
@@ -112,6 +113,7 @@ class DiscoverConfig:
     runner: RunnerChoice = field(default_factory=RunnerChoice)
     top_k: int = 10                     # leaderboard entries logged to MLflow
     test_top_k: int = 10                # final leaderboard entries scored on the test split at the end
+    max_stale_rounds: int = 5           # stop proposing after this many rounds in a row with nothing new (0: never)
     serial: bool = False                # one proposal round at a time, each calibrated before the next
                                         # (reproducible: same seed -> same proposals, whatever the timing)
     log_every: float = 10.0             # seconds between MLflow progress snapshots
@@ -344,6 +346,7 @@ class Discovery:
         self.queue_lock = threading.Lock()
         self.accept_lock = threading.Lock()  # keeps the candidate budget exact
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
+        self.feedback = RoundFeedback(config.max_stale_rounds)  # duplicates and stale rounds (flows/feedback.py)
         self.stop_proposing = threading.Event()
         self.finished = threading.Event()
         self.stop_reason = ""
@@ -405,7 +408,6 @@ class Discovery:
         except Exception as exc:
             self.log.warning("could not store the LLM cost so far: %s", exc)
 
-
     def _budget_reason(self) -> str | None:
         b = self.budget
         if b.minutes is not None and self.elapsed() >= 60.0 * b.minutes:
@@ -431,7 +433,10 @@ class Discovery:
         from proposers import Budget as ProposalBudget, ProposalContext, ScoredProgram
 
         best = []
-        for row in self.store.top(5, run_id=self.run_id).iter_rows(named=True):
+        rows = list(self.store.top(5 + self._parent_offset(), run_id=self.run_id).iter_rows(named=True))
+        if len(rows) > 5:  # changing course: the best program, then parents from further down the ranking
+            rows = rows[:1] + rows[-4:]
+        for row in rows:
             best.append(ScoredProgram(row["source"], float(row["score"]), canonical_hash=row["hash"],
                                       params=json.loads(row["parameters"] or "{}")))
         b = self.budget
@@ -439,7 +444,17 @@ class Discovery:
             proposals_left=None if b.max_candidates is None else max(0, b.max_candidates - self.accepted),
             seconds_left=None if b.minutes is None else max(0.0, 60.0 * b.minutes - self.elapsed()),
             cost_left_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.cost() or 0.0)))
-        return ProposalContext(self.spec, best=best, failures=list(self.failures), budget=left)
+        fb = self.feedback
+        return ProposalContext(self.spec, best=best, failures=list(self.failures), budget=left,
+                               duplicates=list(fb.last_duplicates), duplicate_rate=fb.duplicate_rate,
+                               stale_rounds=fb.stale_rounds)
+
+    def _parent_offset(self) -> int:
+        """How far down the ranking the LLM's parents are drawn: 0 until half the recent proposals
+        were duplicates, then 4 more per stale round (the mutation proposer keeps the top 5)."""
+        if self.config.proposer != "llm" or self.feedback.duplicate_rate < 0.5:
+            return 0
+        return 4 * min(5, max(1, self.feedback.stale_rounds))
 
     def _queue_limit(self) -> int:
         return 2 * self.config.batch_size * self.runner_choice.batches_in_flight()
@@ -460,22 +475,26 @@ class Discovery:
         """Into the store at once; the new candidates join the calibration queue. With a candidate
         budget the proposals are added in slices so the run accepts exactly that many."""
         with self.accept_lock:  # replies of concurrent requests arrive in worker threads
-            self._accept_locked(proposals)
+            new = self._accept_locked(proposals)
+            self.feedback.record(self.store, self.run_id, proposals, {c.source for c in new})
 
-    def _accept_locked(self, proposals: list[Any]) -> None:
+    def _accept_locked(self, proposals: list[Any]) -> list[Any]:
         program_source = self.spec.program_source
+        accepted: list[Any] = []
         while proposals:
             take = len(proposals)
             if self.budget.max_candidates is not None:
                 take = min(take, self.budget.max_candidates - self.accepted)
                 if take <= 0:
-                    return
+                    return accepted
             chunk, proposals = proposals[:take], proposals[take:]
             new = self._add_or_record(chunk, program_source)
+            accepted += new
             self.accepted += len(new)
             self.unrecorded += len(new)
             with self.queue_lock:
                 self.queue.extend(BatchItem(c.hash, c.source, c.program_source or c.source) for c in new)
+        return accepted
 
     def _add_or_record(self, chunk: list[Any], program_source: Any) -> list[Any]:
         """``store.add`` of a chunk of proposals. A chunk the store cannot write is retried one
@@ -522,6 +541,15 @@ class Discovery:
         await asyncio.to_thread(self._save_usage)  # a failed request may have cost too
         if proposals:
             await asyncio.to_thread(self._accept, proposals)
+        else:  # a round with no valid proposal at all gave nothing new either
+            self.feedback.record(self.store, self.run_id, [], set())
+        if self.feedback.stale() and not self.stop_proposing.is_set():
+            # the proposer only repeats itself (or fails): stop paying for it. What is queued may
+            # still use the wall time the run was given (the usual drain counts from the stop).
+            self._stop(self.feedback.stop_message())
+            if self.budget.minutes is not None and self.drain_deadline is not None:
+                self.drain_deadline = max(self.drain_deadline, self.started + 60.0 * self.budget.minutes
+                                          + self.budget.drain_seconds())
 
     async def _propose_loop(self) -> None:
         mutation_like = self.config.proposer in ("mutation", "replay")
@@ -788,8 +816,10 @@ def build_config(task: str = "enso", proposer: str = "auto", *, model: str | Non
                  serial: bool = False, train_fraction: float | None = None,
                  validation_fraction: float | None = None, dataset_options: dict[str, Any] | None = None,
                  temperature: float | None = None, request_timeout: float = 60.0,
-                 price_per_token: tuple[float, float] | None = None) -> DiscoverConfig:
+                 price_per_token: tuple[float, float] | None = None, max_stale_rounds: int = 5) -> DiscoverConfig:
     kind, model = resolve_proposer(proposer, model)
+    if max_stale_rounds < 0:
+        raise DiscoveryError(f"max_stale_rounds must be >= 0 (0: never stop), got {max_stale_rounds}")
     if batch_size < 1 or concurrency < 1 or per_request < 1:
         raise DiscoveryError("batch_size, concurrency and per_request must be >= 1")
     if test_top_k < 0:
@@ -808,7 +838,8 @@ def build_config(task: str = "enso", proposer: str = "auto", *, model: str | Non
         per_request=per_request, batch_size=batch_size,
         calibration=CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed),
         runner=RunnerChoice(runner, workers, dask_address).check(), top_k=top_k, log_every=log_every, folder=folder,
-        tracking_uri=tracking_uri, candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial)
+        tracking_uri=tracking_uri, candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial,
+        max_stale_rounds=max_stale_rounds)
 
 
 def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
@@ -845,7 +876,7 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
              serial: bool = False, train_fraction: float | None = None,
              validation_fraction: float | None = None, dataset_options: dict[str, Any] | None = None,
              temperature: float | None = None, request_timeout: float = 60.0,
-             price_per_token: tuple[float, float] | None = None) -> dict[str, Any]:
+             price_per_token: tuple[float, float] | None = None, max_stale_rounds: int = 5) -> dict[str, Any]:
     """Discover model programs for ``task`` (a registered dataset, or ``data=FILE`` with x/y columns).
 
     ``proposer``: auto | mutation | llm | replay. ``budget``: {"minutes", "max_candidates",
@@ -861,7 +892,7 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
                           candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial,
                           train_fraction=train_fraction, validation_fraction=validation_fraction,
                           dataset_options=dataset_options, temperature=temperature, request_timeout=request_timeout,
-                          price_per_token=price_per_token)
+                          price_per_token=price_per_token, max_stale_rounds=max_stale_rounds)
     report = run_discovery(config, Budget(**(budget or {})), run_id=run_id, resume=resume, logger=get_run_logger())
     get_run_logger().info(
         "run %s %s (%s): %d proposed, %d new, %d calibrated, best %s %s; busy: proposal %.0f%%, calibration %.0f%%",

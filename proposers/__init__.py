@@ -6,7 +6,7 @@ Every proposer has ``propose(context, n) -> list[Proposal]`` and ``async apropos
 ``LLMProposer`` is imported lazily: litellm takes seconds to import and the offline proposers
 do not need it.
 """
-from .base import (Budget, Column, Failure, Origin, Proposal, ProposalContext, Proposer, ScoredProgram,
+from .base import (Budget, Column, Duplicate, Failure, Origin, Proposal, ProposalContext, Proposer, ScoredProgram,
                    TaskSpec, load_prompt, proposal_record, write_jsonl)
 from .mutation import MutationProposer, MutationStats
 from .replay import ReplayProposer, with_declarations
@@ -23,6 +23,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'proposers' has no attribute {name!r}")
 
 
-__all__ = ["Budget", "Column", "Failure", "Origin", "Proposal", "ProposalContext", "Proposer", "ScoredProgram",
+__all__ = ["Budget", "Column", "Duplicate", "Failure", "Origin", "Proposal", "ProposalContext", "Proposer", "ScoredProgram",
            "TaskSpec", "load_prompt", "proposal_record", "write_jsonl", "MutationProposer", "MutationStats", "ReplayProposer", "with_declarations",
            "Validation", "canonical_hash", "runtime_available", "validate_source", "validate_static", *sorted(_LAZY)]

@@ -97,6 +97,24 @@ class Failure:
         return text
 
 
+@dataclass(frozen=True)
+class Duplicate:
+    """A proposal of the previous round that the store already had: the same canonical hash, or the
+    same values on the probe inputs (``semantic``) as the stored program ``duplicate_of``."""
+
+    source: str
+    duplicate_of: str                     # canonical hash of the stored program
+    score: float | None = None            # its validation score, when it is calibrated
+    semantic: bool = False
+
+    def brief(self, max_source: int = 300) -> str:
+        src = self.source.strip()
+        src = src if len(src) <= max_source else src[:max_source] + " ..."
+        how = "computes the same values as" if self.semantic else "is the same program as"
+        score = f" (validation score {self.score:.4g})" if self.score is not None else " (not calibrated yet)"
+        return f"{how} stored {self.duplicate_of[:12]}{score}:\n  program: {src}"
+
+
 @dataclass
 class Budget:
     """What is left of the run; any field may be unknown (None)."""
@@ -125,6 +143,10 @@ class ProposalContext:
     failures: list[Failure] = field(default_factory=list)     # most recent last
     budget: Budget = field(default_factory=Budget)
     language_reference: str | None = None   # None: the packaged compact reference (prompts/language.md)
+    # What came of the previous proposals (the discover flow fills these; see docs/proposers.md):
+    duplicates: list[Duplicate] = field(default_factory=list)  # the previous round's duplicates
+    duplicate_rate: float = 0.0             # share of the recent proposals that were duplicates, 0..1
+    stale_rounds: int = 0                   # rounds in a row that gave nothing new
 
     def reference(self) -> str:
         return self.language_reference if self.language_reference is not None else load_prompt("language.md")
@@ -232,5 +254,5 @@ class Proposer:
         return await asyncio.to_thread(self.propose, context, n)
 
 
-__all__ = ["Column", "TaskSpec", "ScoredProgram", "Failure", "Budget", "ProposalContext", "Origin",
+__all__ = ["Column", "TaskSpec", "ScoredProgram", "Failure", "Duplicate", "Budget", "ProposalContext", "Origin",
            "Proposal", "Proposer", "load_prompt", "PROMPTS_DIR", "proposal_record", "write_jsonl"]

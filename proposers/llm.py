@@ -131,6 +131,7 @@ class _Round:
     semaphore: asyncio.Semaphore
     cost_limit: float | None   # USD this round may spend (the context's budget), None: unlimited
     cost_start: float          # proposer.usage.cost_usd when the round started
+    temperature: float | None = None  # sent when the user fixed none (raised as duplicates rise)
 
     def over_budget(self, usage: Usage) -> bool:
         return self.cost_limit is not None and usage.cost_usd - self.cost_start >= self.cost_limit
@@ -144,9 +145,18 @@ def _render_rows(rows: list[dict[str, Any]]) -> str:
     return "A few rows:\n" + "\n".join(lines) + "\n"
 
 
-def load_hints() -> list[str]:
-    """The per-request suggestions of ``prompts/hints.md``, one per line."""
-    return [line.strip() for line in load_prompt("hints.md").splitlines() if line.strip()]
+def load_hints(name: str = "hints.md") -> list[str]:
+    """The per-request suggestions of ``prompts/<name>``, one per line (``hints_diverge.md``: the
+    ones used once most recent proposals were duplicates)."""
+    return [line.strip() for line in load_prompt(name).splitlines() if line.strip()]
+
+
+def accepts_temperature(model: str) -> bool:
+    """Whether litellm says the model takes a temperature (reasoning models such as o1 do not)."""
+    try:
+        return "temperature" in (litellm.get_supported_openai_params(model=model) or [])
+    except Exception:  # a provider litellm does not know: keep its default rather than risk a 400
+        return False
 
 
 def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_failures: int = 8,
@@ -177,6 +187,10 @@ def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_f
     if context.failures:
         recent = context.failures[-max_failures:]
         failures = "Recent failures (avoid these mistakes):\n" + "\n".join(f"- {f.brief()}" for f in recent) + "\n\n"
+    if context.duplicates:  # each one cost a request and taught nothing: say so, with the stored twin
+        failures += ("Your previous proposals that were duplicates of programs already stored (nothing new; do not "
+                     "propose these again or a renaming of them):\n"
+                     + "\n".join(f"- {d.brief()}" for d in context.duplicates[-max_failures:]) + "\n\n")
     user = Template(user_template or load_prompt("propose.md")).substitute(
         dataset=task.dataset,
         description=task.description.strip(),
@@ -267,6 +281,10 @@ class LLMProposer(Proposer):
         max_tokens: cap on the reply length (None: the provider's default).
         hints: give each concurrent request a different suggestion from ``prompts/hints.md``
             (in turn), for diversity; False sends the same prompt to every request.
+        diverge_at: when at least this share of the recent proposals were duplicates
+            (``context.duplicate_rate``), the proposer changes course: the hints come from
+            ``prompts/hints_diverge.md`` and, where the user fixed no temperature and the model
+            takes one, the temperature is ``1.0 + (max_temperature - 1.0) * rate``.
         backoff: first backoff delay in seconds (doubled at each retry, with jitter, capped at
             ``max_backoff``; a Retry-After header wins when shorter than the cap).
         completion_kwargs: extra keyword arguments for ``litellm.acompletion`` (``top_p``,
@@ -280,7 +298,7 @@ class LLMProposer(Proposer):
     def __init__(self, model: str, temperature: float | None = None, concurrency: int = 8, timeout: float = 60.0,
                  max_retries: int = 3, max_repairs: int = 2, api_base: str | None = None, *,
                  api_key_env: str | None = None, per_request: int = 4, max_tokens: int | None = None,
-                 hints: bool = True,
+                 hints: bool = True, diverge_at: float = 0.5, max_temperature: float = 1.3,
                  backoff: float = 1.0, max_backoff: float = 30.0, max_best: int = 5, max_failures: int = 8,
                  completion_kwargs: dict[str, Any] | None = None,
                  validator: Callable[..., Validation] | None = None, seed: int | None = None,
@@ -303,7 +321,13 @@ class LLMProposer(Proposer):
         self.per_request = per_request
         self.max_tokens = max_tokens
         self.hints = load_hints() if hints else []
+        self.diverge_hints = load_hints("hints_diverge.md") if hints else []
         self._next_hint = 0
+        if not 0.0 < diverge_at <= 1.0:
+            raise ValueError(f"diverge_at must be in (0, 1], got {diverge_at}")
+        self.diverge_at = diverge_at
+        self.max_temperature = max_temperature
+        self._accepts_temperature: bool | None = None  # asked of litellm once, when first needed
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_best = max_best
@@ -332,8 +356,9 @@ class LLMProposer(Proposer):
         """One completion with retries; None (and a recorded failure) when it could not be had."""
         kwargs: dict[str, Any] = dict(model=self.model, messages=messages, timeout=self.timeout, max_retries=0,
                                       num_retries=0)
-        if self.temperature is not None:
-            kwargs["temperature"] = self.temperature
+        temperature = self.temperature if self.temperature is not None else round_.temperature
+        if temperature is not None:
+            kwargs["temperature"] = temperature
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self.max_tokens:
@@ -380,6 +405,21 @@ class LLMProposer(Proposer):
                 await asyncio.sleep(delay)
         self.record_failure(Failure(last[0], last[1], None, self.name, self.model))
         return None
+
+    def _diverge_temperature(self, duplicate_rate: float) -> float | None:
+        """The temperature for a round whose recent proposals were mostly duplicates: None when the
+        user fixed one (theirs is sent) or the model takes none (the provider's default stays)."""
+        if self.temperature is not None:
+            return None
+        if self._accepts_temperature is None:
+            self._accepts_temperature = accepts_temperature(self.model)
+        if not self._accepts_temperature:
+            return None
+        # 1.0 is most providers' default: above it in proportion to the rate, the cap at rate 1
+        top = self.max_temperature
+        if self.model.startswith("anthropic/") or "claude" in self.model:
+            top = min(top, 1.0)  # Anthropic's range ends at 1.0 (its default): nothing to raise
+        return round(1.0 + (top - 1.0) * min(1.0, max(0.0, duplicate_rate)), 3)
 
     def _reply(self, response: Any) -> _Reply:
         text = response.choices[0].message.content or ""
@@ -477,7 +517,9 @@ class LLMProposer(Proposer):
     async def apropose(self, context: ProposalContext, n: int) -> list[Proposal]:
         if n <= 0:
             return []
-        round_ = _Round(asyncio.Semaphore(self.concurrency), context.budget.cost_left_usd, self.usage.cost_usd)
+        diverging = context.duplicate_rate >= self.diverge_at
+        round_ = _Round(asyncio.Semaphore(self.concurrency), context.budget.cost_left_usd, self.usage.cost_usd,
+                        self._diverge_temperature(context.duplicate_rate) if diverging else None)
         if round_.over_budget(self.usage):
             self.record_failure(Failure("budget", f"no cost budget left ({context.budget.cost_left_usd} USD)", None,
                                         self.name, self.model))
@@ -487,8 +529,9 @@ class LLMProposer(Proposer):
         tasks = []
         for k in sizes:
             hint = None
-            if self.hints:  # rotate across calls too, so every hint gets used over a run
-                hint = self.hints[self._next_hint % len(self.hints)]
+            hints = self.diverge_hints if diverging and self.diverge_hints else self.hints
+            if hints:  # rotate across calls too, so every hint gets used over a run
+                hint = hints[self._next_hint % len(hints)]
                 self._next_hint += 1
             messages = build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures, hint=hint)
             tasks.append(asyncio.ensure_future(self._request(messages, k, context.task, round_)))
@@ -513,4 +556,4 @@ class LLMProposer(Proposer):
         return out[:n]
 
 
-__all__ = ["LLMFatalError", "LLMProposer", "Usage", "build_messages", "extract_programs", "repair_message", "redact"]
+__all__ = ["LLMFatalError", "LLMProposer", "Usage", "accepts_temperature", "build_messages", "extract_programs", "repair_message", "redact"]

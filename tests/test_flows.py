@@ -295,3 +295,42 @@ def test_llm_cost_budget_stops_proposing(prefect_api, tmp_path, monkeypatch):
     # requests already in flight when the limit is reached finish (at most `concurrency` of them)
     assert limit <= report["cost_usd"] <= limit + 2 * per_call + 1e-12
     assert report["pending"] == 0 and report["calibrated"] + report["failed"] == report["new"]
+
+
+def test_a_repeating_llm_is_told_its_duplicates_changes_course_and_is_stopped(prefect_api, tmp_path, monkeypatch):
+    """A server that only ever answers the same two programs: the next prompts name the duplicates
+    and their stored hashes, the hints change, and the run stops asking after the stale rounds."""
+    from flows.discover import discover
+    from proposers.llm import load_hints
+    from storage import CandidateStore
+    from test_flows_support import LLM_PROGRAMS
+
+    monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-0123456789abcdef")
+    fake = FakeOpenAI(delay=0.05, programs=LLM_PROGRAMS[:2])
+    stale, concurrency, per_request, max_repairs = 3, 2, 2, 2
+    try:
+        report = discover(task="enso", model="openai/fake-model", api_base=fake.api_base,
+                          api_key_env="NDVM_TEST_FAKE_KEY", budget={"minutes": 1.0}, concurrency=concurrency, per_request=per_request, batch_size=4,
+                          steps=20, restarts=2, top_k=1, test_top_k=1, log_every=5.0, folder=str(tmp_path),
+                          run_id="repeating", max_stale_rounds=stale)
+    finally:
+        fake.close()
+    assert report["stop_reason"] == f"stopped proposing: {stale} rounds in a row gave nothing new"
+    assert report["new"] == 2 and report["elapsed_seconds"] < 60
+    # every round is one request plus at most max_repairs repairs; at most one round gave something
+    # new, then `stale` rounds did not, and up to `concurrency` more were in flight when it stopped
+    bound = (1 + stale + concurrency) * (1 + max_repairs)
+    assert len(fake.requests) <= bound, f"{len(fake.requests)} requests for 2 programs (bound {bound})"
+    with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
+        history = store.history("repeating")
+    stored = history.filter(pl.col("outcome") == "new")["hash"].to_list()
+    assert len(stored) == 2
+    prompts = [r["messages"][1]["content"] for r in fake.requests]
+    told = [p for p in prompts if "duplicates of programs already stored" in p]
+    assert told, "no prompt named the duplicates"
+    assert all(h[:12] in "".join(told) for h in stored)  # each duplicate named with its stored hash
+    diverge = load_hints("hints_diverge.md")
+    assert any(h in p for p in told for h in diverge)     # the course changed
+    assert not any(h in prompts[0] for h in diverge)
+    hot = [r for r in fake.requests if "temperature" in r]
+    assert hot and all(r["temperature"] > 1.0 for r in hot) and "temperature" not in fake.requests[0]

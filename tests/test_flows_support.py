@@ -96,9 +96,11 @@ LLM_PROGRAMS = [
 class FakeOpenAI:
     """/v1/chat/completions on 127.0.0.1: each reply carries the next programs of LLM_PROGRAMS (as
     many as the prompt asks for, in fenced blocks); the first reply has no code at all. Each answer
-    takes ``delay`` seconds, so concurrent requests overlap; the peak overlap is recorded."""
+    takes ``delay`` seconds, so concurrent requests overlap; the peak overlap is recorded.
+    ``programs``: the list to cycle through instead (two programs: a server that repeats itself)."""
 
-    def __init__(self, delay: float = 0.3):
+    def __init__(self, delay: float = 0.3, programs: list[str] | None = None):
+        self.programs = list(programs or LLM_PROGRAMS)
         self.lock = threading.Lock()
         self.requests: list[dict] = []
         self.authorization: list[str] = []
@@ -136,7 +138,7 @@ class FakeOpenAI:
             text = "I would start from persistence, but let me think about it more."
         else:
             with self.lock:
-                picks = [LLM_PROGRAMS[(self.next_program + i) % len(LLM_PROGRAMS)] for i in range(2)]
+                picks = [self.programs[(self.next_program + i) % len(self.programs)] for i in range(2)]
                 self.next_program += 2
             text = "\n\n".join(f"Candidate:\n```scheme\n{p}\n```" for p in picks)
         payload = json.dumps({

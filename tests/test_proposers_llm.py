@@ -530,3 +530,48 @@ def test_many_requests_in_flight(server):
     assert len(props) == 200 and llm.drain_failures() == []
     assert llm.usage.calls == 200
     assert elapsed < 200 * 0.2 / 4  # far from serial (40 s); ideal is 200 / 32 * 0.2 = 1.3 s
+
+
+def test_duplicates_are_named_in_the_prompt_with_the_stored_hash_and_score():
+    from proposers import Duplicate
+
+    ctx = context("valid")
+    ctx.duplicates = [Duplicate(VALID_A, "a" * 64, score=0.123456), Duplicate(VALID_B, "b" * 64, semantic=True)]
+    user = build_messages(ctx, 2)[1]["content"]
+    assert "duplicates of programs already stored" in user
+    assert f"is the same program as stored {'a' * 12} (validation score 0.1235)" in user
+    assert f"computes the same values as stored {'b' * 12} (not calibrated yet)" in user
+    assert VALID_A.splitlines()[-1] in user and VALID_B.splitlines()[-1] in user
+    assert "duplicates of programs" not in build_messages(context("valid"), 2)[1]["content"]
+
+
+@pytest.mark.timeout(60)
+def test_mostly_duplicates_change_the_hint_and_raise_the_temperature(server):
+    from proposers.llm import accepts_temperature, load_hints
+
+    hints, diverge = load_hints(), load_hints("hints_diverge.md")
+    assert diverge and not set(hints) & set(diverge)
+    llm = proposer(server, validate_static, per_request=1)
+    before = len(server.requests)
+    llm.propose(context("valid"), 2)                       # nothing known about duplicates yet
+    calm = server.requests[before:]
+    assert all("temperature" not in r for r in calm)
+    assert all(any(h in r["messages"][1]["content"] for h in hints) for r in calm)
+    repeating = context("valid")
+    repeating.duplicate_rate = 1.0
+    before = len(server.requests)
+    llm.propose(repeating, 2)
+    hot = server.requests[before:]
+    assert len(hot) == 2
+    assert all(any(h in r["messages"][1]["content"] for h in diverge) for r in hot)
+    assert all(r["temperature"] == pytest.approx(llm.max_temperature) for r in hot)
+    # in proportion to the rate: 1.0 (most providers' default) plus a share of the way to the cap
+    assert llm._diverge_temperature(0.5) == pytest.approx(1.0 + 0.5 * (llm.max_temperature - 1.0))
+    # a temperature the user fixed is kept; a model that takes none keeps the provider's default
+    fixed = proposer(server, validate_static, per_request=1, temperature=0.2)
+    before = len(server.requests)
+    fixed.propose(repeating, 1)
+    assert server.requests[before]["temperature"] == 0.2
+    assert not accepts_temperature("o1-mini") and accepts_temperature("openai/fake-model")
+    assert LLMProposer("o1-mini")._diverge_temperature(1.0) is None
+    assert LLMProposer("anthropic/claude-3-5-sonnet-20241022")._diverge_temperature(1.0) == 1.0
