@@ -346,7 +346,8 @@ class Discovery:
         self.queue_lock = threading.Lock()
         self.accept_lock = threading.Lock()  # keeps the candidate budget exact
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
-        self.feedback = RoundFeedback(config.max_stale_rounds)  # duplicates and stale rounds (flows/feedback.py)
+        # duplicates and stale rounds (flows/feedback.py); only the LLM's prompt names the duplicates
+        self.feedback = RoundFeedback(config.max_stale_rounds, name_duplicates=config.proposer == "llm")
         self.stop_proposing = threading.Event()
         self.finished = threading.Event()
         self.stop_reason = ""

@@ -22,10 +22,11 @@ class RoundFeedback:
     """Duplicates of the last round, the duplicate rate over the last ``window`` rounds, and the
     stale-round count (thread-safe: rounds finish in worker threads)."""
 
-    def __init__(self, max_stale_rounds: int, window: int = 8):
+    def __init__(self, max_stale_rounds: int, window: int = 8, name_duplicates: bool = True):
         if max_stale_rounds < 0:
             raise ValueError(f"max_stale_rounds must be >= 0 (0: never stop), got {max_stale_rounds}")
         self.max_stale_rounds = max_stale_rounds
+        self.name_duplicates = name_duplicates  # False: count them only (no store look-up per duplicate)
         self._lock = threading.Lock()
         self._recent: collections.deque[tuple[int, int]] = collections.deque(maxlen=window)  # (new, duplicates)
         self.last_duplicates: list[Any] = []
@@ -34,15 +35,17 @@ class RoundFeedback:
 
     def record(self, store: Any, run_id: str, proposals: list[Any], new_sources: set[str]) -> None:
         """One round's outcome: ``proposals`` were offered to the store, ``new_sources`` became candidates."""
-        try:
-            duplicates = _duplicates(store, run_id, [p for p in proposals if _source(p) not in new_sources])
-        except Exception as exc:  # feedback is advice: a failed look-up must not stop the run
-            log.warning("looking up the round's duplicates failed: %s", exc)
-            duplicates = []
-        new = sum(1 for p in proposals if _source(p) in new_sources)
+        others = [p for p in proposals if _source(p) not in new_sources]
+        duplicates: list[Any] = []
+        if self.name_duplicates and others:
+            try:
+                duplicates = _duplicates(store, run_id, others)
+            except Exception as exc:  # feedback is advice: a failed look-up must not stop the run
+                log.warning("looking up the round's duplicates failed: %s", exc)
+        new = len(proposals) - len(others)
         with self._lock:
             self.rounds += 1
-            self._recent.append((new, len(duplicates)))
+            self._recent.append((new, len(duplicates) if self.name_duplicates else len(others)))
             self.last_duplicates = duplicates
             self.stale_rounds = 0 if new else self.stale_rounds + 1
 

@@ -334,3 +334,18 @@ def test_a_repeating_llm_is_told_its_duplicates_changes_course_and_is_stopped(pr
     assert not any(h in prompts[0] for h in diverge)
     hot = [r for r in fake.requests if "temperature" in r]
     assert hot and all(r["temperature"] > 1.0 for r in hot) and "temperature" not in fake.requests[0]
+
+
+def test_the_stale_round_stop_applies_to_the_offline_proposers_too(prefect_api, tmp_path):
+    """A replay file that repeats one program 200 times: one round of 16 gives it, then two rounds
+    give nothing new and the run stops asking (max_stale_rounds=2) instead of reading all 200."""
+    from flows.discover import discover
+    from test_flows_support import LLM_PROGRAMS
+
+    replay = tmp_path / "same.jsonl"
+    replay.write_text((json.dumps({"src": LLM_PROGRAMS[0]}) + "\n") * 200)
+    report = discover(task="enso", proposer="replay", replay=str(replay), budget={"minutes": 1.0}, batch_size=4,
+                      steps=20, restarts=2, top_k=1, test_top_k=1, log_every=30.0, folder=str(tmp_path),
+                      run_id="stale-replay", max_stale_rounds=2)
+    assert report["stop_reason"] == "stopped proposing: 2 rounds in a row gave nothing new"
+    assert report["new"] == 1 and report["proposed"] == 3 * 16 and report["duplicates"] == 3 * 16 - 1
