@@ -37,7 +37,7 @@ BATTERY_COLUMNS = (
 )
 
 # The four classic NASA cells (24 °C, 2 A constant-current discharge, run to ~30 % fade). The other
-# 30 cells have short or erratic records (see /work/shared/data/battery/README_nasa_pcoe.md).
+# 30 cells have short or erratic records (see the shared data's battery/README_nasa_pcoe.md, ../shared/data beside the project).
 NASA_DEFAULT_CELLS = ("B0005", "B0006", "B0007", "B0018")
 
 WHERE_TO_GET = (

@@ -1,7 +1,7 @@
 """Command line: propose candidates and write them as JSON lines (replayable with ReplayProposer).
 
     python -m proposers mutation --inputs x --seeds seeds.jsonl -n 100 --out cands.jsonl
-    python -m proposers replay /work/shared/data/ndvm_corpora/cosearch_candidates_valid.jsonl --inputs x -n 10
+    python -m proposers replay ../shared/data/ndvm_corpora/cosearch_candidates_valid.jsonl --inputs x -n 10
     OPENAI_API_KEY=... python -m proposers llm --model gpt-4o-mini --inputs x \
         --description "y(x) of a damped sensor" --contract "one prediction per point of x" -n 8
 

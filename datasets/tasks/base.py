@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -108,7 +109,7 @@ class Errors:
         return task_class(self.kind).primary_of_errors(self)
 
 
-class Task:
+class Task(ABC):
     """The interface every task implements (the flows use nothing else).
 
     Attributes: ``kind``, ``name``, ``primary_metric`` (lower is better), ``dataset``.
@@ -179,16 +180,16 @@ class Task:
         return {str(k): float(v) for k, v in params.items()}
 
     # ---------------------------------------------------------------- the report card (test split)
+    @abstractmethod
     def test_errors(self, source: str, parameters: dict[str, float], name: str, split: str,
                     **calibrate_options) -> Errors:
         """Errors of a stored candidate (source + stored parameters) on ``split``; a candidate that
         fails there gives an :class:`Errors` with ``error`` set, never an exception."""
-        raise NotImplementedError(f"{type(self).__name__} does not give test errors")
 
+    @abstractmethod
     def reference_test_errors(self, split: str, only: set[str] | None = None) -> list[Errors]:
         """Errors of the task's reference models on ``split`` (fitted on the training part; only the
         ones named in ``only`` when given)."""
-        raise NotImplementedError(f"{type(self).__name__} does not give reference errors")
 
     def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
         """Which references the report refits, given the test scores the end-of-run scoring stored
@@ -204,24 +205,24 @@ class Task:
     breakdown_key = "breakdown"
 
     @classmethod
+    @abstractmethod
     def primary_of_errors(cls, errors: Errors) -> float:
         """The primary metric computed from a model's (error-free) :class:`Errors`."""
-        raise NotImplementedError(f"{cls.__name__} does not score errors")
 
     @classmethod
+    @abstractmethod
     def error_breakdown(cls, errors: Errors) -> Any:
         """The report's per-unit RMSE of a model (per lead, per group, ...), JSON-ready."""
-        raise NotImplementedError(f"{cls.__name__} does not break errors down")
 
     @classmethod
+    @abstractmethod
     def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
         """The paired test of the champion against a reference: ``{"test": how, "overall": {...}, ...}``."""
-        raise NotImplementedError(f"{cls.__name__} has no paired test")
 
     @classmethod
+    @abstractmethod
     def verdict(cls, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
         """One sentence: the difference with its p-value or interval, and what it means at 5%."""
-        raise NotImplementedError(f"{cls.__name__} has no verdict")
 
     @classmethod
     def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
@@ -234,6 +235,6 @@ class Task:
         return []
 
     @classmethod
+    @abstractmethod
     def versus_row_markdown(cls, row: dict[str, Any]) -> str:
         """One row ``| reference | statistic | p | interval |`` of the paired test against each reference."""
-        raise NotImplementedError(f"{cls.__name__} has no paired test")

@@ -139,7 +139,7 @@ def find_data_dir(config: BenchConfig) -> Path | None:
     if os.environ.get("NDVM_DATA_DIR"):
         candidates.append(Path(os.environ["NDVM_DATA_DIR"]))
     repo = Path(__file__).resolve().parents[2]
-    candidates += [repo.parent / "shared" / "data", Path("/work/shared/data")]
+    candidates.append(repo.parent / "shared" / "data")
     for c in candidates:
         if c.is_dir():
             return c
