@@ -26,11 +26,6 @@ def _short(text: str, width: int) -> str:
     return one_line if len(one_line) <= width else one_line[: width - 1] + "…"
 
 
-def _params(text: str | None, width: int = 40) -> str:
-    values = json.loads(text or "{}")
-    return _short(" ".join(f"{k}={v:.4g}" for k, v in values.items()), width)
-
-
 def _formula_or_program(source: str, parameters: str | None) -> str:
     from storage.formula import render
 
