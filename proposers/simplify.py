@@ -172,13 +172,6 @@ def _paths(node: Node, path: tuple):
             yield from _paths(x, path + (i,))
 
 
-def _get(forms: list, path: tuple) -> Node:
-    node: Any = forms
-    for i in path:
-        node = node[i]
-    return node
-
-
 def _set(forms: list, path: tuple, value: Node) -> None:
     node: Any = forms
     for i in path[:-1]:
