@@ -45,16 +45,13 @@ class Fit:
     # what calibrate() fitted (inputs, target, loss): fit.stderr differentiates the same loss
     _problem: dict | None = field(default=None, repr=False, compare=False)
 
-    @property
+    @functools.cached_property
     def stderr(self):
         """Standard errors of the fitted parameters (``ndvm.stderr.StdErr``), from the curvature of the
         loss at the optimum; computed on first use (2P gradient evaluations) and cached."""
-        cached = self.__dict__.get("_stderr_cache")
-        if cached is None:
-            from .stderr import stderr
+        from .stderr import stderr
 
-            cached = self.__dict__["_stderr_cache"] = stderr(self)
-        return cached
+        return stderr(self)
 
     @property
     def theta(self) -> np.ndarray:
@@ -179,6 +176,11 @@ def _fit_from(program: Program, res: dict, seconds: float) -> Fit:
     return fit
 
 
+def _problem_of(inputs, target, loss, lane_inputs, lane_target) -> dict:
+    """What a calibration fitted, kept on its Fit (``Fit._problem``) for ``fit.stderr``."""
+    return {"inputs": inputs, "target": target, "loss": loss, "lane_inputs": lane_inputs, "lane_target": lane_target}
+
+
 def calibrate(prog: Program | str, inputs: Mapping[str, Any] | None = None, target: Any = None, loss: str = "mse",
               optimizer: str = "adam", steps: int = 200, lr: float = 0.05, restarts: int = 32, seed: int = 0,
               lane_inputs: Mapping[str, Any] | None = None, init: Any = "declared", tol: float | None = None,
@@ -194,8 +196,7 @@ def calibrate(prog: Program | str, inputs: Mapping[str, Any] | None = None, targ
     res = _native.calibrate(program._native, theta0, _inputs(inputs), _lane_inputs(lane_inputs), spec,
                             program.limits.as_tuple(), int(threads or 0))
     fit = _fit_from(program, res, time.perf_counter() - t0)
-    fit._problem = {"inputs": inputs, "target": target, "loss": loss, "lane_inputs": lane_inputs,
-                    "lane_target": lane_target}
+    fit._problem = _problem_of(inputs, target, loss, lane_inputs, lane_target)
     return fit
 
 
@@ -235,8 +236,7 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
     if natives:
         spec = _spec(optimizer, steps, lr, tol, loss, target, lane_target)
         native_inputs, native_lane_inputs = _inputs(inputs), _lane_inputs(lane_inputs)
-        problem = {"inputs": inputs, "target": target, "loss": loss, "lane_inputs": lane_inputs,
-                   "lane_target": lane_target}  # one shared dict: fit.stderr needs it, nothing copies it
+        problem = _problem_of(inputs, target, loss, lane_inputs, lane_target)  # one dict shared by the batch's fits
         # The native batch takes one Limits: programs are batched by theirs (nearly always one group).
         groups: dict[tuple, list[int]] = {}
         for k, program in enumerate(compiled):
