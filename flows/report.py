@@ -130,15 +130,10 @@ def _stderr_of(task: Any, source: str, parameters: dict) -> dict[str, Any]:
 
 
 def _front(store: Any, run_id: str, tolerance: float) -> list[dict[str, Any]]:
-    from storage.parsimony import pareto_front
+    from storage.parsimony import run_front
 
-    rows = store.top(10 ** 9, run_id=run_id)
-    if rows.is_empty():
-        return []
-    complexity = store.complexities(rows.get_column("hash").to_list())
-    items = [(r["hash"], complexity.get(r["hash"]), r["score"], r) for r in rows.iter_rows(named=True)]
     out = []
-    for entry in pareto_front(items, tolerance=tolerance):
+    for entry in run_front(store, run_id, tolerance):
         row = entry.extra
         out.append({**entry.to_dict(), "rank": int(row["rank"]), "source": row["source"],
                     "parameters": json.loads(row["parameters"] or "{}")})

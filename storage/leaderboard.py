@@ -127,7 +127,7 @@ def pareto_table(front: list, status: RunStatus, tolerance: float, width: int | 
 def show_pareto(store_path: str | Path | None = None, run_id: str | None = None, tolerance: float | None = None,
                 console: Console | None = None) -> list:
     """Print the Pareto front of a run (default: the latest) and return its entries."""
-    from storage.parsimony import DEFAULT_TOLERANCE, pareto_front
+    from storage.parsimony import DEFAULT_TOLERANCE, run_front
 
     tolerance = DEFAULT_TOLERANCE if tolerance is None else tolerance
     store_path = default_store_path() if store_path is None else store_path
@@ -135,10 +135,7 @@ def show_pareto(store_path: str | Path | None = None, run_id: str | None = None,
         run_id, status = _run_and_status(store, store_path, run_id)
         if status.higher_is_better:
             raise StoreError(f"run {run_id} ranks by {status.metric}, higher is better: the Pareto front needs a loss")
-        rows = store.top(10 ** 9, run_id=run_id)
-        complexities = store.complexities(rows.get_column("hash").to_list()) if not rows.is_empty() else {}
-    front = pareto_front([(r["hash"], complexities.get(r["hash"]), r["score"], r) for r in rows.iter_rows(named=True)],
-                         tolerance=tolerance)
+        front = run_front(store, run_id, tolerance)
     console = console or Console()
     if not front:
         console.print(f"run {run_id}: no calibrated candidate with a complexity yet")

@@ -119,4 +119,14 @@ def pareto_front(rows: Iterable[tuple[str, int, float, Any]], tolerance: float =
     return front
 
 
-__all__ = ["complexity", "candidate_complexity", "complexity_of_canonical", "pareto_front", "FrontEntry", "DEFAULT_TOLERANCE"]
+def run_front(store: Any, run_id: str, tolerance: float = DEFAULT_TOLERANCE) -> list[FrontEntry]:
+    """The front of a run's calibrated candidates in a ``storage.CandidateStore`` (validation
+    score as the loss, stored complexity); each entry's ``extra`` is its ``store.top`` row."""
+    rows = store.top(10 ** 9, run_id=run_id)
+    complexities = store.complexities(rows.get_column("hash").to_list()) if not rows.is_empty() else {}
+    return pareto_front([(r["hash"], complexities.get(r["hash"]), r["score"], r) for r in rows.iter_rows(named=True)],
+                        tolerance=tolerance)
+
+
+__all__ = ["complexity", "candidate_complexity", "complexity_of_canonical", "pareto_front", "run_front", "FrontEntry",
+           "DEFAULT_TOLERANCE"]
