@@ -383,8 +383,9 @@ def load_battery_severson(*, batches="1,2,3", test_cells="b3*", cells=None, refr
     """``battery-severson``: Severson et al. cycles, fetched and converted on first use. ``batches``
     selects cells by batch; ``test_cells`` (default: batch 3, the authors' secondary test set) are
     held out whole; split options as for ``battery``."""
-    if test_cells not in (None, "", "none"):
-        split_options["test_cells"] = test_cells
+    # Always passed on: battery.load_battery fills in batch 3 for a missing value, so "none" must
+    # arrive as "" (hold none out), not be dropped.
+    split_options["test_cells"] = "" if test_cells in (None, "", "none") else test_cells
     return _load(SEVERSON.name, SEVERSON.dataset, None, batches=batches, cells=cells, refresh=refresh, mirror=mirror,
                  cache_dir=cache_dir, **split_options)
 

@@ -341,6 +341,10 @@ def test_battery_severson_dataset_groups_cells_by_batch(server):
     assert {"b3c0", "b3c1"} <= set(ds.frame["cell_id"])
     two = datasets.load("battery-severson", batches="1", test_cells="b1c7")
     assert set(two.frame["cell_id"].unique()) == {f"b1c{i}" for i in range(8)}
+    # test_cells="none" holds no cell out (batch 3 is not filled in behind the user's back)
+    kept = datasets.load("battery-severson", test_cells="none")
+    assert "b3c0" in set(kept.frame.filter(pl.col("split") == "train")["cell_id"])
+    assert kept.frame.filter(pl.col("split") == "test_fit").height == 0
     with pytest.raises(DataFormatError, match="batches must be batch numbers"):
         datasets.load("battery-severson", batches="one")
 
