@@ -198,15 +198,18 @@ def compile(source: str, dtype: str = "float64", limits: Limits | None = None) -
         raise TypeError(f"ndvm.compile expects source text (str), got {type(source).__name__}")
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
-    try:
-        source.encode("utf-8")
-    except UnicodeEncodeError as exc:  # a lone surrogate: not text the native reader can receive
-        line = source.count("\n", 0, exc.start) + 1
-        column = exc.start - (source.rfind("\n", 0, exc.start) + 1) + 1
-        raise ParseError(f"unreadable character U+{ord(source[exc.start]):04X} (a lone surrogate, not valid "
-                         "Unicode text)", line, column) from None
     limits = limits or DEFAULT_LIMITS
     # compilation runs under the evaluation's memory budget (the syntax tree of a 4 MB source
     # can take 300 MB) and the C-stack bound of the calling thread
-    native = _native.compile(source, dtype == "float32", int(limits.max_bytes))
+    try:
+        native = _native.compile(source, dtype == "float32", int(limits.max_bytes))
+    except TypeError:  # the binding cannot encode a lone surrogate: find it and say where
+        try:
+            source.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            line = source.count("\n", 0, exc.start) + 1
+            column = exc.start - (source.rfind("\n", 0, exc.start) + 1) + 1
+            raise ParseError(f"unreadable character U+{ord(source[exc.start]):04X} (a lone surrogate, not valid "
+                             "Unicode text)", line, column) from None
+        raise
     return Program(native, limits)
