@@ -1,4 +1,5 @@
-"""Semantic fingerprints: the second deduplication stage of the candidate store.
+"""Fingerprints: of programs (the second deduplication stage of the candidate store) and of
+a run's dataset (what the program library, storage/library.py, matches earlier runs by; at the end).
 
 Two programs can differ in structure yet compute the same function: ``(* 2 (+ a x))`` and
 ``(+ (* 2 a) (* 2 x))``, or ``(+ a (* b x))`` and ``(+ b (* a x))`` (the same model with its
@@ -164,3 +165,72 @@ def fingerprint(program: Any, probe_inputs: Mapping[str, Any] | None) -> Fingerp
     digest.update(repr(out.shape[1:]).encode())
     digest.update(min(candidates))
     return Fingerprint(digest.hexdigest()[:16])
+
+
+# ---------------------------------------------------------------------------- dataset fingerprints
+# The program library (storage/library.py) reuses an evaluation only on the same dataset
+# fingerprint: a hash of everything that decides what a candidate's evaluation comes out as.
+# Bump the version when what goes in changes meaning, so old runs stop matching new ones.
+DATASET_FINGERPRINT_VERSION = 1
+# Calibration settings that change a fit (and so the stored losses, parameters, scores). Left out
+# on purpose: the seed (restart starting points; each night draws its own, and an evaluation from
+# another seed is as valid a fit), threads (the same fits on any core count) and the per-candidate
+# time limit (a limit, not a setting of the fit).
+RESULT_SETTINGS = ("optimizer", "steps", "lr", "restarts")
+
+
+@dataclass(frozen=True)
+class DatasetFingerprint:
+    """``value``: the hash a run is stored under. ``parts``: what was hashed (digests and settings,
+    plain JSON), stored with the run so a run that reuses nothing can be explained."""
+
+    value: str
+    parts: dict[str, Any]
+
+
+def data_digest(frame: Any) -> str:
+    """SHA-256 of a polars frame's content: column names, dtypes and every value (the ``split``
+    column included, so the split definition is part of it), via its CSV text."""
+    digest = hashlib.sha256()
+    digest.update(repr([(name, str(dtype)) for name, dtype in frame.schema.items()]).encode())
+    digest.update(frame.write_csv().encode())
+    return digest.hexdigest()
+
+
+def task_settings(task: Any) -> dict[str, Any]:
+    """The task's identity and its plain settings (kind, metric, loss, leads, x_scale, split sizes...):
+    every public attribute holding a bool, number or string. Arrays (the data itself) are covered
+    by :func:`data_digest`; reference models do not change a candidate's evaluation."""
+    settings: dict[str, Any] = {"class": f"{type(task).__module__}.{type(task).__qualname__}"}
+    for name in ("kind", "name", "primary_metric", "calibration_loss"):
+        settings[name] = getattr(task, name, None)
+    for name, value in sorted(vars(task).items()):
+        if not name.startswith("_") and (value is None or isinstance(value, (bool, int, float, str))):
+            settings[name] = value
+    return settings
+
+
+def dataset_fingerprint(dataset: Any, task: Any, calibration: Mapping[str, Any]) -> DatasetFingerprint:
+    """The fingerprint of a run's problem: the data's content (split column included), the column
+    roles, the task's settings and split, the calibration settings in :data:`RESULT_SETTINGS` and
+    the runtime's version. ``calibration``: the run's calibration options as a mapping."""
+    import json
+
+    import ndvm
+
+    missing = [name for name in RESULT_SETTINGS if name not in calibration]
+    if missing:
+        raise ValueError(f"dataset fingerprint: calibration settings lack {missing} "
+                         f"(needs {list(RESULT_SETTINGS)}, got {sorted(calibration)})")
+    parts = {
+        "version": DATASET_FINGERPRINT_VERSION,
+        "data": data_digest(dataset.frame),
+        "rows": int(dataset.frame.height),
+        "columns": {"x": dataset.x, "y": dataset.y, "group": dataset.group},
+        "split": task.split_label(),
+        "task": task_settings(task),
+        "calibration": {name: calibration[name] for name in RESULT_SETTINGS},
+        "ndvm": getattr(ndvm, "__version__", None),
+    }
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return DatasetFingerprint(hashlib.sha256(text.encode()).hexdigest()[:16], json.loads(text))

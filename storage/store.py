@@ -14,6 +14,11 @@ calibrate its candidates again; the candidate rows themselves are stored once fo
 2. a semantic fingerprint (outputs at fixed probe parameters and the run's probe inputs, see
    ``storage.fingerprint``) catches different structures that compute the same function.
 
+Across runs, the program library (``storage.library``) takes over: a candidate that an earlier
+run on the same dataset fingerprint already evaluated gets that evaluation copied into the new run
+(``evaluations.reused_from``) instead of a calibration, and a new run starts from the earlier
+runs' best programs. ``runs.dataset_fingerprint`` and ``runs.seed`` record what it matches by.
+
 Sources that do not compile are recorded as ``invalid`` with their typed error and position.
 Every proposal is logged with its outcome, so a run's counters are derived from the tables and a
 reopened store reports exactly what the crashed process had committed.
@@ -178,6 +183,10 @@ class RunStatus:
     llm_cost_usd: float | None = None  # all sessions of the run together (None: no LLM cost recorded)
     llm_tokens_in: int | None = None
     llm_tokens_out: int | None = None
+    seed: int | None = None                 # the run's seed (drawn unless given), None before it was recorded
+    dataset_fingerprint: str | None = None  # storage/fingerprint.dataset_fingerprint, None: not recorded
+    reused: int = 0         # evaluations copied from earlier runs on the same fingerprint (storage/library.py)
+    seeded: int = 0         # earlier runs' best programs the run started from (origin "library")
 
     @property
     def duplicates(self) -> int:
@@ -361,6 +370,13 @@ CREATE TABLE IF NOT EXISTS test_scores (  -- test-split metrics, computed once a
     created             TIMESTAMP NOT NULL,
     PRIMARY KEY (run_id, entry_kind, entry)
 );
+-- the program library (storage/library.py): a run's dataset fingerprint (storage/fingerprint.py),
+-- what went into it, and the run's seed; an evaluation copied from an earlier run on the same
+-- fingerprint names the run that calibrated it (NULL: calibrated in its own run)
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS dataset_fingerprint VARCHAR;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS fingerprint_parts JSON;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS seed BIGINT;
+ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS reused_from VARCHAR;
 CREATE OR REPLACE VIEW leaderboard AS
 WITH ranked AS (
     SELECT e.run_id, e.candidate AS hash, c.source, c.origin, e.dataset, e.task, e.split,
@@ -425,6 +441,7 @@ class CandidateStore:
         self._probe_cache: dict[str, dict[str, Any] | None] = {}
         self._indexes: dict[str, _RunIndex] = {}
         self._metric_cache: dict[str, str] = {}
+        self._columns: dict[tuple[str, str], bool] = {}
         if not read_only:
             with self._lock:
                 self._con.sql(_SCHEMA)
@@ -506,6 +523,17 @@ class CandidateStore:
             self._con.sql("UPDATE runs SET llm_cost_usd = $2, llm_tokens_in = $3, llm_tokens_out = $4 "
                           "WHERE run_id = $1", params=[run_id, cost_usd, tokens_in, tokens_out])
 
+    def set_run_library(self, run_id: str, *, seed: int | None, dataset_fingerprint: str | None,
+                        fingerprint_parts: Mapping[str, Any] | None = None) -> None:
+        """Record the run's seed and its dataset fingerprint (what storage/library.py matches
+        earlier runs by; ``fingerprint_parts``: what went into it, kept to explain a non-match)."""
+        with self._lock:
+            self._require_run(run_id)
+            self._con.sql("UPDATE runs SET seed = $2, dataset_fingerprint = $3, fingerprint_parts = $4 "
+                          "WHERE run_id = $1", params=[run_id, seed, dataset_fingerprint,
+                                                       None if fingerprint_parts is None
+                                                       else json.dumps(dict(fingerprint_parts), default=str)])
+
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
         """Remember the run's MLflow parent run, so a resumed run keeps logging into it."""
         with self._lock:
@@ -570,6 +598,11 @@ class CandidateStore:
                                         params=[run_id]).fetchall())
             best = self._con.sql("SELECT score, hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 1",
                                  params=[run_id]).fetchall()
+            reused = (self._con.sql("SELECT count(*) FROM evaluations WHERE run_id = $1 AND reused_from IS NOT NULL",
+                                    params=[run_id]).fetchall()[0][0] if self._has_column("evaluations", "reused_from")
+                      else 0)
+            seeded = self._con.sql("SELECT count(*) FROM proposals WHERE run_id = $1 AND outcome = 'new' "
+                                   "AND origin = 'library'", params=[run_id]).fetchall()[0][0]
         return RunStatus(
             run_id=run_id, status=row["status"], created=row["created"], updated=row["updated"],
             dataset=row["dataset"], task=row["task"], proposer=row["proposer"], model=row["model"],
@@ -585,8 +618,18 @@ class CandidateStore:
             best_score=best[0][0] if best else None, best_hash=best[0][1] if best else None,
             # .get: a store opened read-only may predate these columns
             llm_cost_usd=row.get("llm_cost_usd"), llm_tokens_in=row.get("llm_tokens_in"),
-            llm_tokens_out=row.get("llm_tokens_out"),
+            llm_tokens_out=row.get("llm_tokens_out"), seed=row.get("seed"),
+            dataset_fingerprint=row.get("dataset_fingerprint"), reused=reused, seeded=seeded,
         )
+
+    def _has_column(self, table: str, column: str) -> bool:
+        """Whether the file has this column (a store opened read-only may predate a migration)."""
+        key = (table, column)
+        if key not in self._columns:
+            self._columns[key] = bool(self._con.sql(
+                "SELECT count(*) FROM duckdb_columns() WHERE table_name = $1 AND column_name = $2",
+                params=[table, column]).fetchall()[0][0])
+        return self._columns[key]
 
     # ---- candidates ------------------------------------------------------------------------
     def record_store_error(self, run_id: str, proposal: Any, error: BaseException) -> None:

@@ -1,0 +1,192 @@
+"""The program library: what earlier runs on the same data already know, for the next run.
+
+Every run records its dataset fingerprint (``storage.fingerprint.dataset_fingerprint``: the data's
+content with its split column, the task's settings, the calibration settings that change a fit,
+the runtime's version). All runs of one store with the same fingerprint form that dataset's
+library, and a new run uses it twice:
+
+- **reuse**: a candidate (by canonical hash) that an earlier run on the fingerprint already
+  evaluated is not calibrated again. Its evaluation (parameters, losses, validation metrics,
+  status) is copied into the new run with ``reused_from`` naming the run that calibrated it, so it
+  is on the new run's leaderboard like any other. Failed, crashed and timed-out evaluations are
+  reused too: a program that killed a worker last night is not retried every night. When several
+  earlier evaluations exist, the best ``ok`` one is taken (else the latest).
+- **seeds**: the run starts from the best validated programs of earlier runs (ranked by the
+  validation score the runs rank by; the test split is never read). They are added to the run as
+  proposals with origin ``library`` and reuse their evaluations, so they sit on the run's
+  leaderboard from the start, and the proposers' context (the run's best programs) hands them to
+  the mutation proposer as parents and to the LLM proposer as the first prompt's examples.
+
+A run with ``fresh`` (``ndvm discover --fresh``) does neither; its own results still join the
+library for later runs. The queries work on the store's own connection under its lock: this
+module is part of the store, split out because the store itself knows nothing of datasets.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from storage.store import FINAL_STATES, Candidate, CandidateStore, StoreError
+
+# The origin label of a library seed in the proposals and candidates tables.
+LIBRARY_ORIGIN = "library"
+# How many of the earlier runs' best programs a run starts from (the proposers' context shows five).
+DEFAULT_SEEDS = 5
+
+
+@dataclass(frozen=True)
+class LibraryProgram:
+    """One of the best validated programs of the library: its best ``ok`` evaluation."""
+
+    hash: str
+    source: str
+    score: float
+    parameters: dict[str, float]
+    run_id: str  # the run that calibrated it
+
+
+@dataclass
+class ProgramLibrary:
+    """The library as one run uses it. ``enabled=False`` (a ``--fresh`` run): nothing is reused
+    and no seed is given, but the run's fingerprint is still recorded for later runs."""
+
+    store: CandidateStore
+    run_id: str
+    fingerprint: str
+    enabled: bool = True
+    seeds: list[str] = field(default_factory=list)  # hashes of the library programs the run started from
+
+    def best_programs(self, k: int = DEFAULT_SEEDS) -> list[LibraryProgram]:
+        """The ``k`` best validated programs of earlier runs on the fingerprint, best first."""
+        return best_programs(self.store, self.fingerprint, k, exclude_run=self.run_id)
+
+    def reuse(self, candidates: Iterable[Candidate]) -> list[Candidate]:
+        """Copy earlier evaluations of ``candidates`` (just added to the run) into the run; return
+        those left to calibrate, in their order."""
+        candidates = list(candidates)
+        if not self.enabled or not candidates:
+            return candidates
+        reused = reuse_evaluations(self.store, self.run_id, self.fingerprint, [c.hash for c in candidates])
+        return [c for c in candidates if c.hash not in reused]
+
+    def seed_run(self, program_source: Callable[[str], str] | None = None,
+                 k: int = DEFAULT_SEEDS) -> list[Candidate]:
+        """Add the library's ``k`` best programs to the run (origin ``library``) and reuse their
+        evaluations. Returns the candidates still to calibrate (normally none: only a program whose
+        evaluation could not be matched again, e.g. after the task's wrapper changed its hash)."""
+        if not self.enabled:
+            return []
+        programs = self.best_programs(k)
+        if not programs:
+            return []
+        added = self.store.add([{"source": p.source, "origin": LIBRARY_ORIGIN, "parents": []} for p in programs],
+                               self.run_id, program_source=program_source)
+        self.seeds = [c.hash for c in added]
+        return self.reuse(added)
+
+
+def open_library(store: CandidateStore, run_id: str, *, fingerprint: str, parts: dict[str, Any] | None,
+                 seed: int | None, enabled: bool, new_run: bool) -> ProgramLibrary:
+    """The library of ``run_id``. A new run records its seed and fingerprint; a resumed run keeps
+    the fingerprint it started with (a store written before the library existed gets it now)."""
+    if new_run:
+        store.set_run_library(run_id, seed=seed, dataset_fingerprint=fingerprint, fingerprint_parts=parts)
+    else:
+        status = store.run_status(run_id)
+        if status.dataset_fingerprint is None:
+            store.set_run_library(run_id, seed=status.seed if status.seed is not None else seed,
+                                  dataset_fingerprint=fingerprint, fingerprint_parts=parts)
+        else:
+            fingerprint = status.dataset_fingerprint
+    return ProgramLibrary(store, run_id, fingerprint, enabled)
+
+
+# ---------------------------------------------------------------------------- queries
+# The earlier evaluation a candidate reuses: the best ok one by the run's direction, else the latest.
+_SOURCE_EVALUATIONS = """
+    SELECT e.* EXCLUDE (id, run_id, dataset, task, created, reused_from),
+           COALESCE(e.reused_from, e.run_id) AS origin_run
+    FROM evaluations e JOIN runs r ON r.run_id = e.run_id
+    WHERE r.dataset_fingerprint = $fingerprint AND e.run_id <> $run_id AND list_contains($hashes, e.candidate)
+    QUALIFY row_number() OVER (
+        PARTITION BY e.candidate
+        ORDER BY (e.status = 'ok' AND e.score IS NOT NULL AND isfinite(e.score)) DESC,
+                 CASE WHEN r.higher_is_better THEN -e.score ELSE e.score END ASC NULLS LAST,
+                 e.id DESC) = 1
+"""
+
+
+def reuse_evaluations(store: CandidateStore, run_id: str, fingerprint: str, hashes: list[str]) -> dict[str, str]:
+    """Copy into ``run_id`` the earlier evaluations (same fingerprint, other runs) of the given
+    candidates of the run and set their state as ``record`` would. One transaction. Returns
+    hash -> status of the reused evaluations."""
+    if not hashes:
+        return {}
+    with store._lock:
+        run = store._require_run(run_id)
+        unknown = [h for h in hashes if h not in store._run_index(run_id).hashes]
+        if unknown:
+            raise StoreError(f"candidate {unknown[0]!r} was not added to run {run_id!r}")
+        now = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
+        states = " ".join(f"WHEN '{status}' THEN '{state}'" for status, state in FINAL_STATES.items())
+        params = {"fingerprint": fingerprint, "run_id": run_id, "hashes": list(hashes)}
+        with store._transaction():
+            rows = store._con.execute(
+                f"""
+                INSERT INTO evaluations (candidate, run_id, dataset, task, split, parameters, train_metrics,
+                                         heldout_metrics, score, loss_history, seconds, status, error, created,
+                                         reused_from)
+                SELECT candidate, $run_id, $dataset, $task, split, parameters, train_metrics, heldout_metrics,
+                       score, loss_history, seconds, status, error, $now, origin_run
+                FROM ({_SOURCE_EVALUATIONS}) AS source
+                RETURNING candidate, status
+                """, {**params, "dataset": run["dataset"], "task": run["task"], "now": now}).fetchall()
+            reused = dict(rows)
+            if reused:
+                store._con.execute(
+                    f"""
+                    UPDATE run_candidates SET state = CASE e.status {states} ELSE 'failed' END
+                    FROM evaluations e
+                    WHERE e.run_id = run_candidates.run_id AND e.candidate = run_candidates.hash
+                      AND e.reused_from IS NOT NULL AND run_candidates.run_id = $run_id
+                      AND list_contains($hashes, run_candidates.hash)
+                    """, {"run_id": run_id, "hashes": list(reused)})
+                store._touch(run_id, now)
+    return reused
+
+
+def best_programs(store: CandidateStore, fingerprint: str, k: int = DEFAULT_SEEDS,
+                  exclude_run: str | None = None) -> list[LibraryProgram]:
+    """The ``k`` best validated programs on ``fingerprint`` over every run of the store (but
+    ``exclude_run``): each program's best ``ok`` validation score, best first (ties by hash)."""
+    with store._lock:
+        rows = store._con.execute(
+            """
+            WITH ranked AS (
+                SELECT e.candidate AS hash, e.score, e.parameters, COALESCE(e.reused_from, e.run_id) AS origin_run,
+                       CASE WHEN r.higher_is_better THEN -e.score ELSE e.score END AS sort_key
+                FROM evaluations e JOIN runs r ON r.run_id = e.run_id
+                WHERE r.dataset_fingerprint = $fingerprint AND e.run_id IS DISTINCT FROM $exclude
+                  AND e.status = 'ok' AND e.score IS NOT NULL AND isfinite(e.score)
+                QUALIFY row_number() OVER (PARTITION BY e.candidate ORDER BY sort_key, e.id) = 1
+            )
+            SELECT ranked.hash, c.source, ranked.score, ranked.parameters, ranked.origin_run
+            FROM ranked JOIN candidates c ON c.hash = ranked.hash
+            ORDER BY ranked.sort_key, ranked.hash LIMIT $k
+            """, {"fingerprint": fingerprint, "exclude": exclude_run, "k": int(k)}).fetchall()
+    return [LibraryProgram(h, source, float(score), json.loads(parameters or "{}"), origin)
+            for h, source, score, parameters, origin in rows]
+
+
+def library_runs(store: CandidateStore, fingerprint: str) -> list[str]:
+    """The runs of the store on ``fingerprint``, oldest first."""
+    with store._lock:
+        rows = store._con.execute("SELECT run_id FROM runs WHERE dataset_fingerprint = $1 ORDER BY created, run_id",
+                                  [fingerprint]).fetchall()
+    return [r[0] for r in rows]
+
+
+__all__ = ["DEFAULT_SEEDS", "LIBRARY_ORIGIN", "LibraryProgram", "ProgramLibrary", "best_programs", "library_runs",
+           "open_library", "reuse_evaluations"]
