@@ -199,6 +199,11 @@ class _ProgressDisplay:
 
     def update(self, progress) -> None:
         self.live.update(self._render(progress))
+    from flows.feedback import llm_summary_line
+
+    llm_line = llm_summary_line(report.get("llm"))  # tokens, cached tokens, cost per new (flows/feedback.py)
+    if llm_line:
+        console.print(llm_line)
 
 
 def cmd_discover(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ from prefect import flow, get_run_logger
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions
 from flows.problem import ProblemSpec, entry_extras, load_problem, probe_inputs, task_spec
 from flows import faults
-from flows.feedback import RoundFeedback
+from flows.feedback import ResidualNotes, RoundFeedback, llm_summary, log_llm_summary
 from flows.mlflow_log import RunTracking
 from flows.report import finish_report
 from flows.runners import RunnerChoice, worker_environment
@@ -266,6 +266,7 @@ class DiscoveryReport:
     cancelled_at_deadline: int = 0   # in calibration at the hard deadline: left pending
     store_errors: int = 0            # proposals the store could not write (recorded with the error)
     mlflow_error: str | None = None  # why MLflow logging is incomplete (None: all logged)
+    llm: dict[str, Any] | None = None  # this session's LLM spend: tokens, cached tokens, cost per new (flows/feedback.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -348,6 +349,7 @@ class Discovery:
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
         # duplicates and stale rounds (flows/feedback.py); only the LLM's prompt names the duplicates
         self.feedback = RoundFeedback(config.max_stale_rounds, name_duplicates=config.proposer == "llm")
+        self.residuals = ResidualNotes(self.task)  # where the best fails on validation, for the LLM prompt
         self.stop_proposing = threading.Event()
         self.finished = threading.Event()
         self.stop_reason = ""
@@ -448,7 +450,13 @@ class Discovery:
         fb = self.feedback
         return ProposalContext(self.spec, best=best, failures=list(self.failures), budget=left,
                                duplicates=list(fb.last_duplicates), duplicate_rate=fb.duplicate_rate,
-                               stale_rounds=fb.stale_rounds)
+                               stale_rounds=fb.stale_rounds, residuals=self._residuals())
+
+    def _residuals(self) -> str:
+        """Where the run's best program fails on validation (LLM prompt only; refreshed when the best changes)."""
+        if self.config.proposer != "llm":
+            return ""
+        return self.residuals.text(next(self.store.top(1, run_id=self.run_id).iter_rows(named=True), None))
 
     def _parent_offset(self) -> int:
         """How far down the ranking the LLM's parents are drawn: 0 until half the recent proposals
@@ -637,6 +645,7 @@ class Discovery:
 
         self._log_leaderboard(tracker, k)
         log_test_scores(tracker, self.store, self.run_id)
+        log_llm_summary(tracker, llm_summary(self.proposer, self.store.run_status(self.run_id).new))
         if self.report_card is not None:  # report.md/.json on the parent, formulas on the entries
             log_report(tracker, self.store, self.run_id, self.report_card)
 
@@ -799,7 +808,7 @@ class Discovery:
             model=self.config.model, crashed=s.crashed, timeout=s.timeout, retried_alone=counts.retried_alone,
             worker_deaths=counts.worker_deaths, workers_replaced=counts.workers_replaced,
             cancelled_at_deadline=self.cancelled_at_deadline, store_errors=s.store_errors + self.store_errors,
-            mlflow_error=self.tracking.error)
+            mlflow_error=self.tracking.error, llm=llm_summary(self.proposer, s.new))
 
     def close(self) -> None:
         self.store.close()

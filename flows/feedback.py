@@ -7,6 +7,10 @@ proposals, :meth:`RoundFeedback.record` notes which were new and which duplicate
 flow puts the last round's duplicates, the recent duplicate rate and the count of stale rounds
 (rounds in a row with nothing new) into the next :class:`proposers.ProposalContext`, and stops
 asking once ``max_stale_rounds`` rounds in a row gave nothing new.
+
+:class:`ResidualNotes` keeps the text of where the best program fails on validation (refreshed when
+the best changes) for the LLM prompt; :func:`llm_summary` is the LLM spend for the run summary and
+MLflow (tokens, cached tokens, cost per new valid candidate).
 """
 from __future__ import annotations
 
@@ -19,10 +23,14 @@ log = logging.getLogger("ndvm.discover")
 
 
 class RoundFeedback:
-    """Duplicates of the last round, the duplicate rate over the last ``window`` rounds, and the
-    stale-round count (thread-safe: rounds finish in worker threads)."""
+    """The duplicates the next prompt names, the duplicate rate over the last ``window`` rounds, and
+    the stale-round count (thread-safe: rounds finish in worker threads).
 
-    def __init__(self, max_stale_rounds: int, window: int = 8, name_duplicates: bool = True):
+    ``last_duplicates`` holds the last round's duplicates, then the stored programs proposed again
+    most often earlier in the run (a model's favourites come back round after round, not only in
+    the last one), at most ``max_named``, each with how many times it came back."""
+
+    def __init__(self, max_stale_rounds: int, window: int = 8, name_duplicates: bool = True, max_named: int = 8):
         if max_stale_rounds < 0:
             raise ValueError(f"max_stale_rounds must be >= 0 (0: never stop), got {max_stale_rounds}")
         self.max_stale_rounds = max_stale_rounds
@@ -30,24 +38,46 @@ class RoundFeedback:
         self._lock = threading.Lock()
         self._recent: collections.deque[tuple[int, int]] = collections.deque(maxlen=window)  # (new, duplicates)
         self.last_duplicates: list[Any] = []
+        self.max_named = max_named
+        self._repeats: collections.Counter[str] = collections.Counter()  # stored hash -> times proposed again
+        self._latest: dict[str, Any] = {}                                # stored hash -> its latest duplicate
         self.stale_rounds = 0
         self.rounds = 0
 
-    def record(self, store: Any, run_id: str, proposals: list[Any], new_sources: set[str]) -> None:
-        """One round's outcome: ``proposals`` were offered to the store, ``new_sources`` became candidates."""
+    def record(self, store: Any, run_id: str, proposals: list[Any], new_sources: set[str],
+               duplicates: list[Any] | None = None) -> None:
+        """One round's outcome: ``proposals`` were offered to the store, ``new_sources`` became
+        candidates. ``duplicates``: the round's :class:`proposers.Duplicate` records when the caller
+        has them (then the store is not asked)."""
         others = [p for p in proposals if _source(p) not in new_sources]
-        duplicates: list[Any] = []
-        if self.name_duplicates and others:
+        if duplicates is not None:
+            duplicates = list(duplicates)
+        elif self.name_duplicates and others:
+            duplicates = []
             try:
                 duplicates = _duplicates(store, run_id, others)
             except Exception as exc:  # feedback is advice: a failed look-up must not stop the run
                 log.warning("looking up the round's duplicates failed: %s", exc)
+        else:
+            duplicates = []
+        counted = len(duplicates) if self.name_duplicates or duplicates else len(others)
         new = len(proposals) - len(others)
         with self._lock:
             self.rounds += 1
-            self._recent.append((new, len(duplicates) if self.name_duplicates else len(others)))
-            self.last_duplicates = duplicates
+            self._recent.append((new, counted))
+            self.last_duplicates = self._named(duplicates)
             self.stale_rounds = 0 if new else self.stale_rounds + 1
+
+    def _named(self, duplicates: list[Any]) -> list[Any]:
+        """This round's duplicates, then the most repeated earlier ones, each with its count."""
+        import dataclasses
+
+        for d in duplicates:
+            self._repeats[d.duplicate_of] += 1
+            self._latest[d.duplicate_of] = d
+        order = list(dict.fromkeys(d.duplicate_of for d in duplicates))
+        order += [h for h, n in self._repeats.most_common() if n > 1 and h not in order]
+        return [dataclasses.replace(self._latest[h], times=self._repeats[h]) for h in order[: self.max_named]]
 
     @property
     def duplicate_rate(self) -> float:
@@ -61,6 +91,77 @@ class RoundFeedback:
 
     def stop_message(self) -> str:
         return f"stopped proposing: {self.stale_rounds} rounds in a row gave nothing new"
+
+
+class ResidualNotes:
+    """Where the current best program fails on validation, for the LLM prompt: the task's
+    ``validation_residuals`` of the best stored candidate, recomputed only when the best changes
+    (a new hash), so a request costs a dictionary look-up. Thread-safe."""
+
+    def __init__(self, task: Any):
+        self.task = task
+        self._lock = threading.Lock()
+        self._hash: str | None = None
+        self._text = ""
+
+    def text(self, best: Any) -> str:
+        """``best``: the best leaderboard row (``hash``, ``source``, ``parameters`` JSON) or None."""
+        if best is None or not best.get("hash"):
+            return ""
+        with self._lock:
+            if best["hash"] != self._hash:
+                import json
+
+                try:
+                    text = self.task.validation_residuals(best["source"], json.loads(best["parameters"] or "{}"))
+                except Exception as exc:  # advice for a prompt: a failed breakdown must not stop the run
+                    log.warning("residuals of the best program failed: %s", exc)
+                    text = ""
+                self._hash, self._text = best["hash"], text
+            return self._text
+
+
+def llm_summary(proposer: Any, new: int) -> dict[str, Any] | None:
+    """The LLM spend of this session for the run summary and MLflow: requests, tokens (prompt,
+    of them cached, completion), cost, and cost per new valid candidate (``new``: the run's new
+    candidates). None for proposers without usage."""
+    usage = getattr(proposer, "usage", None)
+    if usage is None:
+        return None
+    cost = float(usage.cost_usd) if usage.cost_known else None
+    return {"requests": int(usage.calls), "tokens_in": int(usage.tokens_in),
+            "tokens_cached": int(getattr(usage, "tokens_cached", 0)), "tokens_out": int(usage.tokens_out),
+            "cached_share": usage.tokens_cached / usage.tokens_in if usage.tokens_in else 0.0,
+            "cost_usd": cost, "new_candidates": int(new),
+            "cost_per_new_usd": cost / new if cost is not None and new else None,
+            "tokens_per_new": (usage.tokens_in + usage.tokens_out) / new if new else None}
+
+
+def llm_summary_line(summary: dict[str, Any] | None) -> str | None:
+    """The run summary's line about this session's LLM requests (None when there were none)."""
+    if not summary or not summary["requests"]:
+        return None
+    per_new = (f"${summary['cost_per_new_usd']:.4f} per new valid candidate" if summary["cost_per_new_usd"] is not None
+               else "cost per new valid candidate unknown" if summary["cost_usd"] is None or summary["new_candidates"]
+               else "no new valid candidate")
+    return (f"LLM requests: {summary['requests']}, {summary['tokens_in']} prompt tokens "
+            f"({summary['tokens_cached']} from the provider's prompt cache, {100 * summary['cached_share']:.0f}%), "
+            f"{summary['tokens_out']} completion tokens; {summary['new_candidates']} new valid candidates, {per_new}")
+
+
+def log_llm_summary(tracker: Any, summary: dict[str, Any] | None) -> None:
+    """The summary's numbers as metrics of the MLflow parent run (``llm_*``), through the tracker's
+    client (the generic ``log_batch``)."""
+    if not summary or getattr(tracker, "parent_run_id", None) is None:
+        return
+    import time
+
+    import mlflow
+
+    stamp = int(time.time() * 1000)
+    metrics = [mlflow.entities.Metric(f"llm_{key}", float(value), stamp, 0) for key, value in summary.items()
+               if value is not None]
+    tracker.client.log_batch(tracker.parent_run_id, metrics=metrics)
 
 
 def _source(proposal: Any) -> str:
@@ -91,4 +192,4 @@ def _duplicates(store: Any, run_id: str, proposals: list[Any]) -> list[Any]:
     return out
 
 
-__all__ = ["RoundFeedback"]
+__all__ = ["ResidualNotes", "RoundFeedback", "llm_summary", "llm_summary_line", "log_llm_summary"]

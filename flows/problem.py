@@ -67,7 +67,8 @@ def metric_label(task: Any) -> str:
 
 
 def task_spec(dataset: Any, task: Any):
-    """The proposers' view of the task (``proposers.TaskSpec``)."""
+    """The proposers' view of the task (``proposers.TaskSpec``), with the task's data card (training
+    and validation rows only), computed here once per run."""
     from proposers import Column, TaskSpec
 
     units = {c.name: c for c in dataset.columns}
@@ -77,7 +78,7 @@ def task_spec(dataset: Any, task: Any):
     return TaskSpec(dataset=dataset.name, description=dataset.describe(), inputs=task.proposer_inputs(),
                     contract=task.contract_text(), columns=columns, sample_rows=rows,
                     score_label=metric_label(task), seed_programs=task.seed_programs(),
-                    program_source=task.program_source)
+                    program_source=task.program_source, data_card=task.data_card())
 
 
 def probe_inputs(task: Any) -> dict[str, np.ndarray]:

@@ -55,6 +55,9 @@ class TaskSpec:
     score_label: str = "score (higher is better)"
     seed_programs: list[str] = field(default_factory=list)
     program_source: Callable[[str], str] | None = None
+    # A short description of the training and validation data (units, ranges, lags, season, spread
+    # across groups): ``Task.data_card()``, computed once per run; part of the prompt's cached prefix.
+    data_card: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,13 +109,15 @@ class Duplicate:
     duplicate_of: str                     # canonical hash of the stored program
     score: float | None = None            # its validation score, when it is calibrated
     semantic: bool = False
+    times: int = 1                        # how many times in the run it was proposed again
 
     def brief(self, max_source: int = 300) -> str:
         src = self.source.strip()
         src = src if len(src) <= max_source else src[:max_source] + " ..."
         how = "computes the same values as" if self.semantic else "is the same program as"
         score = f" (validation score {self.score:.4g})" if self.score is not None else " (not calibrated yet)"
-        return f"{how} stored {self.duplicate_of[:12]}{score}:\n  program: {src}"
+        times = f", proposed again {self.times} times in this run" if self.times > 1 else ""
+        return f"{how} stored {self.duplicate_of[:12]}{score}{times}:\n  program: {src}"
 
 
 @dataclass
@@ -147,6 +152,8 @@ class ProposalContext:
     duplicates: list[Duplicate] = field(default_factory=list)  # the previous round's duplicates
     duplicate_rate: float = 0.0             # share of the recent proposals that were duplicates, 0..1
     stale_rounds: int = 0                   # rounds in a row that gave nothing new
+    # Where the current best program fails on validation (``Task.validation_residuals``), "" if unknown
+    residuals: str = ""
 
     def reference(self) -> str:
         return self.language_reference if self.language_reference is not None else load_prompt("language.md")

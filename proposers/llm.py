@@ -86,6 +86,7 @@ class Usage:
     retries: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = 0    # prompt tokens the provider served from its prompt cache (part of tokens_in)
     cost_usd: float = 0.0
     cost_known: bool = True   # False as soon as one call's cost could not be computed
     seconds: float = 0.0
@@ -145,6 +146,17 @@ def _render_rows(rows: list[dict[str, Any]]) -> str:
     return "A few rows:\n" + "\n".join(lines) + "\n"
 
 
+def cached_tokens(usage: Any) -> int:
+    """Prompt tokens served from the provider's prompt cache, from a litellm usage object: OpenAI's
+    ``prompt_tokens_details.cached_tokens`` (litellm maps Anthropic's ``cache_read_input_tokens``
+    onto it too); 0 when the provider reports none."""
+    details = getattr(usage, "prompt_tokens_details", None) if usage is not None else None
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    if cached is None and usage is not None:
+        cached = getattr(usage, "cache_read_input_tokens", None)
+    return int(cached or 0)
+
+
 def load_hints(name: str = "hints.md") -> list[str]:
     """The per-request suggestions of ``prompts/<name>``, one per line (``hints_diverge.md``: the
     ones used once most recent proposals were duplicates)."""
@@ -159,13 +171,27 @@ def accepts_temperature(model: str) -> bool:
         return False
 
 
-def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_failures: int = 8,
-                   hint: str | None = None, system_template: str | None = None,
-                   user_template: str | None = None) -> list[dict]:
-    """The chat messages asking for ``n`` programs (templates from ``proposers/prompts/``).
+def needs_cache_markers(model: str) -> bool:
+    """Whether the provider caches a prompt prefix only where the request marks it (litellm's
+    ``cache_control`` blocks): Anthropic's API and Claude on Bedrock or Vertex. OpenAI, DeepSeek and
+    most OpenAI-compatible servers cache a repeated prefix on their own and get plain strings."""
+    try:
+        provider = litellm.get_llm_provider(model)[1]
+    except Exception:  # a name litellm cannot place: plain strings are always accepted
+        provider = ""
+    return provider == "anthropic" or (provider in ("bedrock", "vertex_ai", "vertex_ai_beta") and "claude" in model)
 
-    ``hint``: a suggestion for this request only; concurrent requests get different hints so that
-    identical prompts do not return the same few programs.
+
+def prompt_parts(context: ProposalContext, n: int, *, max_best: int = 5, max_failures: int = 8,
+                 hint: str | None = None, system_template: str | None = None, task_template: str | None = None,
+                 user_template: str | None = None) -> tuple[str, str, str]:
+    """(system, task, request): the prompt in the order it is sent.
+
+    ``system`` (system text + language reference) and ``task`` (description, columns, sample rows,
+    data card, inputs, contract) depend only on the run, so they are byte-identical in every
+    request of a run: the prefix a provider caches. ``request`` holds what changes: the best
+    programs, the residuals of the best, recent failures and duplicates, the budget, ``n`` and
+    the hint.
     """
     task = context.task
     system = Template(system_template or load_prompt("system.md")).substitute(language=context.reference().strip())
@@ -174,6 +200,17 @@ def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_f
         columns = "Columns:\n" + "\n".join(
             f"- {c.name}" + (f" [{c.unit}]" if c.unit else "") + (f": {c.description}" if c.description else "")
             for c in task.columns) + "\n"
+    fixed = Template(task_template or load_prompt("task.md")).substitute(
+        dataset=task.dataset,
+        description=task.description.strip(),
+        columns=columns,
+        rows=_render_rows(task.sample_rows),
+        datacard=task.data_card.strip() + "\n" if task.data_card.strip() else "",
+        inputs="\n".join(f"- {name}: {desc}" for name, desc in task.inputs.items())
+        or "(none: the program receives no data directly; see the contract)",
+        contract=task.contract.strip(),
+        score_label=task.score_label,
+    )
     best = ""
     if context.best:
         parts = ["Best programs so far (best first):"]
@@ -183,6 +220,10 @@ def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_f
                 fitted = "\nfitted: " + ", ".join(f"{name}={value:.4g}" for name, value in prog.params.items())
             parts.append(f"{k}. score {prog.score:.6g}\n```scheme\n{prog.source.strip()}\n```{fitted}")
         best = "\n".join(parts) + "\n\n"
+    residuals = ""
+    if context.residuals.strip():
+        residuals = ("Where the best program fails on the validation data (propose a mechanism for it):\n"
+                     + context.residuals.strip() + "\n\n")
     failures = ""
     if context.failures:
         recent = context.failures[-max_failures:]
@@ -191,22 +232,33 @@ def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_f
         failures += ("Your previous proposals that were duplicates of programs already stored (nothing new; do not "
                      "propose these again or a renaming of them):\n"
                      + "\n".join(f"- {d.brief()}" for d in context.duplicates[-max_failures:]) + "\n\n")
-    user = Template(user_template or load_prompt("propose.md")).substitute(
-        dataset=task.dataset,
-        description=task.description.strip(),
-        columns=columns,
-        rows=_render_rows(task.sample_rows),
-        inputs="\n".join(f"- {name}: {desc}" for name, desc in task.inputs.items())
-        or "(none: the program receives no data directly; see the contract)",
-        contract=task.contract.strip(),
-        score_label=task.score_label,
-        best=best,
-        failures=failures,
-        budget=context.budget.describe(),
-        n=n,
-    )
+    request = Template(user_template or load_prompt("propose.md")).substitute(
+        best=best, residuals=residuals, failures=failures, budget=context.budget.describe(), n=n)
     if hint:
-        user += f"\nSuggestion for this request (ignore it if it does not fit the contract): {hint}\n"
+        request += f"\nSuggestion for this request (ignore it if it does not fit the contract): {hint}\n"
+    return system, fixed, request
+
+
+def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_failures: int = 8,
+                   hint: str | None = None, system_template: str | None = None, task_template: str | None = None,
+                   user_template: str | None = None, cache_markers: bool = False) -> list[dict]:
+    """The chat messages asking for ``n`` programs (templates from ``proposers/prompts/``): the
+    system text, then one user message that starts with the run's fixed task text and ends with
+    this request's part (see :func:`prompt_parts`).
+
+    ``hint``: a suggestion for this request only; concurrent requests get different hints so that
+    identical prompts do not return the same few programs. ``cache_markers``: the user message as
+    two content blocks, the fixed one with ``cache_control`` (providers that cache only marked
+    prefixes; see :func:`needs_cache_markers`); otherwise plain strings, the fixed text first.
+    """
+    system, fixed, request = prompt_parts(context, n, max_best=max_best, max_failures=max_failures, hint=hint,
+                                          system_template=system_template, task_template=task_template,
+                                          user_template=user_template)
+    if cache_markers:
+        user: Any = [{"type": "text", "text": fixed, "cache_control": {"type": "ephemeral"}},
+                     {"type": "text", "text": request}]
+    else:
+        user = fixed + "\n" + request
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -291,6 +343,8 @@ class LLMProposer(Proposer):
             ``mock_response`` in tests...); never put a key here.
         validator: ``(source, inputs, *, proposer, model, program_source) -> Validation``; default
             ``validate_source`` (ndvm.compile plus the static checks).
+        cache_markers: mark the prompt's fixed prefix with litellm ``cache_control`` blocks; None
+            (default): where the provider needs them (:func:`needs_cache_markers`: Anthropic).
     """
 
     name = "llm"
@@ -302,7 +356,7 @@ class LLMProposer(Proposer):
                  backoff: float = 1.0, max_backoff: float = 30.0, max_best: int = 5, max_failures: int = 8,
                  completion_kwargs: dict[str, Any] | None = None,
                  validator: Callable[..., Validation] | None = None, seed: int | None = None,
-                 price_per_token: tuple[float, float] | None = None):
+                 price_per_token: tuple[float, float] | None = None, cache_markers: bool | None = None):
         super().__init__()
         if price_per_token is not None and (len(price_per_token) != 2 or min(price_per_token) < 0):
             raise ValueError(f"price_per_token must be (input, output) USD per token, both >= 0; got {price_per_token}")
@@ -333,6 +387,7 @@ class LLMProposer(Proposer):
         self.max_best = max_best
         self.max_failures = max_failures
         self.completion_kwargs = dict(completion_kwargs or {})
+        self.cache_markers = needs_cache_markers(model) if cache_markers is None else bool(cache_markers)
         self.validator = validator or validate_source
         self.usage = Usage()
         self.price_per_token = None if price_per_token is None else (float(price_per_token[0]),
@@ -436,6 +491,7 @@ class LLMProposer(Proposer):
                 cost = None
         self.usage.tokens_in += tokens_in or 0
         self.usage.tokens_out += tokens_out or 0
+        self.usage.tokens_cached += cached_tokens(usage)
         if cost is None:
             self.usage.cost_known = False
         else:
@@ -533,7 +589,8 @@ class LLMProposer(Proposer):
             if hints:  # rotate across calls too, so every hint gets used over a run
                 hint = hints[self._next_hint % len(hints)]
                 self._next_hint += 1
-            messages = build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures, hint=hint)
+            messages = build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures, hint=hint,
+                                      cache_markers=self.cache_markers)
             tasks.append(asyncio.ensure_future(self._request(messages, k, context.task, round_)))
         try:
             batches = await asyncio.gather(*tasks)
@@ -556,4 +613,5 @@ class LLMProposer(Proposer):
         return out[:n]
 
 
-__all__ = ["LLMFatalError", "LLMProposer", "Usage", "accepts_temperature", "build_messages", "extract_programs", "repair_message", "redact"]
+__all__ = ["LLMFatalError", "LLMProposer", "Usage", "accepts_temperature", "build_messages", "cached_tokens",
+           "extract_programs", "needs_cache_markers", "prompt_parts", "repair_message", "redact"]

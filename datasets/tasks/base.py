@@ -179,6 +179,33 @@ class Task(ABC):
         """Fitted parameters as name -> float (what the store and MLflow keep)."""
         return {str(k): float(v) for k, v in params.items()}
 
+    # ---------------------------------------------------------------- what the LLM prompt shows
+    def seen_frame(self):
+        """The rows the search may look at: training and validation (never test, never the rows a
+        held-out group is fitted on at the end)."""
+        import polars as pl
+
+        from ..schema import TRAIN, VALIDATION
+
+        return self.dataset.frame.filter(pl.col("split").is_in([TRAIN, VALIDATION]))
+
+    def data_card(self) -> str:
+        """A short description of the data for the LLM prompt, from the training and validation
+        rows only: per column its unit, range and spread. Tasks add their structure (lags and
+        season of a series, spread across groups). Computed once per run; a few hundred tokens."""
+        from proposers.datacard import column_lines
+
+        frame = self.seen_frame()
+        values = {name: frame.get_column(name).to_numpy() for name in frame.columns if name != "split"}
+        lines = [f"Data card (the {frame.height} training and validation rows only):",
+                 *column_lines([c for c in self.dataset.columns if c.name != "split"], values)]
+        return "\n".join(lines)
+
+    def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
+        """Where a stored candidate fails on the validation split, in a few lines for the LLM prompt
+        ("" when the task has no breakdown). Never looks at the test split."""
+        return ""
+
     # ---------------------------------------------------------------- the report card (test split)
     @abstractmethod
     def test_errors(self, source: str, parameters: dict[str, float], name: str, split: str,

@@ -641,6 +641,41 @@ class CurveTask(Task):
         return (f"| {row['reference']} | {row['estimate']:+.4g} | {row['p_value']:.3g} | "
                 f"[{row['low']:+.4g}, {row['high']:+.4g}] |")
 
+    # ------------------------------------------------------------------ the LLM prompt
+    def data_card(self) -> str:
+        """The columns, then (with groups) how the groups differ over their training and validation
+        rows: start value, fade rate per ``x_scale`` of x, and for battery data the life to 80% of
+        the start. Groups held out whole for the test are not in it."""
+        from proposers.datacard import group_spread_lines
+
+        lines = [super().data_card()]
+        if self.per_group and len(self.groups()) > 1:
+            ds = self.dataset
+            seen = {}
+            for group in self.groups():
+                xs, ys = zip(*(self._xy(group, part) for part in (TRAIN, VALIDATION)))
+                seen[group] = (np.concatenate(xs) * self.x_scale, np.concatenate(ys))
+            lines += group_spread_lines(seen, group_label=ds.group, x_label=ds.x, y_label=ds.y,
+                                        x_per_unit=self.x_scale if self.x_scale != 1.0 else 1.0,
+                                        threshold=0.8 if self.is_battery else None)
+        return "\n".join(lines)
+
+    def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
+        """RMSE and bias of the candidate on each group's validation rows: the worst groups, and
+        by range of x (in the dataset's units)."""
+        from proposers.datacard import group_residual_lines
+
+        try:
+            fit = self.restore_fit(source, parameters, name="best")
+        except Exception as exc:  # advice for a prompt: say why rather than fail the request
+            return f"The best program could not be scored on validation: {type(exc).__name__}: {exc}"
+        errors = self._errors_of(fit, VALIDATION)
+        if errors.error:
+            return f"The best program could not be scored on validation: {errors.error}"
+        x = {g: self._xy(g, VALIDATION)[0] * self.x_scale for g in errors.groups}
+        return "\n".join(group_residual_lines(errors.groups, x, group_label=self.dataset.group or "group",
+                                              x_label=self.dataset.x))
+
     def seed_programs(self) -> list[str]:
         seeds = [ref.source for ref in self.references]
         if self.is_battery:

@@ -684,6 +684,40 @@ class ForecastTask(Task):
     def versus_row_markdown(cls, row: dict[str, Any]) -> str:
         return f"| {row['reference']} | DM* {row['statistic']:.2f} | {row['p_value']:.3g} | |"
 
+    # ------------------------------------------------------------------ the LLM prompt
+    def calendar_months(self) -> np.ndarray | None:
+        """Calendar month (1-12) of every point of the series, in time order (None: not monthly)."""
+        frame = self.dataset.frame.sort(self.dataset.x)
+        return frame.get_column("month").cast(pl.Int64).to_numpy() if "month" in frame.columns else None
+
+    def data_card(self) -> str:
+        """The columns, then the series' lag structure and calendar cycle, over the training and
+        validation points only (the first ``split_end[validation]`` points of the sorted series)."""
+        from proposers.datacard import lag_line, seasonal_lines
+
+        seen = self.split_end[VALIDATION]
+        y = self.y[:seen]
+        lines = [super().data_card(), f"Series `{self.dataset.y}` ({seen} points): {lag_line(y)}"]
+        months = self.calendar_months()
+        if months is not None:
+            lines += seasonal_lines(y, months[:seen])
+        return "\n".join(lines)
+
+    def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
+        """RMSE and bias of the candidate's validation forecasts by lead and by the calendar month
+        of the target (the validation driver sees the series up to the end of validation only)."""
+        from proposers.datacard import forecast_residual_lines
+
+        errors = self.test_errors(source, parameters, "best", VALIDATION)
+        if errors.error:
+            return f"The best program could not be scored on validation: {errors.error}"
+        months = self.calendar_months()
+        target_months = None
+        if months is not None:
+            idx = self.origins(VALIDATION)[:, None] + np.arange(1, self.leads + 1)[None, :]
+            target_months = months[np.minimum(idx, self.split_end[VALIDATION] - 1)]
+        return "\n".join(forecast_residual_lines(errors.values, target_months))
+
     def seed_programs(self) -> list[str]:
         return [AR1_SOURCE, AR2_SOURCE, KALMAN_AR1_SOURCE, SEASONAL_AR1_SOURCE]
 

@@ -17,16 +17,19 @@ def _suites() -> dict[str, Callable[[BenchConfig], SuiteResult]]:
     from ndvm.bench.cosearch import run_cosearch, run_multicore
     from ndvm.bench.discovery import run_discovery
     from ndvm.bench.highdim import run_highdim
+    from ndvm.bench.proposer import run_proposer
     from ndvm.bench.regimes import run_amortization, run_regimes
     from ndvm.bench.staging import run_staging
     return {"regimes": run_regimes, "amortization": run_amortization, "staging": run_staging,
             "calibration": run_calibration, "cosearch": run_cosearch, "multicore": run_multicore,
-            "kalman-highdim": run_highdim, "discovery": run_discovery}
+            "kalman-highdim": run_highdim, "discovery": run_discovery,
+            "proposer": run_proposer}
 
 
 SUITE_NAMES = ["regimes", "amortization", "staging", "calibration", "cosearch", "multicore", "kalman-highdim"]
-# Run only when named: real discovery runs judged on their test split, about 15 minutes.
-EXPLICIT_SUITES = ["discovery"]
+# Run only when named: real discovery runs judged on their test split, about 15 minutes; the LLM
+# proposer against a recorded-output server (flows/bench_proposer.py).
+EXPLICIT_SUITES = ["discovery", "proposer"]
 
 
 def build_parser() -> argparse.ArgumentParser:
