@@ -4,6 +4,7 @@
     prog = ndvm.compile("(param a 1.0) (param b 0.0) (+ (* a x) b)")
     prog.evaluate([[2.0, 1.0]], inputs={"x": [0.0, 1.0, 2.0]})      # -> [[1., 3., 5.]]
     fit = ndvm.calibrate(prog, {"x": x}, target=y)                   # fused native Adam
+    ndvm.read("(+ (* a x) b)")          # -> [[Symbol('+'), [Symbol('*'), ...], Symbol('b')]]
 
 ``ndvm`` alone is a complete library: it imports none of the pipeline (Prefect, MLflow, litellm).
 """
@@ -14,6 +15,8 @@ from importlib.metadata import PackageNotFoundError, version as _version
 from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
 from .program import DEFAULT_LIMITS, Limits, Param, Program, compile
 from .calibrate import Fit, calibrate, calibrate_many
+from . import language
+from .language import read
 from .stderr import StdErr, stderr
 from .values import Pair, Procedure, Symbol, to_scheme
 
@@ -33,5 +36,5 @@ def build_info() -> dict:
 __all__ = [
     "compile", "Program", "Param", "Limits", "DEFAULT_LIMITS", "calibrate", "calibrate_many", "Fit", "stderr", "StdErr",
     "NDVMError", "ParseError", "CheckError", "EvalError", "LimitError", "Symbol", "Pair", "Procedure",
-    "to_scheme", "build_info", "__version__",
+    "to_scheme", "read", "language", "build_info", "__version__",
 ]

@@ -15,13 +15,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import _native
-from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
+from . import errors
+from .errors import EvalError, NDVMError
 from .program import Limits, Program, _inputs, _lane_inputs, compile
 
 LOSSES = ("mse", "gaussian_nll", "value")
 OPTIMIZERS = ("adam", "lbfgs", "gd")
-_LANE_STATUS = {0: "ok", 1: "nonfinite", 2: "converged"}
-_ERROR_TYPES = {0: ParseError, 1: CheckError, 2: EvalError, 3: LimitError}
+# The runtime's enums (native/src/optim.h, error.h), by name: a lane's status name is what
+# Fit.lane_status reports, an error kind K is raised as ndvm.errors' class K + "Error".
+_LANE_STATUS = {int(v): name for name, v in _native.LaneStatus.__members__.items()}
+_ERROR_TYPES = {int(v): getattr(errors, name + "Error") for name, v in _native.ErrorKind.__members__.items()}
 
 
 @dataclass
@@ -161,7 +164,7 @@ def _fit_from(program: Program, res: dict, seconds: float) -> Fit:
     best = min(range(len(ranked)), key=ranked.__getitem__)  # the first of equal losses, as argmin
     steps = int(res["steps_done"])
     fit = Fit(program=program, all_params=res["best_theta"], all_losses=losses, history=res["history"][:steps, best],
-              lane_status=[_LANE_STATUS.get(s, "ok") for s in res["status"]], seconds=seconds,
+              lane_status=[_LANE_STATUS[s] for s in res["status"]], seconds=seconds,
               steps=steps, evaluations=int(res["evaluations"]))
     if ranked[best] == math.inf:  # no restart produced a finite loss
         fit.history = np.zeros(0)
@@ -194,7 +197,7 @@ def calibrate(prog: Program | str, inputs: Mapping[str, Any] | None = None, targ
     spec = _spec(optimizer, steps, lr, tol, loss, target, lane_target)
     t0 = time.perf_counter()
     res = _native.calibrate(program._native, theta0, _inputs(inputs), _lane_inputs(lane_inputs), spec,
-                            program.limits.as_tuple(), int(threads or 0))
+                            program.limits.native(), int(threads or 0))
     fit = _fit_from(program, res, time.perf_counter() - t0)
     fit._problem = _problem_of(inputs, target, loss, lane_inputs, lane_target)
     return fit
@@ -238,13 +241,14 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
         native_inputs, native_lane_inputs = _inputs(inputs), _lane_inputs(lane_inputs)
         problem = _problem_of(inputs, target, loss, lane_inputs, lane_target)  # one dict shared by the batch's fits
         # The native batch takes one Limits: programs are batched by theirs (nearly always one group).
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[Limits, list[int]] = {}
         for k, program in enumerate(compiled):
-            groups.setdefault(program.limits.as_tuple(), []).append(k)
+            groups.setdefault(program.limits, []).append(k)
         for group_limits, members in groups.items():
             t0 = time.perf_counter()
             results = _native.calibrate_many([natives[k] for k in members], [thetas[k] for k in members],
-                                             native_inputs, native_lane_inputs, spec, group_limits, int(threads or 0))
+                                             native_inputs, native_lane_inputs, spec, group_limits.native(),
+                                             int(threads or 0))
             seconds = (time.perf_counter() - t0) / len(members)
             for k, res in zip(members, results):
                 fits[where[k]] = _fit_from(compiled[k], res, seconds)

@@ -13,7 +13,7 @@ try:
 except ImportError as exc:  # a source tree without the compiled extension
     raise ImportError("ndvm's native extension (ndvm._native) is not built: run `make build` "
                       "(or `pip install -e .`) first") from exc
-from .errors import EvalError, ParseError
+from .errors import EvalError
 
 
 @dataclass(frozen=True)
@@ -28,29 +28,34 @@ class Param:
     constraint: None | str | tuple = None
 
 
+# The runtime's own defaults (native/src/program.h), read once: Limits below restates none of them.
+_NATIVE_DEFAULTS = _native.Limits()
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits of one evaluation (one ``run``, ``evaluate`` or ``value_and_grad`` call, or one
     step of a calibration, all lanes together); exceeding any raises ``LimitError`` naming the limit.
 
-    The defaults stop an infinite loop, a runaway recursion or a runaway computation within a few
-    seconds and stay far above any realistic model (docs/reliability.md, "Limits"). The first three
-    fields may still be given by position; the others are keyword-only.
+    The defaults are the runtime's (native/src/program.h): they stop an infinite loop, a runaway
+    recursion or a runaway computation within a few seconds and stay far above any realistic model
+    (docs/reliability.md, "Limits"). The first three fields may still be given by position; the
+    others are keyword-only.
     """
 
-    max_steps: int = 20_000_000  # evaluation steps (about 0.3-2 s of work)
-    max_depth: int = 100_000  # nested evaluations; the C stack is also bounded in bytes
-    max_bytes: int = 1 << 30  # payload + heap + tape + linear-algebra scratch of one evaluation
+    max_steps: int = _NATIVE_DEFAULTS.max_steps  # evaluation steps (about 0.3-2 s of work)
+    max_depth: int = _NATIVE_DEFAULTS.max_depth  # nested evaluations; the C stack is also bounded in bytes
+    max_bytes: int = _NATIVE_DEFAULTS.max_bytes  # payload + heap + tape + linear-algebra scratch of one evaluation
     # Re-execute the recorded tape when a gradient evaluation repeats with new parameters only
     # (same program, lanes, inputs): the same bits, without walking the program (README, "Replay").
-    replay: bool = field(default=True, kw_only=True)
+    replay: bool = field(default=_NATIVE_DEFAULTS.replay, kw_only=True)
     # Element operations summed over lanes: each numeric result's elements, k per element of a
     # matrix product, n^3 for det/logdet/inv/cholesky of an n x n matrix (n^3 + n^2 m for solve), a
     # reduction's input, a list traversal's length; replayed work counts as walked work.
-    max_work: int = field(default=500_000_000, kw_only=True)
+    max_work: int = field(default=_NATIVE_DEFAULTS.max_work, kw_only=True)
     # Wall-clock seconds per evaluation, checked cooperatively (every few thousand steps, every
-    # 1,024 replayed or backward records, inside long linear algebra); None: no limit.
-    max_seconds: float | None = field(default=None, kw_only=True)
+    # 1,024 replayed or backward records, inside long linear algebra); None: no limit (native 0).
+    max_seconds: float | None = field(default=_NATIVE_DEFAULTS.max_seconds or None, kw_only=True)
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_depth", "max_bytes", "max_work"):
@@ -66,10 +71,22 @@ class Limits:
             if not ok or not math.isfinite(self.max_seconds) or self.max_seconds <= 0:
                 raise ValueError(f"Limits.max_seconds must be a positive number of seconds or None, got {self.max_seconds!r}")
 
-    def as_tuple(self) -> tuple[int, int, int, bool, int, float | None]:
-        """The form the native module takes (native/python/module.cc, limits_from)."""
-        return (int(self.max_steps), int(self.max_depth), int(self.max_bytes), bool(self.replay), int(self.max_work),
-                None if self.max_seconds is None else float(self.max_seconds))
+    def native(self) -> "_native.Limits":
+        """The runtime's struct with these values (native/src/program.h), as the native calls take it;
+        built on first use and kept (a Limits is immutable)."""
+        native = self.__dict__.get("_native")
+        if native is None:
+            native = _native.Limits()
+            native.max_steps, native.max_depth, native.max_bytes = (int(self.max_steps), int(self.max_depth),
+                                                                    int(self.max_bytes))
+            native.replay, native.max_work = bool(self.replay), int(self.max_work)
+            native.max_seconds = 0.0 if self.max_seconds is None else float(self.max_seconds)
+            self.__dict__["_native"] = native  # a cache, not a field: equality and hashing ignore it
+        return native
+
+    def __getstate__(self) -> dict:
+        # the native struct does not pickle; a copy rebuilds it on first use
+        return {k: v for k, v in self.__dict__.items() if k != "_native"}
 
 
 DEFAULT_LIMITS = Limits()
@@ -166,20 +183,20 @@ class Program:
     def run(self, params: Mapping[str, float] | None = None, inputs: Mapping[str, Any] | None = None) -> Any:
         """Runs one lane and returns the value as a Python object (see ``ndvm.values``)."""
         row = self.theta(params)[0]
-        return self._native.run(row, _inputs(inputs), self.limits.as_tuple())
+        return self._native.run(row, _inputs(inputs), self.limits.native())
 
     def evaluate(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
                  lane_inputs: Mapping[str, Any] | None = None) -> np.ndarray:
         """Evaluates B parameter vectors in one walk: ``theta`` [B, P] -> values [B] or [B, ...]."""
         th = self._theta(theta)
-        return self._native.evaluate(th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.as_tuple())
+        return self._native.evaluate(th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native())
 
     def value_and_grad(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
                        lane_inputs: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """For a scalar-valued program: (values [B], d value / d theta [B, P])."""
         th = self._theta(theta)
         values, _, grads, _ = self._native.value_and_grad(
-            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.as_tuple(), [], "value", None)
+            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native(), [], "value", None)
         return values, grads
 
     def loss_and_grad(self, theta: Any, inputs: Mapping[str, Any] | None = None, target: Any = None,
@@ -188,7 +205,7 @@ class Program:
         th = self._theta(theta)
         tgt = None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel())
         _, losses, grads, _ = self._native.value_and_grad(
-            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.as_tuple(), [], loss, tgt)
+            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native(), [], loss, tgt)
         return losses, grads
 
 
@@ -204,12 +221,10 @@ def compile(source: str, dtype: str = "float64", limits: Limits | None = None) -
     try:
         native = _native.compile(source, dtype == "float32", int(limits.max_bytes))
     except TypeError:  # the binding cannot encode a lone surrogate: find it and say where
-        try:
-            source.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            line = source.count("\n", 0, exc.start) + 1
-            column = exc.start - (source.rfind("\n", 0, exc.start) + 1) + 1
-            raise ParseError(f"unreadable character U+{ord(source[exc.start]):04X} (a lone surrogate, not valid "
-                             "Unicode text)", line, column) from None
-        raise
+        from .language import surrogate_error
+
+        error = surrogate_error(source)
+        if error is None:
+            raise
+        raise error from None
     return Program(native, limits)

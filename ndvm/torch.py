@@ -32,7 +32,7 @@ class _ProgramFunction(torch.autograd.Function):
         shared = dict(inputs)
         for name, t in zip(names, tensor_inputs):
             shared[name] = np.ascontiguousarray(t.detach().to(torch.float64).cpu().numpy())
-        values = prog._native.evaluate(th, shared, lane_inputs, prog.limits.as_tuple())
+        values = prog._native.evaluate(th, shared, lane_inputs, prog.limits.native())
         ctx.prog, ctx.th, ctx.shared, ctx.lane, ctx.names = prog, th, shared, lane_inputs, names
         ctx.theta_shape, ctx.theta_dtype = theta.shape, theta.dtype
         ctx.input_meta = [(t.shape, t.dtype) for t in tensor_inputs]
@@ -49,7 +49,7 @@ class _ProgramFunction(torch.autograd.Function):
         grads = np.zeros_like(ctx.th)
         input_grads = {n: np.zeros_like(ctx.shared[n]) for n in want_inputs}
         if g.shape[1] == 1:
-            _, _, gth, gin = prog._native.value_and_grad(ctx.th, ctx.shared, ctx.lane, prog.limits.as_tuple(),
+            _, _, gth, gin = prog._native.value_and_grad(ctx.th, ctx.shared, ctx.lane, prog.limits.native(),
                                                          want_inputs, "value", None)
             grads = gth * g
             if want_inputs:  # input grads are summed over lanes: weight each lane by its cotangent
@@ -60,19 +60,19 @@ class _ProgramFunction(torch.autograd.Function):
                     for lane in range(B):
                         _, _, _, gl = prog._native.value_and_grad(ctx.th[lane:lane + 1], ctx.shared,
                                                                   {k: v[lane:lane + 1] for k, v in ctx.lane.items()},
-                                                                  prog.limits.as_tuple(), want_inputs, "value", None)
+                                                                  prog.limits.native(), want_inputs, "value", None)
                         for n, gi in zip(want_inputs, gl):
                             input_grads[n] += gi * g[lane, 0]
         else:
             # vector output: vector-Jacobian product per lane through the loss "mse" identity:
             # d/dtheta sum_e g_e y_e  ==  gradient of mse against target t = y - g*n/2
-            values = prog._native.evaluate(ctx.th, ctx.shared, ctx.lane, prog.limits.as_tuple()).reshape(B, -1)
+            values = prog._native.evaluate(ctx.th, ctx.shared, ctx.lane, prog.limits.native()).reshape(B, -1)
             n = values.shape[1]
             for lane in range(B):
                 target = values[lane] - g[lane] * n / 2.0
                 _, _, gth, gin = prog._native.value_and_grad(ctx.th[lane:lane + 1], ctx.shared,
                                                              {k: v[lane:lane + 1] for k, v in ctx.lane.items()},
-                                                             prog.limits.as_tuple(), want_inputs, "mse",
+                                                             prog.limits.native(), want_inputs, "mse",
                                                              np.ascontiguousarray(target))
                 grads[lane] = gth[0]
                 for name, gi in zip(want_inputs, gin):

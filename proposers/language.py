@@ -1,5 +1,6 @@
-"""What the proposers know about the NDVM language: primitives with their arities, special forms,
-and a scope analysis over the S-expression AST of :mod:`proposers.sexpr`.
+"""What the proposers know about the NDVM language: primitives with their arities and special forms
+(both read from the runtime, :mod:`ndvm.language`), and a scope analysis over the datum trees of
+:mod:`proposers.sexpr`.
 
 The analysis serves two purposes:
 
@@ -20,32 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ndvm import language
+
 from .sexpr import Dotted, Node, Sym
 
-# name -> (min arity, max arity or None for variadic)
-# Mirrors the runtime's table (native/src/prims.h); the compiler checks these arities statically.
-PRIMITIVE_ARITY: dict[str, tuple[int, int | None]] = {
-    "+": (0, None), "-": (1, None), "*": (0, None), "/": (1, None), "=": (1, None), "<": (1, None),
-    ">": (1, None), "<=": (1, None), ">=": (1, None), "min": (1, None), "max": (1, None), "abs": (1, 1),
-    "floor": (1, 1), "ceiling": (1, 1), "round": (1, 1), "truncate": (1, 1), "exp": (1, 1), "log": (1, 2),
-    "sqrt": (1, 1), "sin": (1, 1), "cos": (1, 1), "tan": (1, 1), "asin": (1, 1), "acos": (1, 1),
-    "atan": (1, 2), "tanh": (1, 1), "square": (1, 1), "sigmoid": (1, 1), "logistic": (1, 1),
-    "softplus": (1, 1), "expt": (2, 2), "quotient": (2, 2), "remainder": (2, 2), "modulo": (2, 2),
-    "exact->inexact": (1, 1), "inexact": (1, 1), "inexact->exact": (1, 1), "exact": (1, 1), "zero?": (1, 1),
-    "positive?": (1, 1), "negative?": (1, 1), "even?": (1, 1), "odd?": (1, 1), "number?": (1, 1),
-    "integer?": (1, 1), "exact?": (1, 1), "inexact?": (1, 1), "boolean?": (1, 1), "symbol?": (1, 1),
-    "procedure?": (1, 1), "null?": (1, 1), "pair?": (1, 1), "list?": (1, 1), "not": (1, 1), "eq?": (2, 2),
-    "eqv?": (2, 2), "equal?": (2, 2), "cons": (2, 2), "car": (1, 1), "cdr": (1, 1), "caar": (1, 1),
-    "cadr": (1, 1), "cdar": (1, 1), "cddr": (1, 1), "caddr": (1, 1), "cdddr": (1, 1), "cadddr": (1, 1),
-    "list": (0, None), "length": (1, 1), "list-ref": (2, 2), "list-tail": (2, 2), "append": (0, None),
-    "reverse": (1, 1), "map": (2, None), "for-each": (2, None), "filter": (2, 2), "fold-left": (3, 3),
-    "fold-right": (3, 3), "reduce": (3, 3), "apply": (1, None), "assq": (2, 2), "assv": (2, 2),
-    "assoc": (2, 2), "memq": (2, 2), "memv": (2, 2), "member": (2, 2), "error": (1, None), "vec": (1, None),
-    "mat": (1, None), "ref": (2, 3), "dot": (2, 2), "outer": (2, 2), "matvec": (2, 2), "matmul": (2, 2),
-    "transpose": (1, 1), "trace": (1, 1), "eye": (1, 1), "zeros": (1, 2), "ones": (1, 2), "vsum": (1, 1),
-    "norm": (1, 1), "inv": (1, 1), "solve": (2, 2), "det": (1, 1), "logdet": (1, 1), "cholesky": (1, 1),
-    "rows": (1, 1), "cols": (1, 1), "size": (1, 1), "vec->list": (1, 1), "list->vec": (1, 1),
-}
+# name -> (min arity, max arity or None for variadic): the runtime's table (native/src/prims.h),
+# read through the binding, so the static checks cannot drift from the compiler's arity checks.
+PRIMITIVE_ARITY: dict[str, tuple[int, int | None]] = {name: (a.min, a.max) for name, a in language.PRIMITIVES.items()}
 PRIMITIVES = frozenset(PRIMITIVE_ARITY)
 
 # Elementwise numeric primitives: their arguments and results are numbers or broadcast arrays.
@@ -64,12 +46,11 @@ INDEX_ARGS: dict[str, tuple[int, ...]] = {
     "ref": (1, 2), "list-ref": (1,), "list-tail": (1,), "eye": (0,), "zeros": (0, 1), "ones": (0, 1),
 }
 
-# The runtime's special-form keywords (native/src/compiler.cc); the last row are reserved but
-# unsupported, so a program using them is reported.
-SPECIAL_FORMS = frozenset({"define", "lambda", "let", "let*", "letrec", "letrec*", "do", "if", "cond",
-                           "case", "and", "or", "when", "unless", "begin", "quote", "loop", "recur",
-                           "param", "else", "=>",
-                           "set!", "named-lambda", "define-syntax", "let-values", "quasiquote", "delay", "guard"})
+# The runtime's special-form keywords (native/src/forms.h, reserved ones included, so a program
+# using them is reported), plus the auxiliary keywords of cond and case, which are no forms of
+# their own but are never inputs either.
+AUXILIARY_KEYWORDS = frozenset({"else", "=>"})
+SPECIAL_FORMS = language.SPECIAL_FORMS | AUXILIARY_KEYWORDS
 
 CLASS_ORDER = {"scalar": 0, "data": 1, "other": 2}
 

@@ -557,11 +557,14 @@ def test_max_seconds_is_checked_inside_long_linear_algebra():
 
 
 def test_limits_fields_are_keywords_with_the_native_defaults():
-    native = ndvm._native.DEFAULT_LIMITS
+    native = ndvm._native.Limits()  # the C++ struct's defaults (native/src/program.h)
     default = ndvm.Limits()
-    for name in ("max_steps", "max_depth", "max_bytes", "replay", "max_work", "max_seconds"):
-        assert getattr(default, name) == native[name], name
-    assert default.max_seconds is None
+    for name in ("max_steps", "max_depth", "max_bytes", "replay", "max_work"):
+        assert getattr(default, name) == getattr(native, name), name
+    assert native.max_seconds == 0 and default.max_seconds is None  # off, in each side's spelling
+    custom = ndvm.Limits(1000, 10, 1 << 20, max_work=77, max_seconds=2.5, replay=False).native()
+    assert (custom.max_steps, custom.max_depth, custom.max_bytes, custom.max_work, custom.max_seconds, custom.replay) == (
+        1000, 10, 1 << 20, 77, 2.5, False)
     assert ndvm.Limits(1000, 10, 1 << 20).max_bytes == 1 << 20  # the first three still by position
     with pytest.raises(TypeError):
         ndvm.Limits(1000, 10, 1 << 20, False)  # the others are keyword-only

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import ndvm
 from proposers.language import analyze, static_problems, structure_key
 from proposers.sexpr import Dotted, SexprError, Sym, read_all, to_source, to_str
 
@@ -43,16 +44,23 @@ def test_dotted_formals_and_datum_comment():
     assert to_str(form) == "(define (f a . rest) (apply + a rest))"
 
 
+# The messages are the runtime reader's (native/src/reader.cc): the proposers read with it.
 @pytest.mark.parametrize("text,fragment,line,column", [
-    ("(+ 1 2", "never closed", 1, 1),
+    ("(+ 1 2", "unbalanced '(': missing ')'", 1, 1),
     ("(+ 1 2))", "unexpected ')'", 1, 8),
-    ('(f "s")', "no strings", 1, 4),
-    ("(vector #(1 2))", "no strings, characters, vectors", 1, 9),
-    ("(+ 1\n  #xFF)", "unsupported literal", 2, 3),
+    ('(f "s")', "strings are not supported", 1, 4),
+    ("(vector #(1 2))", "vector literals #( ... ) are not supported", 1, 9),
+    ("(+ 1\n  #xFF)", "unreadable token '#xFF'", 2, 3),
+    ("[+ 1 2)", "'[' closed by ')'", 1, 7),
 ])
 def test_read_errors_have_positions(text, fragment, line, column):
-    with pytest.raises(SexprError) as info:
+    with pytest.raises(SexprError) as info:  # a ParseError of the runtime, named for the proposers
         read_all(text)
+    assert isinstance(info.value, ndvm.ParseError)
+    with pytest.raises(ndvm.ParseError) as native:
+        ndvm.compile(text)
+    assert (native.value.message, native.value.line, native.value.column) == (
+        info.value.message, info.value.line, info.value.column)
     assert fragment in info.value.message
     assert (info.value.line, info.value.column) == (line, column)
 

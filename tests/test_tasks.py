@@ -28,7 +28,7 @@ from datasets.tasks import (
     ndvm_available,
 )
 from datasets.tasks import forecast as fc
-from datasets.tasks import sexpr
+from datasets.tasks import runtime as sexpr
 
 from conftest import needs_shared, shared_data_dir  # noqa: E402
 

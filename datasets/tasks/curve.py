@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from ..schema import TEST, TEST_FIT, TRAIN, VALIDATION, Dataset
-from . import sexpr
+from . import runtime
 from .base import Errors, Task, TaskFit, format_number, least_squares_multistart
 from .errors import CandidateError, TaskError
 from .metrics import mae, rms, rmse
@@ -188,7 +188,7 @@ class CurveTask(Task):
     # ------------------------------------------------------------------ programs
     def program_source(self, candidate: str) -> str:
         """The program to compile: for a curve the candidate itself (checked for a final expression)."""
-        if not sexpr.last_form_is_expression(candidate):
+        if not runtime.last_form_is_expression(candidate):
             raise CandidateError("a curve program must end with an expression: the prediction for every x")
         return candidate
 
@@ -374,8 +374,8 @@ class CurveTask(Task):
         longest group (x repeats the group's last value, so the padding stays finite) and a 0/1
         weight vector; the wrapper returns sum(w (pred - y)^2) / sum(w), exactly the group's MSE.
         """
-        forms = sexpr.top_level_forms(self.program_source(candidate))
-        reserved = [s for s in sexpr.symbols(candidate) if s.startswith(RESERVED_PREFIX)]
+        forms = runtime.top_level_forms(self.program_source(candidate))
+        reserved = [s for s in runtime.symbols(candidate) if s.startswith(RESERVED_PREFIX)]
         if reserved:
             raise CandidateError(f"names starting with {RESERVED_PREFIX!r} are reserved for the task: {reserved}")
         body, prediction = forms[:-1], forms[-1]

@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 
 from ..schema import TEST, TRAIN, VALIDATION, Dataset
-from . import sexpr
+from . import runtime
 from .base import SIGNIFICANCE, Errors, Task, TaskFit, format_number
 from .errors import CandidateError, TaskError
 from .metrics import anomaly_correlation, rms, rmse
@@ -371,7 +371,7 @@ class ForecastTask(Task):
 
     # ------------------------------------------------------------------ programs
     def check_candidate(self, candidate: str) -> None:
-        names = sexpr.defined_names(candidate)
+        names = runtime.defined_names(candidate)
         missing = [n for n in REQUIRED if names.get(n) != "function"]
         if missing:
             raise CandidateError(
@@ -379,7 +379,7 @@ class ForecastTask(Task):
                 f"missing: {', '.join(missing)}")
         if self.loss == "gaussian_nll" and names.get("predict-var") != "function":
             raise CandidateError("loss gaussian_nll needs (define (predict-var s) ...) returning the predictive variance")
-        used = [s for s in sexpr.symbols(candidate) if s.startswith(RESERVED_PREFIX)]
+        used = [s for s in runtime.symbols(candidate) if s.startswith(RESERVED_PREFIX)]
         if used:
             raise CandidateError(f"names starting with {RESERVED_PREFIX!r} are reserved for the task driver: {used}")
 

@@ -8,8 +8,12 @@
 #include <unordered_map>
 
 #include "error.h"
+#include "forms.h"
+#include "nesting.h"
 #include "optim.h"
+#include "prims.h"
 #include "program.h"
+#include "reader.h"
 #include "vm.h"
 
 namespace py = pybind11;
@@ -25,21 +29,25 @@ VM& thread_vm() {
   return *vm;
 }
 
-// ndvm.Limits.as_tuple(): (max_steps, max_depth, max_bytes[, replay[, max_work[, max_seconds]]]);
-// a missing field keeps the C++ default (program.h), max_seconds None is off.
-Limits limits_from(py::tuple t) {
-  if (t.size() < 3 || t.size() > 6) throw py::value_error("limits: expected 3 to 6 fields, got " + std::to_string(t.size()));
-  Limits l;
-  l.max_steps = t[0].cast<uint64_t>();
-  l.max_depth = t[1].cast<int>();
-  l.max_bytes = t[2].cast<uint64_t>();
-  if (t.size() > 3) l.replay = t[3].cast<bool>();
-  if (t.size() > 4) l.max_work = t[4].cast<uint64_t>();
-  if (t.size() > 5 && !t[5].is_none()) {
-    l.max_seconds = t[5].cast<double>();
-    if (!(l.max_seconds > 0)) throw py::value_error("limits: max_seconds must be positive or None");
+// A read datum as Python data, the shapes the proposers work on (ndvm/language.py): Symbol,
+// int (exact literal), float, bool, list, Dotted(items, tail) for an improper list. Recurses once
+// per level of nesting, which the reader has already bounded; the probe guards small thread stacks.
+py::object datum_to_python(const Datum& d, const py::handle& symbol, const py::handle& dotted, const StackProbe& probe) {
+  probe.check("converting a datum to Python", d.line, d.col);
+  switch (d.kind) {
+    case Datum::Number:
+      if (d.exact) return py::int_(static_cast<long long>(d.inum));
+      return py::float_(d.num);
+    case Datum::Symbol: return symbol(d.sym);
+    case Datum::Bool: return py::bool_(d.boolean);
+    case Datum::List: {
+      py::list items;
+      for (auto& it : d.items) items.append(datum_to_python(*it, symbol, dotted, probe));
+      if (!d.dotted) return std::move(items);
+      return dotted(py::tuple(items), datum_to_python(*d.tail, symbol, dotted, probe));
+    }
   }
-  return l;
+  return py::none();
 }
 
 Array array_from(py::handle obj, const std::string& name, bool leading_lane = false, size_t lane = 0) {
@@ -222,12 +230,67 @@ std::string simd_level() {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "NDVM native runtime";
 
+  // ---- the language, defined here once: Python reads these instead of restating them ----------
+  // Error kinds (error.h): ndvm.errors has one exception class per kind, named KIND + "Error".
+  py::enum_<ErrorKind>(m, "ErrorKind")
+      .value("Parse", ErrorKind::Parse)
+      .value("Check", ErrorKind::Check)
+      .value("Eval", ErrorKind::Eval)
+      .value("Limit", ErrorKind::Limit);
+  // How each restart (lane) of a calibration ended (optim.h). The names are the strings
+  // ndvm.Fit.lane_status reports: a lane still running when the steps ran out ended "ok".
+  py::enum_<LaneStatus>(m, "LaneStatus")
+      .value("ok", LANE_RUNNING)
+      .value("nonfinite", LANE_NONFINITE)
+      .value("converged", LANE_CONVERGED);
+  // Budgets of one evaluation (program.h), with the C++ defaults; ndvm.Limits takes its defaults
+  // from a default-constructed one. max_seconds 0 is off.
+  py::class_<Limits>(m, "Limits")
+      .def(py::init<>())
+      .def_readwrite("max_steps", &Limits::max_steps)
+      .def_readwrite("max_depth", &Limits::max_depth)
+      .def_readwrite("max_bytes", &Limits::max_bytes)
+      .def_readwrite("replay", &Limits::replay)
+      .def_readwrite("max_work", &Limits::max_work)
+      .def_readwrite("max_seconds", &Limits::max_seconds);
+  // The primitive table (prims.h): (name, min arity, max arity or -1 for variadic), in table order.
+  {
+    py::list prims;
+    for (const PrimInfo& p : kPrims) prims.append(py::make_tuple(p.name, p.min_args, p.max_args));
+    m.attr("PRIMITIVES") = py::tuple(prims);
+  }
+  // The special-form table (forms.h): (keyword, supported), in table order.
+  {
+    py::list forms;
+    for (const FormInfo& f : kForms) forms.append(py::make_tuple(f.name, f.supported));
+    m.attr("SPECIAL_FORMS") = py::tuple(forms);
+  }
+  m.attr("MAX_NESTING") = kMaxNesting;
+  // The runtime's reader, exposing its datum tree: every top-level datum of `source` as Python
+  // data (see datum_to_python). ParseError with the position on malformed text; nesting beyond
+  // `max_nesting` levels (0: MAX_NESTING) is a ParseError too.
+  m.def("read", [](const std::string& source, int max_nesting) {
+        if (max_nesting < 0) throw py::value_error("read: max_nesting must be positive (0: the runtime's limit)");
+        std::vector<DatumP> forms;
+        {
+          py::gil_scoped_release nogil;
+          forms = read_all(source, 0, nullptr, max_nesting);
+        }
+        py::module_ language = py::module_::import("ndvm.language");
+        py::object symbol = language.attr("Symbol"), dotted = language.attr("Dotted");
+        const StackProbe probe;
+        py::list out;
+        for (auto& f : forms) out.append(datum_to_python(*f, symbol, dotted, probe));
+        return out;
+      },
+      py::arg("source"), py::arg("max_nesting") = 0);
+
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      static const char* names[] = {"ParseError", "CheckError", "EvalError", "LimitError"};
-      py::object cls = py::module_::import("ndvm.errors").attr(names[static_cast<int>(e.kind)]);
+      std::string name = py::cast(e.kind).attr("name").cast<std::string>() + "Error";
+      py::object cls = py::module_::import("ndvm.errors").attr(name.c_str());
       py::object exc = cls(py::str(e.what()), e.line, e.col);
       PyErr_SetObject(cls.ptr(), exc.ptr());
     }
@@ -247,11 +310,10 @@ PYBIND11_MODULE(_native, m) {
         return l;
       })
       .def_property_readonly("f32", [](const Program& p) { return p.f32; })
-      .def("evaluate", [](const Program& p, Arr theta, py::dict shared, py::dict lane, py::tuple lim_t) {
+      .def("evaluate", [](const Program& p, Arr theta, py::dict shared, py::dict lane, const Limits& lim) {
         check_theta(p, theta);
         int B = static_cast<int>(theta.shape(0));
         Inputs in = inputs_from(p, shared, lane, B);
-        Limits lim = limits_from(lim_t);
         BatchResult r;
         {
           py::gil_scoped_release nogil;
@@ -259,12 +321,11 @@ PYBIND11_MODULE(_native, m) {
         }
         return values_array(r, B);
       })
-      .def("value_and_grad", [](const Program& p, Arr theta, py::dict shared, py::dict lane, py::tuple lim_t,
+      .def("value_and_grad", [](const Program& p, Arr theta, py::dict shared, py::dict lane, const Limits& lim,
                                 std::vector<std::string> grad_inputs, std::string loss, py::object target) {
         check_theta(p, theta);
         int B = static_cast<int>(theta.shape(0));
         Inputs in = inputs_from(p, shared, lane, B);
-        Limits lim = limits_from(lim_t);
         std::vector<int> ids;
         for (auto& name : grad_inputs) {
           auto it = std::find(p.inputs.begin(), p.inputs.end(), name);
@@ -293,11 +354,10 @@ PYBIND11_MODULE(_native, m) {
         return py::make_tuple(values_array(r, B), shaped(r.losses, {B}),
                               shaped(r.grads, {B, static_cast<py::ssize_t>(p.params.size())}), ig);
       })
-      .def("run", [](const Program& p, Arr theta_row, py::dict shared, py::tuple lim_t) {
+      .def("run", [](const Program& p, Arr theta_row, py::dict shared, const Limits& lim) {
         if (theta_row.size() != static_cast<py::ssize_t>(p.params.size()))
           throw py::value_error("expected " + std::to_string(p.params.size()) + " parameter values");
         Inputs in = inputs_from(p, shared, py::dict(), 1);
-        Limits lim = limits_from(lim_t);
         OutValue v;
         {
           py::gil_scoped_release nogil;
@@ -311,12 +371,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("canonical_form", &canonical_form);
 
   m.def("calibrate", [](std::shared_ptr<Program> p, Arr theta0, py::dict shared, py::dict lane, py::dict spec_d,
-                        py::tuple lim_t, int threads) {
+                        const Limits& lim, int threads) {
     check_theta(*p, theta0);
     int R = static_cast<int>(theta0.shape(0));
     Inputs in = inputs_from(*p, shared, lane, R);
     CalibSpec spec = spec_from(*p, spec_d);
-    Limits lim = limits_from(lim_t);
     CalibResult r;
     {
       py::gil_scoped_release nogil;
@@ -326,8 +385,7 @@ PYBIND11_MODULE(_native, m) {
   });
 
   m.def("calibrate_many", [](std::vector<std::shared_ptr<Program>> progs, std::vector<Arr> theta0s, py::dict shared,
-                             py::dict lane, py::dict spec_d, py::tuple lim_t, int threads) {
-    Limits lim = limits_from(lim_t);
+                             py::dict lane, py::dict spec_d, const Limits& lim, int threads) {
     // The data are converted once for the whole batch (names -> arrays); each program then picks
     // its inputs by name. Per-program work under the GIL is what limits scaling across threads.
     std::unordered_map<std::string, Array> shared_arrays;
@@ -410,18 +468,6 @@ PYBIND11_MODULE(_native, m) {
     const VM& vm = thread_vm();
     return py::make_tuple(vm.replay.replayed, vm.replay.fell_back);
   });
-  // The C++ defaults of Limits (program.h): ndvm.Limits must agree with them (tests check).
-  {
-    Limits d;
-    py::dict dl;
-    dl["max_steps"] = d.max_steps;
-    dl["max_depth"] = d.max_depth;
-    dl["max_bytes"] = d.max_bytes;
-    dl["replay"] = d.replay;
-    dl["max_work"] = d.max_work;
-    dl["max_seconds"] = d.max_seconds > 0 ? py::object(py::float_(d.max_seconds)) : py::object(py::none());
-    m.attr("DEFAULT_LIMITS") = dl;
-  }
   // What this thread's last evaluation (evaluate, value_and_grad, run) used of its budgets:
   // steps of its last lane group, element operations (work) of the whole evaluation.
   m.def("last_usage", []() {

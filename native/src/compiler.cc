@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "error.h"
+#include "forms.h"
 #include "nesting.h"
 #include "prims.h"
 #include "program.h"
@@ -32,6 +33,22 @@ int find_prim(const char* name) {
   return it == table.end() ? -1 : it->second;
 }
 
+const FormInfo kForms[F_COUNT] = {
+#define NDVM_FORM_INFO(id, name, supported) {name, supported},
+    NDVM_FORMS(NDVM_FORM_INFO)
+#undef NDVM_FORM_INFO
+};
+
+int find_form(const std::string& name) {
+  static const std::unordered_map<std::string, int> table = [] {
+    std::unordered_map<std::string, int> t;
+    for (int i = 0; i < F_COUNT; ++i) t.emplace(kForms[i].name, i);
+    return t;
+  }();
+  auto it = table.find(name);
+  return it == table.end() ? -1 : it->second;
+}
+
 int Program::intern(const std::string& s) {
   for (size_t i = 0; i < symbols.size(); ++i)
     if (symbols[i] == s) return static_cast<int>(i);
@@ -41,16 +58,7 @@ int Program::intern(const std::string& s) {
 
 namespace {
 
-const char* const kForms[] = {"quote", "if", "define", "lambda", "let", "let*", "letrec", "letrec*",
-                              "begin", "cond", "case", "and", "or", "when", "unless", "do", "loop",
-                              "recur", "param", "set!", "named-lambda", "define-syntax", "let-values",
-                              "quasiquote", "delay", "guard"};
-
-bool is_form(const std::string& s) {
-  for (const char* f : kForms)
-    if (s == f) return true;
-  return false;
-}
+bool is_form(const std::string& s) { return find_form(s) >= 0; }
 
 // A named let or loop/recur being compiled as a frame-reusing loop. If its name escapes (used
 // other than as a call in tail position) or its body creates a closure, `failed` is set and the
@@ -561,59 +569,69 @@ class Compiler {
     const std::string& f = d.items[0]->sym;
     auto& it = d.items;
     size_t n = it.size();
-    if (f == "quote") {
-      if (n != 2) bad(d, "bad quote: expected (quote DATUM)");
-      return constant(quote(*it[1]), d.line, d.col);
+    // One case per row of the forms table (forms.h); no default, so -Wswitch names a missing one.
+    switch (static_cast<FormId>(find_form(f))) {
+      case F_QUOTE:
+        if (n != 2) bad(d, "bad quote: expected (quote DATUM)");
+        return constant(quote(*it[1]), d.line, d.col);
+      case F_IF: {
+        if (n != 3 && n != 4) bad(d, "bad if: expected (if TEST THEN [ELSE])");
+        Node* x = node(N_IF, d);
+        x->kids.push_back(compile(*it[1], s, Ctx{}));
+        x->kids.push_back(compile(*it[2], s, cx));
+        x->kids.push_back(n == 4 ? compile(*it[3], s, cx) : constant(Value::make_unspec(), d.line, d.col));
+        return x;
+      }
+      case F_DEFINE: bad(d, "define is only allowed at top level or at the start of a body");
+      case F_LAMBDA:
+        if (n < 3) bad(d, "bad lambda: expected (lambda FORMALS BODY...)");
+        return lambda(*it[1], std::vector<DatumP>(it.begin() + 2, it.end()), s, "lambda", d);
+      case F_BEGIN: {
+        if (n == 1) bad(d, "(begin) with no expressions is not an expression");
+        Node* x = node(N_SEQ, d);
+        for (size_t i = 1; i < n; ++i) x->kids.push_back(compile(*it[i], s, i + 1 == n ? cx : Ctx{}));
+        return x;
+      }
+      case F_LET:
+        if (n >= 2 && it[1]->kind == Datum::Symbol) return named_let(d, s, cx);
+        return let(d, s, cx, false);
+      case F_LET_STAR: return let(d, s, cx, true);
+      case F_LETREC:
+      case F_LETREC_STAR: return letrec(d, s, cx);
+      case F_AND:
+      case F_OR: {
+        if (n == 1) return constant(Value::make_bool(f == "and"), d.line, d.col);
+        if (n == 2) return compile(*it[1], s, cx);
+        Node* x = node(f == "and" ? N_AND : N_OR, d);
+        for (size_t i = 1; i < n; ++i) x->kids.push_back(compile(*it[i], s, i + 1 == n ? cx : Ctx{}));
+        return x;
+      }
+      case F_WHEN:
+      case F_UNLESS: {
+        if (n < 3) bad(d, "bad " + f + ": expected (" + f + " TEST BODY...)");
+        Node* x = node(N_IF, d);
+        Node* test = compile(*it[1], s, Ctx{});
+        Node* body = node(N_SEQ, d);
+        for (size_t i = 2; i < n; ++i) body->kids.push_back(compile(*it[i], s, i + 1 == n ? cx : Ctx{}));
+        Node* none = constant(Value::make_unspec(), d.line, d.col);
+        x->kids = {test, f == "when" ? body : none, f == "when" ? none : body};
+        return x;
+      }
+      case F_COND: return cond(d, s, cx);
+      case F_CASE: return case_form(d, s, cx);
+      case F_DO: return do_form(d, s, cx);
+      case F_LOOP: return loop_form(d, s, cx);
+      case F_RECUR: bad(d, "recur outside the tail position of a (loop ...)");
+      case F_PARAM: bad(d, "param declarations are only allowed at top level");
+      case F_SET: bad(d, "set! is not supported: the language has no mutation (bind a new name instead)");
+      case F_NAMED_LAMBDA:
+      case F_DEFINE_SYNTAX:
+      case F_LET_VALUES:
+      case F_QUASIQUOTE:
+      case F_DELAY:
+      case F_GUARD:
+      case F_COUNT: break;
     }
-    if (f == "if") {
-      if (n != 3 && n != 4) bad(d, "bad if: expected (if TEST THEN [ELSE])");
-      Node* x = node(N_IF, d);
-      x->kids.push_back(compile(*it[1], s, Ctx{}));
-      x->kids.push_back(compile(*it[2], s, cx));
-      x->kids.push_back(n == 4 ? compile(*it[3], s, cx) : constant(Value::make_unspec(), d.line, d.col));
-      return x;
-    }
-    if (f == "define") bad(d, "define is only allowed at top level or at the start of a body");
-    if (f == "lambda") {
-      if (n < 3) bad(d, "bad lambda: expected (lambda FORMALS BODY...)");
-      return lambda(*it[1], std::vector<DatumP>(it.begin() + 2, it.end()), s, "lambda", d);
-    }
-    if (f == "begin") {
-      if (n == 1) bad(d, "(begin) with no expressions is not an expression");
-      Node* x = node(N_SEQ, d);
-      for (size_t i = 1; i < n; ++i) x->kids.push_back(compile(*it[i], s, i + 1 == n ? cx : Ctx{}));
-      return x;
-    }
-    if (f == "let") {
-      if (n >= 2 && it[1]->kind == Datum::Symbol) return named_let(d, s, cx);
-      return let(d, s, cx, false);
-    }
-    if (f == "let*") return let(d, s, cx, true);
-    if (f == "letrec" || f == "letrec*") return letrec(d, s, cx);
-    if (f == "and" || f == "or") {
-      if (n == 1) return constant(Value::make_bool(f == "and"), d.line, d.col);
-      if (n == 2) return compile(*it[1], s, cx);
-      Node* x = node(f == "and" ? N_AND : N_OR, d);
-      for (size_t i = 1; i < n; ++i) x->kids.push_back(compile(*it[i], s, i + 1 == n ? cx : Ctx{}));
-      return x;
-    }
-    if (f == "when" || f == "unless") {
-      if (n < 3) bad(d, "bad " + f + ": expected (" + f + " TEST BODY...)");
-      Node* x = node(N_IF, d);
-      Node* test = compile(*it[1], s, Ctx{});
-      Node* body = node(N_SEQ, d);
-      for (size_t i = 2; i < n; ++i) body->kids.push_back(compile(*it[i], s, i + 1 == n ? cx : Ctx{}));
-      Node* none = constant(Value::make_unspec(), d.line, d.col);
-      x->kids = {test, f == "when" ? body : none, f == "when" ? none : body};
-      return x;
-    }
-    if (f == "cond") return cond(d, s, cx);
-    if (f == "case") return case_form(d, s, cx);
-    if (f == "do") return do_form(d, s, cx);
-    if (f == "loop") return loop_form(d, s, cx);
-    if (f == "recur") bad(d, "recur outside the tail position of a (loop ...)");
-    if (f == "param") bad(d, "param declarations are only allowed at top level");
-    if (f == "set!") bad(d, "set! is not supported: the language has no mutation (bind a new name instead)");
     bad(d, "the special form '" + f + "' is not supported by the language");
   }
 

@@ -11,12 +11,14 @@
 namespace ndvm {
 namespace {
 
-// Nesting deeper than kMaxNesting (nesting.h) is rejected with a ParseError; the reader recurses
-// only per level of nesting (lists, quote prefixes, dotted tails), never per element or comment.
+// Nesting deeper than max_nesting (kMaxNesting, nesting.h, unless the caller asks for less) is
+// rejected with a ParseError; the reader recurses only per level of nesting (lists, quote
+// prefixes, dotted tails), never per element or comment.
 
 class Reader {
  public:
-  Reader(const std::string& s, uint64_t max_bytes) : src_(s), max_bytes_(max_bytes) {}
+  Reader(const std::string& s, uint64_t max_bytes, int max_nesting)
+      : src_(s), max_bytes_(max_bytes), max_nesting_(max_nesting > 0 ? max_nesting : kMaxNesting) {}
   uint64_t charged() const { return datums_ * kDatumBytes; }
 
   std::vector<DatumP> all() {
@@ -34,6 +36,7 @@ class Reader {
   const StackProbe probe_;
   const std::string& src_;
   const uint64_t max_bytes_;  // 0: no budget
+  const int max_nesting_;
   uint64_t datums_ = 0;
   size_t pos_ = 0;
   int line_ = 1, col_ = 1;
@@ -89,7 +92,8 @@ class Reader {
   }
 
   static bool delimiter(char c) {
-    return isspace(static_cast<unsigned char>(c)) || c == '(' || c == ')' || c == '"' || c == ';' || c == '\'';
+    return isspace(static_cast<unsigned char>(c)) || c == '(' || c == ')' || c == '[' || c == ']' || c == '"' ||
+           c == ';' || c == '\'';
   }
 
   DatumP make(Datum::Kind k, int l, int c) {
@@ -105,8 +109,8 @@ class Reader {
   }
 
   DatumP datum(int depth) {
-    if (depth > kMaxNesting)
-      parse_error("nesting deeper than " + std::to_string(kMaxNesting) + " levels (the nesting limit)", line_, col_);
+    if (depth > max_nesting_)
+      parse_error("nesting deeper than " + std::to_string(max_nesting_) + " levels (the nesting limit)", line_, col_);
     probe_.check("reading", line_, col_);
     skip_space(depth);
     if (at_end()) parse_error("unexpected end of input", line_, col_);
@@ -151,6 +155,9 @@ class Reader {
     }
     if (ch == '"') parse_error("strings are not supported by the language", l, c);
     if (ch == '`' || ch == ',') parse_error("quasiquote is not supported by the language", l, c);
+    // '(' ends a token, so "#(" would otherwise read as the token "#"
+    if (ch == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '(')
+      parse_error("vector literals #( ... ) are not supported; use (vec ...)", l, c);
     // an atom
     size_t start = pos_;
     while (!at_end() && !delimiter(peek())) next();
@@ -238,8 +245,8 @@ void write_rec(const Datum& d, std::ostringstream& o, const StackProbe& probe) {
 
 }  // namespace
 
-std::vector<DatumP> read_all(const std::string& src, uint64_t max_bytes, uint64_t* used) {
-  Reader r(src, max_bytes);
+std::vector<DatumP> read_all(const std::string& src, uint64_t max_bytes, uint64_t* used, int max_nesting) {
+  Reader r(src, max_bytes, max_nesting);
   auto forms = r.all();
   if (used) *used = r.charged();
   return forms;

@@ -28,7 +28,10 @@ using DatumP = std::shared_ptr<Datum>;
 // Reads every top-level datum of `src`. Throws Error(Parse) on malformed input. With a
 // `max_bytes` budget (0: none), a source whose syntax tree would need more memory throws
 // Error(Limit) naming the memory budget; `used` (optional) receives what the tree was charged.
-std::vector<DatumP> read_all(const std::string& src, uint64_t max_bytes = 0, uint64_t* used = nullptr);
+// `max_nesting` (0: kMaxNesting, nesting.h) bounds the levels of nesting; a caller that walks the
+// tree with less stack than the runtime (the Python proposers) asks for fewer.
+std::vector<DatumP> read_all(const std::string& src, uint64_t max_bytes = 0, uint64_t* used = nullptr,
+                             int max_nesting = 0);
 
 // What one datum of a read tree costs, as charged against a memory budget: the struct, the
 // shared_ptr control block, its slot in the parent's vector and the allocator's overhead.
