@@ -52,6 +52,7 @@ from flows.mlflow_log import RunTracking
 from flows.report import finish_report
 from flows.runners import RunnerChoice, worker_environment
 from flows.supervisor import CalibrationSupervisor
+from proposers.niches import NicheArchive, store_programs
 
 log = logging.getLogger("ndvm.discover")
 
@@ -349,6 +350,7 @@ class Discovery:
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
         # duplicates and stale rounds (flows/feedback.py); only the LLM's prompt names the duplicates
         self.feedback = RoundFeedback(config.max_stale_rounds, name_duplicates=config.proposer == "llm")
+        self.niches = NicheArchive(config.seed)  # parents drawn across structural niches (proposers/niches.py)
         self.residuals = ResidualNotes(self.task)  # where the best fails on validation, for the LLM prompt
         self.stop_proposing = threading.Event()
         self.finished = threading.Event()
@@ -433,15 +435,10 @@ class Discovery:
 
     # ------------------------------------------------------------------ proposal stage
     def _context(self) -> Any:
-        from proposers import Budget as ProposalBudget, ProposalContext, ScoredProgram
+        from proposers import Budget as ProposalBudget, ProposalContext
 
-        best = []
-        rows = list(self.store.top(5 + self._parent_offset(), run_id=self.run_id).iter_rows(named=True))
-        if len(rows) > 5:  # changing course: the best program, then parents from further down the ranking
-            rows = rows[:1] + rows[-4:]
-        for row in rows:
-            best.append(ScoredProgram(row["source"], float(row["score"]), canonical_hash=row["hash"],
-                                      params=json.loads(row["parameters"] or "{}")))
+        # the best program, then one per structural niche; as duplicates rise, the less-visited niches
+        best = self.niches.select(store_programs(self.store, self.run_id), 5, explore=self.feedback.duplicate_rate)
         b = self.budget
         left = ProposalBudget(
             proposals_left=None if b.max_candidates is None else max(0, b.max_candidates - self.accepted),
@@ -457,13 +454,6 @@ class Discovery:
         if self.config.proposer != "llm":
             return ""
         return self.residuals.text(next(self.store.top(1, run_id=self.run_id).iter_rows(named=True), None))
-
-    def _parent_offset(self) -> int:
-        """How far down the ranking the LLM's parents are drawn: 0 until half the recent proposals
-        were duplicates, then 4 more per stale round (the mutation proposer keeps the top 5)."""
-        if self.config.proposer != "llm" or self.feedback.duplicate_rate < 0.5:
-            return 0
-        return 4 * min(5, max(1, self.feedback.stale_rounds))
 
     def _queue_limit(self) -> int:
         return 2 * self.config.batch_size * self.runner_choice.batches_in_flight()

@@ -33,6 +33,7 @@ from typing import Callable
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
 from .language import (NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, analyze, static_problems,
                        structure_key)
+from .niches import NicheArchive, rank_weights
 from .sexpr import Node, SexprError, Sym, count_nodes, read_all, symbols_in, to_source
 from .simplify import simplify as simplify_forms
 from .validate import require_compile
@@ -203,6 +204,7 @@ class MutationProposer(Proposer):
         self.stats = MutationStats()
         self._seen: set[str] = set()
         self._parent_cache: dict[str, _Parent | None] = {}
+        self.niches = NicheArchive(seed)  # the parents' niches (its descriptor cache)
         self._compile = require_compile() if validate else None
 
     # -- parents ---------------------------------------------------------------------------
@@ -238,12 +240,16 @@ class MutationProposer(Proposer):
         parents: list[_Parent] = []
         seen: set[str] = set()
         best = list(context.best) if context else []
-        for rank, scored in enumerate(best):  # rank-based selection pressure: 1, 1/2, 1/3...
+        for scored in best:
             if scored.source not in seen:
                 seen.add(scored.source)
-                p = self._parent(scored.source, 1.0 / (rank + 1), scored.canonical_hash, wrapper)
+                p = self._parent(scored.source, 1.0, scored.canonical_hash, wrapper)
                 if p:
                     parents.append(p)
+        # Rank-based selection pressure (1, 1/2, 1/3...) over niches, not programs: near-copies of
+        # the best share its weight instead of crowding out the other families (proposers/niches.py).
+        for p, weight in zip(parents, rank_weights([self.niches.niche_of(p.source) for p in parents])):
+            p.weight = weight
         seeds = self.seed_programs + (list(context.task.seed_programs) if context else [])
         for source in seeds:
             if source not in seen:
