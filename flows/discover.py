@@ -333,6 +333,7 @@ class Discovery:
         earlier = self.resumed_from
         self.earlier_cost = (earlier.llm_cost_usd or 0.0) if earlier else 0.0
         self.earlier_tokens = ((earlier.llm_tokens_in or 0, earlier.llm_tokens_out or 0) if earlier else (0, 0))
+        self.earlier_cached = (getattr(earlier, "llm_tokens_cached", None) or 0) if earlier else 0
         self.proposer = make_proposer(config, seed_offset=self.resumed_from.proposed if self.resumed_from else 0)
         # An unpriced model makes --max-cost toothless: say so at the start, not after the bill.
         self.cost_warning = (self.proposer.cost_limit_problem() if self.budget.max_cost_usd is not None
@@ -409,7 +410,8 @@ class Discovery:
         if tokens is None:
             return
         try:
-            self.store.set_llm_usage(self.run_id, self.cost(), *tokens)
+            cached = self.earlier_cached + int(getattr(self.proposer.usage, "tokens_cached", 0))
+            self.store.set_llm_usage(self.run_id, self.cost(), *tokens, tokens_cached=cached)
         except Exception as exc:
             self.log.warning("could not store the LLM cost so far: %s", exc)
 

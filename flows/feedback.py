@@ -150,8 +150,10 @@ def llm_summary_line(summary: dict[str, Any] | None) -> str | None:
 
 
 def log_llm_summary(tracker: Any, summary: dict[str, Any] | None) -> None:
-    """The summary's numbers as metrics of the MLflow parent run (``llm_*``), through the tracker's
-    client (the generic ``log_batch``)."""
+    """The summary's numbers as metrics of the MLflow parent run (``llm_requests``,
+    ``llm_tokens_cached``, ``llm_cached_share``, ``llm_cost_per_new_usd``, ...) through the tracker's
+    client (the generic ``log_batch``). The run's cost and token totals are logged during the run
+    already (``llm_cost_usd``, ``llm_tokens_prompt``, ``llm_tokens_completion``): not repeated here."""
     if not summary or getattr(tracker, "parent_run_id", None) is None:
         return
     import time
@@ -160,7 +162,7 @@ def log_llm_summary(tracker: Any, summary: dict[str, Any] | None) -> None:
 
     stamp = int(time.time() * 1000)
     metrics = [mlflow.entities.Metric(f"llm_{key}", float(value), stamp, 0) for key, value in summary.items()
-               if value is not None]
+               if value is not None and key not in ("cost_usd", "tokens_in", "tokens_out")]
     tracker.client.log_batch(tracker.parent_run_id, metrics=metrics)
 
 

@@ -183,6 +183,7 @@ class RunStatus:
     llm_cost_usd: float | None = None  # all sessions of the run together (None: no LLM cost recorded)
     llm_tokens_in: int | None = None
     llm_tokens_out: int | None = None
+    llm_tokens_cached: int | None = None  # of llm_tokens_in, served from the provider's prompt cache
     seed: int | None = None                 # the run's seed (drawn unless given), None before it was recorded
     dataset_fingerprint: str | None = None  # storage/fingerprint.dataset_fingerprint, None: not recorded
     reused: int = 0         # evaluations copied from earlier runs on the same fingerprint (storage/library.py)
@@ -311,6 +312,7 @@ ALTER TABLE candidates ADD COLUMN IF NOT EXISTS complexity INTEGER;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_cost_usd DOUBLE;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_tokens_in BIGINT;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_tokens_out BIGINT;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_tokens_cached BIGINT;
 CREATE SEQUENCE IF NOT EXISTS proposal_ids;
 CREATE TABLE IF NOT EXISTS proposals (      -- every proposal of every run, with what became of it
     id            BIGINT PRIMARY KEY DEFAULT nextval('proposal_ids'),
@@ -516,12 +518,14 @@ class CandidateStore:
                           params=[run_id, status, _now()])
 
     def set_llm_usage(self, run_id: str, cost_usd: float | None, tokens_in: int | None = None,
-                      tokens_out: int | None = None) -> None:
-        """Store the run's LLM spend so far (totals over all its sessions, not increments)."""
+                      tokens_out: int | None = None, tokens_cached: int | None = None) -> None:
+        """Store the run's LLM spend so far (totals over all its sessions, not increments);
+        ``tokens_cached``: the prompt tokens the provider served from its prompt cache."""
         with self._lock:
             self._require_run(run_id)
-            self._con.sql("UPDATE runs SET llm_cost_usd = $2, llm_tokens_in = $3, llm_tokens_out = $4 "
-                          "WHERE run_id = $1", params=[run_id, cost_usd, tokens_in, tokens_out])
+            self._con.sql("UPDATE runs SET llm_cost_usd = $2, llm_tokens_in = $3, llm_tokens_out = $4, "
+                          "llm_tokens_cached = $5 WHERE run_id = $1",
+                          params=[run_id, cost_usd, tokens_in, tokens_out, tokens_cached])
 
     def set_run_library(self, run_id: str, *, seed: int | None, dataset_fingerprint: str | None,
                         fingerprint_parts: Mapping[str, Any] | None = None) -> None:
@@ -618,7 +622,8 @@ class CandidateStore:
             best_score=best[0][0] if best else None, best_hash=best[0][1] if best else None,
             # .get: a store opened read-only may predate these columns
             llm_cost_usd=row.get("llm_cost_usd"), llm_tokens_in=row.get("llm_tokens_in"),
-            llm_tokens_out=row.get("llm_tokens_out"), seed=row.get("seed"),
+            llm_tokens_out=row.get("llm_tokens_out"), llm_tokens_cached=row.get("llm_tokens_cached"),
+            seed=row.get("seed"),
             dataset_fingerprint=row.get("dataset_fingerprint"), reused=reused, seeded=seeded,
         )
 

@@ -316,8 +316,8 @@ def test_proposer_benchmark_short_mode(corpus, cosearch):
 
 
 def test_ndvm_bench_suite_proposer_quick(corpus):
-    from ndvm.bench.common import BenchConfig
-    from ndvm.bench.runner import EXPLICIT_SUITES, _suites
+    from ndvm_bench.common import BenchConfig
+    from ndvm_bench.runner import EXPLICIT_SUITES, _suites
 
     assert "proposer" in EXPLICIT_SUITES
     result = _suites()["proposer"](BenchConfig(quick=True, data_dir=shared_file(CORPUS).parents[1]))
@@ -326,3 +326,37 @@ def test_ndvm_bench_suite_proposer_quick(corpus):
     assert result.data["recorded"]["baseline"]["requests"] >= 60
     assert result.data["repeating"]["current"]["ended"].startswith("stopped after 5 rounds")
     assert result.data["new_per_100_ratio"] > 1.0
+
+
+# ---------------------------------------------------------------------------- where the figures go
+def test_cached_tokens_are_stored_with_the_run_and_logged_to_mlflow(tmp_path):
+    import mlflow
+
+    from flows.feedback import llm_summary, log_llm_summary
+    from proposers.llm import Usage
+    from storage import CandidateStore
+
+    path = tmp_path / "c.duckdb"
+    with CandidateStore(path) as store:
+        store.start_run("r", metric="rmse")
+        store.set_llm_usage("r", 0.02, 9000, 1200, tokens_cached=7168)
+    with CandidateStore(path, read_only=True) as store:
+        status = store.run_status("r")
+    assert (status.llm_tokens_in, status.llm_tokens_cached, status.llm_tokens_out) == (9000, 7168, 1200)
+
+    class Tracker:  # what log_llm_summary needs of storage.tracking's tracker: its client and parent run
+        client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+        parent_run_id = None
+
+    tracker = Tracker()
+    experiment = tracker.client.create_experiment("t", artifact_location=str(tmp_path / "artifacts"))
+    tracker.parent_run_id = tracker.client.create_run(experiment).info.run_id
+
+    class Proposer:
+        usage = Usage(calls=12, tokens_in=9000, tokens_out=1200, tokens_cached=7168, cost_usd=0.02)
+
+    log_llm_summary(tracker, llm_summary(Proposer(), new=5))
+    metrics = tracker.client.get_run(tracker.parent_run_id).data.metrics
+    assert metrics["llm_tokens_cached"] == 7168 and metrics["llm_requests"] == 12
+    assert metrics["llm_cost_per_new_usd"] == pytest.approx(0.004) and metrics["llm_new_candidates"] == 5
+    assert "llm_cost_usd" not in metrics  # the run's totals are logged during the run (flows/discover.py)
