@@ -316,11 +316,11 @@ def test_proposer_benchmark_short_mode(corpus, cosearch):
 
 
 def test_ndvm_bench_suite_proposer_quick(corpus):
+    """What ``ndvm bench --suite proposer --quick`` runs (registered as an ndvm.bench_suites entry point)."""
+    from flows.bench_proposer import run_proposer_suite
     from ndvm_bench.common import BenchConfig
-    from ndvm_bench.runner import EXPLICIT_SUITES, _suites
 
-    assert "proposer" in EXPLICIT_SUITES
-    result = _suites()["proposer"](BenchConfig(quick=True, data_dir=shared_file(CORPUS).parents[1]))
+    result = run_proposer_suite(BenchConfig(quick=True, data_dir=shared_file(CORPUS).parents[1]))
     assert [row[0] for row in result.rows] == ["recorded / current", "recorded / baseline",
                                                "repeating / current", "repeating / baseline"]
     assert result.data["recorded"]["baseline"]["requests"] >= 60
