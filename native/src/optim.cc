@@ -1,21 +1,17 @@
-// Fused calibration loops and the persistent thread pool.
+// Fused calibration loops (the optimizers themselves are in optimizers.cc, the pool in pool.cc).
 //
 // Restarts are lanes: every step evaluates value and gradient of all running lanes in one walk
 // (run_batch), then updates each lane's unconstrained coordinates. A lane whose loss or gradient
 // becomes non-finite is frozen (its best iterate kept); the others go on.
 #include "optim.h"
 
-#include <pthread.h>
-
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <limits>
-#include <mutex>
-#include <thread>
 
 #include "error.h"
+#include "optimizers.h"
+#include "pool.h"
 #include "vm.h"
 
 namespace ndvm {
@@ -57,8 +53,6 @@ double dnatural_du(const ParamDecl& d, double u) {
     default: return 1.0;
   }
 }
-
-constexpr double kMaxStep = 2.0;  // L-BFGS: largest move of one coordinate per iteration
 
 // Copies P doubles; P may be 0 (a program without parameters), where memcpy's pointers may be null.
 inline void copy_row(double* dst, const double* src, int P) {
@@ -129,26 +123,9 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
   for (int r = 0; r < R; ++r) running[r] = r;
   ev.set_lanes(running);
 
-  // optimizer state
-  std::vector<double> m1(u.size(), 0.0), m2(u.size(), 0.0);
+  std::unique_ptr<StepRule> rule = make_step_rule(spec, R, P);
   std::vector<double> prev_loss(R, NAN);
   std::vector<int> calm(R, 0);
-  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-  // L-BFGS state per lane
-  const int M = spec.lbfgs_memory;
-  struct LState {
-    std::vector<double> s, y, rho;  // ring buffers [M, P], [M]
-    int count = 0, head = 0;
-    std::vector<double> g, d, u0;   // gradient (unconstrained) at u0, direction
-    double f = NAN, alpha = 1, gd = 0;
-    bool have_point = false;
-  };
-  std::vector<LState> ls(spec.optimizer == Optimizer::LBFGS ? R : 0);
-  for (auto& s : ls) {
-    s.s.assign(M * P, 0); s.y.assign(M * P, 0); s.rho.assign(M, 0);
-    s.g.assign(P, 0); s.d.assign(P, 0); s.u0.assign(P, 0);
-  }
-
   std::vector<double> gu(P);
   int step = 0;
   for (; step < spec.steps && !running.empty(); ++step) {
@@ -159,17 +136,14 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
       int r = running[k];
       double f = br.losses[k];
       const double* g = br.grads.data() + k * P;
+      double* ur = u.data() + static_cast<size_t>(r) * P;
       if (!std::isfinite(f) || !all_finite(g, P)) {
-        if (spec.optimizer == Optimizer::LBFGS && ls[r].have_point) {
-          // a trial point of the line search left the domain: shrink the step instead
-          LState& S = ls[r];
-          S.alpha *= 0.25;
-          if (S.alpha < 1e-12) { res.status[r] = LANE_CONVERGED; changed = true; continue; }
-          for (int j = 0; j < P; ++j) u[r * P + j] = S.u0[j] + S.alpha * S.d[j];
+        bool converged = false;
+        if (rule->on_nonfinite(r, ur, &converged)) {  // the rule tries another point
           refresh_theta(r);
           continue;
         }
-        res.status[r] = LANE_NONFINITE;
+        res.status[r] = converged ? LANE_CONVERGED : LANE_NONFINITE;
         changed = true;
         continue;
       }
@@ -178,7 +152,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
         res.best_loss[r] = f;
         copy_row(res.best_theta.data() + static_cast<size_t>(r) * P, theta.data() + static_cast<size_t>(r) * P, P);
       }
-      for (int j = 0; j < P; ++j) gu[j] = g[j] * dnatural_du(p.params[j], u[r * P + j]);
+      for (int j = 0; j < P; ++j) gu[j] = g[j] * dnatural_du(p.params[j], ur[j]);
       if (spec.tol > 0 && std::isfinite(prev_loss[r])) {
         if (std::fabs(prev_loss[r] - f) <= spec.tol * (1 + std::fabs(f))) {
           if (++calm[r] >= spec.patience) { res.status[r] = LANE_CONVERGED; changed = true; continue; }
@@ -187,96 +161,9 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
         }
       }
       prev_loss[r] = f;
-      double* ur = u.data() + static_cast<size_t>(r) * P;
-      switch (spec.optimizer) {
-        case Optimizer::GD:
-          for (int j = 0; j < P; ++j) ur[j] -= spec.lr * gu[j];
-          break;
-        case Optimizer::Adam: {
-          double t = step + 1;
-          double c1 = 1 - std::pow(b1, t), c2 = 1 - std::pow(b2, t);
-          for (int j = 0; j < P; ++j) {
-            size_t i = static_cast<size_t>(r) * P + j;
-            m1[i] = b1 * m1[i] + (1 - b1) * gu[j];
-            m2[i] = b2 * m2[i] + (1 - b2) * gu[j] * gu[j];
-            ur[j] -= spec.lr * (m1[i] / c1) / (std::sqrt(m2[i] / c2) + eps);
-          }
-          break;
-        }
-        case Optimizer::LBFGS: {
-          LState& S = ls[r];
-          bool accept = !S.have_point;  // the first evaluation defines the starting point
-          if (S.have_point) {
-            // Armijo condition on the trial point u0 + alpha d
-            if (f <= S.f + 1e-4 * S.alpha * S.gd) {
-              accept = true;
-              // curvature pair
-              double sy = 0;
-              std::vector<double> sv(P), yv(P);
-              for (int j = 0; j < P; ++j) { sv[j] = ur[j] - S.u0[j]; yv[j] = gu[j] - S.g[j]; sy += sv[j] * yv[j]; }
-              if (sy > 1e-12) {
-                copy_row(S.s.data() + S.head * P, sv.data(), P);
-                copy_row(S.y.data() + S.head * P, yv.data(), P);
-                S.rho[S.head] = 1.0 / sy;
-                S.head = (S.head + 1) % M;
-                S.count = std::min(S.count + 1, M);
-              }
-            } else {
-              S.alpha *= 0.5;
-              if (S.alpha < 1e-12) { res.status[r] = LANE_CONVERGED; changed = true; break; }
-              for (int j = 0; j < P; ++j) ur[j] = S.u0[j] + S.alpha * S.d[j];
-            }
-          }
-          if (accept) {
-            S.f = f;
-            copy_row(S.u0.data(), ur, P);
-            copy_row(S.g.data(), gu.data(), P);
-            // two-loop recursion: d = -H g
-            std::vector<double> q(gu.begin(), gu.end()), a(M);
-            for (int k2 = 0; k2 < S.count; ++k2) {
-              int i = (S.head - 1 - k2 + M) % M;
-              double dot = 0;
-              for (int j = 0; j < P; ++j) dot += S.s[i * P + j] * q[j];
-              a[i] = S.rho[i] * dot;
-              for (int j = 0; j < P; ++j) q[j] -= a[i] * S.y[i * P + j];
-            }
-            double gamma = 1;
-            if (S.count > 0) {
-              int i = (S.head - 1 + M) % M;
-              double yy = 0;
-              for (int j = 0; j < P; ++j) yy += S.y[i * P + j] * S.y[i * P + j];
-              gamma = 1.0 / (S.rho[i] * yy);
-            } else {
-              double gn = 0;
-              for (int j = 0; j < P; ++j) gn += gu[j] * gu[j];
-              gamma = gn > 0 ? spec.lr / std::sqrt(gn) : 1;  // first step: length lr
-            }
-            for (int j = 0; j < P; ++j) q[j] *= gamma;
-            for (int k2 = S.count - 1; k2 >= 0; --k2) {
-              int i = (S.head - 1 - k2 + M) % M;
-              double dot = 0;
-              for (int j = 0; j < P; ++j) dot += S.y[i * P + j] * q[j];
-              double b = S.rho[i] * dot;
-              for (int j = 0; j < P; ++j) q[j] += S.s[i * P + j] * (a[i] - b);
-            }
-            S.gd = 0;
-            for (int j = 0; j < P; ++j) { S.d[j] = -q[j]; S.gd += S.d[j] * gu[j]; }
-            if (!(S.gd < 0)) {  // not a descent direction: fall back to steepest descent
-              S.gd = 0;
-              for (int j = 0; j < P; ++j) { S.d[j] = -gu[j] * gamma; S.gd += S.d[j] * gu[j]; }
-            }
-            if (S.gd == 0) { res.status[r] = LANE_CONVERGED; changed = true; break; }
-            // A step is capped in unconstrained coordinates: a long step into a saturated
-            // transform (softplus or logistic far from the data) would decrease the loss and then
-            // leave the lane on a plateau whose gradient vanishes.
-            double dmax = 0;
-            for (int j = 0; j < P; ++j) dmax = std::max(dmax, std::fabs(S.d[j]));
-            S.alpha = dmax > kMaxStep ? kMaxStep / dmax : 1.0;
-            S.have_point = true;
-            for (int j = 0; j < P; ++j) ur[j] = S.u0[j] + S.alpha * S.d[j];
-          }
-          break;
-        }
+      if (!rule->update(r, step, f, gu.data(), ur)) {
+        res.status[r] = LANE_CONVERGED;
+        changed = true;
       }
       refresh_theta(r);
     }
@@ -290,7 +177,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
   }
   res.steps_done = step;
   // the last update has not been evaluated yet: score it (best-iterate tracking)
-  if (!running.empty() && spec.optimizer != Optimizer::LBFGS) {
+  if (!running.empty() && rule->score_last_update()) {
     BatchResult br = ev.eval(theta, false);
     ++res.evaluations;
     for (size_t k = 0; k < running.size(); ++k) {
@@ -303,108 +190,6 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
     }
   }
   return res;
-}
-
-// ---- the thread pool -------------------------------------------------------------------------
-
-int hardware_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) n = static_cast<unsigned>(CPU_COUNT(&set));
-  return n ? static_cast<int>(n) : 1;
-}
-
-namespace {
-
-constexpr size_t kWorkerStack = 256u << 20;  // reserved, not committed: deep recursion is safe
-
-class Pool {
- public:
-  static Pool& get() {
-    static Pool* pool = new Pool();  // never destroyed: workers may outlive static destruction
-    return *pool;
-  }
-
-  void run(int n, int threads, const std::function<void(int, VM&)>& fn) {
-    std::lock_guard<std::mutex> one_job_at_a_time(job_mu_);
-    ensure(threads);
-    std::unique_lock<std::mutex> lk(mu_);
-    fn_ = &fn;
-    n_ = n;
-    next_.store(0);
-    wanted_ = threads;
-    pending_ = threads;
-    ++generation_;
-    cv_.notify_all();
-    done_cv_.wait(lk, [&] { return pending_ == 0; });
-    fn_ = nullptr;
-  }
-
- private:
-  std::mutex job_mu_, mu_;
-  std::condition_variable cv_, done_cv_;
-  std::vector<pthread_t> workers_;
-  const std::function<void(int, VM&)>* fn_ = nullptr;
-  int n_ = 0, wanted_ = 0, pending_ = 0;
-  uint64_t generation_ = 0;
-  std::atomic<int> next_{0};
-
-  struct Arg { Pool* pool; int index; };
-
-  void ensure(int threads) {
-    while (static_cast<int>(workers_.size()) < threads) {
-      pthread_attr_t attr;
-      pthread_attr_init(&attr);
-      pthread_attr_setstacksize(&attr, kWorkerStack);
-      pthread_t t;
-      auto* arg = new Arg{this, static_cast<int>(workers_.size())};
-      if (pthread_create(&t, &attr, &Pool::main, arg) != 0) {
-        pthread_attr_destroy(&attr);
-        delete arg;
-        throw std::runtime_error("cannot start a calibration thread");
-      }
-      pthread_attr_destroy(&attr);
-      pthread_detach(t);
-      workers_.push_back(t);
-    }
-  }
-
-  static void* main(void* p) {
-    Arg a = *static_cast<Arg*>(p);
-    delete static_cast<Arg*>(p);
-    set_thread_stack_budget(kWorkerStack - (8u << 20));
-    a.pool->loop(a.index);
-    return nullptr;
-  }
-
-  void loop(int index) {
-    VM vm;
-    uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(int, VM&)>* fn;
-      int n;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (index >= wanted_) continue;
-        fn = fn_;
-        n = n_;
-      }
-      for (int k; (k = next_.fetch_add(1)) < n;) (*fn)(k, vm);
-      std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) done_cv_.notify_all();
-    }
-  }
-};
-
-}  // namespace
-
-void parallel_for(int n, int threads, const std::function<void(int, VM&)>& fn) {
-  if (threads <= 0) threads = hardware_threads();
-  if (threads > n) threads = n;
-  if (n <= 0) return;
-  Pool::get().run(n, threads, fn);
 }
 
 CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,

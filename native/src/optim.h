@@ -1,10 +1,12 @@
 // Fused calibration: Adam, L-BFGS and gradient descent run natively over all restart lanes for
-// the whole step budget; Python is called once. Plus the thread pool of calibrate_many.
+// the whole step budget; Python is called once. The optimizers are in optimizers.h, the pool in
+// pool.h.
 #pragma once
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "pool.h"  // parallel_for, hardware_threads (callers of calibrate_many use them)
 #include "program.h"
 
 namespace ndvm {
@@ -57,9 +59,5 @@ struct CalibJob {
 };
 std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const Limits& lim, int threads);
 
-// Runs fn(i) for i in [0, n) on the pool; fn must not throw.
-void parallel_for(int n, int threads, const std::function<void(int, VM&)>& fn);
-
-int hardware_threads();
 
 }  // namespace ndvm

@@ -2,6 +2,7 @@
 // Scheme name and its arity (-1: variadic). The compiler checks arity against it statically; the VM
 // dispatches on the enum in one switch (vm.cc, call_prim).
 #pragma once
+#include <cstdint>
 
 #define NDVM_PRIMS(X)                                                     \
   /* arithmetic (variadic, elementwise, broadcasting) */                  \
@@ -48,7 +49,135 @@
   X(CHOLESKY, "cholesky", 1, 1) X(ROWS, "rows", 1, 1) X(COLS, "cols", 1, 1) \
   X(SIZE, "size", 1, 1) X(VEC_TO_LIST, "vec->list", 1, 1) X(LIST_TO_VEC, "list->vec", 1, 1)
 
+// The tape-op table, in the same manner: one line per numeric operation that leaves a tape
+// record, with its properties. Replay (forward_record), backward (backward_record), the work
+// accounting and the Python binding (_native.tape_ops()) all read them from here; no code tests
+// an op's position in the enum except through static_asserts below.
+//   arity   inputs of a record (-1: any number, kept in VM::targs when more than two)
+//   kind    the kernel family: which forward and backward functions compute it
+//   flags   ARITH: one of + - * / (also N_ARITH2 opcodes, with inline one-lane loops)
+//           LINEAR: the output is linear in the inputs (its adjoint reads no saved values)
+//           NOGRAD: piecewise constant or a decision: nothing flows back
+//           LANEADJ: the adjoint is per-lane dense linear algebra (scratch, an LU per lane)
+//           EXTRA: costs work beyond its output's elements (record_extra_work)
+//           ONELANE: backward_one_lane has a fast path for it (one-lane runs)
+//           F32: a float32 program rounds its output (replay rounds what the evaluator rounded)
+// Saved values: an op with a gradient that is not LINEAR reads its inputs or output in backward.
+#define NDVM_TAPE_OPS(X)                                                    \
+  /* elementwise binary (broadcasting); the first four are N_ARITH2 opcodes: keep their order */ \
+  X(ADD, "add", 2, BINARY, ARITH | LINEAR | ONELANE | F32)                  \
+  X(SUB, "sub", 2, BINARY, ARITH | LINEAR | ONELANE | F32)                  \
+  X(MUL, "mul", 2, BINARY, ARITH | ONELANE | F32)                           \
+  X(DIV, "div", 2, BINARY, ARITH | F32)                                     \
+  X(POW, "pow", 2, BINARY, F32) X(ATAN2, "atan2", 2, BINARY, F32)           \
+  X(MIN, "min", 2, BINARY, F32) X(MAX, "max", 2, BINARY, F32)               \
+  /* elementwise unary (fwd1 and der1 in kernels.h) */                      \
+  X(NEG, "neg", 1, UNARY, LINEAR | F32) X(EXP, "exp", 1, UNARY, F32)       \
+  X(LOG, "log", 1, UNARY, F32) X(SQRT, "sqrt", 1, UNARY, F32)               \
+  X(SIN, "sin", 1, UNARY, F32) X(COS, "cos", 1, UNARY, F32)                 \
+  X(TAN, "tan", 1, UNARY, F32) X(ASIN, "asin", 1, UNARY, F32)               \
+  X(ACOS, "acos", 1, UNARY, F32) X(ATAN, "atan", 1, UNARY, F32)             \
+  X(TANH, "tanh", 1, UNARY, F32) X(ABS, "abs", 1, UNARY, F32)               \
+  X(SQUARE, "square", 1, UNARY, F32) X(SIGMOID, "sigmoid", 1, UNARY, F32)   \
+  X(SOFTPLUS, "softplus", 1, UNARY, F32)                                    \
+  /* structure of dense arrays: d0 the first element (slice), the shape (transpose) */ \
+  X(SLICE, "slice", 1, SLICE, LINEAR)                                       \
+  X(CONCAT, "concat", -1, CONCAT, LINEAR)                                   \
+  X(TRANSPOSE, "transpose", 1, TRANSPOSE, LINEAR)                           \
+  /* linear algebra: out[d0, d2] = A[d0, d1] B[d1, d2]; d0 the order of a square matrix */ \
+  X(GEMM, "gemm", 2, GEMM, ONELANE | EXTRA | F32)                           \
+  X(TRACE, "trace", 1, REDUCE, LINEAR | EXTRA | F32)                        \
+  X(VSUM, "vsum", 1, REDUCE, LINEAR | EXTRA | F32)                          \
+  X(NORM, "norm", 1, REDUCE, EXTRA | F32)                                   \
+  X(INV, "inv", 1, INV, LANEADJ | EXTRA | F32)                              \
+  X(SOLVE, "solve", 2, SOLVE, LANEADJ | EXTRA | F32)                        \
+  X(DET, "det", 1, DET, LANEADJ | EXTRA | F32)                              \
+  X(LOGDET, "logdet", 1, DET, LANEADJ | EXTRA | F32)                        \
+  X(CHOL, "cholesky", 1, CHOL, LANEADJ | EXTRA)                             \
+  /* piecewise constant (gradient zero): recorded only so that a replay recomputes them */ \
+  X(FLOOR, "floor", 1, ROUNDING, NOGRAD) X(CEILING, "ceiling", 1, ROUNDING, NOGRAD) \
+  X(ROUND, "round", 1, ROUNDING, NOGRAD) X(TRUNCATE, "truncate", 1, ROUNDING, NOGRAD) \
+  X(QUOTIENT, "quotient", 2, INTDIV, NOGRAD) X(REMAINDER, "remainder", 2, INTDIV, NOGRAD) \
+  X(MODULO, "modulo", 2, INTDIV, NOGRAD)                                    \
+  /* a decision that depended on differentiated values (a comparison, a numeric predicate, eqv? \
+     of numbers): d0 the primitive, d1 where its lanes' outcomes start in VM::guard_masks. A   \
+     replay recomputes the outcomes and gives up when one differs. */       \
+  X(GUARD, "guard", -1, GUARD, NOGRAD)
+
 namespace ndvm {
+
+// Numeric operations that leave a tape record (structural operations never do).
+enum Op : uint8_t {
+#define NDVM_TAPE_ENUM(id, name, arity, kind, flags) O_##id,
+  NDVM_TAPE_OPS(NDVM_TAPE_ENUM)
+#undef NDVM_TAPE_ENUM
+  O_COUNT
+};
+
+// The kernel families of the tape ops (the `kind` column): forward_record (replay.cc) and
+// backward_record (backward.cc) dispatch on these, one function per family.
+#define NDVM_TAPE_KINDS(X)                                                                        \
+  X(BINARY, "binary") X(UNARY, "unary") X(SLICE, "slice") X(CONCAT, "concat")                    \
+  X(TRANSPOSE, "transpose") X(GEMM, "gemm") X(REDUCE, "reduce") X(DET, "det") X(INV, "inv")      \
+  X(SOLVE, "solve") X(CHOL, "cholesky") X(ROUNDING, "rounding") X(INTDIV, "intdiv") X(GUARD, "guard")
+enum class TapeKind : uint8_t {
+#define NDVM_TAPE_KIND_ENUM(kind, name) kind,
+  NDVM_TAPE_KINDS(NDVM_TAPE_KIND_ENUM)
+#undef NDVM_TAPE_KIND_ENUM
+};
+inline constexpr const char* kTapeKindNames[] = {
+#define NDVM_TAPE_KIND_NAME(kind, name) name,
+    NDVM_TAPE_KINDS(NDVM_TAPE_KIND_NAME)
+#undef NDVM_TAPE_KIND_NAME
+};
+
+// The `flags` column (in a namespace of their own: the short names would clash in ndvm).
+namespace tapeflag {
+enum : uint16_t {
+  ARITH = 1 << 0, LINEAR = 1 << 1, NOGRAD = 1 << 2, LANEADJ = 1 << 3, EXTRA = 1 << 4, ONELANE = 1 << 5,
+  F32 = 1 << 6,
+};
+}  // namespace tapeflag
+
+struct TapeOpInfo {
+  const char* name;
+  int arity;  // -1: any number
+  TapeKind kind;
+  uint16_t flags;
+};
+
+inline constexpr TapeOpInfo kTapeOps[O_COUNT] = {
+#define NDVM_TAPE_INFO(id, name, arity, kind, flags) \
+  {name, arity, TapeKind::kind, [] { using namespace tapeflag; return static_cast<uint16_t>(flags); }()},
+    NDVM_TAPE_OPS(NDVM_TAPE_INFO)
+#undef NDVM_TAPE_INFO
+};
+
+// The ops having every flag of `flags`, as a bit set over the enum.
+constexpr uint64_t tape_ops_with(uint16_t flags) {
+  uint64_t m = 0;
+  for (int i = 0; i < O_COUNT; ++i)
+    if ((kTapeOps[i].flags & flags) == flags) m |= uint64_t{1} << i;
+  return m;
+}
+
+// Whether `op` has the flags F: a shift and a test against a constant (the hot paths of the
+// evaluator, replay and backward ask this once per operation).
+template <uint16_t F>
+inline bool tape_op_has(unsigned op) {
+  constexpr uint64_t m = tape_ops_with(F);
+  return (m >> op) & 1;
+}
+
+inline TapeKind tape_kind(unsigned op) { return kTapeOps[op].kind; }
+
+static_assert(O_COUNT <= 64, "tape_op_has keeps the ops in a 64-bit set");
+static_assert(O_ADD == 0 && O_SUB == 1 && O_MUL == 2 && O_DIV == 3 && tape_ops_with(tapeflag::ARITH) == 0xF,
+              "+ - * / are the N_ARITH2 opcodes 0..3 (compiler.cc) and the only ARITH ops");
+static_assert((tape_ops_with(tapeflag::LINEAR) & tape_ops_with(tapeflag::NOGRAD)) == 0,
+              "an op without a gradient is not LINEAR");
+static_assert((tape_ops_with(tapeflag::LANEADJ) & ~tape_ops_with(tapeflag::EXTRA)) == 0,
+              "per-lane linear algebra is charged as EXTRA work");
 
 enum PrimId : int {
 #define NDVM_PRIM_ENUM(id, name, lo, hi) P_##id,

@@ -123,7 +123,7 @@ void save_replay(const Program& p, VM& vm, size_t params_end, size_t inputs_end,
   // charged once per replay, before it runs: the tape and its dimensions do not change
   r.extra_work = 0;
   for (const TapeRec& t : vm.tape)
-    if (t.op >= O_GEMM && t.op <= O_CHOL) r.extra_work += record_extra_work(vm, t);
+    if (tape_op_has<tapeflag::EXTRA>(t.op)) r.extra_work += record_extra_work(vm, t);
   r.valid = true;
 }
 

@@ -243,7 +243,7 @@ void VM::backward() {
   if (L == 1) {
     for (size_t r = tape.size(); r-- > 0;) {
       const TapeRec& t = tape[r];
-      if (t.op <= O_MUL || t.op == O_GEMM) backward_one_lane(*this, t);
+      if (tape_op_has<tapeflag::ONELANE>(t.op)) backward_one_lane(*this, t);
       else backward_record(*this, t);
       if (r % kPoll == 0) poll_clock(nullptr);
     }

@@ -9,32 +9,11 @@
 
 #include "ast.h"
 #include "error.h"
+#include "prims.h"
 #include "program.h"
 #include "value.h"
 
 namespace ndvm {
-
-// Numeric operations that leave a tape record (structural operations never do).
-enum Op : uint8_t {
-  // elementwise binary (the first four are also N_ARITH2 opcodes: keep their order)
-  O_ADD = 0, O_SUB = 1, O_MUL = 2, O_DIV = 3, O_POW, O_ATAN2, O_MIN, O_MAX,
-  // elementwise unary
-  O_NEG, O_EXP, O_LOG, O_SQRT, O_SIN, O_COS, O_TAN, O_ASIN, O_ACOS, O_ATAN, O_TANH, O_ABS,
-  O_SQUARE, O_SIGMOID, O_SOFTPLUS,
-  // structure of dense arrays
-  O_SLICE,      // out = in elements [d0, d0 + numel)
-  O_CONCAT,     // out = the elements of all inputs, in order
-  O_TRANSPOSE,  // in [d0, d1] -> out [d1, d0]
-  // linear algebra
-  O_GEMM,       // out[d0, d2] = A[d0, d1] B[d1, d2] (also dot, matvec, outer)
-  O_TRACE, O_VSUM, O_NORM, O_INV, O_SOLVE, O_DET, O_LOGDET, O_CHOL,
-  // piecewise constant (gradient zero): recorded only so that a replay recomputes them
-  O_FLOOR, O_CEILING, O_ROUND, O_TRUNCATE, O_QUOTIENT, O_REMAINDER, O_MODULO,
-  // a decision that depended on differentiated values (a comparison, a numeric predicate, eqv? of
-  // numbers): d0 the primitive, d1 where its lanes' outcomes start in VM::guard_masks. A replay
-  // recomputes the outcomes and gives up when one differs.
-  O_GUARD,
-};
 
 // What the tape keeps of a number: its payload offset, its element count and its flags (uniform,
 // active). Shapes live in the record's dimensions where an op needs them. The accessors mirror

@@ -1,0 +1,257 @@
+// Backward: the adjoint of each tape record, one small function per kernel family (the `kind`
+// column of the tape-op table in prims.h). VM::backward walks the tape in reverse and calls
+// backward_one_lane or backward_record for each record.
+#include "linalg.h"
+
+namespace ndvm {
+
+using namespace kern;
+
+namespace {
+
+// Local derivatives of the binary operations: da, db given x, y and the output z.
+struct DAdd { static double da(double, double, double) { return 1; } static double db(double, double, double) { return 1; } };
+struct DSub { static double da(double, double, double) { return 1; } static double db(double, double, double) { return -1; } };
+struct DMul { static double da(double, double y, double) { return y; } static double db(double x, double, double) { return x; } };
+struct DDiv { static double da(double, double y, double) { return 1 / y; } static double db(double, double y, double z) { return -z / y; } };
+struct DPow {
+  static double da(double x, double y, double) { return y == 0 ? 0 : y * std::pow(x, y - 1); }
+  static double db(double x, double, double z) { return z == 0 ? 0 : z * std::log(x); }
+};
+struct DAtan2 {
+  static double da(double x, double y, double) { return y / (x * x + y * y); }
+  static double db(double x, double y, double) { return -x / (x * x + y * y); }
+};
+struct DMin { static double da(double x, double y, double) { return y < x ? 0 : 1; } static double db(double x, double y, double) { return y < x ? 1 : 0; } };
+struct DMax { static double da(double x, double y, double) { return y > x ? 0 : 1; } static double db(double x, double y, double) { return y > x ? 1 : 0; } };
+
+// Backward of a binary op over lanes with the lane strides known at compile time, so the lane
+// loops vectorize. An operand with a zero lane stride is uniform and must not be active here.
+template <class D, bool AL, bool BL>
+void bwd2_lanes(View va, View vb, double* ga, double* gb, const double* go, const double* z, uint32_t n,
+                uint32_t Lo) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const double* pa = va.p + static_cast<size_t>(i) * va.es;
+    const double* pb = vb.p + static_cast<size_t>(i) * vb.es;
+    const double* g = go + static_cast<size_t>(i) * Lo;
+    const double* zi = z + static_cast<size_t>(i) * Lo;
+    if (ga) {
+      double* d = ga + static_cast<size_t>(i) * va.es;
+      for (uint32_t l = 0; l < Lo; ++l) {
+        double c = g[l] * D::da(pa[AL ? l : 0], pb[BL ? l : 0], zi[l]);
+        d[l] += g[l] != 0 ? c : 0.0;
+      }
+    }
+    if (gb) {
+      double* d = gb + static_cast<size_t>(i) * vb.es;
+      for (uint32_t l = 0; l < Lo; ++l) {
+        double c = g[l] * D::db(pa[AL ? l : 0], pb[BL ? l : 0], zi[l]);
+        d[l] += g[l] != 0 ? c : 0.0;
+      }
+    }
+  }
+}
+
+template <class D>
+void bwd2(VM& vm, const NumRef* in, const double* go, const double* z, uint32_t n, uint32_t Lo) {
+  const NumRef& a = in[0];
+  const NumRef& b = in[1];
+  View va = view(vm, a, true), vb = view(vm, b, true);
+  double* ga = a.active() ? vm.adj + a.n.off : nullptr;
+  double* gb = b.active() ? vm.adj + b.n.off : nullptr;
+  if (va.es == Lo && vb.es == Lo && va.ls && vb.ls) {  // same layout as the output: flat loops
+    size_t total = static_cast<size_t>(n) * Lo;
+    // a zero cotangent contributes nothing, even where the local derivative is infinite
+    if (ga)
+      for (size_t i = 0; i < total; ++i) {
+        double c = go[i] * D::da(va.p[i], vb.p[i], z[i]);
+        ga[i] += go[i] != 0 ? c : 0.0;
+      }
+    if (gb)
+      for (size_t i = 0; i < total; ++i) {
+        double c = go[i] * D::db(va.p[i], vb.p[i], z[i]);
+        gb[i] += go[i] != 0 ? c : 0.0;
+      }
+    return;
+  }
+  if (Lo == 1) {  // one lane: broadcasting is only over elements
+    for (uint32_t i = 0; i < n; ++i) {
+      double g = go[i];
+      if (g == 0) continue;
+      size_t ia = i * va.es, ib = i * vb.es;
+      double x = va.p[ia], y = vb.p[ib];
+      if (ga) ga[ia] += g * D::da(x, y, z[i]);
+      if (gb) gb[ib] += g * D::db(x, y, z[i]);
+    }
+    return;
+  }
+  if (va.ls && vb.ls) {
+    bwd2_lanes<D, true, true>(va, vb, ga, gb, go, z, n, Lo);
+    return;
+  }
+  if (va.ls && !gb) {  // lane-varying a against a uniform constant b (e.g. q * I)
+    bwd2_lanes<D, true, false>(va, vb, ga, gb, go, z, n, Lo);
+    return;
+  }
+  if (vb.ls && !ga) {
+    bwd2_lanes<D, false, true>(va, vb, ga, gb, go, z, n, Lo);
+    return;
+  }
+  for (uint32_t i = 0; i < n; ++i)
+    for (uint32_t l = 0; l < Lo; ++l) {
+      size_t io = static_cast<size_t>(i) * Lo + l;
+      double g = go[io];
+      if (g == 0) continue;
+      size_t ia = i * va.es + l * va.ls, ib = i * vb.es + l * vb.ls;
+      double x = va.p[ia], y = vb.p[ib];
+      if (ga) ga[ia] += g * D::da(x, y, z[io]);
+      if (gb) gb[ib] += g * D::db(x, y, z[io]);
+    }
+}
+
+}  // namespace
+
+// The commonest records of one-lane runs (+ - * and small matrix products), in a function of their
+// own: backward_record's prologue, sized for every op, costs as much as their arithmetic.
+void backward_one_lane(VM& vm, const TapeRec& t) {
+  const NumRef* in = t.in;
+  double* adj = vm.adj;
+  const double* go = adj + t.out.n.off;
+  const NumRef& a = in[0];
+  const NumRef& b = in[1];
+  double* ga = a.active() ? adj + a.n.off : nullptr;
+  double* gb = b.active() ? adj + b.n.off : nullptr;
+  if (t.op == O_GEMM) {
+    const GemmKernels* small = small_gemm(t.d0, t.d1, t.d2);
+    if (small && ga != gb) {
+      (ga && gb ? small->bwd_ab : ga ? small->bwd_a : small->bwd_b)(vm.data(a), vm.data(b), go, ga, gb, 1);
+      return;
+    }
+    backward_record(vm, t);
+    return;
+  }
+  const double* x = vm.data(a);
+  const double* y = vm.data(b);
+  const uint32_t n = t.out.numel();
+  const uint32_t sa = a.ne == 1 ? 0 : 1, sb = b.ne == 1 ? 0 : 1;  // a scalar broadcast over elements
+  for (uint32_t i = 0; i < n; ++i) {
+    const double g = go[i];
+    if (g == 0) continue;  // a zero cotangent contributes nothing
+    switch (t.op) {  // the arithmetic of bwd2's one-lane loop
+      case O_ADD: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g; break;
+      case O_SUB: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g * -1.0; break;
+      default: if (ga) ga[i * sa] += g * y[i * sb]; if (gb) gb[i * sb] += g * x[i * sa]; break;
+    }
+  }
+}
+
+// ---- backward ------------------------------------------------------------------------------
+
+namespace {
+
+// What every family's adjoint reads: the record's inputs, its output, the output's cotangent.
+struct Bwd {
+  const NumRef* in;
+  const NumRef& out;
+  uint32_t Lo;       // lanes of the output
+  uint32_t n;        // elements of the output
+  const double* go;  // d objective / d output
+  const double* z;   // the output
+};
+
+void bwd_binary(VM& vm, const TapeRec& t, const Bwd& b) {
+  switch (t.op) {
+    case O_ADD: bwd2<DAdd>(vm, b.in, b.go, b.z, b.n, b.Lo); break;
+    case O_SUB: bwd2<DSub>(vm, b.in, b.go, b.z, b.n, b.Lo); break;
+    case O_MUL: bwd2<DMul>(vm, b.in, b.go, b.z, b.n, b.Lo); break;
+    case O_DIV: bwd2<DDiv>(vm, b.in, b.go, b.z, b.n, b.Lo); break;
+    case O_POW: bwd2<DPow>(vm, b.in, b.go, b.z, b.n, b.Lo); break;
+    case O_ATAN2: bwd2<DAtan2>(vm, b.in, b.go, b.z, b.n, b.Lo); break;
+    case O_MIN: bwd2<DMin>(vm, b.in, b.go, b.z, b.n, b.Lo); break;
+    case O_MAX: bwd2<DMax>(vm, b.in, b.go, b.z, b.n, b.Lo); break;
+    default: break;
+  }
+}
+
+void bwd_unary(VM& vm, const TapeRec& t, const Bwd& b) {
+  const double* x = vm.data(b.in[0]);
+  double* ga = vm.adj + b.in[0].n.off;
+  size_t total = static_cast<size_t>(b.n) * b.Lo;
+  Op op = static_cast<Op>(t.op);
+  for (size_t i = 0; i < total; ++i)
+    if (b.go[i] != 0) ga[i] += b.go[i] * der1(op, x[i], b.z[i]);
+}
+
+void bwd_slice(VM& vm, const TapeRec& t, const Bwd& b) {
+  double* ga = vm.adj + b.in[0].n.off + static_cast<size_t>(t.d0) * b.Lo;
+  for (size_t i = 0; i < static_cast<size_t>(b.n) * b.Lo; ++i) ga[i] += b.go[i];
+}
+
+void bwd_concat(VM& vm, const TapeRec& t, const Bwd& b) {
+  int parts = t.nin == 255 ? static_cast<int>(t.d2) : t.nin;
+  size_t e = 0;
+  for (int k = 0; k < parts; ++k) {
+    const NumRef& p = b.in[k];
+    uint32_t pe = p.numel();
+    if (p.active()) {
+      double* gp = vm.adj + p.n.off;
+      uint32_t pl = vm.lanes_of(p);
+      for (uint32_t q = 0; q < pe; ++q)
+        for (uint32_t l = 0; l < b.Lo; ++l) gp[static_cast<size_t>(q) * pl + (pl == 1 ? 0 : l)] += b.go[(e + q) * b.Lo + l];
+    }
+    e += pe;
+  }
+}
+
+void bwd_transpose(VM& vm, const TapeRec& t, const Bwd& b) {
+  uint32_t r = t.d0, c = t.d1, Lo = b.Lo;
+  double* ga = vm.adj + b.in[0].n.off;
+  for (uint32_t i = 0; i < r; ++i)
+    for (uint32_t j = 0; j < c; ++j)
+      for (uint32_t l = 0; l < Lo; ++l)
+        ga[(static_cast<size_t>(i) * c + j) * Lo + l] += b.go[(static_cast<size_t>(j) * r + i) * Lo + l];
+}
+
+// trace vsum norm: the adjoint is the cotangent spread over the elements read
+void bwd_reduce(VM& vm, const TapeRec& t, const Bwd& b) {
+  const NumRef& a = b.in[0];
+  const double* x = vm.data(a);
+  double* ga = vm.adj + a.n.off;
+  uint32_t ne = a.numel();
+  int dim = static_cast<int>(t.d0);
+  for (uint32_t e = 0; e < ne; ++e) {
+    if (t.op == O_TRACE && (e % (dim + 1)) != 0) continue;
+    for (uint32_t l = 0; l < b.Lo; ++l) {
+      size_t ie = static_cast<size_t>(e) * b.Lo + l;
+      double d = t.op == O_NORM ? (b.z[l] == 0 ? 0 : x[ie] / b.z[l]) : 1.0;
+      ga[ie] += b.go[l] * d;
+    }
+  }
+}
+
+}  // namespace
+
+void backward_record(VM& vm, const TapeRec& t) {
+  const NumRef* in = t.nin > 2 ? vm.targs.data() + t.args : t.in;
+  const NumRef& out = t.out;
+  const Bwd b{in, out, vm.lanes_of(out), out.numel(), vm.adj + out.n.off, vm.data(out)};
+  switch (tape_kind(t.op)) {
+    case TapeKind::ROUNDING: case TapeKind::INTDIV: case TapeKind::GUARD:
+      break;  // piecewise constant, or a decision: nothing flows back
+    case TapeKind::BINARY: bwd_binary(vm, t, b); break;
+    case TapeKind::UNARY: bwd_unary(vm, t, b); break;
+    case TapeKind::SLICE: bwd_slice(vm, t, b); break;
+    case TapeKind::CONCAT: bwd_concat(vm, t, b); break;
+    case TapeKind::TRANSPOSE: bwd_transpose(vm, t, b); break;
+    case TapeKind::GEMM: gemm_adjoint(vm, in[0], in[1], b.go, t.d0, t.d1, t.d2, b.Lo); break;
+    case TapeKind::REDUCE: bwd_reduce(vm, t, b); break;
+    case TapeKind::DET: det_adjoint(vm, in[0], b.go, b.z, static_cast<int>(t.d0), b.Lo, t.op == O_LOGDET); break;
+    case TapeKind::INV: inv_adjoint(vm, in[0], out, b.go, static_cast<int>(t.d0), b.Lo); break;
+    case TapeKind::CHOL: chol_adjoint(vm, in[0], out, b.go, static_cast<int>(t.d0), b.Lo); break;
+    case TapeKind::SOLVE:
+      solve_adjoint(vm, in[0], in[1], out, b.go, static_cast<int>(t.d0), static_cast<int>(t.d1), b.Lo);
+      break;
+  }
+}
+
+}  // namespace ndvm
