@@ -20,13 +20,16 @@ other (it ignores the temperature, the hints, the data card and the residuals):
 ``RecordedModelServer(repeat_only=[a, b])`` answers only those two programs (the repeating server of
 issue 19).
 
-Two proposers on the same server, for the same number of requests:
+Three proposers on the same server, for the same request budget:
 
-- ``current``: the proposer as the discover flow drives it: the previous round's duplicates named
-  in the prompt, divergence at a duplicate rate of 0.5, the stop after ``max_stale_rounds`` rounds
-  with nothing new, the data card and the residuals of the best program;
-- ``baseline``: the proposer before issue 19 (``--baseline``): the same prompts without the
-  duplicates, the data card and the residuals, no divergence, no stale-round stop.
+- ``current``: the proposer as the discover flow drives it: the duplicates named in the prompt (the
+  last round's, then the most repeated ones of the run), divergence at a duplicate rate of 0.5, the
+  stop after ``max_stale_rounds`` rounds with nothing new, the data card and the residuals of the
+  best program;
+- ``b46edcf``: the proposer of commit b46edcf (issue 19 part 1 only): the last round's duplicates
+  named, divergence, the stale-round stop; no data card, no residuals;
+- ``baseline``: the proposer before issue 19: the same prompts without duplicates, data card and
+  residuals, no divergence, no stale-round stop.
 
 The driver here plays the discover flow's part: one request per round (``per_request`` programs),
 duplicates by canonical hash (the store's exact check; its semantic check is not run), each new
@@ -51,7 +54,7 @@ from typing import Any
 
 CORPUS = Path("ndvm_corpora") / "cosearch_candidates_valid.jsonl"
 KEY_ENV = "NDVM_RECORDED_MODEL_KEY"
-MODES = ("current", "baseline")
+MODES = ("current", "b46edcf", "baseline")
 VALIDITY_KINDS = {"parse", "check", "eval", "limit", "static", "contract", "extract"}  # invalid programs
 _FENCE = "```"
 
@@ -263,6 +266,7 @@ def run_mode(mode: str, api_base: str, task: Any, *, max_requests: int, per_requ
     if mode not in MODES:
         raise ValueError(f"unknown proposer mode {mode!r}; use one of {', '.join(MODES)}")
     current = mode == "current"
+    feedback_on = mode != "baseline"          # issue 19 part 1: named duplicates, divergence, stale stop
     spec = task_spec(task.dataset, task)
     if not current:
         spec.data_card = ""
@@ -270,24 +274,27 @@ def run_mode(mode: str, api_base: str, task: Any, *, max_requests: int, per_requ
     proposer = LLMProposer("openai/recorded-model", api_base=api_base, api_key_env=KEY_ENV, concurrency=1,
                            timeout=30.0, max_retries=0,
                            per_request=per_request, seed=seed, cache_markers=False,
-                           diverge_at=0.5 if current else 1.0)
-    feedback = RoundFeedback(max_stale_rounds if current else 0, name_duplicates=False)
+                           diverge_at=0.5 if feedback_on else 1.0)
+    # b46edcf named the last round's duplicates only; current also keeps the most repeated ones named
+    feedback = RoundFeedback(max_stale_rounds if feedback_on else 0, name_duplicates=False,
+                             max_named=8 if current else 0)
     residuals = ResidualNotes(task)
     stored: dict[str, tuple[str, float, dict]] = {}   # canonical hash -> (source, score, flat params)
     failures: list[Any] = []
     result = ModeResult(mode)
+    duplicates: list[Any] = []                        # the last round's
     started = time.perf_counter()
     while proposer.usage.calls < max_requests:
         ranked = sorted(stored.items(), key=lambda kv: kv[1][1])
         best = [ScoredProgram(src, score, canonical_hash=h, params=params) for h, (src, score, params) in ranked[:5]]
         context = ProposalContext(spec, best=best, failures=failures[-8:])
-        if current:
-            context.duplicates = list(feedback.last_duplicates)
+        if feedback_on:
+            context.duplicates = list(feedback.last_duplicates) if current else list(duplicates)
             context.duplicate_rate = feedback.duplicate_rate
             context.stale_rounds = feedback.stale_rounds
-            if ranked:
-                h, (src, _, params) = ranked[0]
-                context.residuals = residuals.text({"hash": h, "source": src, "parameters": json.dumps(params)})
+        if current and ranked:
+            h, (src, _, params) = ranked[0]
+            context.residuals = residuals.text({"hash": h, "source": src, "parameters": json.dumps(params)})
         proposals = proposer.propose(context, per_request)
         drained = proposer.drain_failures()
         failures += drained
@@ -352,8 +359,8 @@ def _quiet() -> None:
 
 
 def run_proposer_suite(config: Any) -> Any:
-    """The suite (``ndvm.bench.common.SuiteResult``); ``--quick``: 60 requests instead of 300."""
-    from ndvm.bench.common import SuiteResult, SuiteSkipped, find_data_dir
+    """The suite (``ndvm_bench.common.SuiteResult``); ``--quick``: 60 requests instead of 300."""
+    from ndvm_bench.common import SuiteResult, SuiteSkipped, find_data_dir
 
     _quiet()
     data = find_data_dir(config)
@@ -377,10 +384,13 @@ def run_proposer_suite(config: Any) -> Any:
                          "-" if j["tokens_per_new"] is None else f"{j['tokens_per_new']:.0f}", r.ended])
     cur, base = results["recorded"]["current"], results["recorded"]["baseline"]
     ratio = cur.per_100(cur.new) / base.per_100(base.new) if base.new else math.inf
+    part1 = results["recorded"]["b46edcf"]
+    ratio_part1 = cur.per_100(cur.new) / part1.per_100(part1.new) if part1.new else math.inf
     notes = [
         f"recorded server: {len(programs)} programs of {CORPUS}, repeat 0.5 (favourites 6), forget 0.1; "
         f"repeating server: two programs only; budget {max_requests} requests (repairs included), 4 programs per request",
-        f"new valid candidates per 100 requests, current / baseline on the recorded server: {ratio:.2f}x",
+        f"new valid candidates per 100 requests on the recorded server: current / baseline {ratio:.2f}x, "
+        f"current / b46edcf {ratio_part1:.2f}x",
         "tokens: prompt characters / 4 as the server counts them; cached: the server's OpenAI-style prefix count; "
         "invalid: programs that failed validation (each sent back for repair; most came back valid)",
         "the recorded server ignores the data card and the residuals: what they change is the prompt size here, "
@@ -388,6 +398,7 @@ def run_proposer_suite(config: Any) -> Any:
     ]
     data_out = {s: {m: results[s][m].to_json() for m in MODES} for s in results}
     data_out["new_per_100_ratio"] = ratio
+    data_out["new_per_100_ratio_vs_b46edcf"] = ratio_part1
     return SuiteResult(
         name="proposer", title="LLM proposer against a recorded-output server: what 100 requests buy",
         columns=["server / proposer", "requests", "prompt tokens", "cached", "completion tokens", "new valid",

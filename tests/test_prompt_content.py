@@ -302,7 +302,7 @@ def test_proposer_benchmark_short_mode(corpus, cosearch):
     task, _ = cosearch
     results = compare(corpus, task, max_requests=24, max_stale_rounds=3)
     for server in ("recorded", "repeating"):
-        for mode in ("current", "baseline"):
+        for mode in ("current", "b46edcf", "baseline"):
             r = results[server][mode]
             assert r.new + r.duplicates == r.proposals and r.requests > 0 and r.tokens_in > r.tokens_cached > 0
     cur, base = results["recorded"]["current"], results["recorded"]["baseline"]
@@ -312,6 +312,7 @@ def test_proposer_benchmark_short_mode(corpus, cosearch):
     # baseline asks until its request budget is spent
     rep_cur, rep_base = results["repeating"]["current"], results["repeating"]["baseline"]
     assert rep_cur.new == 2 and rep_cur.requests <= 3 + 1 and rep_cur.ended.startswith("stopped after 3 rounds")
+    assert results["repeating"]["b46edcf"].ended.startswith("stopped after 3 rounds")
     assert rep_base.requests == 24 and rep_base.ended == "request budget spent (24)"
 
 
@@ -321,8 +322,8 @@ def test_ndvm_bench_suite_proposer_quick(corpus):
     from ndvm_bench.common import BenchConfig
 
     result = run_proposer_suite(BenchConfig(quick=True, data_dir=shared_file(CORPUS).parents[1]))
-    assert [row[0] for row in result.rows] == ["recorded / current", "recorded / baseline",
-                                               "repeating / current", "repeating / baseline"]
+    assert [row[0] for row in result.rows] == ["recorded / current", "recorded / b46edcf", "recorded / baseline",
+                                               "repeating / current", "repeating / b46edcf", "repeating / baseline"]
     assert result.data["recorded"]["baseline"]["requests"] >= 60
     assert result.data["repeating"]["current"]["ended"].startswith("stopped after 5 rounds")
     assert result.data["new_per_100_ratio"] > 1.0
