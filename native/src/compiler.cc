@@ -87,7 +87,7 @@ struct Scope {
   std::vector<Var> vars;
   // name -> position of its latest binding in vars, so that a lookup costs the same in a body of
   // 150,000 defines as in one of three (a linear scan made long flat forms quadratic)
-  std::unordered_map<std::string, size_t> index;
+  std::unordered_map<std::string, size_t> index{};  // {}: Scope{parent, fn, vars} leaves it empty without a -Wextra warning
 
   void add(Var v) {
     index[v.name] = vars.size();
