@@ -489,4 +489,25 @@ PYBIND11_MODULE(_native, m) {
     d["threads"] = hardware_threads();
     return d;
   });
+  // The tape-op table (prims.h, NDVM_TAPE_OPS) with its properties, in enum order; `saves_values`
+  // is derived: an op with a gradient that is not linear reads its inputs or output in backward.
+  m.def("tape_ops", []() {
+    py::list ops;
+    for (const TapeOpInfo& t : kTapeOps) {
+      py::dict d;
+      d["name"] = t.name;
+      d["arity"] = t.arity;
+      d["kind"] = kTapeKindNames[static_cast<int>(t.kind)];
+      d["arith"] = (t.flags & tapeflag::ARITH) != 0;
+      d["linear"] = (t.flags & tapeflag::LINEAR) != 0;
+      d["no_gradient"] = (t.flags & tapeflag::NOGRAD) != 0;
+      d["saves_values"] = (t.flags & (tapeflag::LINEAR | tapeflag::NOGRAD)) == 0;
+      d["lane_adjoint"] = (t.flags & tapeflag::LANEADJ) != 0;
+      d["extra_work"] = (t.flags & tapeflag::EXTRA) != 0;
+      d["one_lane_backward"] = (t.flags & tapeflag::ONELANE) != 0;
+      d["rounds_f32"] = (t.flags & tapeflag::F32) != 0;
+      ops.append(d);
+    }
+    return ops;
+  });
 }
