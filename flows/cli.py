@@ -130,10 +130,13 @@ def _add_discover_options(p: argparse.ArgumentParser) -> None:
                         "invalid only; 0: never; default 5)")
     c.add_argument("--serial", action="store_true",
                    help="one proposal round at a time, calibrated before the next: reproducible with --seed")
+    c.add_argument("--fresh", action="store_true",
+                   help="ignore earlier runs on the same data: no evaluation reused, no seeds from their best programs")
     c.add_argument("--run-id", help="name of the new run (default run-<time>-<random>)")
     c.add_argument("--resume", metavar="RUN_ID", help="continue a stopped or killed run (its configuration, a new budget)")
     c.add_argument("--verbose", action="store_true", help="Prefect's and MLflow's own log lines")
     _add_store_options(p)
+    p.set_defaults(seed=None)  # discover draws a seed per run (printed in the summary) unless --seed is given
 
 
 def _discover_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -147,7 +150,7 @@ def _discover_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 train_fraction=args.train_fraction, validation_fraction=args.validation_fraction,
                 dataset_options=dataset_options(args), temperature=args.temperature,
                 request_timeout=args.request_timeout, price_per_token=_price_per_token(args),
-                max_stale_rounds=args.max_stale_rounds)
+                max_stale_rounds=args.max_stale_rounds, fresh=args.fresh)
 
 
 def _price_per_token(args: argparse.Namespace) -> tuple[float, float] | None:
@@ -192,18 +195,14 @@ class _ProgressDisplay:
         table.add_row("[bold]run[/]", f"{p.run_id}   {p.phase}   {p.elapsed / 60:.1f} min{limit}{cost}")
         table.add_row("[bold]proposals[/]", f"{p.proposed} received: {p.new} new, {p.duplicates} duplicates, "
                                             f"{p.invalid} invalid")
-        table.add_row("[bold]calibrations[/]", f"{p.calibrated} ok, {p.failed} failed, {p.queued} queued")
+        reused = f" ({p.reused} reused from earlier runs)" if getattr(p, "reused", 0) else ""
+        table.add_row("[bold]calibrations[/]", f"{p.calibrated} ok, {p.failed} failed, {p.queued} queued{reused}")
         table.add_row(f"[bold]best {p.metric}[/]", best)
         table.add_row("[bold]busy[/]", f"proposal {100 * p.proposal_busy:.0f}%   calibration {100 * p.calibration_busy:.0f}%")
         return table
 
     def update(self, progress) -> None:
         self.live.update(self._render(progress))
-    from flows.feedback import llm_summary_line
-
-    llm_line = llm_summary_line(report.get("llm"))  # tokens, cached tokens, cost per new (flows/feedback.py)
-    if llm_line:
-        console.print(llm_line)
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
@@ -251,6 +250,12 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
         f"({report['stop_reason']}): {report['proposed']} proposed, {report['new']} new, "
         f"{report['duplicates']} duplicates, {report['invalid']} invalid, {report['calibrated']} calibrated, "
         f"{report['failed']} failed, {report['pending']} pending; best validation {report['metric']} {best}")
+    console.print(_library_line(report))
+    from flows.feedback import llm_summary_line
+
+    llm_line = llm_summary_line(report.get("llm"))  # tokens, cached tokens, cost per new (flows/feedback.py)
+    if llm_line:
+        console.print(llm_line)
     console.print(f"busy fractions: proposal {100 * report['proposal_busy']:.0f}% "
                   f"({report['proposal_requests']} requests), calibration {100 * report['calibration_busy']:.0f}% "
                   f"({report['calibration_batches']} batches, {report['runner']})")
@@ -276,6 +281,13 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
     console.print(f"browse the results:  [bold]{ui_command(folder)}[/]   (then open http://127.0.0.1:5000)")
     if report["pending"]:
         console.print(f"continue this run:  ndvm discover --resume {report['run_id']} --folder {folder}")
+
+
+def _library_line(report: dict[str, Any]) -> str:
+    """What the run took from earlier runs on the same data, and its seed (storage/library.py)."""
+    seeds = len(report.get("library_seeds") or [])
+    return (f"library: reused {report.get('reused', 0)} evaluations from earlier runs, started from {seeds} of "
+            f"their best programs (dataset fingerprint {report.get('dataset_fingerprint')}); seed {report.get('seed')}")
 
 
 # ---------------------------------------------------------------------------- log

@@ -49,6 +49,7 @@ from flows.problem import ProblemSpec, entry_extras, load_problem, probe_inputs,
 from flows import faults
 from flows.feedback import ResidualNotes, RoundFeedback, llm_summary, log_llm_summary
 from flows.mlflow_log import RunTracking
+from flows.night import open_run_library, with_seed
 from flows.report import finish_report
 from flows.runners import RunnerChoice, worker_environment
 from flows.supervisor import CalibrationSupervisor
@@ -102,7 +103,8 @@ class DiscoverConfig:
     api_base: str | None = None         # OpenAI-compatible server, Ollama, ...
     llm_env: str | None = None          # environment variable holding the API key (its name only)
     replay: str | None = None           # JSONL file for the replay proposer
-    seed: int = 0
+    seed: int | None = None             # None: drawn at the start of the run (flows/night.py), then stored
+    fresh: bool = False                 # no reuse of earlier runs' evaluations, no seeds from them (storage/library.py)
     concurrency: int = 8                # proposal requests in flight (mutation: 1)
     per_request: int = 4                # programs per request (mutation: 16 per round)
     temperature: float | None = None    # None: the provider's default (some models accept no other)
@@ -222,6 +224,7 @@ class Progress:
     calibration_busy: float
     cost_usd: float | None
     phase: str
+    reused: int = 0  # evaluations taken from earlier runs on the same data (storage/library.py)
 
 
 @dataclass
@@ -267,6 +270,11 @@ class DiscoveryReport:
     cancelled_at_deadline: int = 0   # in calibration at the hard deadline: left pending
     store_errors: int = 0            # proposals the store could not write (recorded with the error)
     mlflow_error: str | None = None  # why MLflow logging is incomplete (None: all logged)
+    # The program library (storage/library.py, flows/night.py)
+    seed: int | None = None          # the run's seed (drawn unless given): --seed S --serial --fresh replays it
+    dataset_fingerprint: str | None = None
+    reused: int = 0                  # evaluations taken from earlier runs on the same fingerprint
+    library_seeds: list[str] = field(default_factory=list)  # earlier runs' best programs it started from
     llm: dict[str, Any] | None = None  # this session's LLM spend: tokens, cached tokens, cost per new (flows/feedback.py)
 
     def to_dict(self) -> dict[str, Any]:
@@ -305,6 +313,7 @@ class Discovery:
                  logger: Any = None):
         from storage import CandidateStore, default_store_path
 
+        config = with_seed(config)  # a run without --seed draws one (flows/night.py)
         self.config, self.budget = config, budget.check()
         self.log = logger or log
         self.runner_choice = config.runner.check()
@@ -318,6 +327,11 @@ class Discovery:
         self.store = CandidateStore(self.store_path)
         try:
             self._open_run(run_id, resume)
+            # earlier runs on the same data: reuse their evaluations, start from their best programs
+            self.library, seeds_left = open_run_library(self.store, self.run_id, self.dataset, self.task, config,
+                                                        resumed=bool(resume), program_source=self.spec.program_source,
+                                                        log=self.log)
+            self.queue_initial += seeds_left
             # MLflow down does not stop a run: the store keeps everything, the end retries.
             self.tracking = RunTracking(
                 self.store, self.run_id, tracking_uri=config.tracking_uri, folder=self.folder,
@@ -341,7 +355,8 @@ class Discovery:
         if self.cost_warning:
             self.log.warning("--max-cost: %s", self.cost_warning)
             print(f"ndvm discover: warning: {self.cost_warning}", file=sys.stderr)
-        self.accepted = self.store.run_status(self.run_id).new  # new candidates of the run so far
+        status = self.store.run_status(self.run_id)
+        self.accepted = status.new - status.seeded  # new candidates of the run so far (library seeds not counted)
         self.unrecorded = len(self.queue_initial)  # accepted, not recorded yet (serial mode waits for 0)
         self.leaderboard_changed = threading.Event()
         self.proposal_meter, self.calibration_meter = StageMeter(), StageMeter()
@@ -477,7 +492,7 @@ class Discovery:
         budget the proposals are added in slices so the run accepts exactly that many."""
         with self.accept_lock:  # replies of concurrent requests arrive in worker threads
             new = self._accept_locked(proposals)
-            self.feedback.record(self.store, self.run_id, proposals, {c.source for c in new})
+            self.feedback.record(self.store, self.run_id, proposals, {c.proposed_source or c.source for c in new})
 
     def _accept_locked(self, proposals: list[Any]) -> list[Any]:
         program_source = self.spec.program_source
@@ -492,6 +507,7 @@ class Discovery:
             new = self._add_or_record(chunk, program_source)
             accepted += new
             self.accepted += len(new)
+            new = self.library.reuse(new)  # evaluated by an earlier run on this data: recorded, not queued
             self.unrecorded += len(new)
             with self.queue_lock:
                 self.queue.extend(BatchItem(c.hash, c.source, c.program_source or c.source) for c in new)
@@ -710,7 +726,8 @@ class Discovery:
             duplicates=status.duplicates, invalid=status.invalid, calibrated=status.calibrated, failed=status.failed,
             pending=status.pending, queued=queued, best_score=status.best_score, best_hash=status.best_hash,
             metric=status.metric, proposal_busy=self.proposal_meter.busy_seconds() / elapsed,
-            calibration_busy=self.calibration_meter.busy_seconds() / elapsed, cost_usd=self.cost(), phase=phase)
+            calibration_busy=self.calibration_meter.busy_seconds() / elapsed, cost_usd=self.cost(), phase=phase,
+            reused=status.reused)
 
     def _publish(self, phase: str) -> Progress:
         snapshot = self.progress(phase)
@@ -800,7 +817,8 @@ class Discovery:
             model=self.config.model, crashed=s.crashed, timeout=s.timeout, retried_alone=counts.retried_alone,
             worker_deaths=counts.worker_deaths, workers_replaced=counts.workers_replaced,
             cancelled_at_deadline=self.cancelled_at_deadline, store_errors=s.store_errors + self.store_errors,
-            mlflow_error=self.tracking.error, llm=llm_summary(self.proposer, s.new))
+            mlflow_error=self.tracking.error, seed=self.config.seed, dataset_fingerprint=self.library.fingerprint,
+            reused=s.reused, library_seeds=list(self.library.seeds), llm=llm_summary(self.proposer, s.new))
 
     def close(self) -> None:
         self.store.close()
@@ -810,7 +828,7 @@ class Discovery:
 def build_config(task: str = "enso", proposer: str = "auto", *, model: str | None = None, api_base: str | None = None,
                  api_key_env: str | None = None, replay: str | None = None, data: str | None = None,
                  x: str | None = None, y: str | None = None, group: str | None = None, task_kind: str | None = None,
-                 seed: int = 0, concurrency: int = 8, per_request: int = 4, batch_size: int = 32, steps: int = 100,
+                 seed: int | None = None, concurrency: int = 8, per_request: int = 4, batch_size: int = 32, steps: int = 100,
                  restarts: int = 8, optimizer: str = "adam", lr: float = 0.05, runner: str = "threads",
                  workers: int | None = None, dask_address: str | None = None, top_k: int = 10,
                  log_every: float = 10.0, folder: str = "runs", tracking_uri: str | None = None,
@@ -818,7 +836,8 @@ def build_config(task: str = "enso", proposer: str = "auto", *, model: str | Non
                  serial: bool = False, train_fraction: float | None = None,
                  validation_fraction: float | None = None, dataset_options: dict[str, Any] | None = None,
                  temperature: float | None = None, request_timeout: float = 60.0,
-                 price_per_token: tuple[float, float] | None = None, max_stale_rounds: int = 5) -> DiscoverConfig:
+                 price_per_token: tuple[float, float] | None = None, max_stale_rounds: int = 5,
+                 fresh: bool = False) -> DiscoverConfig:
     kind, model = resolve_proposer(proposer, model)
     if max_stale_rounds < 0:
         raise DiscoveryError(f"max_stale_rounds must be >= 0 (0: never stop), got {max_stale_rounds}")
@@ -841,7 +860,7 @@ def build_config(task: str = "enso", proposer: str = "auto", *, model: str | Non
         calibration=CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed),
         runner=RunnerChoice(runner, workers, dask_address).check(), top_k=top_k, log_every=log_every, folder=folder,
         tracking_uri=tracking_uri, candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial,
-        max_stale_rounds=max_stale_rounds)
+        max_stale_rounds=max_stale_rounds, fresh=fresh)
 
 
 def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
@@ -869,7 +888,7 @@ def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = N
 def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] | None = None, *,
              model: str | None = None, api_base: str | None = None, api_key_env: str | None = None,
              replay: str | None = None, data: str | None = None, x: str | None = None, y: str | None = None,
-             group: str | None = None, task_kind: str | None = None, seed: int = 0, concurrency: int = 8,
+             group: str | None = None, task_kind: str | None = None, seed: int | None = None, concurrency: int = 8,
              per_request: int = 4, batch_size: int = 32, steps: int = 100, restarts: int = 8,
              optimizer: str = "adam", lr: float = 0.05, runner: str = "threads", workers: int | None = None,
              dask_address: str | None = None, top_k: int = 10, log_every: float = 10.0, folder: str = "runs",
@@ -878,7 +897,8 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
              serial: bool = False, train_fraction: float | None = None,
              validation_fraction: float | None = None, dataset_options: dict[str, Any] | None = None,
              temperature: float | None = None, request_timeout: float = 60.0,
-             price_per_token: tuple[float, float] | None = None, max_stale_rounds: int = 5) -> dict[str, Any]:
+             price_per_token: tuple[float, float] | None = None, max_stale_rounds: int = 5,
+             fresh: bool = False) -> dict[str, Any]:
     """Discover model programs for ``task`` (a registered dataset, or ``data=FILE`` with x/y columns).
 
     ``proposer``: auto | mutation | llm | replay. ``budget``: {"minutes", "max_candidates",
@@ -894,12 +914,13 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
                           candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial,
                           train_fraction=train_fraction, validation_fraction=validation_fraction,
                           dataset_options=dataset_options, temperature=temperature, request_timeout=request_timeout,
-                          price_per_token=price_per_token, max_stale_rounds=max_stale_rounds)
+                          price_per_token=price_per_token, max_stale_rounds=max_stale_rounds, fresh=fresh)
     report = run_discovery(config, Budget(**(budget or {})), run_id=run_id, resume=resume, logger=get_run_logger())
     get_run_logger().info(
-        "run %s %s (%s): %d proposed, %d new, %d calibrated, best %s %s; busy: proposal %.0f%%, calibration %.0f%%",
-        report.run_id, report.status, report.stop_reason, report.proposed, report.new, report.calibrated,
-        report.metric, report.best_score, 100 * report.proposal_busy, 100 * report.calibration_busy)
+        "run %s %s (%s): %d proposed, %d new, %d calibrated (reused %d evaluations from earlier runs), best %s %s; "
+        "busy: proposal %.0f%%, calibration %.0f%%; seed %s", report.run_id, report.status, report.stop_reason,
+        report.proposed, report.new, report.calibrated, report.reused, report.metric, report.best_score,
+        100 * report.proposal_busy, 100 * report.calibration_busy, report.seed)
     return report.to_dict()
 
 

@@ -91,6 +91,9 @@ class Candidate:
     fingerprint: str | None
     program: Any  # ndvm.Program, compiled once here so the caller need not compile again
     program_source: str | None = None  # what was compiled, when a wrapper made it differ from source
+    # The proposal's own text when it differs from ``source``: a candidate the store already had
+    # from an earlier run is calibrated as stored (see ``add``); None: the proposal is ``source``.
+    proposed_source: str | None = None
 
 
 @dataclass
@@ -718,7 +721,35 @@ class CandidateStore:
                 self._insert("candidates", _CANDIDATE_COLUMNS, candidate_rows, on_conflict="(hash) DO NOTHING")
                 self._insert("run_candidates", _MEMBER_COLUMNS, member_rows)
             index.hashes, index.fingerprints = hashes, fingerprints
-        return new
+            return self._as_stored(new, program_source)
+
+    def _as_stored(self, new: list[Candidate], program_source: Callable[[str], str] | None) -> list[Candidate]:
+        """``new`` with each candidate an earlier run stored under another text (other parameter
+        names or literals, the same canonical hash) replaced by the stored text: every evaluation
+        of a hash then fits ``candidates.source``, whose parameter names the leaderboard, MLflow,
+        the report card and the program library read its parameters by."""
+        import ndvm
+
+        if not new:
+            return new
+        stored = {h: (src, wrapped) for h, src, wrapped in self._con.sql(
+            "SELECT hash, source, program_source FROM candidates WHERE list_contains($1, hash)",
+            params=[[c.hash for c in new]]).fetchall()}
+        out = []
+        for c in new:
+            source, wrapped = stored.get(c.hash, (c.source, c.program_source))
+            if source != c.source:
+                try:
+                    if wrapped is None and program_source is not None:
+                        wrapped = program_source(source)
+                    program = ndvm.compile(wrapped or source)
+                except (ndvm.NDVMError, ValueError, TypeError):  # a runtime or wrapper that no longer takes it
+                    program = None
+                if program is not None and program.canonical_hash == c.hash:
+                    c = Candidate(c.hash, source, c.canonical_form, c.origin, c.parents, c.fingerprint, program,
+                                  wrapped, proposed_source=c.source)
+            out.append(c)
+        return out
 
     def _insert(self, table: str, columns: tuple[str, ...], rows: list[list[Any]], on_conflict: str | None = None,
                 chunk: int = 500) -> None:
