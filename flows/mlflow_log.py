@@ -64,6 +64,7 @@ class RunTracking:
         self.tracker: Any = None
         self.error: str | None = None
         self.failures = 0  # failed logging attempts during the run
+        self.champion: Any = None  # storage.tracking.ChampionDecision of the final logging
 
     @property
     def tracking_uri(self) -> str:
@@ -82,16 +83,34 @@ class RunTracking:
         return None if self.tracker is None else self.tracker.experiment_id
 
     def _connect_now(self) -> Any:
-        from storage.tracking import Tracker
+        from storage.tracking import DEFAULT_EXPERIMENT, Tracker, experiment_name
 
-        tracker = Tracker(self.configured_uri, run_folder=self.folder)
+        dataset, task = self.names.get("dataset"), self.names.get("task")
+        experiment = experiment_name(str(dataset), str(task)) if dataset and task else DEFAULT_EXPERIMENT
+        tracker = Tracker(self.configured_uri, run_folder=self.folder, experiment=experiment)
         tracker.entry_hook = self.entry_hook
-        stored = self.store.run_status(self.run_id).mlflow_run_id
-        parent = tracker.start_run(self.run_id, config=self.config, budget=self.budget, mlflow_run_id=stored,
-                                   **self.names)
-        if parent != stored:
+        status = self.store.run_status(self.run_id)
+        parent = tracker.start_run(self.run_id, config=self.config, budget=self.budget,
+                                   mlflow_run_id=status.mlflow_run_id, **self.names)
+        if parent != status.mlflow_run_id:
             self.store.set_mlflow_run(self.run_id, parent)
+        self._log_dataset(tracker, status)
         return tracker
+
+    def _log_dataset(self, tracker: Any, status: Any) -> None:
+        """The run's dataset as the parent run's MLflow dataset input (digest: the store's fingerprint)."""
+        problem = dict(self.config.get("problem") or {})
+        name = str(self.names.get("dataset") or problem.get("data") or problem.get("dataset") or "data")
+        if problem.get("data"):
+            source = str(problem["data"])
+        else:
+            import datasets
+
+            try:
+                source = datasets.definition(str(problem.get("dataset") or name)).source
+            except Exception:  # a dataset this installation no longer registers: its name is the source
+                source = name
+        tracker.log_dataset(name, digest=getattr(status, "dataset_fingerprint", None), source=source)
 
     def connect(self, seconds: float = CONNECT_SECONDS) -> bool:
         """Open (or reopen) the parent run; False, with ``error`` set, when MLflow does not answer."""
@@ -128,7 +147,13 @@ class RunTracking:
             if not self.connect(seconds=seconds / 2):
                 raise ConnectionError(self.error)
             leaderboard(self.tracker, k)
-            self.tracker.log_progress(self.store.run_status(self.run_id))
+            status = self.store.run_status(self.run_id)
+            self._log_dataset(self.tracker, status)  # again: the fingerprint may be known only now
+            if mlflow_status == "FINISHED" and k > 0:
+                # the registry: this run's best becomes the champion only if it beats the current one
+                self.champion = self.tracker.register_champion(self.store, self.run_id)
+                self.log.info("MLflow registry: %s", self.champion.reason)
+            self.tracker.log_progress(status)
             self.tracker.end_run(mlflow_status)
 
         for attempt in (1, 2):
@@ -215,7 +240,8 @@ def log_stored_run(run_id: str | None, folder: str | Path = "runs", tracking_uri
         after = store.logged(run_id)
         return {"run_id": run_id, "tracking_uri": tracking.tracking_uri, "mlflow_run_id": tracking.parent_run_id,
                 "experiment_id": tracking.experiment_id, "entries": len(after),
-                "newly_logged": len(set(after) - before)}
+                "newly_logged": len(set(after) - before),
+                "champion": None if tracking.champion is None else tracking.champion.reason}
 
 
 __all__ = ["CONNECT_SECONDS", "FINISH_SECONDS", "LogRunError", "RunTracking", "log_stored_run"]

@@ -33,7 +33,7 @@ def run_recalibration(problem: ProblemSpec, from_run: str | None = None, top: in
                       tracking_uri: str | None = None, run_id: str | None = None) -> dict[str, Any]:
     """The recalibration without Prefect's flow wrapper; returns the report (a dict)."""
     from storage import CandidateStore, EvaluationResult, StoreError, default_store_path
-    from storage.tracking import Tracker
+    from storage.tracking import Tracker, experiment_name
 
     options = options or CalibrationOptions()
     dataset, task = load_problem(problem)
@@ -63,7 +63,7 @@ def run_recalibration(problem: ProblemSpec, from_run: str | None = None, top: in
             parameters=r.parameters, train_metrics=r.train_metrics, heldout_metrics=r.heldout_metrics,
             seconds=r.seconds, status=r.status, error=r.error, loss_history=r.loss_history) for r in results])
 
-        tracker = Tracker(tracking_uri, run_folder=folder)
+        tracker = Tracker(tracking_uri, run_folder=folder, experiment=experiment_name(problem.label, task.kind))
         parent = tracker.start_run(run_id, dataset=problem.label, task=task.kind, proposer="recalibrate",
                                    config=config, budget={"top": top})
         store.set_mlflow_run(run_id, parent)

@@ -2,6 +2,17 @@
 
 It is logged as "model from code" (``storage/model_code.py``), so loading it needs this package and
 the ndvm runtime installed (``ndvm-discovery``), never an unpickled object.
+
+Two shapes of model share the class:
+
+- one parameter vector (a forecast candidate, a curve fitted without groups): the DataFrame's
+  columns are the program's inputs;
+- a per-group curve (battery cells): ``fit.json`` carries a ``groups`` section with every group's
+  fitted parameters, the group, x and y column names and the input scaling (``x = column / x_scale``,
+  cycles / 100 for battery data). The DataFrame has the group column and the raw x column; each
+  row is predicted with its group's parameters. A group the model does not know is calibrated on
+  the fly from its own rows that carry a y value (a new cell's early cycles), with the calibration
+  settings of the discovery run, and then predicted on all of its rows (the rest of its life).
 """
 from __future__ import annotations
 
@@ -13,15 +24,20 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 
+
+class UnknownGroupError(ValueError):
+    """A row names a group (cell) that the model has no parameters for and cannot calibrate."""
+
+
 class NDVMProgramModel(mlflow.pyfunc.PythonModel):
     """A fitted NDVM program as an MLflow pyfunc model.
 
-    Artifacts: ``program`` (the source) and ``fit`` (JSON: fitted parameters by name, and
-    ``static_inputs``, inputs that are not DataFrame columns). ``predict`` takes a pandas DataFrame
-    whose columns are the program's inputs and returns one prediction per row: a program whose
-    value is a vector over its inputs (a closed-form model of ``x``) is evaluated once on the
-    columns; a program whose value is a scalar, or that cannot take the columns as vectors (a
-    branch on ``x``), is evaluated once per row (one lane per row, the row's values its inputs).
+    Artifacts: ``program`` (the source) and ``fit`` (JSON: fitted parameters by name,
+    ``static_inputs``, inputs that are not DataFrame columns, and for a per-group curve the
+    ``groups`` section described in the module docstring). ``predict`` returns one prediction per
+    row: a program whose value is a vector over its inputs (a closed-form model of ``x``) is
+    evaluated once on the columns; a program whose value is a scalar, or that cannot take the
+    columns as vectors (a branch on ``x``), is evaluated once per row (one lane per row).
     """
 
     def load_context(self, context: Any) -> None:
@@ -30,15 +46,41 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         source = Path(context.artifacts["program"]).read_text()
         fitted = json.loads(Path(context.artifacts["fit"]).read_text())
         self._program = ndvm.compile(source)
-        missing = [name for name in self._program.param_names if name not in fitted["params"]]
+        names = self._program.param_names
+        missing = [name for name in names if name not in fitted["params"]]
         if missing:
             raise ValueError(f"fitted parameters lack {missing}")
-        self._theta = np.array([[float(fitted["params"][name]) for name in self._program.param_names]])
+        self._theta = np.array([[float(fitted["params"][name]) for name in names]])
         self._static = {k: np.asarray(v, dtype=np.float64) for k, v in fitted.get("static_inputs", {}).items()}
+        self._grouped = fitted.get("groups")
+        if self._grouped is not None:
+            spec = self._grouped
+            for key in ("column", "x", "input", "x_scale", "params"):
+                if key not in spec:
+                    raise ValueError(f"fit.json: the groups section lacks {key!r}")
+            self._group_theta: dict[str, np.ndarray] = {}
+            for group, values in spec["params"].items():
+                lacking = [name for name in names if name not in values]
+                if lacking:
+                    raise ValueError(f"fit.json: group {group!r} lacks parameters {lacking}")
+                self._group_theta[str(group)] = np.array([[float(values[name]) for name in names]])
+
+    @property
+    def groups(self) -> list[str]:
+        """The groups (cells) the model carries parameters for; empty for an ungrouped model."""
+        return sorted(self._group_theta) if self._grouped is not None else []
 
     # The DataFrame type hint tells MLflow to take the schema from the input example.
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
+        if self._grouped is not None:
+            return self._predict_groups(model_input)
         columns = {str(c): np.asarray(model_input[c], dtype=np.float64) for c in model_input.columns}
+        return self._evaluate(self._theta, columns, len(model_input))
+
+    def _evaluate(self, theta: np.ndarray, columns: dict[str, np.ndarray], n: int) -> np.ndarray:
+        """The program at one parameter row ``theta`` [1, P] on ``n`` rows of ``columns``."""
+        import ndvm
+
         inputs: dict[str, Any] = {}
         for name in self._program.inputs:
             if name in columns:
@@ -48,23 +90,68 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             else:
                 raise ValueError(f"input {name!r} is neither a column of the DataFrame "
                                  f"({sorted(columns)}) nor a static input of the model")
-        import ndvm
-
         out = None
         try:
-            theta = self._theta if self._theta.shape[1] else None
-            out = np.asarray(self._program.evaluate(theta, inputs))[0]
+            out = np.asarray(self._program.evaluate(theta if theta.shape[1] else None, inputs))[0]
         except ndvm.EvalError:
             # e.g. a branch on x: (if (> x 1) ...) has no single truth value for a column of x.
-            if len(model_input) < 2:
+            if n < 2:
                 raise
-        n = len(model_input)
         if out is None or (np.ndim(out) == 0 and n > 1):
             # A scalar program: one lane per row, each row's values as that lane's inputs.
             lane = {name: columns[name] for name in self._program.inputs if name in columns}
             shared = {name: self._static[name] for name in self._program.inputs if name not in columns}
-            out = np.asarray(self._program.evaluate(np.repeat(self._theta, n, axis=0), shared, lane_inputs=lane))
-        return np.asarray(out, dtype=np.float64).reshape(-1)
+            out = np.asarray(self._program.evaluate(np.repeat(theta, n, axis=0), shared, lane_inputs=lane))
+        out = np.asarray(out, dtype=np.float64).reshape(-1)
+        if out.size == 1 and n > 1:  # a constant model of x
+            out = np.full(n, out[0])
+        return out
+
+    # ---- per-group curves (battery cells) ---------------------------------------------------
+    def _predict_groups(self, frame: pd.DataFrame) -> np.ndarray:
+        spec = self._grouped
+        group_col, x_col, y_col = spec["column"], spec["x"], spec.get("y")
+        absent = [c for c in (group_col, x_col) if c not in frame.columns]
+        if absent:
+            raise ValueError(f"the DataFrame lacks the column(s) {absent}: this model predicts from the group "
+                             f"column {group_col!r} and the raw {x_col!r} (columns given: {list(frame.columns)})")
+        keys = frame[group_col].astype(str).to_numpy()
+        x = np.asarray(frame[x_col], dtype=np.float64) / float(spec["x_scale"])
+        y = np.asarray(frame[y_col], dtype=np.float64) if y_col and y_col in frame.columns else None
+        out = np.full(len(frame), np.nan)
+        for group in dict.fromkeys(keys):  # in order of first appearance
+            rows = np.flatnonzero(keys == group)
+            theta = self._group_theta.get(group)
+            if theta is None:
+                theta = self._calibrate_new_group(group, x[rows], None if y is None else y[rows])
+            out[rows] = self._evaluate(theta, {spec["input"]: x[rows]}, len(rows))
+        return out
+
+    def _calibrate_new_group(self, group: str, x: np.ndarray, y: np.ndarray | None) -> np.ndarray:
+        """Fit the program on a new group's rows that carry a y value; its parameter row [1, P]."""
+        import ndvm
+
+        spec = self._grouped
+        y_col = spec.get("y")
+        known = ", ".join(self.groups)
+        if y is None or not np.isfinite(y).any():
+            raise UnknownGroupError(
+                f"unknown {spec['column']} {group!r}: the model has parameters for {len(self._group_theta)} "
+                f"{spec['column']} values: {known}. To predict a new one, give its early rows with the "
+                f"{y_col!r} column filled in: the model calibrates it on them and predicts its other rows")
+        seen = np.isfinite(y)
+        n_params = len(self._program.param_names)
+        if seen.sum() <= n_params:
+            raise UnknownGroupError(
+                f"new {spec['column']} {group!r}: {int(seen.sum())} rows with {y_col!r} cannot determine "
+                f"{n_params} parameters; give more than {n_params} (known {spec['column']} values: {known})")
+        order = np.argsort(x[seen], kind="stable")  # the task fits each group in x order
+        settings = dict(spec.get("calibration") or {})
+        fit = ndvm.calibrate(self._program, {spec["input"]: x[seen][order]}, target=y[seen][order],
+                             loss=spec.get("loss", "mse"), **settings)
+        if fit.error:
+            raise ValueError(f"calibrating the new {spec['column']} {group!r} failed: {fit.error}")
+        return np.array([[float(fit.params[name]) for name in self._program.param_names]])
 
 
-__all__ = ["NDVMProgramModel"]
+__all__ = ["NDVMProgramModel", "UnknownGroupError"]

@@ -1,11 +1,24 @@
 """MLflow tracking of discovery runs: what a scientist browses in the morning.
 
+One MLflow experiment per dataset and task (``ndvm-<dataset>-<task>``, e.g. ``ndvm-enso-forecast``),
+created as a model-training experiment (tag ``mlflow.experimentKind``) so that the UI opens on its
+runs, not on the GenAI overview. Its shared view ``leaderboard`` (the UI's own "share view" tag,
+``mlflow.sharedViewState.leaderboard``) lists the candidates with their validation and test
+metrics and formula, best first: ``#/experiments/<id>/runs?viewStateShareKey=leaderboard``.
+
 One parent MLflow run per discovery run holds the configuration (dataset, task, proposer, model,
-budget) and progress metrics over time (proposals and calibrations per minute, best held-out
-score, duplicates rejected, invalid proposals). Each leaderboard entry becomes a nested run with
-the fitted parameters, train and held-out metrics, tags (canonical hash, origin, rank), artifacts
-(the program source, a fit plot with the held-out region marked, a forecast plot for time series,
-the loss curve) and a pyfunc model that predicts from a DataFrame of new inputs.
+budget), the dataset as an MLflow dataset input (name, digest = the store's dataset fingerprint,
+source) and progress metrics over time (proposals and calibrations per minute, best validation
+score, duplicates rejected, invalid proposals). Each leaderboard entry becomes a nested run named
+by its program hash, tagged with dataset, task, complexity, formula, origin and its current rank,
+with the fitted parameters, train and validation metrics (``heldout_*``), artifacts (the program
+source, a fit plot with the validation region marked, a forecast plot for time series, the loss
+curve) and a pyfunc model that predicts from a DataFrame of new inputs.
+
+The registry: the best validated program per dataset and task is the registered model
+``ndvm-<dataset>-<task>`` with alias ``champion`` (``register_champion``). A later run moves the
+alias only when its best beats the champion's validation score on the same dataset fingerprint;
+the former champion keeps its version and gets the alias ``previous``.
 
 The default store is a local sqlite database, ``sqlite:///<run folder>/mlflow.db``, with artifacts
 in ``<run folder>/mlartifacts``; any MLflow tracking URI works (a server on 127.0.0.1, ...).
@@ -15,6 +28,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import tempfile
 import threading
 import time
@@ -34,10 +48,41 @@ from storage.store import RunStatus, redact
 
 # The models-from-code script logged with each entry; it builds an NDVMProgramModel.
 MODEL_CODE = Path(__file__).with_name("model_code.py")
+# The experiment of a tracker made without a dataset and task (library use, tests).
 DEFAULT_EXPERIMENT = "ndvm-discovery"
+# MLflow 3's UI opens an experiment by its kind: a model-training one on its runs table.
+EXPERIMENT_KIND_TAG, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+# The UI's shared view state ("share" button): an experiment tag the URL names by its key.
+VIEW_KEY = "leaderboard"
+VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY
+CHAMPION, PREVIOUS = "champion", "previous"
 # MLflow limits a parameter value to 6000 characters; longer configuration values are truncated
 # in the parameter and kept whole in the run's config.json artifact.
 _MAX_PARAM = 6000
+_MAX_TAG = 5000
+
+
+def _slug(text: str) -> str:
+    """A name part MLflow URIs take as is: lower case letters, digits, '.', '_' and '-'."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.")
+    return slug or "data"
+
+
+def experiment_name(dataset: str, task: str) -> str:
+    """``ndvm-<dataset>-<task>``: the experiment, and the registered model, of a dataset and task.
+    A file given with ``--data`` is named by its stem (``/data/cells.csv`` -> ``cells``)."""
+    if not dataset or not task:
+        raise ValueError(f"experiment_name needs a dataset and a task, got {dataset!r} and {task!r}")
+    label = Path(dataset).stem if ("/" in dataset or "." in Path(dataset).name) else dataset
+    return f"ndvm-{_slug(label)}-{_slug(task)}"
+
+
+model_name = experiment_name  # the registered model of a dataset and task has the experiment's name
+
+
+def leaderboard_path(experiment_id: str) -> str:
+    """The UI route (after ``http://HOST:PORT/``) of an experiment's leaderboard view."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
 
 
 def default_tracking_uri(run_folder: str | Path = "runs") -> str:
@@ -63,6 +108,28 @@ class LeaderboardEntry:
     static_inputs: dict[str, Any] = field(default_factory=dict)  # inputs the model keeps (not columns)
     model_source: str | None = None    # the program the pyfunc model runs, when not ``source`` itself
                                        # (e.g. a forecast candidate with the task's forecasting driver)
+    model_groups: dict[str, Any] | None = None  # per-group curves: every group's parameters, the columns
+                                                # and the x scaling (storage/pyfunc_model.py)
+    complexity: int | None = None      # atoms of the canonical form (storage/parsimony.py)
+    formula: str | None = None         # None: rendered from the source and parameters when logged
+
+
+@dataclass(frozen=True)
+class ChampionDecision:
+    """What ``Tracker.register_champion`` did: ``registered`` (a new version that now holds the
+    alias ``champion``), or why the champion stayed (``reason``)."""
+
+    model: str
+    registered: bool
+    version: str | None          # the champion's version number after the decision (None: no champion)
+    previous: str | None         # the version number that holds ``previous`` after the decision
+    score: float | None          # this run's best validation score
+    champion_score: float | None # the champion's validation score before the decision
+    reason: str
+
+    @property
+    def uri(self) -> str:
+        return f"models:/{self.model}@{CHAMPION}"
 
 
 def entry_from_store(store: Any, run_id: str, candidate: str, **extra: Any) -> LeaderboardEntry:
@@ -72,10 +139,12 @@ def entry_from_store(store: Any, run_id: str, candidate: str, **extra: Any) -> L
     row = store.candidate(candidate)
     top = store.top(10_000, run_id=run_id)
     ranks = dict(zip(top["hash"].to_list(), top["rank"].to_list()))
+    complexity = row.get("complexity")
     return LeaderboardEntry(
         hash=candidate, source=row["source"], origin=row["origin"], rank=ranks.get(candidate),
         parameters=evaluation["parameters"], train_metrics=evaluation["train_metrics"],
-        heldout_metrics=evaluation["heldout_metrics"], loss_history=evaluation["loss_history"], **extra)
+        heldout_metrics=evaluation["heldout_metrics"], loss_history=evaluation["loss_history"],
+        complexity=None if complexity is None else int(complexity), **extra)
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
@@ -95,6 +164,32 @@ def _pip_requirements() -> list[str]:
     return [project, f"numpy=={np.__version__}", f"mlflow=={mlflow.__version__}"]
 
 
+def _formula(entry: LeaderboardEntry) -> str:
+    """The entry's formula with its fitted values (storage/formula.py), or why it has none."""
+    from storage.formula import render
+
+    plain = {k: v for k, v in entry.parameters.items() if "/" not in k}  # per-group fits: the first group's
+    formula = render(entry.source, plain)
+    return formula.text if formula.ok else formula.reason
+
+
+def _group_signature(entry: LeaderboardEntry) -> Any:
+    """The signature of a per-group model: the input example's columns (group and raw x), plus the
+    y column as optional (rows of a new group that carry y calibrate it)."""
+    from mlflow.models import infer_signature
+    from mlflow.types.schema import ColSpec, Schema
+
+    if entry.input_example is None:
+        raise ValueError(f"entry {entry.hash}: a per-group model needs an input example (group and x columns)")
+    import warnings
+
+    with warnings.catch_warnings():  # raw cycle numbers are integers on purpose (no missing values)
+        warnings.filterwarnings("ignore", message=".*integer column", category=UserWarning)
+        inputs = infer_signature(entry.input_example).inputs
+    y = entry.model_groups["y"]
+    return mlflow.models.ModelSignature(inputs=Schema([*inputs.inputs, ColSpec("double", y, required=False)]))
+
+
 class Tracker:
     """Logs discovery runs to MLflow. Call ``start_run`` once per discovery run (or with
     ``mlflow_run_id`` to continue a resumed run), then ``log_progress`` and ``log_entry`` as the
@@ -112,10 +207,21 @@ class Tracker:
         self.tracking_uri = tracking_uri
         mlflow.set_tracking_uri(tracking_uri)
         self.client = MlflowClient(tracking_uri)
+        self.experiment_name = experiment
         found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = (found.experiment_id if found is not None
-                              else self.client.create_experiment(experiment, artifact_location=artifact_location))
+        if found is None:
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_location,
+                                                               tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
+        else:
+            self.experiment_id = found.experiment_id
+            if found.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:  # made by an older version
+                self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+        self._view: str | None = found.tags.get(VIEW_TAG) if found is not None else None
         self._lock = threading.RLock()
+        # What start_run was told: candidate runs are tagged with it, the registry keyed by it.
+        self.dataset: str | None = None
+        self.task: str | None = None
+        self.calibration: dict[str, Any] = {}
         self.parent_run_id: str | None = None
         # Called with the candidate hash right after an entry's nested run is created (the flow's
         # fault-injection checkpoint "logging" uses it; see flows/faults.py).
@@ -132,13 +238,19 @@ class Tracker:
         already tagged with ``run_id`` in this experiment is reopened too (logging redone after a
         crash, or by ``ndvm log``): a discovery run never gets two parent runs."""
         with self._lock:
+            self.dataset, self.task = dataset, task
+            # the settings a pyfunc model calibrates a new group (battery cell) with, as the run did
+            calibration = dict((config or {}).get("calibration") or {})
+            self.calibration = {k: calibration[k] for k in ("optimizer", "steps", "lr", "restarts", "seed")
+                                if calibration.get(k) is not None}
             existing = self._find_parent(run_id, mlflow_run_id)
             if existing is not None:
                 self.client.update_run(existing, status="RUNNING")
                 self.parent_run_id = existing
                 return existing
-            run = self.client.create_run(self.experiment_id, run_name=run_id,
-                                         tags={"ndvm.run_id": run_id, "ndvm.kind": "discovery"})
+            tags = {"ndvm.run_id": run_id, "ndvm.kind": "discovery"}
+            tags.update({k: str(v) for k, v in (("dataset", dataset), ("task", task)) if v is not None})
+            run = self.client.create_run(self.experiment_id, run_name=run_id, tags=tags)
             self.parent_run_id = run.info.run_id
             params: dict[str, str] = {}
             for key, value in (("dataset", dataset), ("task", task), ("proposer", proposer), ("model", model)):
@@ -211,17 +323,46 @@ class Tracker:
         with self._lock:
             self.client.set_terminated(self._require_parent(), status=status)
 
-    # ---- leaderboard entries ---------------------------------------------------------------
-    def log_entry(self, entry: LeaderboardEntry) -> tuple[str, str]:
-        """Log a leaderboard entry as a nested run; return (nested run id, model URI)."""
+    def log_dataset(self, name: str, *, digest: str | None, source: str, rows: int | None = None) -> None:
+        """The run's dataset as an MLflow dataset input of the parent run (the runs table's Dataset
+        column): ``digest`` is the store's dataset fingerprint (data, split, task and calibration
+        settings; None: MLflow derives one from the name and source). ``source``: a file path, or
+        the dataset's description of its origin (its first URL, if any, becomes the source).
+        Logging the same dataset again is a no-op."""
+        from mlflow.data.code_dataset_source import CodeDatasetSource
+        from mlflow.data.http_dataset_source import HTTPDatasetSource
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.data.sources import LocalArtifactDatasetSource
+        from mlflow.entities import DatasetInput, InputTag
+
         with self._lock:
             parent = self._require_parent()
-            name = f"#{entry.rank} {entry.hash}" if entry.rank is not None else entry.hash
+            url = re.search(r"https?://[^\s;,()]+", source)
+            if Path(source).is_file():
+                origin: Any = LocalArtifactDatasetSource(str(Path(source).resolve()))
+            elif url:
+                origin = HTTPDatasetSource(url.group(0))
+            else:  # bundled or generated data: the description is all there is
+                origin = CodeDatasetSource({"description": source[:_MAX_TAG]})
+            dataset = MetaDataset(origin, name=name, digest=digest)
+            entity = dataset._to_mlflow_entity()
+            if rows is not None:
+                entity.profile = json.dumps({"num_rows": int(rows)})
+            self.client.log_inputs(parent, datasets=[DatasetInput(entity, tags=[InputTag("mlflow.data.context",
+                                                                                          "training")])])
+
+    # ---- leaderboard entries ---------------------------------------------------------------
+    def log_entry(self, entry: LeaderboardEntry) -> tuple[str, str]:
+        """Log a leaderboard entry as a nested run named by its hash; return (nested run id, model URI)."""
+        with self._lock:
+            parent = self._require_parent()
+            formula = entry.formula if entry.formula is not None else _formula(entry)
             tags = {"mlflow.parentRunId": parent, "ndvm.hash": entry.hash, "ndvm.origin": entry.origin or "",
-                    "ndvm.kind": "candidate"}
-            if entry.rank is not None:
-                tags["ndvm.rank"] = str(entry.rank)
-            run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+                    "ndvm.kind": "candidate", "origin": entry.origin or "", "formula": formula[:_MAX_TAG]}
+            tags.update({k: str(v) for k, v in (("dataset", self.dataset), ("task", self.task),
+                                                 ("complexity", entry.complexity), ("ndvm.rank", entry.rank))
+                         if v is not None})
+            run = self.client.create_run(self.experiment_id, run_name=entry.hash, tags=tags)
             run_id = run.info.run_id
             try:
                 if self.entry_hook is not None:
@@ -239,7 +380,8 @@ class Tracker:
         """Log the run's top ``k`` candidates that are not logged yet, and remember them in the
         store; return [(candidate hash, nested run id)]. ``extras(hash)`` supplies what the store
         does not keep: ``fit_plot``, ``forecast_plot``, ``input_example``, ``static_inputs``,
-        ``model_source``. The ``ndvm.rank`` tag is the rank when the entry was logged.
+        ``model_source``, ``model_groups``. The ``ndvm.rank`` tag of every logged entry is brought
+        up to date with the run's current ranking each time.
 
         What the tracking store holds is the truth: a finished nested run of an entry counts as
         logged (and is remembered in the store) even if the process died before it could say so;
@@ -254,7 +396,36 @@ class Tracker:
                 nested, _ = self.log_entry(entry)
                 store.mark_logged(run_id, digest, nested)
                 logged.append((digest, nested))
+                done[digest] = nested
+                self._ensure_view(store.run_status(run_id), entry)
+            self._update_ranks(store, run_id, done)
             return logged
+
+    def _update_ranks(self, store: Any, run_id: str, done: Mapping[str, str]) -> None:
+        """The ``ndvm.rank`` tag of each logged entry: its rank in the run now (ranks move as
+        better candidates arrive; the run name is the hash, so it never goes stale)."""
+        if not done:
+            return
+        ranks = dict(zip(*(store.top(10_000, run_id=run_id)[c].to_list() for c in ("hash", "rank"))))
+        for digest, nested in done.items():
+            if digest in ranks:
+                self.client.set_tag(nested, "ndvm.rank", str(ranks[digest]))
+
+    def _ensure_view(self, status: RunStatus, entry: LeaderboardEntry) -> None:
+        """Keep the experiment's shared view ``leaderboard`` (see the module docstring) listing the
+        validation and test columns of the metrics entries carry, sorted by the ranking metric."""
+        names = sorted(entry.heldout_metrics)
+        view = {
+            "searchFilter": "tags.`ndvm.kind` = 'candidate'",
+            "orderByKey": f"metrics.`heldout_{status.metric}`", "orderByAsc": not status.higher_is_better,
+            "selectedColumns": (["attributes.`Models`", "attributes.`Dataset`"]
+                                + [f"metrics.`heldout_{n}`" for n in names] + [f"metrics.`test_{n}`" for n in names]
+                                + ["tags.`formula`", "tags.`complexity`", "tags.`origin`", "tags.`ndvm.rank`"]),
+        }
+        text = json.dumps(view)
+        if text != self._view:
+            self.client.set_experiment_tag(self.experiment_id, VIEW_TAG, text)
+            self._view = text
 
     def _reconcile(self, store: Any, run_id: str) -> dict[str, str]:
         """candidate hash -> nested run id of the entries this parent run already has, finished."""
@@ -296,10 +467,15 @@ class Tracker:
             if entry.model_source is not None:
                 (folder / "model_program.scm").write_text(entry.model_source)
             fitted = folder / "fit.json"
-            fitted.write_text(json.dumps({
+            contents: dict[str, Any] = {
                 "params": {k: float(v) for k, v in entry.parameters.items()},
                 "static_inputs": {k: np.asarray(v, float).tolist() for k, v in entry.static_inputs.items()},
-            }, indent=1))
+            }
+            signature = None
+            if entry.model_groups is not None:
+                contents["groups"] = {**entry.model_groups, "calibration": dict(self.calibration)}
+                signature = _group_signature(entry)
+            fitted.write_text(json.dumps(contents, indent=1))
             self.client.log_artifact(run_id, str(program))
             self.client.log_artifact(run_id, str(fitted))
             if entry.fit_plot is not None:
@@ -316,9 +492,91 @@ class Tracker:
                     name="model", python_model=str(MODEL_CODE),
                     artifacts={"program": str(folder / "model_program.scm") if entry.model_source is not None
                                else str(program), "fit": str(fitted)},
-                    input_example=entry.input_example, pip_requirements=_pip_requirements(),
+                    input_example=entry.input_example, signature=signature, pip_requirements=_pip_requirements(),
                 )
         return info.model_uri
 
+    # ---- the registry ----------------------------------------------------------------------
+    def register_champion(self, store: Any, run_id: str) -> ChampionDecision:
+        """Register the run's best validated program as the champion of its dataset and task when
+        it beats the current one (see the module docstring); return what was decided.
 
-__all__ = ["Tracker", "LeaderboardEntry", "NDVMProgramModel", "entry_from_store", "default_tracking_uri"]
+        The best entry must have been logged (``log_leaderboard``). Its version carries the tags
+        ``ndvm.fingerprint`` (the store's dataset fingerprint, ``unknown`` when the run has none),
+        ``ndvm.validation_score``, ``ndvm.metric``, ``ndvm.run_id`` and ``ndvm.hash``. A champion on
+        another fingerprint scored another validation split: no comparison, the alias stays.
+        Calling it again for the same run changes nothing."""
+        with self._lock:
+            status = store.run_status(run_id)
+            if not status.dataset or not status.task:
+                raise ValueError(f"run {run_id} has no dataset or task recorded: no registered model to name")
+            name = model_name(status.dataset, status.task)
+            fingerprint = getattr(status, "dataset_fingerprint", None) or "unknown"
+            top = store.top(1, run_id=run_id)
+            current = self._alias_version(name, CHAMPION)
+            held = None if current is None else float(current.tags.get("ndvm.validation_score", "nan"))
+
+            def decision(registered: bool, reason: str, score: float | None = None) -> ChampionDecision:
+                now = self._alias_version(name, CHAMPION)
+                before = self._alias_version(name, PREVIOUS)
+                result = ChampionDecision(name, registered, None if now is None else str(now.version),
+                                          None if before is None else str(before.version), score, held, reason)
+                if self.parent_run_id is not None:
+                    self.client.set_tag(self.parent_run_id, "ndvm.champion", reason[:_MAX_TAG])
+                return result
+
+            if top.height == 0:
+                return decision(False, f"no validated program in run {run_id}: {name} unchanged")
+            digest, score = top["hash"][0], float(top["score"][0])
+            nested = store.logged(run_id).get(digest)
+            if nested is None:
+                raise ValueError(f"the best candidate {digest} of run {run_id} is not logged to MLflow: "
+                                 "log the leaderboard first")
+            mine = self.client.search_model_versions(f"name = '{name}' and tags.`ndvm.run_id` = '{run_id}'")
+            if mine:  # a retried final logging, or `ndvm log` after the run had logged
+                return decision(False, f"run {run_id} already registered {name} version {mine[0].version}",
+                                score)
+            if current is not None:
+                if current.tags.get("ndvm.fingerprint") != fingerprint:
+                    return decision(False, f"{name}@{CHAMPION} (version {current.version}) was chosen on dataset "
+                                           f"fingerprint {current.tags.get('ndvm.fingerprint')}, this run on "
+                                           f"{fingerprint}: validation scores of different data are not "
+                                           "compared; the champion stays", score)
+                better = score > held if status.higher_is_better else score < held
+                if not better:
+                    return decision(False, f"validation {status.metric} {score:.6g} does not beat {name}@{CHAMPION} "
+                                           f"(version {current.version}, {held:.6g}): the champion stays", score)
+            model_uri = self.client.get_run(nested).data.tags.get("ndvm.model_uri")
+            if not model_uri:
+                raise ValueError(f"the nested run {nested} of {digest} has no logged model (tag ndvm.model_uri)")
+            try:
+                self.client.get_registered_model(name)
+            except mlflow.exceptions.MlflowException:
+                self.client.create_registered_model(
+                    name, tags={"dataset": status.dataset, "task": status.task},
+                    description=f"The best validated NDVM program for {status.dataset} ({status.task}); "
+                                f"load it with mlflow.pyfunc.load_model('models:/{name}@{CHAMPION}').")
+            tags = {"ndvm.fingerprint": fingerprint, "ndvm.validation_score": repr(score),
+                    "ndvm.metric": status.metric, "ndvm.run_id": run_id, "ndvm.hash": digest}
+            version = self.client.create_model_version(name, source=model_uri, run_id=nested, tags=tags,
+                                                       model_id=model_uri.removeprefix("models:/"))
+            if current is not None:
+                self.client.set_registered_model_alias(name, PREVIOUS, current.version)
+            self.client.set_registered_model_alias(name, CHAMPION, version.version)
+            self.client.set_tag(nested, "ndvm.champion", f"{name} version {version.version}")
+            if current is None:
+                reason = f"{name} version {version.version} is the first {CHAMPION} (validation {status.metric} {score:.6g})"
+            else:
+                reason = (f"{name} version {version.version} is the new {CHAMPION}: validation {status.metric} "
+                          f"{score:.6g} beats version {current.version} ({held:.6g}), now {PREVIOUS}")
+            return decision(True, reason, score)
+
+    def _alias_version(self, name: str, alias: str) -> Any:
+        try:
+            return self.client.get_model_version_by_alias(name, alias)
+        except mlflow.exceptions.MlflowException:  # no such model or alias
+            return None
+
+
+__all__ = ["Tracker", "LeaderboardEntry", "ChampionDecision", "NDVMProgramModel", "entry_from_store",
+           "default_tracking_uri", "experiment_name", "model_name", "leaderboard_path", "CHAMPION", "PREVIOUS"]

@@ -25,13 +25,17 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def _mlflow_runs(folder, run_name):
     from mlflow.tracking import MlflowClient
 
-    from storage.tracking import default_tracking_uri
+    from storage.tracking import default_tracking_uri, experiment_name
 
     client = MlflowClient(default_tracking_uri(folder))
-    experiment = client.get_experiment_by_name("ndvm-discovery")
-    runs = client.search_runs([experiment.experiment_id], max_results=500)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, max_results=500)
     parent = [r for r in runs if r.data.tags.get("ndvm.run_id") == run_name]
     assert len(parent) == 1, [r.info.run_name for r in runs]
+    # one experiment per dataset and task: ndvm-<dataset>-<task>
+    params = parent[0].data.params
+    assert (client.get_experiment(parent[0].info.experiment_id).name
+            == experiment_name(params["dataset"], params["task"]))
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
     return client, parent[0], children
 
@@ -267,9 +271,10 @@ def test_curve_task_with_groups(prefect_api, tmp_path):
     client, parent, children = _mlflow_runs(tmp_path, "curve-run")
     [entry] = [c for c in children if c.data.tags["ndvm.hash"] == report["best_hash"]]
     model = mlflow.pyfunc.load_model(entry.data.tags["ndvm.model_uri"])
-    x = np.linspace(0.1, 4.0, 9)
-    expected = program.evaluate([[first[n] for n in program.param_names]], {"x": x})[0]
-    np.testing.assert_allclose(model.predict(pd.DataFrame({"x": x})), np.broadcast_to(expected, x.shape), rtol=1e-12)
+    cycles = np.arange(10, 400, 45)  # raw cycle numbers: the model scales them (x = cycle / 100) itself
+    expected = program.evaluate([[first[n] for n in program.param_names]], {"x": cycles / 100.0})[0]
+    got = model.predict(pd.DataFrame({"cell_id": ["synthetic-00"] * len(cycles), "cycle": cycles}))
+    np.testing.assert_allclose(got, np.broadcast_to(expected, cycles.shape), rtol=1e-12)
     plots = {a.path for a in client.list_artifacts(entry.info.run_id, "plots")}
     assert "plots/fit.png" in plots
 

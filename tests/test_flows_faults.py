@@ -224,7 +224,7 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
         assert second.returncode == 0 and "(0 new this time)" in second.stdout, second.stderr[-3000:]
 
         client = MlflowClient(uri)
-        experiment = client.get_experiment_by_name("ndvm-discovery")
+        experiment = client.get_experiment_by_name("ndvm-enso-forecast")  # one experiment per dataset and task
         parents = client.search_runs([experiment.experiment_id], "tags.`ndvm.run_id` = 'down-run'")
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"  # idempotent: one parent ...
         children = client.search_runs([experiment.experiment_id],

@@ -111,7 +111,7 @@ def test_kill_9_at_every_stage_then_resume_loses_nothing_and_calibrates_nothing_
     from storage.tracking import default_tracking_uri
 
     client = MlflowClient(default_tracking_uri(folder))
-    experiment = client.get_experiment_by_name("ndvm-discovery")
+    experiment = client.get_experiment_by_name("ndvm-enso-forecast")  # one experiment per dataset and task
     parents = client.search_runs([experiment.experiment_id], f"tags.`ndvm.run_id` = '{RUN}'")
     assert [p.info.run_id for p in parents] == [status.mlflow_run_id]  # one parent run through six processes
     assert parents[0].info.status == "FINISHED"

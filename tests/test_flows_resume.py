@@ -87,7 +87,7 @@ def test_kill_9_then_resume_loses_nothing(prefect_api, tmp_path):
     client = MlflowClient(default_tracking_uri(folder))
     parent = client.get_run(mlflow_parent)
     assert parent.info.status == "FINISHED"
-    experiment = client.get_experiment_by_name("ndvm-discovery")
+    experiment = client.get_experiment_by_name("ndvm-enso-forecast")  # one experiment per dataset and task
     children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{mlflow_parent}'")
     hashes = [c.data.tags["ndvm.hash"] for c in children]
     assert len(hashes) == len(set(hashes)) >= 2  # a resumed run does not log an entry twice

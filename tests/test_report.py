@@ -74,7 +74,7 @@ def test_enso_run_ends_with_a_report_card(enso_run):
     assert set(se["stderr"]) == set(card["champion"]["parameters"])
     # MLflow: the card on the parent run, a formula tag and formula.tex on each logged entry
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("ndvm-discovery").experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name("ndvm-enso-forecast").experiment_id])
     parent = next(r for r in runs if r.data.tags.get("ndvm.run_id") == "enso-e2e" and "mlflow.parentRunId" not in r.data.tags)
     assert {"report.md", "report.json"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert parent.data.tags["verdict"] == card["verdict"]

@@ -280,7 +280,8 @@ class CurveTask(Task):
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
         """What MLflow logs for a leaderboard entry: the fit of the first group over its training
-        and validation rows (validation marked held out), and an input example."""
+        and validation rows (validation marked held out), an input example, and for a per-group
+        fit ``model_groups``: every group's parameters and the x scaling for the pyfunc model."""
         import pandas as pd
 
         from storage.plots import FitPlot
@@ -297,11 +298,23 @@ class CurveTask(Task):
         plain = {n: parameters[n] for n in program.param_names}  # the first group's values
         prediction = self._program_predictor(program)(plain, {INPUT: x})
         title = f"{self.dataset.group} {group}" if group is not None else ""
-        return {
+        extras = {
             "fit_plot": FitPlot(x, y, prediction, held, x_label=f"x = {self.dataset.x} / {self.x_scale:g}",
                                 y_label=self.dataset.y, title=title),
             "input_example": pd.DataFrame({INPUT: x[:5]}),
         }
+        if self.per_group:
+            # The logged model serves every group from raw x values (storage/pyfunc_model.py): it
+            # carries each group's parameters and the scaling, and calibrates a new group on the fly.
+            head = self._part(group, TRAIN).head(5)
+            extras["input_example"] = pd.DataFrame({self.dataset.group: head.get_column(self.dataset.group).to_list(),
+                                                    self.dataset.x: head.get_column(self.dataset.x).to_numpy()})
+            extras["model_groups"] = {
+                "column": self.dataset.group, "x": self.dataset.x, "y": self.dataset.y, "input": INPUT,
+                "x_scale": self.x_scale, "loss": self.loss,
+                "params": {str(g): {n: float(parameters[f"{g}/{n}"]) for n in program.param_names}
+                           for g in self.groups()}}
+        return extras
 
     @staticmethod
     def _as_rows(values, n: int) -> np.ndarray:
