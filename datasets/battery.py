@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from . import cache
+from .catalog import registered
 from .errors import DataFormatError, DataNotFoundError, SplitError
 from .schema import TEST, TEST_FIT, TRAIN, VALIDATION, Column, Dataset
 
@@ -231,7 +232,6 @@ def tidy_dataset(
     )
     extras = [c for c in frame.columns if c not in ("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah") and not c.startswith("_")]
     frame = frame.select("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah", *extras).sort("cell_id", "cycle")
-    from .registry import registered  # late import: the registry imports this module
 
     info = {
         "task": "curve",

@@ -359,7 +359,7 @@ def _load(name: str, dataset: str, default_cells, *, batches=None, refresh: bool
     ds = battery.load_battery(path, cells=default_cells if cells is None else cells, cache_dir=cache_dir,
                               **split_options)
     ds.name = dataset
-    from .registry import registered
+    from .catalog import registered
 
     ds.definition = registered(dataset) or ds.definition
     ds.meta["source"] = source(name).title
@@ -397,7 +397,7 @@ load_battery_severson.forwards_to = battery.load_battery
 
 def register_datasets() -> None:
     """Register ``battery-nasa`` and ``battery-severson`` (called by ``datasets/__init__``)."""
-    from .registry import register
+    from .catalog import register
     from .schema import DatasetDefinition
 
     split = "train_fraction, validation_fraction, test_cells, soh_ref_cycles, min_cycles"

@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from . import cache
+from .catalog import registered
 from .errors import DataFormatError, SplitError
 from .schema import TEST, TRAIN, VALIDATION, Column, Dataset
 
@@ -198,7 +199,6 @@ def _finish(frame: pl.DataFrame, *, start_year: int | None, end_year: int | None
 def _dataset(name: str, frame: pl.DataFrame, train_end_year: int, validation_end_year: int, meta: dict) -> Dataset:
     frame = add_training_anomaly(frame, "_base", train_end_year, validation_end_year)
     frame = frame.select("year", "month", "t", "sst_c", "anom_c", "split")
-    from .registry import registered  # late import: the registry imports this module
 
     meta = {"task": "forecast", "train_end_year": train_end_year, "validation_end_year": validation_end_year,
             "anomaly_baseline": "training years, per calendar month", **meta}

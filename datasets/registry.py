@@ -6,35 +6,14 @@ from pathlib import Path
 from typing import Any
 
 from . import battery, enso, userfile
+from .catalog import definition, definitions, register, registered  # noqa: F401  (the registry's API)
 from .errors import UnknownDatasetError
 from .schema import Column, Dataset, DatasetDefinition
-
-_REGISTRY: dict[str, DatasetDefinition] = {}
-
-
-def register(defn: DatasetDefinition) -> DatasetDefinition:
-    """Add a dataset (a later registration of the same name replaces the earlier one)."""
-    _REGISTRY[defn.name] = defn
-    return defn
-
-
-def definition(name: str) -> DatasetDefinition:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownDatasetError(
-            f"unknown dataset {name!r}; registered: {', '.join(sorted(_REGISTRY))} (or give a .csv/.parquet path)"
-        ) from None
-
-
-def registered(name: str) -> DatasetDefinition | None:
-    """The definition of ``name``, or None when it is not registered."""
-    return _REGISTRY.get(name)
 
 
 def list_datasets() -> list[dict[str, Any]]:
     """One row per registered dataset (name, title, kind, task, columns, source, licence, ...)."""
-    return [d.summary_row() for d in sorted(_REGISTRY.values(), key=lambda d: d.name)]
+    return [d.summary_row() for d in definitions()]
 
 
 def load(name_or_path: str | os.PathLike, **options: Any) -> Dataset:
@@ -45,12 +24,13 @@ def load(name_or_path: str | os.PathLike, **options: Any) -> Dataset:
     which needs ``x=`` and ``y=`` (or a TOML manifest beside the file).
     """
     key = str(name_or_path)
-    if key in _REGISTRY and not isinstance(name_or_path, Path):
-        return _REGISTRY[key].loader(**options)
+    known = registered(key)
+    if known is not None and not isinstance(name_or_path, Path):
+        return known.loader(**options)
     path = Path(name_or_path).expanduser()
     if not path.exists():
         raise UnknownDatasetError(
-            f"{key!r} is neither a registered dataset ({', '.join(sorted(_REGISTRY))}) nor an existing file"
+            f"{key!r} is neither a registered dataset ({', '.join(d.name for d in definitions())}) nor an existing file"
         )
     if path.suffix.lower() in (".csv", ".parquet") and not (options.get("x") or options.get("y")) \
             and not path.with_suffix(".toml").is_file() and battery.is_battery_file(path):

@@ -116,8 +116,8 @@ def _paired_text(row: dict[str, Any]) -> str:
 
 
 def run_discovery_suite(config: Any) -> Any:
-    """The suite (``ndvm.bench.common.SuiteResult``)."""
-    from ndvm.bench.common import SuiteResult, find_data_dir
+    """The suite (``ndvm_bench.common.SuiteResult``)."""
+    from ndvm_bench.common import SuiteResult, find_data_dir
 
     _quiet()
     seeds = SEEDS[:1] if config.quick else SEEDS

@@ -17,7 +17,7 @@ import numpy as np
 from . import _native
 from . import errors
 from .errors import EvalError, NDVMError
-from .program import Limits, Program, _inputs, _lane_inputs, compile
+from .program import Limits, Program, _inputs, _lane_inputs, _natural, _unconstrained, compile
 
 LOSSES = ("mse", "gaussian_nll", "value")
 OPTIMIZERS = ("adam", "lbfgs", "gd")
@@ -84,26 +84,6 @@ def _check_options(loss: str, optimizer: str, steps: int, restarts: int, lr: flo
         raise ValueError("restarts must be >= 1")
     if not (lr > 0):
         raise ValueError("lr must be > 0")
-
-
-def _unconstrained(p, x):
-    if p.constraint == "positive":
-        x = np.maximum(x, 1e-300)
-        return np.where(x > 30, x, np.log(np.expm1(np.minimum(x, 30))))
-    if isinstance(p.constraint, tuple):
-        lo, hi = p.constraint[1], p.constraint[2]
-        t = np.clip((x - lo) / (hi - lo), 1e-12, 1 - 1e-12)
-        return np.log(t / (1 - t))
-    return x
-
-
-def _natural(p, u):
-    if p.constraint == "positive":
-        return np.where(u > 30, u, np.log1p(np.exp(np.minimum(u, 30))))
-    if isinstance(p.constraint, tuple):
-        lo, hi = p.constraint[1], p.constraint[2]
-        return lo + (hi - lo) / (1 + np.exp(-u))
-    return u
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,8 +1,10 @@
-"""The ``ndvm`` command line. Subcommands are registered in ``COMMANDS``; each one works."""
+"""The ``ndvm`` command line: the runtime's own commands (version, run, check) and those other
+packages register through the ``ndvm.commands`` entry point (bench, the pipeline's)."""
 from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 
@@ -66,34 +68,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from ndvm import bench
-
-    argv = []
-    if args.suite:
-        for s in args.suite:
-            argv += ["--suite", s]
-    if args.json:
-        argv += ["--json", args.json]
-    if args.quick:
-        argv.append("--quick")
-    if args.data_dir:
-        argv += ["--data-dir", args.data_dir]
-    if args.markdown:
-        argv += ["--markdown", args.markdown]
-    return int(bench.main(argv) or 0)
-
-
-def _register_pipeline(sub) -> None:
-    """The pipeline commands (discover, serve, ui, ...) live in flows/, which imports Prefect,
-    MLflow and litellm; ndvm itself does not depend on them."""
-    try:
-        from flows.cli import register
-    except ImportError as exc:  # the library installed without the pipeline
-        if "flows" not in str(exc):
-            raise
-        return
-    register(sub)
+def _register_plugins(sub) -> None:
+    """Commands other packages contribute through the ``ndvm.commands`` entry point (pyproject.toml):
+    ``bench`` (ndvm_bench) and the pipeline's (discover, serve, ui, ...: flows, which imports
+    Prefect, MLflow and litellm). ndvm imports none of them; each entry point is a ``register(sub)``
+    function adding its subparsers. One that cannot be imported (a dependency missing) is reported
+    and left out, so that the runtime's own commands keep working."""
+    for ep in sorted(entry_points(group="ndvm.commands"), key=lambda ep: ep.name):
+        try:
+            register = ep.load()
+        except ImportError as exc:
+            print(f"ndvm: the {ep.name} commands ({ep.value}) are unavailable: {exc}", file=sys.stderr)
+            continue
+        register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,15 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(fn=cmd_check)
 
-    p = sub.add_parser("bench", help="run the benchmark suites (tables, --json PATH)")
-    p.add_argument("--suite", action="append", help="a suite to run (repeatable); default: all")
-    p.add_argument("--json", help="write the results as JSON")
-    p.add_argument("--quick", action="store_true", help="small repetitions, for a smoke run")
-    p.add_argument("--data-dir", help="the shared data folder (co-search corpus, ENSO series)")
-    p.add_argument("--markdown", help="also write the tables as Markdown")
-    p.set_defaults(fn=cmd_bench)
-
-    _register_pipeline(sub)
+    _register_plugins(sub)
     return parser
 
 

@@ -92,6 +92,30 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+# The transforms between a parameter's natural value and the unconstrained coordinate the
+# optimizers work in (softplus for positive, logistic for between); the native optimizers apply the
+# same ones (native/src/optim.cc). Used by calibrate (starting points) and stderr (the Jacobian).
+def _unconstrained(p, x):
+    if p.constraint == "positive":
+        x = np.maximum(x, 1e-300)
+        return np.where(x > 30, x, np.log(np.expm1(np.minimum(x, 30))))
+    if isinstance(p.constraint, tuple):
+        lo, hi = p.constraint[1], p.constraint[2]
+        t = np.clip((x - lo) / (hi - lo), 1e-12, 1 - 1e-12)
+        return np.log(t / (1 - t))
+    return x
+
+
+def _natural(p, u):
+    if p.constraint == "positive":
+        return np.where(u > 30, u, np.log1p(np.exp(np.minimum(u, 30))))
+    if isinstance(p.constraint, tuple):
+        lo, hi = p.constraint[1], p.constraint[2]
+        return lo + (hi - lo) / (1 + np.exp(-u))
+    return u
+
+
+
 def as_array(value: Any, name: str) -> np.ndarray:
     """Converts an input value (number, sequence, numpy, polars or torch) to a float64 array."""
     if hasattr(value, "detach"):  # torch tensor

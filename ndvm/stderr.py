@@ -31,6 +31,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import EvalError
+from .program import _natural, _unconstrained
 
 # Eigenvalue ratio below which a direction of the unit-diagonal information counts as flat. Central
 # differences of exact gradients carry a relative error of about step^2 = 1e-8, so a smaller ratio
@@ -75,16 +76,12 @@ class StdErr:
 
 def _du_dtheta_jacobian(params, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(u, dtheta/du) at the natural values ``theta`` of ``params``."""
-    from .calibrate import _unconstrained
-
     u = np.array([float(_unconstrained(p, np.float64(t))) for p, t in zip(params, theta)])
     jac = np.array([float(_jac_at(p, np.array([uj]))[0]) for p, uj in zip(params, u)])
     return u, jac
 
 
 def _natural_rows(params, u_rows: np.ndarray) -> np.ndarray:
-    from .calibrate import _natural
-
     out = np.empty_like(u_rows)
     for j, p in enumerate(params):
         out[:, j] = _natural(p, u_rows[:, j])

@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 
 
-from ndvm.baselines import eager, tagged
-from ndvm.baselines.calibrate import calibrate as baseline_calibrate, warm_up
-from ndvm.bench.common import (BenchConfig, SuiteResult, fmt_num, fmt_ratio, fmt_time, ratio, require_ndvm,
+from ndvm_bench.baselines import eager, tagged
+from ndvm_bench.baselines.calibrate import calibrate as baseline_calibrate, warm_up
+from ndvm_bench.common import (BenchConfig, SuiteResult, fmt_num, fmt_ratio, fmt_time, ratio, require_ndvm,
                                time_call)
-from ndvm.bench.programs import PROGRAMS
+from ndvm_bench.programs import PROGRAMS
 
 STEPS, LR = 30, 0.08
 

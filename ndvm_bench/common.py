@@ -138,7 +138,7 @@ def find_data_dir(config: BenchConfig) -> Path | None:
         candidates.append(Path(config.data_dir))
     if os.environ.get("NDVM_DATA_DIR"):
         candidates.append(Path(os.environ["NDVM_DATA_DIR"]))
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     candidates.append(repo.parent / "shared" / "data")
     for c in candidates:
         if c.is_dir():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 SOURCE = REPO_ROOT / "native" / "bench" / "kalman_compiled.cc"
 BUILD_DIR = REPO_ROOT / "build" / "bench"
 BINARY = BUILD_DIR / "kalman_compiled"

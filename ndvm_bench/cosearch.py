@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ndvm.baselines import tagged
-from ndvm.baselines.calibrate import calibrate as baseline_calibrate, warm_up
-from ndvm.bench.common import (BenchConfig, SuiteResult, SuiteSkipped, find_data_dir, fmt_num, fmt_ratio,
+from ndvm_bench.baselines import tagged
+from ndvm_bench.baselines.calibrate import calibrate as baseline_calibrate, warm_up
+from ndvm_bench.common import (BenchConfig, SuiteResult, SuiteSkipped, find_data_dir, fmt_num, fmt_ratio,
                                fmt_time, ratio, require_ndvm)
 
 STEPS, LR, SUCCESS_R2 = 50, 0.05, 0.9

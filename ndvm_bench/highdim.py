@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ndvm.baselines import eager, tagged
-from ndvm.bench.common import (BenchConfig, SuiteResult, find_data_dir, fmt_num, fmt_ratio, fmt_time, ratio,
+from ndvm_bench.baselines import eager, tagged
+from ndvm_bench.common import (BenchConfig, SuiteResult, find_data_dir, fmt_num, fmt_ratio, fmt_time, ratio,
                                require_ndvm, time_call)
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ndvm.baselines import eager, tagged
-from ndvm.bench import compiled
-from ndvm.bench.common import (BenchConfig, SuiteResult, fmt_ratio, fmt_time, ratio, require_ndvm, time_call)
-from ndvm.bench.programs import PROGRAMS, REGIME_ORDER
+from ndvm_bench.baselines import eager, tagged
+from ndvm_bench import compiled
+from ndvm_bench.common import (BenchConfig, SuiteResult, fmt_ratio, fmt_time, ratio, require_ndvm, time_call)
+from ndvm_bench.programs import PROGRAMS, REGIME_ORDER
 
 
 def _max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:

@@ -13,10 +13,10 @@ import statistics
 
 import numpy as np
 
-from ndvm.baselines import jax_baseline
-from ndvm.bench.common import (BenchConfig, SuiteResult, SuiteSkipped, fmt_num, fmt_time, require_ndvm,
+from ndvm_bench.baselines import jax_baseline
+from ndvm_bench.common import (BenchConfig, SuiteResult, SuiteSkipped, fmt_num, fmt_time, require_ndvm,
                                time_call)
-from ndvm.bench.programs import PROGRAMS, REGIME_ORDER
+from ndvm_bench.programs import PROGRAMS, REGIME_ORDER
 
 
 def crossover_steps(compile_ndvm: float, step_ndvm: float, stage_jax: float, step_jax: float) -> float | None:
@@ -32,7 +32,7 @@ def run_staging(config: BenchConfig) -> SuiteResult:
 
     # the compile-time target of the runtime issue: median over the co-search corpus
     try:
-        from ndvm.bench.cosearch import load_task
+        from ndvm_bench.cosearch import load_task
         task = load_task(config)
     except SuiteSkipped as e:
         task = None

@@ -1,6 +1,6 @@
 """Readable models: a candidate program rendered as a formula (sympy: text and LaTeX).
 
-``render(source, params)`` reads the program (``proposers.sexpr``, the project's S-expression
+``render(source, params)`` reads the program (``ndvm.read``, the runtime's own
 reader), evaluates it *symbolically*: parameters and inputs become sympy symbols, ``define``d
 values and functions and ``let`` bindings are substituted in place, ``if``/``cond`` become
 piecewise expressions. The fitted values replace the parameters, rounded to ``digits`` significant
@@ -64,7 +64,7 @@ class _Renderer:
 
     # ---- evaluation --------------------------------------------------------------------
     def ev(self, node: Any, env: dict) -> Any:
-        from proposers.sexpr import Dotted, Sym
+        from ndvm.language import Dotted, Symbol as Sym
 
         sp = self.sp
         if isinstance(node, bool):
@@ -126,12 +126,12 @@ class _Renderer:
 
     @staticmethod
     def is_define(form: Any) -> bool:
-        from proposers.sexpr import Sym
+        from ndvm.language import Symbol as Sym
 
         return isinstance(form, list) and len(form) >= 3 and isinstance(form[0], Sym) and form[0] == "define"
 
     def define(self, form: list, env: dict) -> None:
-        from proposers.sexpr import Dotted, Sym
+        from ndvm.language import Dotted, Symbol as Sym
 
         target = form[1]
         if isinstance(target, list):
@@ -153,7 +153,7 @@ class _Renderer:
 
     # ---- special forms -----------------------------------------------------------------
     def sf_let(self, args: list, env: dict) -> Any:
-        from proposers.sexpr import Sym
+        from ndvm.language import Symbol as Sym
 
         if args and isinstance(args[0], Sym):
             raise NotRenderable(f"a loop (named let {args[0]})")
@@ -191,7 +191,7 @@ class _Renderer:
         return sp.Piecewise((yes, cond), (no, True))
 
     def sf_cond(self, args: list, env: dict) -> Any:
-        from proposers.sexpr import Sym
+        from ndvm.language import Symbol as Sym
 
         sp = self.sp
         pieces = []
@@ -284,11 +284,12 @@ def _fmt(sp, expr: Any, values: dict | None, digits: int) -> tuple[str, str]:
 
 def render(source: str, params: dict[str, float] | None = None, digits: int = 4) -> Formula:
     """The formula of ``source`` (see the module docstring); ``params`` are the fitted values."""
-    from proposers.sexpr import SexprError, Sym, read_all
+    from ndvm.errors import ParseError
+    from ndvm.language import Symbol as Sym, read
 
     try:
         sp = _sympy()
-        forms = read_all(source)
+        forms = read(source)
         decls = [f for f in forms if isinstance(f, list) and f and isinstance(f[0], Sym) and f[0] == "param"]
         names = [str(f[1]) for f in decls]
         r = _Renderer(names)
@@ -315,7 +316,7 @@ def render(source: str, params: dict[str, float] | None = None, digits: int = 4)
         return Formula(True, f"y = {text}", f"y = {latex}", f"y = {symbolic}")
     except NotRenderable as exc:
         return Formula(False, reason=f"not rendered as a formula: {exc}")
-    except (SexprError, RecursionError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (ParseError, RecursionError, TypeError, ValueError, AttributeError, IndexError) as exc:
         return Formula(False, reason=f"not rendered as a formula: {type(exc).__name__}: {exc}")
 
 

@@ -33,7 +33,7 @@ def test_forecast_candidate_is_three_formulas():
     ("(param a 1.0) (define (f n) (if (< n 1) 0.0 (+ a (f (- n 1))))) (f x)", "recursion"),
     ("(param a 1.0) (let walk ((i 0)) (if (= i 2) a (walk (+ i 1))))", "named let"),
     ("(param a 1.0) (matvec (eye 2) (vec a x))", "the primitive eye"),
-    ("(param a 1.0) (+ a", "SexprError"),
+    ("(param a 1.0) (+ a", "ParseError"),
 ])
 def test_unrenderable_programs_say_why(source, why):
     f = render(source, {"a": 1.0})

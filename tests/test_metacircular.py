@@ -29,7 +29,7 @@ import pytest
 
 import ndvm
 import ndvm.metacircular as mc
-from ndvm.bench.programs import PROGRAMS as BENCH_PROGRAMS, REGIME_ORDER
+from ndvm_bench.programs import PROGRAMS as BENCH_PROGRAMS, REGIME_ORDER
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_DIR = ROOT / "tests" / "metacircular"
@@ -150,7 +150,7 @@ def test_program_through_evaluator_equals_direct_run(program: SuiteProgram):
 
 @pytest.mark.parametrize("name", REGIME_ORDER)
 def test_benchmark_regime_program_through_evaluator(name):
-    """The benchmark's regime programs (ndvm.bench.programs) at 64 distinct lanes."""
+    """The benchmark's regime programs (ndvm_bench.programs) at 64 distinct lanes."""
     bench = BENCH_PROGRAMS[name]
     direct, meta = ndvm.compile(bench.source), mc.compile(bench.source)
     theta = bench.theta_batch(LANES, spread=0.1)
@@ -161,7 +161,9 @@ def test_benchmark_regime_program_through_evaluator(name):
 
 
 def test_overhead_measurement_checks_agreement():
-    rows = mc.measure_overhead(["scalar_mul_add", "logistic_map_loop"], lanes=4, repeats=1)
+    from ndvm_bench.metacircular import measure_overhead
+
+    rows = measure_overhead(["scalar_mul_add", "logistic_map_loop"], lanes=4, repeats=1)
     assert [row["program"] for row in rows] == ["scalar_mul_add", "logistic_map_loop"]
     for row in rows:
         assert row["values_equal"] and row["max_grad_rel_diff"] <= GRAD_REL_TOL

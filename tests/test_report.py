@@ -122,8 +122,8 @@ def test_curve_run_report_card(prefect_api, tmp_path):
 
 
 def test_discovery_suite_is_registered_but_not_in_the_default_run():
-    from ndvm.bench.runner import EXPLICIT_SUITES, SUITE_NAMES, _suites, build_parser
+    from ndvm_bench.runner import EXPLICIT_SUITES, SUITE_NAMES, _suites, build_parser
 
     assert "discovery" in EXPLICIT_SUITES and "discovery" not in SUITE_NAMES  # ~15 min: only when named
     assert build_parser().parse_args(["--suite", "discovery"]).suite == ["discovery"]
-    assert _suites()["discovery"].__module__ == "ndvm.bench.discovery"
+    assert _suites()["discovery"].__module__ == "flows.bench_discovery"

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ndvm.errors import EvalError
-from ndvm.baselines.interp import BaselineProgram
+from ndvm_bench.baselines.interp import BaselineProgram
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The eager split baseline: structure as Python objects, only numbers as torch tensors.
 
-Same evaluator as the tagged baseline (:mod:`ndvm.baselines.interp`), different representation:
+Same evaluator as the tagged baseline (:mod:`ndvm_bench.baselines.interp`), different representation:
 exact integers are Python ``int``; inexact numbers are float64 tensors of shape ``[B]`` (one
 value per lane; literals are 0-d tensors that broadcast); booleans are Python ``bool`` or, when
 they come from comparing lane values, boolean tensors ``[B]``; symbols, pairs, closures and
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from ndvm.errors import EvalError
-from ndvm.baselines.interp import BaselineProgram, Closure, Env
-from ndvm.baselines.reader import Symbol
+from ndvm_bench.baselines.interp import BaselineProgram, Closure, Env
+from ndvm_bench.baselines.reader import Symbol
 
 _F64 = torch.float64
 

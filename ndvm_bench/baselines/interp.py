@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ndvm.errors import CheckError, EvalError, LimitError
-from ndvm.baselines.reader import Symbol, read_all
+from ndvm_bench.baselines.reader import Symbol, read_all
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 from ndvm.errors import EvalError
-from ndvm.baselines.interp import Closure, Env, Evaluator
-from ndvm.baselines.reader import Symbol
+from ndvm_bench.baselines.interp import Closure, Env, Evaluator
+from ndvm_bench.baselines.reader import Symbol
 
 
 class JaxUnavailable(RuntimeError):

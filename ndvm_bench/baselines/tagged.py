@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from ndvm.errors import EvalError
-from ndvm.baselines.interp import BaselineProgram, Closure
-from ndvm.baselines.reader import Symbol
+from ndvm_bench.baselines.interp import BaselineProgram, Closure
+from ndvm_bench.baselines.reader import Symbol
 
 (TAG_NIL, TAG_BOOL, TAG_INT, TAG_FLOAT, TAG_SYMBOL, TAG_PAIR, TAG_CLOSURE, TAG_PRIMITIVE, TAG_VECTOR,
  TAG_MATRIX) = range(10)
