@@ -1,0 +1,196 @@
+"""The language is defined once, natively (native/src/prims.h, forms.h, error.h, optim.h,
+program.h), and Python reads it through the binding: these tests fail when a Python mirror of a
+native table comes back or drifts, and pin ndvm.read (the runtime's reader as Python data)."""
+from __future__ import annotations
+
+import ast
+import math
+import pickle
+from pathlib import Path
+
+import pytest
+
+import ndvm
+from ndvm import _native, language
+from ndvm.language import Dotted, Symbol
+from proposers import language as checks
+from proposers.sexpr import SexprError, read_all
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- primitives and special forms -------------------------------------------------------------
+
+def test_every_native_primitive_is_known_to_the_static_checks_with_its_native_arity():
+    native = {name: (lo, None if hi < 0 else hi) for name, lo, hi in _native.PRIMITIVES}
+    assert len(native) > 100 and native["apply"] == (2, None)  # prims.h: X(APPLY, "apply", 2, -1)
+    assert checks.PRIMITIVE_ARITY == native
+    assert {name: tuple(a) for name, a in language.PRIMITIVES.items()} == native
+
+
+@pytest.mark.parametrize("name,lo,hi", _native.PRIMITIVES)
+def test_each_arity_is_the_compilers_and_the_checks(name, lo, hi):
+    """One argument too few (and one too many for a fixed arity): the compiler refuses the call
+    statically and the proposers' checks report it; the edges of the arity are accepted by both."""
+    def call(n):
+        return f"({name} {' '.join(['1.0'] * n)})"
+
+    bad = ([lo - 1] if lo > 0 else []) + ([hi + 1] if hi >= 0 else [])
+    for n in bad:
+        with pytest.raises(ndvm.CheckError, match="argument"):
+            ndvm.compile(call(n))
+        assert any(f"'{name}' takes" in p for p in checks.static_problems(read_all(call(n)))), (name, n)
+    for n in {lo, hi if hi >= 0 else lo + 3}:
+        assert not any(f"'{name}' takes" in p for p in checks.static_problems(read_all(call(n)))), (name, n)
+
+
+def test_the_proposers_value_classes_name_only_native_primitives():
+    named = (checks.NUMERIC_OPS | checks.SCALAR_REDUCERS | checks.COMPARISONS | set(checks.INDEX_ARGS))
+    assert named - set(checks.PRIMITIVE_ARITY) == set()
+
+
+def test_special_forms_come_from_the_compilers_table():
+    native = dict(_native.SPECIAL_FORMS)
+    assert language.SPECIAL_FORMS == set(native)
+    assert language.RESERVED_FORMS == {name for name, ok in native.items() if not ok}
+    assert checks.SPECIAL_FORMS == set(native) | checks.AUXILIARY_KEYWORDS
+    assert not set(native) & set(checks.PRIMITIVE_ARITY)
+
+
+@pytest.mark.parametrize("form", sorted(dict(_native.SPECIAL_FORMS)))
+def test_each_special_form_is_handled_by_the_compiler(form):
+    """A supported form never reaches the "not supported" refusal (its case in Compiler::form
+    exists); a reserved one always does. Either way it is no primitive and no input."""
+    supported = dict(_native.SPECIAL_FORMS)[form]
+    try:
+        ndvm.compile(f"({form} 1.0 2.0)")
+        refused = None
+    except (ndvm.CheckError, ndvm.EvalError) as exc:
+        refused = str(exc)
+    assert (refused is not None and "is not supported" in refused) == (not supported), refused
+    with pytest.raises(ndvm.CheckError):
+        ndvm.compile(f"(param {form} 1.0) 1.0" if form != "param" else "(param param 1.0) 1.0")
+
+
+def _literal_name_sets(path: Path) -> list[tuple[int, set[str]]]:
+    """Every dict, set, tuple or list literal of string constants in ``path`` with its line."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(
+            node, (ast.Set, ast.Tuple, ast.List)) else None
+        if items:
+            names = {k.value for k in items if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            out.append((node.lineno, names))
+    return out
+
+
+def test_no_python_mirror_of_the_native_tables():
+    """No module of the product spells out a large part of the primitive or special-form table
+    (the baselines in ndvm_bench keep their own language on purpose: an independent oracle)."""
+    prims, forms = set(checks.PRIMITIVE_ARITY), set(language.SPECIAL_FORMS)
+    offenders = []
+    for package in ("ndvm", "proposers", "datasets", "storage", "flows"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for line, names in _literal_name_sets(path):
+                if len(names & prims) > 25 or len(names & forms) > 12:
+                    offenders.append(f"{path.relative_to(ROOT)}:{line}")
+    assert offenders == []
+
+
+def test_the_mirror_scan_would_catch_the_old_table(tmp_path):
+    old = tmp_path / "old.py"
+    old.write_text("ARITY = {" + ", ".join(f"{n!r}: (1, 1)" for n in list(checks.PRIMITIVE_ARITY)[:40]) + "}\n")
+    assert any(len(names & set(checks.PRIMITIVE_ARITY)) > 25 for _, names in _literal_name_sets(old))
+
+
+# ---- error kinds, lane statuses, Limits ------------------------------------------------------
+
+def test_every_native_error_kind_has_its_exception_class():
+    kinds = _native.ErrorKind.__members__
+    assert set(kinds) == {"Parse", "Check", "Eval", "Limit"}
+    for name in kinds:
+        cls = getattr(ndvm, name + "Error")
+        assert issubclass(cls, ndvm.NDVMError)
+    with pytest.raises(ndvm.ParseError):
+        ndvm.compile("(+ 1")
+    with pytest.raises(ndvm.CheckError):
+        ndvm.compile("(car)")
+
+
+def test_calibrate_many_reports_a_native_error_kind_as_its_class():
+    fits = ndvm.calibrate_many(["(param a 1.0) (car a)", "(param a 1.0) (* a x)"], {"x": [1.0, 2.0]},
+                               target=[2.0, 4.0], steps=5, restarts=2)
+    assert fits[0].status == "error" and fits[0].error_type is ndvm.EvalError
+    assert fits[1].status == "ok" and set(fits[1].lane_status) <= set(_native.LaneStatus.__members__)
+
+
+def test_lane_statuses_are_the_native_enum():
+    assert {name: int(v) for name, v in _native.LaneStatus.__members__.items()} == {
+        "ok": 0, "nonfinite": 1, "converged": 2}
+    fit = ndvm.calibrate("(param a 1.0) (* a x)", {"x": [1.0, 2.0]}, target=[2.0, 4.0], optimizer="lbfgs",
+                         steps=200, restarts=2, tol=1e-12)
+    assert fit.lane_status == ["converged", "converged"]
+
+
+def test_limits_defaults_are_the_native_struct_and_travel_as_it():
+    native = _native.Limits()
+    default = ndvm.Limits()
+    assert (default.max_steps, default.max_depth, default.max_bytes, default.replay, default.max_work) == (
+        native.max_steps, native.max_depth, native.max_bytes, native.replay, native.max_work)
+    tight = ndvm.Limits(max_steps=50)
+    with pytest.raises(ndvm.LimitError, match="max_steps"):
+        ndvm.compile("(let loop ((i 0)) (loop (+ i 1)))", limits=tight).run()
+    copy = pickle.loads(pickle.dumps(tight))  # the cached native struct does not travel
+    assert copy == tight and copy.native().max_steps == 50
+
+
+# ---- ndvm.read -------------------------------------------------------------------------------
+
+def test_read_gives_the_datum_tree():
+    forms = ndvm.read("(define (f a . rest) 'x [+ 1 2.5] #t #f -7 1e400) ; c\n #| b |# #;(gone) sym")
+    assert forms == [[Symbol("define"), Dotted((Symbol("f"), Symbol("a")), Symbol("rest")),
+                      [Symbol("quote"), Symbol("x")], [Symbol("+"), 1, 2.5], True, False, -7, math.inf],
+                     Symbol("sym")]
+    define = forms[0]
+    assert type(define[0]) is Symbol and type(define[3][1]) is int and type(define[3][2]) is float
+    assert define[4] is True and type(define[6]) is int
+    assert type(ndvm.read("99999999999999999999")[0]) is float  # beyond 64 bits: inexact, as the runtime
+    assert language.to_source(forms) == "(define (f a . rest) 'x (+ 1 2.5) #t #f -7 +inf.0)\nsym"
+
+
+def test_read_errors_are_the_runtimes_with_positions():
+    with pytest.raises(ndvm.ParseError) as info:
+        ndvm.read("(+ 1\n  (* 2 3)")
+    assert (info.value.line, info.value.column) == (1, 1) and "missing ')'" in info.value.message
+    with pytest.raises(ndvm.ParseError, match="strings are not supported"):
+        ndvm.read('(f "s")')
+    with pytest.raises(ndvm.ParseError, match="lone surrogate") as info:
+        ndvm.read("(+ 1 \ud800)")
+    assert (info.value.line, info.value.column) == (1, 6)
+    with pytest.raises(TypeError):
+        ndvm.read(b"(+ 1 2)")
+
+
+def test_read_nesting_limits():
+    deep = "(" * language.MAX_NESTING + ")" * language.MAX_NESTING
+    assert ndvm.read(deep)  # the runtime's limit itself is readable
+    with pytest.raises(ndvm.ParseError, match=f"nesting deeper than {language.MAX_NESTING} levels"):
+        ndvm.read("(" * (language.MAX_NESTING + 2) + "x" + ")" * (language.MAX_NESTING + 2))
+    with pytest.raises(ndvm.ParseError, match="nesting deeper than 10 levels"):
+        ndvm.read("(" * 12 + ")" * 12, max_nesting=10)
+    for bad in (0, -1, language.MAX_NESTING + 1, True, 2.5):
+        with pytest.raises(ValueError, match="max_nesting"):
+            ndvm.read("x", max_nesting=bad)
+    with pytest.raises(SexprError, match="nesting deeper than 256 levels"):  # the proposers' limit
+        read_all("(" * 300 + ")" * 300)
+
+
+def test_read_agrees_with_the_compiler_on_every_conformance_program():
+    """What ndvm.read gives, printed back, compiles to the program the source compiles to."""
+    import json
+
+    sources = [json.loads(line)["source"] for line in (ROOT / "tests" / "conformance" / "expected.jsonl")
+               .read_text().splitlines()]
+    assert len(sources) >= 300
+    for src in sources:
+        assert ndvm.compile(language.to_source(ndvm.read(src))).canonical_hash == ndvm.compile(src).canonical_hash, src
