@@ -25,6 +25,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY native/ native/
 COPY ndvm/ ndvm/
+COPY ndvm_bench/ ndvm_bench/
 COPY proposers/ proposers/
 COPY datasets/ datasets/
 COPY storage/ storage/
