@@ -114,10 +114,12 @@ __all__ = ["Validation", "validate_source", "canonical_hash", "require_compile",
 
 def validate_static(source: str, inputs: set[str] | None = None, proposer: str = "",
                     model: str | None = None, program_source: Callable[[str], str] | None = None) -> Validation:
-    """The proposers' own checks only (reader, scopes, primitive arities, parameters), no runtime.
+    """The proposers' own checks only (the runtime's reader, scopes, primitive arities, parameters),
+    without compiling.
 
     Weaker than :func:`validate_source` (no canonical hash, no checks the runtime's compiler makes
-    beyond these), for machines where the native runtime is not built.
+    beyond these). The reader and the tables are the runtime's (``ndvm.language``), so the
+    proposers need the native extension built, as every part of the pipeline does.
     """
     try:
         forms = read_all(source)

@@ -1,4 +1,5 @@
-"""The proposers' S-expression reader/printer and scope analysis (no runtime needed)."""
+"""The proposers' reading (the runtime's reader at the proposers' nesting limit), printing and
+scope analysis."""
 from __future__ import annotations
 
 import json
