@@ -170,7 +170,7 @@ inline void inv_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
   }
   const size_t nn = static_cast<size_t>(n) * n;
   double* A = vm.scratch_for(4 * nn + 8, n);
-  int* piv = vm.pivots.data();
+  int* piv = vm.pivots();
   double *Y = A + nn, *W = Y + nn, *T = W + nn;
   for (uint32_t l = 0; l < lanes; ++l) {
     vm.poll_clock(nullptr);
@@ -184,7 +184,7 @@ template <class V>
 inline void solve_compute(VM& vm, const V& a, const V& b, double* o, int n, int m, uint32_t lanes) {
   const size_t nn = static_cast<size_t>(n) * n, nm = static_cast<size_t>(n) * m;
   double* A = vm.scratch_for(nn + 2 * nm + 8, n);
-  int* piv = vm.pivots.data();
+  int* piv = vm.pivots();
   double *X = A + nn, *T = X + nm;
   for (uint32_t l = 0; l < lanes; ++l) {
     vm.poll_clock(nullptr);
@@ -258,7 +258,7 @@ inline void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes,
     case O_DET:
     case O_LOGDET: {
       double* A = vm.scratch_for(static_cast<size_t>(n) * n + 8, n);
-      int* piv = vm.pivots.data();
+      int* piv = vm.pivots();
       for (uint32_t l = 0; l < lanes; ++l) {
         gather(vm, a, l, A);
         double det;
@@ -336,7 +336,7 @@ struct AdjointScratch {
   AdjointScratch(VM& vm, int d) {
     size_t dd = static_cast<size_t>(d) * d;
     A = vm.scratch_for(6 * dd + 8, d);
-    piv = vm.pivots.data();
+    piv = vm.pivots();
     Ainv = A + dd; G = Ainv + dd; R = G + dd; W = R + dd; T = W + dd;
   }
 };
@@ -455,7 +455,7 @@ inline void solve_adjoint(VM& vm, const NumRef& a, const NumRef& b, const NumRef
                           int m, uint32_t Lo) {
   size_t dd = static_cast<size_t>(d) * d, dm = static_cast<size_t>(d) * m;
   double* A = vm.scratch_for(3 * dd + 3 * dm + 8, d);
-  int* piv = vm.pivots.data();
+  int* piv = vm.pivots();
   double *AT = A + dd, *X = AT + dd, *GB = X + dm, *T = GB + dm, *RA = T + dm;
   for (uint32_t l = 0; l < Lo; ++l) {
     gather(vm, a, a.uniform() ? 0 : l, A);

@@ -95,15 +95,13 @@ class VM {
 
   const Program* prog = nullptr;
   int L = 1;               // lanes of the current group
-  bool recording = false;  // build the tape
   const Limits* lim = nullptr;
   std::vector<Value> params, inputs;
 
   // ---- payload arena (numbers, lane-minor) ---------------------------------------------------
   double* pay = nullptr;
-  size_t pay_top = 0, pay_cap = 0;
+  size_t pay_top = 0;
   double* adj = nullptr;  // adjoints, same offsets as pay (valid after backward setup)
-  size_t adj_cap = 0;
 
   // A number of the given shape in the arena. Its size is computed in 64 bits (rows * cols * lanes
   // can exceed 32, and wrapped it would allocate a small buffer that the kernel then overruns);
@@ -233,7 +231,6 @@ class VM {
   } replay;
 
   // ---- heap ----------------------------------------------------------------------------------
-  Heap heap;
   Value cons(Value a, Value b);
   Frame* new_frame(uint32_t size, Frame* parent);
   void check_memory(const Node* site);
@@ -279,13 +276,11 @@ class VM {
   [[noreturn, gnu::cold, gnu::noinline]] void memory_error(const Node* site, uint64_t more_bytes);
   [[gnu::noinline]] void step_checkpoint(const Node* site);  // eval's slow path, every kCheckEvery steps
   static constexpr uint64_t kCheckEvery = 4096;
-  uint64_t step_check = 0;      // eval calls step_checkpoint when steps passes this
-  const Node* op_site = nullptr;  // the primitive being called (names it in a memory error)
   // Linear-algebra scratch of `doubles` values (and `ints` pivots), charged to the memory budget
   // on top of what the run holds; raises LimitError (naming `site`) past it. A small request that
   // the kept buffers already hold is not checked (it is below any budget that leaves room to run).
   double* scratch_for(uint64_t doubles, uint64_t ints = 0, const Node* site = nullptr) {
-    if (doubles <= 4096 && doubles <= scratch.size() && ints <= pivots.size()) return scratch.data();
+    if (doubles <= 4096 && doubles <= scratch.size() && ints <= pivots_.size()) return scratch.data();
     return scratch_grow(doubles, ints, site);
   }
   double* scratch_grow(uint64_t doubles, uint64_t ints, const Node* site);
@@ -294,16 +289,23 @@ class VM {
   std::string describe(const Value& v);
   [[noreturn, gnu::cold, gnu::noinline]] void type_error(const Node* site, const char* what, const Value& got);
 
+  int* pivots() { return pivots_.data(); }  // the `ints` of the last scratch_for
+  uint64_t steps = 0;  // evaluation steps of the current run
+
+  // The VM's own state: reached only by its members (vm.cc, prims.cc, kernels.cc, linalg.cc).
+ private:
+  bool recording = false;  // build the tape
+  size_t pay_cap = 0, adj_cap = 0;
+  Heap heap;
+  uint64_t step_check = 0;        // eval calls step_checkpoint when steps passes this
+  const Node* op_site = nullptr;  // the primitive being called (names it in a memory error)
   Value* stack = nullptr;  // argument stack (fixed capacity: pointers into it stay valid)
   size_t sp = 0, stack_cap = 0;
-  uint64_t steps = 0;
   int depth = 0;
   const char* stack_base = nullptr;  // C stack address at the start of run(): bounds recursion in bytes
   size_t stack_budget = 0;
   std::vector<double> scratch;  // per-lane small dense linear algebra
-  std::vector<int> pivots;
-
- private:
+  std::vector<int> pivots_;
   std::vector<uint8_t> mask_, leaf_mask_;
   bool has_deadline_ = false;
   std::chrono::steady_clock::time_point start_, deadline_;
@@ -316,9 +318,7 @@ class VM {
   // non-tail recursion is bounded by Limits, not by the calling thread's stack.
   char* eval_stack_ = nullptr;
   size_t eval_stack_size_ = 0;
- public:
   size_t stack_peak_ = 0;  // deepest C stack use of the current run, in bytes
- private:
 };
 
 // C stack bytes a run may use on the current thread (pool threads have large stacks).
