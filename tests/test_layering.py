@@ -138,3 +138,31 @@ def test_the_dataset_loaders_do_not_import_the_registry():
         assert "datasets.registry" not in graph[loader], loader
     assert {"datasets.enso", "datasets.battery"} <= graph["datasets.registry"]
     assert "datasets.registry" not in graph["datasets.catalog"]
+
+
+def _subcommands(parser) -> dict:
+    import argparse
+
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def test_the_ndvm_command_finds_the_other_packages_commands_through_entry_points():
+    from ndvm.cli import build_parser
+
+    commands = _subcommands(build_parser())
+    assert {"version", "run", "check"} <= set(commands)
+    assert commands["bench"].get_default("fn").__module__ == "ndvm_bench.cli"
+    assert commands["discover"].get_default("fn").__module__.startswith("flows.")
+
+
+def test_a_command_package_that_cannot_be_imported_is_reported_and_left_out(monkeypatch, capsys):
+    from importlib.metadata import EntryPoint
+
+    import ndvm.cli
+
+    broken = EntryPoint(name="broken", value="no_such_package_of_commands:register", group="ndvm.commands")
+    bench = EntryPoint(name="bench", value="ndvm_bench.cli:register", group="ndvm.commands")
+    monkeypatch.setattr(ndvm.cli, "entry_points", lambda group: [broken, bench] if group == "ndvm.commands" else [])
+    commands = _subcommands(ndvm.cli.build_parser())
+    assert set(commands) == {"version", "run", "check", "bench"}
+    assert "the broken commands (no_such_package_of_commands:register) are unavailable" in capsys.readouterr().err
