@@ -81,8 +81,10 @@ model_name = experiment_name  # the registered model of a dataset and task has t
 
 
 def leaderboard_path(experiment_id: str) -> str:
-    """The UI route (after ``http://HOST:PORT/``) of an experiment's leaderboard view."""
-    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
+    """The UI route (after ``http://HOST:PORT/``) of an experiment's leaderboard view. MLflow 3.17's
+    UI picks GenAI or model-training pages by a switch of its own (remembered by the browser, GenAI
+    at first), not by the experiment's kind tag; ``workflowType`` in the URL sets the switch."""
+    return f"#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
 
 
 def default_tracking_uri(run_folder: str | Path = "runs") -> str:
@@ -222,6 +224,7 @@ class Tracker:
         self.dataset: str | None = None
         self.task: str | None = None
         self.calibration: dict[str, Any] = {}
+        self._dataset_input: Any = None  # mlflow.entities.DatasetInput of log_dataset
         self.parent_run_id: str | None = None
         # Called with the candidate hash right after an entry's nested run is created (the flow's
         # fault-injection checkpoint "logging" uses it; see flows/faults.py).
@@ -348,8 +351,9 @@ class Tracker:
             entity = dataset._to_mlflow_entity()
             if rows is not None:
                 entity.profile = json.dumps({"num_rows": int(rows)})
-            self.client.log_inputs(parent, datasets=[DatasetInput(entity, tags=[InputTag("mlflow.data.context",
-                                                                                          "training")])])
+            # candidate runs logged from now on get it too: the runs table's Dataset column
+            self._dataset_input = DatasetInput(entity, tags=[InputTag("mlflow.data.context", "training")])
+            self.client.log_inputs(parent, datasets=[self._dataset_input])
 
     # ---- leaderboard entries ---------------------------------------------------------------
     def log_entry(self, entry: LeaderboardEntry) -> tuple[str, str]:
@@ -372,6 +376,8 @@ class Tracker:
                 self.client.set_terminated(run_id, status="FAILED")
                 raise
             self.client.set_tag(run_id, "ndvm.model_uri", model_uri)
+            if self._dataset_input is not None:
+                self.client.log_inputs(run_id, datasets=[self._dataset_input])
             self.client.set_terminated(run_id, status="FINISHED")
             return run_id, model_uri
 
@@ -397,7 +403,8 @@ class Tracker:
                 store.mark_logged(run_id, digest, nested)
                 logged.append((digest, nested))
                 done[digest] = nested
-                self._ensure_view(store.run_status(run_id), entry)
+            if done:
+                self._ensure_view(store.run_status(run_id))
             self._update_ranks(store, run_id, done)
             return logged
 
@@ -411,16 +418,19 @@ class Tracker:
             if digest in ranks:
                 self.client.set_tag(nested, "ndvm.rank", str(ranks[digest]))
 
-    def _ensure_view(self, status: RunStatus, entry: LeaderboardEntry) -> None:
-        """Keep the experiment's shared view ``leaderboard`` (see the module docstring) listing the
-        validation and test columns of the metrics entries carry, sorted by the ranking metric."""
-        names = sorted(entry.heldout_metrics)
+    def _ensure_view(self, status: RunStatus) -> None:
+        """Keep the experiment's shared view ``leaderboard`` (see the module docstring): the
+        candidates, sorted by the validation score of the ranking metric, with that metric on the
+        validation and test splits, the formula, complexity, origin and rank as columns (the UI's
+        table draws only the columns in view: a short list stays readable; the others are one
+        click away under "Columns")."""
+        metric = status.metric
         view = {
             "searchFilter": "tags.`ndvm.kind` = 'candidate'",
-            "orderByKey": f"metrics.`heldout_{status.metric}`", "orderByAsc": not status.higher_is_better,
-            "selectedColumns": (["attributes.`Models`", "attributes.`Dataset`"]
-                                + [f"metrics.`heldout_{n}`" for n in names] + [f"metrics.`test_{n}`" for n in names]
-                                + ["tags.`formula`", "tags.`complexity`", "tags.`origin`", "tags.`ndvm.rank`"]),
+            "orderByKey": f"metrics.`heldout_{metric}`", "orderByAsc": not status.higher_is_better,
+            "selectedColumns": ["attributes.`Dataset`", "attributes.`Models`", f"metrics.`heldout_{metric}`",
+                                f"metrics.`test_{metric}`", "tags.`formula`", "tags.`complexity`", "tags.`origin`",
+                                "tags.`ndvm.rank`"],
         }
         text = json.dumps(view)
         if text != self._view:

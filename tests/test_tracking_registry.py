@@ -30,6 +30,7 @@ if not hasattr(ndvm, "calibrate"):
 import pandas as pd  # noqa: E402
 
 from storage import CandidateStore, EvaluationResult  # noqa: E402
+from test_flows_support import enso_run, prefect_api  # noqa: E402,F401  (fixtures)
 from storage.tracking import (CHAMPION, EXPERIMENT_KIND_TAG, MODEL_TRAINING, PREVIOUS, VIEW_TAG, Tracker,  # noqa: E402
                               experiment_name, leaderboard_path, model_name)
 
@@ -97,7 +98,8 @@ def test_experiment_is_a_model_training_experiment_with_the_leaderboard_view(run
     view = json.loads(experiment.tags[VIEW_TAG])
     assert view["orderByKey"] == "metrics.`heldout_rmse`" and view["orderByAsc"] is True
     assert {"metrics.`heldout_rmse`", "metrics.`test_rmse`", "tags.`formula`"} <= set(view["selectedColumns"])
-    assert leaderboard_path(tracker.experiment_id) == f"#/experiments/{tracker.experiment_id}/runs?viewStateShareKey=leaderboard"
+    assert leaderboard_path(tracker.experiment_id) == (f"#/experiments/{tracker.experiment_id}/runs?"
+                                                       "workflowType=machine_learning&viewStateShareKey=leaderboard")
     # every run of this dataset and task went to this one experiment
     parents = tracker.client.search_runs([tracker.experiment_id], "tags.`ndvm.kind` = 'discovery'")
     assert sorted(r.info.run_name for r in parents) == ["night-1", "night-2", "night-3", "night-4"]
@@ -113,6 +115,11 @@ def test_dataset_input_carries_the_fingerprint(runs):
     assert {t.key: t.value for t in inputs[0].tags}["mlflow.data.context"] == "training"
     other = tracker.client.get_run(runs["other"]["parent"]).inputs.dataset_inputs
     assert other[0].dataset.digest == "0123456789abcdef"
+    # the candidate runs carry it too (the runs table's Dataset column)
+    nested = runs["first"]["tracker"].client.get_run(
+        tracker.client.search_runs([tracker.experiment_id], f"tags.`ndvm.hash` = '{runs['first']['cand'].hash}'")[0]
+        .info.run_id)
+    assert [(d.dataset.name, d.dataset.digest) for d in nested.inputs.dataset_inputs] == [("toy", FINGERPRINT)]
 
 
 def test_candidate_runs_are_named_by_hash_and_tagged(runs):
@@ -167,3 +174,38 @@ def test_champion_loads_in_a_fresh_process(runs, tmp_path):
     got = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
     want = np.asarray(runs["better"]["fit"].predict({"x": new_x}))
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_enso_champion_of_a_discovery_run_loads_in_a_fresh_process(enso_run, tmp_path):
+    """The ``make run`` dataset: the run registers ``ndvm-enso-forecast``; its champion, loaded in a
+    fresh process, forecasts what the task's own driver forecasts with the stored parameters."""
+    from mlflow.tracking import MlflowClient
+
+    from datasets import load
+    from datasets.tasks import make_task
+    from datasets.tasks.base import TaskFit
+    from storage.tracking import default_tracking_uri
+
+    report, folder = enso_run
+    uri = default_tracking_uri(folder)
+    champion = MlflowClient(uri).get_model_version_by_alias("ndvm-enso-forecast", CHAMPION)
+    assert champion.tags["ndvm.run_id"] == "enso-e2e" and champion.tags["ndvm.hash"] == report["best_hash"]
+    assert float(champion.tags["ndvm.validation_score"]) == pytest.approx(report["best_score"], rel=1e-12)
+    task = make_task(load("enso"))
+    script = (
+        "import json, sys, mlflow, pandas as pd\n"
+        "mlflow.set_tracking_uri(sys.argv[1])\n"
+        "model = mlflow.pyfunc.load_model('models:/ndvm-enso-forecast@champion')\n"
+        "y = json.loads(sys.argv[2])\n"
+        "print(json.dumps([float(v) for v in model.predict(pd.DataFrame({'anom_c': y}))]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", script, uri, json.dumps(np.asarray(task.y).tolist())],
+                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    predicted = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        parameters = store.evaluation("enso-e2e", report["best_hash"])["parameters"]
+        source = store.candidate(report["best_hash"])["source"]
+    fit = TaskFit(task.name, "champion", source, parameters, 0.0, 0.0)
+    lead1 = task.forecasts(fit, "validation")[:, 0]
+    np.testing.assert_allclose(predicted[task.origins("validation") + 1], lead1, rtol=1e-9, atol=1e-12)

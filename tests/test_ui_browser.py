@@ -1,7 +1,9 @@
 """The MLflow UI over a run folder, in a real browser: ``ndvm ui`` serves the store that a
-discovery run wrote, and headless Chromium (Debian package ``chromium``) renders the experiment's
-runs page and the parent run's page; the DOM (``--dump-dom``) must show the run names and the
-leaderboard metric.
+discovery run (the ``make run`` dataset: enso, forecast) wrote, and headless Chromium (Debian
+package ``chromium``) renders the experiment ``ndvm-enso-forecast`` through its shared view
+``leaderboard`` (the runs table with validation and test metrics and the formula column), the
+parent run's page, and the registered model ``ndvm-enso-forecast`` with its ``champion`` alias; the
+DOM (``--dump-dom``) must show them.
 
 Chromium is installed with apt when missing; the test is skipped only when that is impossible.
 """
@@ -13,7 +15,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import urllib.parse
 
 import pytest
 
@@ -34,42 +35,59 @@ def chromium() -> str:
     return found
 
 
-def page_text(browser: str, url: str) -> str:
+def page_text(browser: str, url: str, width: int = 1600) -> str:
     """The rendered page as plain text (scripts and styles dropped, tags stripped)."""
     with tempfile.TemporaryDirectory(prefix="ndvm-chromium-") as profile:
         result = subprocess.run(
             [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-             f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--window-size=1600,1000",
+             f"--user-data-dir={profile}", "--virtual-time-budget=20000", f"--window-size={width},1000",
              "--dump-dom", url], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     dom = re.sub(r"<script.*?</script>|<style.*?</style>", " ", result.stdout, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
 
 
-def test_mlflow_ui_shows_runs_and_leaderboard_metric(enso_run, prefect_api):
+def test_mlflow_ui_shows_the_leaderboard_and_the_champion(enso_run, prefect_api):
+    from mlflow.tracking import MlflowClient
+
+    from storage.tracking import default_tracking_uri, leaderboard_path
+
     browser = chromium()
     report, folder = enso_run
     experiment, parent = report["mlflow_experiment_id"], report["mlflow_run_id"]
+    client = MlflowClient(default_tracking_uri(folder))
+    assert client.get_experiment(experiment).name == "ndvm-enso-forecast"
+    (best,) = client.search_runs([experiment], f"tags.`ndvm.hash` = '{report['best_hash']}'")
+    formula = best.data.tags["formula"]
     port = free_port()
     proc = start_ui(folder, port, prefect_api)
     try:
-        base = f"http://127.0.0.1:{port}/#/experiments/{experiment}"
-        # The runs page, filtered to this run's leaderboard entries (nested runs), sorted by the metric.
-        query = urllib.parse.urlencode({"searchFilter": f"tags.`mlflow.parentRunId` = '{parent}'",
-                                        "orderByKey": "metrics.`heldout_mean_rmse`", "orderByAsc": "true"},
-                                       quote_via=urllib.parse.quote)
-        runs_page = page_text(browser, f"{base}/runs?{query}")
-        assert "Run Name" in runs_page, runs_page[:2000]
+        base = f"http://127.0.0.1:{port}/"
+        # The experiment's leaderboard view: candidates (not parent runs), best validation score first.
+        # The table renders the columns in view only, so the window is wide enough for all of them.
+        runs_page = page_text(browser, base + leaderboard_path(experiment), width=3200)
+        assert "ndvm-enso-forecast" in runs_page and "Run Name" in runs_page, runs_page[:2000]
+        assert "Sort: heldout_mean_rmse" in runs_page
+        for column in ("heldout_mean_rmse", "test_mean_rmse", "formula", "complexity", "origin"):
+            assert f" {column} " in runs_page, column
         assert f"{report['logged_entries']} matching runs" in runs_page
-        assert report["best_hash"] in runs_page  # entries are named "#<rank> <hash>"
-        assert re.search(r"#\d+ " + report["best_hash"], runs_page)
+        assert report["best_hash"] in runs_page  # entries are named by their hash
+        assert formula[:40] in runs_page and formula.startswith("state s")  # a forecast candidate's formula
+        assert f"enso ({report['dataset_fingerprint']}) training" in runs_page  # the Dataset column
 
         # The parent run: its name, the leaderboard metric and the nested runs' names.
-        run_page = page_text(browser, f"{base}/runs/{parent}")
+        run_page = page_text(browser, f"{base}#/experiments/{experiment}/runs/{parent}")
         assert "enso-e2e" in run_page, run_page[:2000]
         assert "best_heldout_mean_rmse" in run_page
         assert f"{report['best_score']:.6f}"[:7] in run_page  # its value, as the UI prints it
         assert "Child runs" in run_page and report["best_hash"] in run_page
+
+        # The registry: the model of the dataset and task, its champion version.
+        models_page = page_text(browser, f"{base}#/models")
+        assert "ndvm-enso-forecast" in models_page and "@ champion" in models_page, models_page[:2000]
+        model_page = page_text(browser, f"{base}#/models/ndvm-enso-forecast")
+        assert "Version 1" in model_page and "@ champion" in model_page, model_page[:2000]
+        assert "ndvm.run_id : enso-e2e" in model_page and f"ndvm.hash : {report['best_hash']}" in model_page
     finally:
         stop_ui(proc)
