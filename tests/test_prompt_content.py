@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import pytest  # noqa: E402
 from conftest import shared_file  # noqa: E402
+from test_flows_support import FakeOpenAI, prefect_api  # noqa: E402, F401  (the session's Prefect test server)
 
 from proposers import Budget, Duplicate, Failure, ProposalContext, ScoredProgram  # noqa: E402
 
@@ -361,3 +362,33 @@ def test_cached_tokens_are_stored_with_the_run_and_logged_to_mlflow(tmp_path):
     assert metrics["llm_tokens_cached"] == 7168 and metrics["llm_requests"] == 12
     assert metrics["llm_cost_per_new_usd"] == pytest.approx(0.004) and metrics["llm_new_candidates"] == 5
     assert "llm_cost_usd" not in metrics  # the run's totals are logged during the run (flows/discover.py)
+
+
+def test_a_discover_run_sends_the_data_card_and_the_residuals_and_reports_its_tokens(prefect_api, tmp_path, monkeypatch):
+    """ndvm discover with the LLM proposer (serial: each round calibrated before the next) against
+    the flows tests' local server: every prompt has the data card, the prompts after the first
+    calibrated round have the residuals of the best, none has a test year; the report has the LLM
+    summary and the store the cached tokens."""
+    from flows.discover import discover
+    from storage import CandidateStore
+
+    monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-0123456789abcdef")
+    fake = FakeOpenAI(delay=0.05)
+    try:
+        report = discover(task="enso", proposer="llm", model="openai/fake-model", api_base=fake.api_base,
+                          api_key_env="NDVM_TEST_FAKE_KEY", budget={"minutes": 2.0, "max_candidates": 6},
+                          concurrency=1, per_request=2, serial=True, batch_size=2, steps=30, restarts=2,
+                          top_k=1, log_every=5.0, folder=str(tmp_path), run_id="prompt-run")
+    finally:
+        fake.close()
+    prompts = [json.dumps(r["messages"], ensure_ascii=False) for r in fake.requests]
+    assert report["new"] == 6 and len(prompts) >= 4
+    assert all("Data card (the 492 training and validation rows only)" in p for p in prompts)
+    assert "Where the best program fails" not in prompts[0]          # nothing calibrated yet
+    assert any("Where the best program fails" in p and "RMSE by lead: 1:" in p for p in prompts[2:])
+    assert not [y for y in range(1991, 2011) for p in prompts if str(y) in p]
+    llm = report["llm"]
+    assert llm["requests"] == len(prompts) and llm["tokens_in"] == 900 * len(prompts)
+    assert llm["tokens_cached"] == 0 and llm["new_candidates"] == 6
+    with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
+        assert store.run_status("prompt-run").llm_tokens_cached == 0
