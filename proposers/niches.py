@@ -40,8 +40,9 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -137,7 +138,8 @@ def _self_reference(tokens: list[str]) -> bool:
 
 def describe_canonical(canonical_form: str) -> Niche:
     """The niche of a candidate, from its own canonical form (not one with a task's driver appended)."""
-    from storage.parsimony import complexity_of_canonical  # here: the storage package loads DuckDB
+    # imported here: importing the storage package loads DuckDB
+    from storage.parsimony import complexity_of_canonical
 
     return Niche(complexity_bin(complexity_of_canonical(canonical_form)), features_of_canonical(canonical_form))
 
@@ -262,6 +264,18 @@ def niche_summary(programs: Sequence[T], archive: NicheArchive | None = None,
     return [(niche, len(members), members[0]) for niche, members in cells.items()]
 
 
-__all__ = ["COMPLEXITY_EDGES", "FEATURES", "Niche", "NicheArchive", "NicheError", "UNDESCRIBED", "complexity_bin",
-           "describe", "describe_canonical", "features_of_canonical", "niche_summary", "rank_weights",
-           "store_programs"]
+__all__ = [
+    "COMPLEXITY_EDGES",
+    "FEATURES",
+    "UNDESCRIBED",
+    "Niche",
+    "NicheArchive",
+    "NicheError",
+    "complexity_bin",
+    "describe",
+    "describe_canonical",
+    "features_of_canonical",
+    "niche_summary",
+    "rank_weights",
+    "store_programs",
+]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).absolute().parents[1]))  # the repository, for a plain `python scripts/...`
 
-from proposers.niches import NicheArchive, niche_summary, store_programs  # noqa: E402
-from storage import CandidateStore, default_store_path  # noqa: E402
+from proposers.niches import NicheArchive, niche_summary, store_programs
+from storage import CandidateStore, default_store_path
 
 
 def report(folder: str) -> dict:
@@ -29,9 +29,10 @@ def report(folder: str) -> dict:
     cells = niche_summary(programs, archive)
     top10 = {archive.niche_of(p.source, p.canonical_hash) for p in programs[:10]}
     top50 = {archive.niche_of(p.source, p.canonical_hash) for p in programs[:50]}
-    return dict(folder=folder, run_id=run_id, calibrated=len(programs), proposed=status.proposed, new=status.new,
-                niches=len(cells), top10_niches=len(top10), top50_niches=len(top50), best=status.best_score,
-                metric=status.metric, elite_niches=[(n.label(), size) for n, size, _ in cells[:8]])
+    return {"folder": folder, "run_id": run_id, "calibrated": len(programs), "proposed": status.proposed,
+            "new": status.new, "niches": len(cells), "top10_niches": len(top10), "top50_niches": len(top50),
+            "best": status.best_score, "metric": status.metric,
+            "elite_niches": [(n.label(), size) for n, size, _ in cells[:8]]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,11 +7,26 @@ import json
 from collections import Counter
 
 import pytest
-
-from proposers import MutationProposer, ProposalContext, ScoredProgram, TaskSpec, runtime_available
-from proposers.niches import (COMPLEXITY_EDGES, Niche, NicheArchive, NicheError, complexity_bin, describe,
-                              describe_canonical, rank_weights, store_programs)
 from test_flows_support import FakeOpenAI, prefect_api  # noqa: F401  (fixture)
+
+from proposers import (
+    MutationProposer,
+    ProposalContext,
+    ScoredProgram,
+    TaskSpec,
+    runtime_available,
+)
+from proposers.niches import (
+    COMPLEXITY_EDGES,
+    Niche,
+    NicheArchive,
+    NicheError,
+    complexity_bin,
+    describe,
+    describe_canonical,
+    rank_weights,
+    store_programs,
+)
 
 needs_runtime = pytest.mark.skipif(not runtime_available(), reason="ndvm runtime not built")
 
@@ -222,7 +237,8 @@ def test_prompt_parents_span_several_niches_from_the_store(tmp_path):
 
 
 @needs_runtime
-def test_llm_prompts_in_a_discover_run_draw_parents_across_niches(tmp_path, monkeypatch, prefect_api):
+@pytest.mark.usefixtures("prefect_api")
+def test_llm_prompts_in_a_discover_run_draw_parents_across_niches(tmp_path, monkeypatch):
     """End to end: a local server answering eight ENSO programs of five niches (three near-copies
     of plain AR(1) among them). Once they are calibrated (serial run), the programs the flow passes
     to the LLM proposer are the best and one per niche, and the prompt shows them."""
