@@ -99,7 +99,8 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def _spread(label: str, values: list[float]) -> str:
+def spread_line(label: str, values: list[float]) -> str:
+    """``- label: min a, quartiles q1 / q2 / q3, max b (over n)`` over the finite values."""
     finite = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     if finite.size == 0:
         return f"- {label}: not defined"
@@ -109,30 +110,26 @@ def _spread(label: str, values: list[float]) -> str:
 
 
 def group_spread_lines(groups: dict[Any, tuple[np.ndarray, np.ndarray]], *, group_label: str, x_label: str,
-                       y_label: str, x_per_unit: float, threshold: float | None = 0.8) -> list[str]:
+                       y_label: str, x_per_unit: float, thresholds: Sequence[float] = (0.8,)) -> list[str]:
     """How the groups differ, over the rows the card may use (``groups``: group -> (x, y), x in the
-    dataset's own units, sorted). Per group: y at its first row, the fade rate (least-squares
-    slope of y per ``x_per_unit`` of x), and, with ``threshold``, the x at which y first falls
-    below ``threshold`` times its start (its life; groups that stay above it are counted)."""
-    starts, rates, lives, ends, beyond = [], [], [], [], 0
-    for x, y in groups.values():
-        if y.size == 0:
-            continue
-        starts.append(float(y[0]))
-        ends.append(float(x[-1]))
-        rates.append(_slope(x / x_per_unit, y))
-        if threshold is not None:
+    dataset's own units, sorted). Per group: y at its first row, the last x, the fade rate
+    (least-squares slope of y per ``x_per_unit`` of x), and for each of ``thresholds`` the x at
+    which y first falls below that fraction of its start (its life; groups that stay above it in
+    these rows are counted)."""
+    kept = [(x, y) for x, y in groups.values() if y.size]
+    lines = [f"Spread across the {len(kept)} {group_label} groups (training and validation rows):",
+             spread_line(f"{y_label} at the first row", [float(y[0]) for _, y in kept]),
+             spread_line(f"last {x_label} seen", [float(x[-1]) for x, _ in kept]),
+             spread_line(f"fade rate, change of {y_label} per {x_per_unit:g} {x_label}",
+                         [_slope(x / x_per_unit, y) for x, y in kept])]
+    for threshold in thresholds:
+        lives = []
+        for x, y in kept:
             below = np.flatnonzero(y < threshold * y[0])
             if below.size:
                 lives.append(float(x[below[0]]))
-            else:
-                beyond += 1
-    lines = [f"Spread across the {len(starts)} {group_label} groups (training and validation rows):",
-             _spread(f"{y_label} at the first row", starts),
-             _spread(f"last {x_label} seen", ends),
-             _spread(f"fade rate, change of {y_label} per {x_per_unit:g} {x_label}", rates)]
-    if threshold is not None:
-        life = _spread(f"{x_label} at which {y_label} first falls below {threshold:g} x its start", lives)
+        beyond = len(kept) - len(lives)
+        life = spread_line(f"{x_label} at which {y_label} first falls below {threshold:g} x its start", lives)
         lines.append(life + (f"; {beyond} groups stay above it in these rows" if beyond else ""))
     return lines
 
@@ -177,7 +174,7 @@ def group_residual_lines(errors: dict[Any, np.ndarray], x: dict[Any, np.ndarray]
     rmses = [r for r, _ in per_group.values()]
     lines = []
     if len(per_group) > 1:
-        lines.append(_spread(f"RMSE per {group_label}", rmses)[2:])
+        lines.append(spread_line(f"RMSE per {group_label}", rmses)[2:])
         lines.append(f"worst {group_label}s: " + ", ".join(
             f"{g} (RMSE {num(r)}, bias {num(b)})" for g, (r, b) in ranked[:worst]))
     pooled_x = np.concatenate([np.asarray(x[g], dtype=float) for g in errors])
@@ -197,4 +194,4 @@ def group_residual_lines(errors: dict[Any, np.ndarray], x: dict[Any, np.ndarray]
 
 
 __all__ = ["MONTHS", "autocorrelation", "column_lines", "forecast_residual_lines", "group_residual_lines",
-           "group_spread_lines", "lag_line", "num", "seasonal_lines"]
+           "group_spread_lines", "lag_line", "num", "seasonal_lines", "spread_line"]

@@ -97,7 +97,8 @@ def test_battery_prompt_has_the_spread_across_cells_and_no_held_out_cell():
     ctx = ProposalContext(spec, best=[ScoredProgram(source, 0.01)], residuals=residuals)
     prompt = "\n".join(m["content"] for m in build_messages(ctx, 4))
     for expected in [f"Spread across the {len(task.groups())} cell_id groups", "soh at the first row",
-                     "fade rate, change of soh per 100 cycle", "falls below 0.8 x its start",
+                     "fade rate, change of soh per 100 cycle", "falls below 0.95 x its start",
+                     "falls below 0.8 x its start", "capacity_ah at the first row",
                      "RMSE per cell_id", "worst cell_ids:", "by cycle range:"]:
         assert expected in prompt, expected
     named = set(__import__("re").findall(r"\bb\dc\d+\b", prompt))
@@ -160,7 +161,7 @@ def test_datacard_numbers_are_the_statistics_they_name():
     assert lines[2] == "RMSE by target calendar month (all leads): Jan 1 Feb 1 Mar 2"
     x = np.arange(0.0, 500.0, 50.0)
     spread = group_spread_lines({"c1": (x, 1.0 - 0.001 * x), "c2": (x, 1.0 - 0.0002 * x)}, group_label="cell",
-                                x_label="cycle", y_label="soh", x_per_unit=100.0)
+                                x_label="cycle", y_label="soh", x_per_unit=100.0, thresholds=(0.8,))
     assert "fade rate, change of soh per 100 cycle: min -0.1," in spread[3]
     assert "min 250, quartiles 250 / 250 / 250, max 250 (over 1); 1 groups stay above it" in spread[4]
 

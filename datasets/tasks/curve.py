@@ -657,9 +657,10 @@ class CurveTask(Task):
     # ------------------------------------------------------------------ the LLM prompt
     def data_card(self) -> str:
         """The columns, then (with groups) how the groups differ over their training and validation
-        rows: start value, fade rate per ``x_scale`` of x, and for battery data the life to 80% of
-        the start. Groups held out whole for the test are not in it."""
-        from proposers.datacard import group_spread_lines
+        rows: start value, last x seen, fade rate per ``x_scale`` of x, for battery data the life to
+        95% and 80% of the start, and the other measured columns at the first row (the capacity in Ah).
+        Groups held out whole for the test are not in it."""
+        from proposers.datacard import group_spread_lines, spread_line
 
         lines = [super().data_card()]
         if self.per_group and len(self.groups()) > 1:
@@ -670,7 +671,13 @@ class CurveTask(Task):
                 seen[group] = (np.concatenate(xs) * self.x_scale, np.concatenate(ys))
             lines += group_spread_lines(seen, group_label=ds.group, x_label=ds.x, y_label=ds.y,
                                         x_per_unit=self.x_scale if self.x_scale != 1.0 else 1.0,
-                                        threshold=0.8 if self.is_battery else None)
+                                        thresholds=(0.95, 0.8) if self.is_battery else ())
+            # the other measured columns at each group's first row (battery data: the capacity in Ah)
+            frame = self.seen_frame().filter(pl.col(ds.group).is_in(self.groups())).sort(ds.x)
+            firsts = frame.group_by(ds.group, maintain_order=True).first()
+            for column in firsts.columns:
+                if column not in (ds.x, ds.y, ds.group, "split") and firsts.schema[column].is_numeric():
+                    lines.append(spread_line(f"{column} at the first row", firsts.get_column(column).to_list()))
         return "\n".join(lines)
 
     def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
