@@ -289,3 +289,33 @@ def test_a_renamed_twin_of_an_earlier_runs_program_is_calibrated_as_stored(tmp_p
         assert first.proposed_source is None
         assert store.history("night-2")["source"].to_list() == [renamed]  # the proposal itself is kept as sent
         assert [c.source for c in store.pending("night-2")] == [stored]
+
+
+def test_the_llm_proposers_first_prompt_shows_the_library_programs(nights, tmp_path):
+    # The LLM proposer's first request of a seeded run: its context's best programs are the library
+    # seeds (the only programs on the new run's leaderboard), and the prompt shows their sources.
+    # Built without sending anything: no server, no key needed.
+    import shutil
+
+    from flows.discover import Budget, Discovery, build_config
+    from proposers.llm import build_messages
+
+    folder, first, second, _, _ = nights
+    for name in ("candidates.duckdb", "mlflow.db"):  # (an MLflow database made already: no migrations to wait for)
+        shutil.copy(folder / name, tmp_path / name)
+    config = build_config("enso", "llm", model="openai/library-test", api_base="http://127.0.0.1:9/v1", seed=5,
+                          steps=20, restarts=2, folder=str(tmp_path), log_every=3600.0)  # the nights' fit settings
+    discovery = Discovery(config, Budget(minutes=None, max_candidates=1))
+    try:
+        context = discovery._context()
+        seeds = discovery.library.seeds
+    finally:
+        discovery.close()
+    with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
+        library = {h: store.candidate(h)["source"] for h in seeds}
+    assert len(seeds) == 5 and context.best
+    assert {p.canonical_hash for p in context.best} <= set(seeds)  # every example is a library program
+    assert context.best[0].canonical_hash == seeds[0]               # the best of them first
+    prompt = build_messages(context, 4)[1]["content"]
+    for program in context.best:
+        assert library[program.canonical_hash].strip() in prompt
