@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
   Limits lim;
   LossSpec value;
   auto r = run_batch(*p, *vm, theta.data(), B, in, true, &value, lim);
-  std::printf("value %.10f  grad %.10f %.10f  tape records %zu\n", r.values[0], r.grads[0], r.grads[1], vm->tape.size());
+  std::printf("value %.10f  grad %.10f %.10f  tape records %zu\n", r.values[0], r.grads[0], r.grads[1],
+              vm->tape.size());
   auto time_per_call = [&](bool grad, const Limits& l) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) {
@@ -72,7 +73,9 @@ int main(int argc, char** argv) {
   double walked = time_per_call(true, walk);
   double replayed = time_per_call(true, lim);  // repeated with new parameters, as in calibration
   double value_only = time_per_call(false, lim);
-  std::printf("B=%d: value-and-gradient %.2f us walked (%.3f us per lane), %.2f us replayed (%.3f us per lane); "
-              "value alone %.2f us\n", B, walked, walked / B, replayed, replayed / B, value_only);
+  std::printf(
+      "B=%d: value-and-gradient %.2f us walked (%.3f us per lane), %.2f us replayed (%.3f us per lane); "
+      "value alone %.2f us\n",
+      B, walked, walked / B, replayed, replayed / B, value_only);
   return 0;
 }

@@ -27,8 +27,8 @@
 
 #include "error.h"
 #include "optim.h"
-#include "structured.h"
 #include "program.h"
+#include "structured.h"
 #include "vm.h"
 
 namespace {
@@ -51,9 +51,21 @@ ndvm::Inputs make_inputs(const ndvm::Program& p, int lanes) {
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     ndvm::Array a;
     switch (i % 3) {
-      case 0: a.rank = 0; a.data = {0.75}; break;
-      case 1: a.rank = 1; a.rows = 3; a.data = {0.5, -1.25, 2.0}; break;
-      default: a.rank = 2; a.rows = 2; a.cols = 2; a.data = {2.0, 0.5, 0.5, 1.5}; break;
+      case 0:
+        a.rank = 0;
+        a.data = {0.75};
+        break;
+      case 1:
+        a.rank = 1;
+        a.rows = 3;
+        a.data = {0.5, -1.25, 2.0};
+        break;
+      default:
+        a.rank = 2;
+        a.rows = 2;
+        a.cols = 2;
+        a.data = {2.0, 0.5, 0.5, 1.5};
+        break;
     }
     if (i == 3 && lanes > 1) {
       for (int l = 0; l < lanes; ++l) {
@@ -76,8 +88,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool tolerate = std::getenv("NDVM_FUZZ_TOLERATE_STD_EXCEPTIONS") != nullptr;
   static const bool structured = std::getenv("NDVM_FUZZ_STRUCTURED") != nullptr;
   static const bool print = std::getenv("NDVM_FUZZ_PRINT") != nullptr;
-  const std::string source = structured ? ndvm_fuzz::generate(data, size)
-                                        : std::string(reinterpret_cast<const char*>(data), size);
+  const std::string source =
+      structured ? ndvm_fuzz::generate(data, size) : std::string(reinterpret_cast<const char*>(data), size);
   if (print) std::fprintf(stderr, "program (%zu chars): %.400s\n", source.size(), source.c_str());
   if (!tolerate) return fuzz_one(source);  // a stray exception terminates: libFuzzer reports it
   try {
@@ -94,15 +106,12 @@ static int fuzz_one(const std::string& source) {
 
   try {
     (void)ndvm::canonical_form(source);
-  } catch (const ndvm::Error&) {
-  }
+  } catch (const ndvm::Error&) {}
 
   std::shared_ptr<ndvm::Program> prog;
   try {
     prog = ndvm::compile_program(source, /*f32=*/size % 7 == 0, lim.max_bytes);
-  } catch (const ndvm::Error&) {
-    return 0;
-  }
+  } catch (const ndvm::Error&) { return 0; }
 
   const size_t P = prog->params.size();
   // One lane at the declared initial values: any result type.
@@ -111,8 +120,7 @@ static int fuzz_one(const std::string& source) {
     for (const auto& d : prog->params) theta.push_back(d.init);
     ndvm::Inputs in = make_inputs(*prog, 1);
     (void)ndvm::run_one(*prog, *vm, theta.data(), in, lim);
-  } catch (const ndvm::Error&) {
-  }
+  } catch (const ndvm::Error&) {}
 
   // Three lanes spread around the inits (they may diverge at comparisons), values and gradients.
   const int B = 3;
@@ -122,20 +130,17 @@ static int fuzz_one(const std::string& source) {
   ndvm::Inputs in = make_inputs(*prog, B);
   try {
     (void)ndvm::run_batch(*prog, *vm, theta.data(), B, in, /*grad=*/false, nullptr, lim);
-  } catch (const ndvm::Error&) {
-  }
+  } catch (const ndvm::Error&) {}
   try {
     ndvm::LossSpec value;  // LossKind::Value: needs a scalar result, else an Eval error
     (void)ndvm::run_batch(*prog, *vm, theta.data(), B, in, /*grad=*/true, &value, lim);
-  } catch (const ndvm::Error&) {
-  }
+  } catch (const ndvm::Error&) {}
   try {
     ndvm::LossSpec mse;
     mse.kind = ndvm::LossKind::MSE;
     mse.target = {0.5, 1.0, -0.5};
     (void)ndvm::run_batch(*prog, *vm, theta.data(), B, in, /*grad=*/true, &mse, lim);
-  } catch (const ndvm::Error&) {
-  }
+  } catch (const ndvm::Error&) {}
   // Tape replay oracle: the same program at nearby parameters on the same VM (replayed when the
   // previous run recorded and no guard fails) must give the bits of a walk on a fresh VM.
   {
@@ -144,29 +149,33 @@ static int fuzz_one(const std::string& source) {
     ndvm::LossSpec value;
     std::string got_error, want_error;
     ndvm::BatchResult got, want;
-    try { got = ndvm::run_batch(*prog, *vm, near.data(), B, in, /*grad=*/true, &value, lim); }
-    catch (const ndvm::Error& e) { got_error = e.what(); }
+    try {
+      got = ndvm::run_batch(*prog, *vm, near.data(), B, in, /*grad=*/true, &value, lim);
+    } catch (const ndvm::Error& e) { got_error = e.what(); }
     auto fresh = ndvm::make_vm();
-    try { want = ndvm::run_batch(*prog, *fresh, near.data(), B, in, /*grad=*/true, &value, lim); }
-    catch (const ndvm::Error& e) { want_error = e.what(); }
+    try {
+      want = ndvm::run_batch(*prog, *fresh, near.data(), B, in, /*grad=*/true, &value, lim);
+    } catch (const ndvm::Error& e) { want_error = e.what(); }
     auto same_bits = [](const std::vector<double>& a, const std::vector<double>& b) {
       return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), sizeof(double) * a.size()) == 0);
     };
     if (got_error != want_error || !same_bits(got.values, want.values) || !same_bits(got.grads, want.grads)) {
-      std::fprintf(stderr, "replay differs from a fresh walk: error '%s' vs '%s'\n", got_error.c_str(), want_error.c_str());
+      std::fprintf(stderr, "replay differs from a fresh walk: error '%s' vs '%s'\n", got_error.c_str(),
+                   want_error.c_str());
       __builtin_trap();
     }
   }
   if (P > 0) {
     ndvm::CalibSpec spec;
-    spec.optimizer = size % 3 == 0 ? ndvm::Optimizer::Adam : size % 3 == 1 ? ndvm::Optimizer::LBFGS : ndvm::Optimizer::GD;
+    spec.optimizer = size % 3 == 0   ? ndvm::Optimizer::Adam
+                     : size % 3 == 1 ? ndvm::Optimizer::LBFGS
+                                     : ndvm::Optimizer::GD;
     spec.steps = 3;
     spec.loss.kind = size % 2 ? ndvm::LossKind::Value : ndvm::LossKind::GaussianNLL;
     spec.loss.target = {0.5, 1.0, -0.5};
     try {
       (void)ndvm::calibrate(*prog, *vm, theta.data(), B, in, spec, lim);
-    } catch (const ndvm::Error&) {
-    }
+    } catch (const ndvm::Error&) {}
   }
   return 0;
 }

@@ -52,10 +52,32 @@ class Recipe {
   }
   // A size literal for array shapes: the boundaries of 16, 32 and 53 bits, odd values, non-integers.
   std::string size_literal() {
-    static const char* const kSizes[] = {
-        "0", "1", "2", "3", "17", "400", "1000", "46341", "65535", "65536", "65537", "2147483647",
-        "2147483648", "4294967295", "4294967296", "4294967297", "9007199254740993", "-1", "-4294967296",
-        "1e18", "1e308", "+inf.0", "+nan.0", "2.5", "9223372036854775807", "-9223372036854775808"};
+    static const char* const kSizes[] = {"0",
+                                         "1",
+                                         "2",
+                                         "3",
+                                         "17",
+                                         "400",
+                                         "1000",
+                                         "46341",
+                                         "65535",
+                                         "65536",
+                                         "65537",
+                                         "2147483647",
+                                         "2147483648",
+                                         "4294967295",
+                                         "4294967296",
+                                         "4294967297",
+                                         "9007199254740993",
+                                         "-1",
+                                         "-4294967296",
+                                         "1e18",
+                                         "1e308",
+                                         "+inf.0",
+                                         "+nan.0",
+                                         "2.5",
+                                         "9223372036854775807",
+                                         "-9223372036854775808"};
     return kSizes[byte() % (sizeof kSizes / sizeof kSizes[0])];
   }
   // What is left of the input, as text (the innermost expression when the recipe splices it).
@@ -78,8 +100,18 @@ inline std::string repeat(const std::string& s, size_t n) {
 }
 
 inline std::string leaf(Recipe& r) {
-  static const char* const kLeaves[] = {"1", "x", "2.5", "'()", "(car '(1 2))", "(vec 1 2 3)", "#t",
-                                         "(lambda (y) y)", "(+ x 1)", "'sym", "(mat (vec 1 2) (vec 3 4))", "k"};
+  static const char* const kLeaves[] = {"1",
+                                        "x",
+                                        "2.5",
+                                        "'()",
+                                        "(car '(1 2))",
+                                        "(vec 1 2 3)",
+                                        "#t",
+                                        "(lambda (y) y)",
+                                        "(+ x 1)",
+                                        "'sym",
+                                        "(mat (vec 1 2) (vec 3 4))",
+                                        "k"};
   uint8_t b = r.byte();
   if (b == 0xFF) {
     std::string s = r.rest();
@@ -99,22 +131,60 @@ inline std::string flat(Recipe& r) {
     for (size_t i = 0; i < n; ++i) s += pre + std::to_string(i) + post;
   };
   switch (kind) {
-    case 0: s = "(define x 3) (cond "; items("((= x ", ") 1)"); s += "(else " + e + "))"; break;
-    case 1: s = "(case 3 "; items("((", ") 1)"); s += "(else " + e + "))"; break;
+    case 0:
+      s = "(define x 3) (cond ";
+      items("((= x ", ") 1)");
+      s += "(else " + e + "))";
+      break;
+    case 1:
+      s = "(case 3 ";
+      items("((", ") 1)");
+      s += "(else " + e + "))";
+      break;
     case 2: s = "(begin " + repeat("1 ", n) + e + ")"; break;
     case 3: s = "(and " + repeat("1 ", n) + e + ")"; break;
     case 4: s = "(or " + repeat("#f ", n) + e + ")"; break;
-    case 5: s = "(let ("; items("(a", " 1) "); s += ") " + e + ")"; break;
-    case 6: s = "(let* ((a0 1) "; for (size_t i = 1; i < n; ++i) s += "(a" + std::to_string(i) + " (+ a" + std::to_string(i - 1) + " 1)) "; s += ") " + e + ")"; break;
-    case 7: s = "(letrec ("; items("(f", " (lambda () 1)) "); s += ") " + e + ")"; break;
-    case 8: items("(define d", " 1) "); s += e; break;
-    case 9: s = "(define (f) "; items("(define d", " 1) "); s += e + ") (f)"; break;
-    case 10: s = "((lambda ("; items("p", " "); s += ") " + e + ") " + repeat("1 ", n) + ")"; break;
-    case 11: items("(param q", " 0.5) "); s += e; break;
+    case 5:
+      s = "(let (";
+      items("(a", " 1) ");
+      s += ") " + e + ")";
+      break;
+    case 6:
+      s = "(let* ((a0 1) ";
+      for (size_t i = 1; i < n; ++i) s += "(a" + std::to_string(i) + " (+ a" + std::to_string(i - 1) + " 1)) ";
+      s += ") " + e + ")";
+      break;
+    case 7:
+      s = "(letrec (";
+      items("(f", " (lambda () 1)) ");
+      s += ") " + e + ")";
+      break;
+    case 8:
+      items("(define d", " 1) ");
+      s += e;
+      break;
+    case 9:
+      s = "(define (f) ";
+      items("(define d", " 1) ");
+      s += e + ") (f)";
+      break;
+    case 10:
+      s = "((lambda (";
+      items("p", " ");
+      s += ") " + e + ") " + repeat("1 ", n) + ")";
+      break;
+    case 11:
+      items("(param q", " 0.5) ");
+      s += e;
+      break;
     case 12: s = repeat("#; 1 ", n) + e; break;
     case 13: s = repeat("#| c |# ", n) + e; break;
     case 14: s = "(length '(" + repeat("1 ", n) + "))"; break;
-    case 15: s = "'("; items("s", " "); s += ")"; break;
+    case 15:
+      s = "'(";
+      items("s", " ");
+      s += ")";
+      break;
     case 16: s = "(list " + repeat("1.5 ", n) + e + ")"; break;
     case 17: s = "(vec " + repeat("1.5 ", n + 1) + ")"; break;
     case 18: s = "(+ " + repeat("x ", n) + e + ")"; break;
@@ -124,15 +194,38 @@ inline std::string flat(Recipe& r) {
 }
 
 inline std::string nest(Recipe& r) {
-  struct Form { const char* open; const char* close; };
-  static const Form kForms[] = {
-      {"(", ")"}, {"(if #t ", " 0)"}, {"(let ((x 1)) ", ")"}, {"(let* ((x 1)) ", ")"},
-      {"(letrec ((f 1)) ", ")"}, {"((lambda (x) ", ") 1)"}, {"(begin 1 ", ")"}, {"(and 1 ", ")"},
-      {"(or #f ", ")"}, {"(when #t ", ")"}, {"(unless #f ", ")"}, {"(cond (#t ", "))"},
-      {"(case 1 ((1) ", "))"}, {"(do ((i 0 (+ i 1))) ((= i 1) ", "))"}, {"(let lp ((i 0)) ", ")"},
-      {"(loop ((i 0)) ", ")"}, {"(let () (define v ", ") v)"}, {"'", ""}, {"'(1 . ", ")"},
-      {"#;(", ") 1"}, {"#| ", " |# 1"}, {"(vsum (vec ", "))"}, {"(+ 1 (* 2 ", "))"}, {"(car (list ", "))"},
-      {"(list ", ")"}, {"`(", ")"}, {"(lambda () ", ")"}, {"[", "]"}};
+  struct Form {
+    const char* open;
+    const char* close;
+  };
+  static const Form kForms[] = {{"(", ")"},
+                                {"(if #t ", " 0)"},
+                                {"(let ((x 1)) ", ")"},
+                                {"(let* ((x 1)) ", ")"},
+                                {"(letrec ((f 1)) ", ")"},
+                                {"((lambda (x) ", ") 1)"},
+                                {"(begin 1 ", ")"},
+                                {"(and 1 ", ")"},
+                                {"(or #f ", ")"},
+                                {"(when #t ", ")"},
+                                {"(unless #f ", ")"},
+                                {"(cond (#t ", "))"},
+                                {"(case 1 ((1) ", "))"},
+                                {"(do ((i 0 (+ i 1))) ((= i 1) ", "))"},
+                                {"(let lp ((i 0)) ", ")"},
+                                {"(loop ((i 0)) ", ")"},
+                                {"(let () (define v ", ") v)"},
+                                {"'", ""},
+                                {"'(1 . ", ")"},
+                                {"#;(", ") 1"},
+                                {"#| ", " |# 1"},
+                                {"(vsum (vec ", "))"},
+                                {"(+ 1 (* 2 ", "))"},
+                                {"(car (list ", "))"},
+                                {"(list ", ")"},
+                                {"`(", ")"},
+                                {"(lambda () ", ")"},
+                                {"[", "]"}};
   const Form& f = kForms[r.byte() % (sizeof kForms / sizeof kForms[0])];
   const size_t d = r.depth();
   const std::string e = leaf(r);
@@ -172,10 +265,14 @@ inline std::string runtime(Recipe& r) {
     case 3: return "(define (f i) (if (= i 0) 0 (+ 1 (f (- i 1))))) (f " + n + ")";
     case 4: return "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons i a)))) (apply + (mk " + n + " '()))";
     case 5: return "(define (mk i a) (if (= i 0) a (mk (- i 1) (list a)))) (equal? (mk " + n + " 1) (mk " + n + " 1))";
-    case 6: return "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons i a)))) (length (map + (mk " + n + " '()) (mk " + n + " '())))";
+    case 6:
+      return "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons i a)))) (length (map + (mk " + n + " '()) (mk " + n +
+             " '())))";
     case 7: return "(let lp ((i 0) (l '(1))) (if (= i " + n + ") (length l) (lp (+ i 1) (append l l))))";
     case 8: return "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons (vec i) a)))) (mk " + n + " '())";
-    default: return "(let lp ((i 0) (v (vec 1))) (if (= i " + n + ") (size v) (lp (+ i 1) (list->vec (append (vec->list v) (vec->list v))))))";
+    default:
+      return "(let lp ((i 0) (v (vec 1))) (if (= i " + n +
+             ") (size v) (lp (+ i 1) (list->vec (append (vec->list v) (vec->list v))))))";
   }
 }
 

@@ -32,7 +32,8 @@ VM& thread_vm() {
 // A read datum as Python data, the shapes the proposers work on (ndvm/language.py): Symbol,
 // int (exact literal), float, bool, list, Dotted(items, tail) for an improper list. Recurses once
 // per level of nesting, which the reader has already bounded; the probe guards small thread stacks.
-py::object datum_to_python(const Datum& d, const py::handle& symbol, const py::handle& dotted, const StackProbe& probe) {
+py::object datum_to_python(const Datum& d, const py::handle& symbol, const py::handle& dotted,
+                           const StackProbe& probe) {
   probe.check("converting a datum to Python", d.line, d.col);
   switch (d.kind) {
     case Datum::Number:
@@ -58,13 +59,14 @@ Array array_from(py::handle obj, const std::string& name, bool leading_lane = fa
   if (!a) throw py::type_error("input '" + name + "' is not numeric");
   Array out;
   int nd = static_cast<int>(raw.ndim()) - (leading_lane ? 1 : 0);
-  if (nd > 2) throw py::value_error("input '" + name + "' has " + std::to_string(nd) + " dimensions; at most 2 (a matrix)");
+  if (nd > 2)
+    throw py::value_error("input '" + name + "' has " + std::to_string(nd) + " dimensions; at most 2 (a matrix)");
   out.rank = nd;
   size_t off = 0, count = 1;
   for (int d = 0; d < nd; ++d)  // the runtime's dimensions are 32-bit: refuse, never truncate
     if (a.shape(d + (leading_lane ? 1 : 0)) > static_cast<py::ssize_t>(UINT32_MAX))
-      throw py::value_error("input '" + name + "' has a dimension of " + std::to_string(a.shape(d + (leading_lane ? 1 : 0))) +
-                            "; at most 4294967295");
+      throw py::value_error("input '" + name + "' has a dimension of " +
+                            std::to_string(a.shape(d + (leading_lane ? 1 : 0))) + "; at most 4294967295");
   if (nd >= 1) out.rows = static_cast<uint32_t>(a.shape(leading_lane ? 1 : 0));
   if (nd == 2) out.cols = static_cast<uint32_t>(a.shape(leading_lane ? 2 : 1));
   count = out.numel();
@@ -85,7 +87,8 @@ Inputs inputs_from(const Program& p, py::dict shared, py::dict lane, int B) {
       if (!a || a.ndim() < 1) throw py::value_error("lane input '" + p.inputs[i] + "' needs a leading lane axis");
       int lanes = static_cast<int>(a.shape(0));
       if (B >= 0 && lanes != B)
-        throw py::value_error("lane input '" + p.inputs[i] + "' has " + std::to_string(lanes) + " lanes, expected " + std::to_string(B));
+        throw py::value_error("lane input '" + p.inputs[i] + "' has " + std::to_string(lanes) + " lanes, expected " +
+                              std::to_string(B));
       for (int l = 0; l < lanes; ++l) in.per_lane[i].push_back(array_from(a, p.inputs[i], true, l));
     } else if (shared.contains(key)) {
       in.shared[i] = array_from(shared[key], p.inputs[i]);
@@ -109,7 +112,8 @@ py::array values_array(const BatchResult& r, int B) {
 
 void check_theta(const Program& p, const Arr& theta) {
   if (theta.ndim() != 2 || theta.shape(1) != static_cast<py::ssize_t>(p.params.size()))
-    throw py::value_error("theta must have shape [B, " + std::to_string(p.params.size()) + "] (one column per parameter)");
+    throw py::value_error("theta must have shape [B, " + std::to_string(p.params.size()) +
+                          "] (one column per parameter)");
   if (theta.shape(0) < 1) throw py::value_error("theta must have at least one row");
 }
 
@@ -186,12 +190,11 @@ CalibSpec spec_from(const Program& p, py::dict s) {
 // result was a measurable share of a 2,000-program batch).
 py::dict result_dict(const CalibResult& r, int steps) {
   // interned once, never released: they must outlive any interpreter teardown order
-  static PyObject* const keys[] = {
-      PyUnicode_InternFromString("best_theta"), PyUnicode_InternFromString("best_loss"),
-      PyUnicode_InternFromString("history"),    PyUnicode_InternFromString("status"),
-      PyUnicode_InternFromString("steps_done"), PyUnicode_InternFromString("evaluations"),
-      PyUnicode_InternFromString("error"),      PyUnicode_InternFromString("error_kind"),
-      PyUnicode_InternFromString("error_line"), PyUnicode_InternFromString("error_col")};
+  static PyObject* const keys[] = {PyUnicode_InternFromString("best_theta"), PyUnicode_InternFromString("best_loss"),
+                                   PyUnicode_InternFromString("history"),    PyUnicode_InternFromString("status"),
+                                   PyUnicode_InternFromString("steps_done"), PyUnicode_InternFromString("evaluations"),
+                                   PyUnicode_InternFromString("error"),      PyUnicode_InternFromString("error_kind"),
+                                   PyUnicode_InternFromString("error_line"), PyUnicode_InternFromString("error_col")};
   py::dict d;
   auto set = [&](int k, py::object v) { d[py::handle(keys[k])] = std::move(v); };
   set(0, shaped(r.best_theta, {r.R, r.P}));
@@ -269,7 +272,9 @@ PYBIND11_MODULE(_native, m) {
   // The runtime's reader, exposing its datum tree: every top-level datum of `source` as Python
   // data (see datum_to_python). ParseError with the position on malformed text; nesting beyond
   // `max_nesting` levels (0: MAX_NESTING) is a ParseError too.
-  m.def("read", [](const std::string& source, int max_nesting) {
+  m.def(
+      "read",
+      [](const std::string& source, int max_nesting) {
         if (max_nesting < 0) throw py::value_error("read: max_nesting must be positive (0: the runtime's limit)");
         std::vector<DatumP> forms;
         {
@@ -299,61 +304,65 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
       .def_property_readonly("source", [](const Program& p) { return p.source; })
       .def_property_readonly("inputs", [](const Program& p) { return p.inputs; })
-      .def_property_readonly("params", [](const Program& p) {
-        py::list l;
-        for (auto& d : p.params) {
-          py::object c = py::none();
-          if (d.constraint == C_POSITIVE) c = py::str("positive");
-          else if (d.constraint == C_BETWEEN) c = py::make_tuple("between", d.lo, d.hi);
-          l.append(py::make_tuple(d.name, d.init, c));
-        }
-        return l;
-      })
+      .def_property_readonly("params",
+                             [](const Program& p) {
+                               py::list l;
+                               for (auto& d : p.params) {
+                                 py::object c = py::none();
+                                 if (d.constraint == C_POSITIVE) c = py::str("positive");
+                                 else if (d.constraint == C_BETWEEN) c = py::make_tuple("between", d.lo, d.hi);
+                                 l.append(py::make_tuple(d.name, d.init, c));
+                               }
+                               return l;
+                             })
       .def_property_readonly("f32", [](const Program& p) { return p.f32; })
-      .def("evaluate", [](const Program& p, Arr theta, py::dict shared, py::dict lane, const Limits& lim) {
-        check_theta(p, theta);
-        int B = static_cast<int>(theta.shape(0));
-        Inputs in = inputs_from(p, shared, lane, B);
-        BatchResult r;
-        {
-          py::gil_scoped_release nogil;
-          r = run_batch(p, thread_vm(), theta.data(), B, in, false, nullptr, lim);
-        }
-        return values_array(r, B);
-      })
-      .def("value_and_grad", [](const Program& p, Arr theta, py::dict shared, py::dict lane, const Limits& lim,
-                                std::vector<std::string> grad_inputs, std::string loss, py::object target) {
-        check_theta(p, theta);
-        int B = static_cast<int>(theta.shape(0));
-        Inputs in = inputs_from(p, shared, lane, B);
-        std::vector<int> ids;
-        for (auto& name : grad_inputs) {
-          auto it = std::find(p.inputs.begin(), p.inputs.end(), name);
-          if (it == p.inputs.end()) throw py::value_error("no input named '" + name + "'");
-          size_t i = it - p.inputs.begin();
-          if (in.shared[i].data.empty()) throw py::value_error("gradients are available for shared inputs only ('" + name + "')");
-          ids.push_back(static_cast<int>(i));
-        }
-        LossSpec ls = loss_from(p, loss, target, py::none());
-        BatchResult r;
-        {
-          py::gil_scoped_release nogil;
-          r = run_batch(p, thread_vm(), theta.data(), B, in, true, &ls, lim, ids.empty() ? nullptr : &ids);
-        }
-        py::list ig;
-        size_t base = 0;
-        for (int id : ids) {
-          const Array& a = in.shared[id];
-          std::vector<double> g(r.input_grads.begin() + base, r.input_grads.begin() + base + a.numel());
-          std::vector<py::ssize_t> shape;
-          if (a.rank >= 1) shape.push_back(a.rows);
-          if (a.rank == 2) shape.push_back(a.cols);
-          ig.append(shaped(g, shape));
-          base += a.numel();
-        }
-        return py::make_tuple(values_array(r, B), shaped(r.losses, {B}),
-                              shaped(r.grads, {B, static_cast<py::ssize_t>(p.params.size())}), ig);
-      })
+      .def("evaluate",
+           [](const Program& p, Arr theta, py::dict shared, py::dict lane, const Limits& lim) {
+             check_theta(p, theta);
+             int B = static_cast<int>(theta.shape(0));
+             Inputs in = inputs_from(p, shared, lane, B);
+             BatchResult r;
+             {
+               py::gil_scoped_release nogil;
+               r = run_batch(p, thread_vm(), theta.data(), B, in, false, nullptr, lim);
+             }
+             return values_array(r, B);
+           })
+      .def("value_and_grad",
+           [](const Program& p, Arr theta, py::dict shared, py::dict lane, const Limits& lim,
+              std::vector<std::string> grad_inputs, std::string loss, py::object target) {
+             check_theta(p, theta);
+             int B = static_cast<int>(theta.shape(0));
+             Inputs in = inputs_from(p, shared, lane, B);
+             std::vector<int> ids;
+             for (auto& name : grad_inputs) {
+               auto it = std::find(p.inputs.begin(), p.inputs.end(), name);
+               if (it == p.inputs.end()) throw py::value_error("no input named '" + name + "'");
+               size_t i = it - p.inputs.begin();
+               if (in.shared[i].data.empty())
+                 throw py::value_error("gradients are available for shared inputs only ('" + name + "')");
+               ids.push_back(static_cast<int>(i));
+             }
+             LossSpec ls = loss_from(p, loss, target, py::none());
+             BatchResult r;
+             {
+               py::gil_scoped_release nogil;
+               r = run_batch(p, thread_vm(), theta.data(), B, in, true, &ls, lim, ids.empty() ? nullptr : &ids);
+             }
+             py::list ig;
+             size_t base = 0;
+             for (int id : ids) {
+               const Array& a = in.shared[id];
+               std::vector<double> g(r.input_grads.begin() + base, r.input_grads.begin() + base + a.numel());
+               std::vector<py::ssize_t> shape;
+               if (a.rank >= 1) shape.push_back(a.rows);
+               if (a.rank == 2) shape.push_back(a.cols);
+               ig.append(shaped(g, shape));
+               base += a.numel();
+             }
+             return py::make_tuple(values_array(r, B), shaped(r.losses, {B}),
+                                   shaped(r.grads, {B, static_cast<py::ssize_t>(p.params.size())}), ig);
+           })
       .def("run", [](const Program& p, Arr theta_row, py::dict shared, const Limits& lim) {
         if (theta_row.size() != static_cast<py::ssize_t>(p.params.size()))
           throw py::value_error("expected " + std::to_string(p.params.size()) + " parameter values");
@@ -366,8 +375,10 @@ PYBIND11_MODULE(_native, m) {
         return to_python(v);
       });
 
-  m.def("compile", [](const std::string& src, bool f32, uint64_t max_bytes) { return compile_program(src, f32, max_bytes); },
-        py::arg("source"), py::arg("f32") = false, py::arg("max_bytes") = 0);
+  m.def(
+      "compile",
+      [](const std::string& src, bool f32, uint64_t max_bytes) { return compile_program(src, f32, max_bytes); },
+      py::arg("source"), py::arg("f32") = false, py::arg("max_bytes") = 0);
   m.def("canonical_form", &canonical_form);
 
   m.def("calibrate", [](std::shared_ptr<Program> p, Arr theta0, py::dict shared, py::dict lane, py::dict spec_d,
@@ -429,17 +440,19 @@ PYBIND11_MODULE(_native, m) {
         CalibSpec spec = base_spec;
         spec.loss.sigma_param = -1;
         for (size_t j = 0; j < p.params.size(); ++j)
-          if (spec.loss.kind == LossKind::GaussianNLL && p.params[j].name == "sigma") spec.loss.sigma_param = static_cast<int>(j);
+          if (spec.loss.kind == LossKind::GaussianNLL && p.params[j].name == "sigma")
+            spec.loss.sigma_param = static_cast<int>(j);
         jobs[i] = CalibJob{&p, std::vector<double>(theta0s[i].data(), theta0s[i].data() + theta0s[i].size()), R, &in,
                            std::move(spec)};
-      } catch (const std::exception& e) {
-        prep_errors[i] = e.what();
-      }
+      } catch (const std::exception& e) { prep_errors[i] = e.what(); }
     }
     std::vector<CalibJob> runnable;
     std::vector<size_t> where;
     for (size_t i = 0; i < jobs.size(); ++i)
-      if (prep_errors[i].empty()) { runnable.push_back(jobs[i]); where.push_back(i); }
+      if (prep_errors[i].empty()) {
+        runnable.push_back(jobs[i]);
+        where.push_back(i);
+      }
     std::vector<CalibResult> rs;
     {
       py::gil_scoped_release nogil;

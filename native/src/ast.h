@@ -44,11 +44,11 @@ struct Node {
 };
 
 struct Lambda {
-  int nreq = 0;       // required parameters
-  bool rest = false;  // a rest parameter collects the remaining arguments as a list
-  int frame_size = 0; // parameters + flattened locals
+  int nreq = 0;        // required parameters
+  bool rest = false;   // a rest parameter collects the remaining arguments as a list
+  int frame_size = 0;  // parameters + flattened locals
   Node* body = nullptr;
-  std::string name;   // "f" for (define (f ...) ...), "lambda" otherwise
+  std::string name;  // "f" for (define (f ...) ...), "lambda" otherwise
   int line = 0, col = 0;
 };
 

@@ -10,10 +10,22 @@ using namespace kern;
 namespace {
 
 // Local derivatives of the binary operations: da, db given x, y and the output z.
-struct DAdd { static double da(double, double, double) { return 1; } static double db(double, double, double) { return 1; } };
-struct DSub { static double da(double, double, double) { return 1; } static double db(double, double, double) { return -1; } };
-struct DMul { static double da(double, double y, double) { return y; } static double db(double x, double, double) { return x; } };
-struct DDiv { static double da(double, double y, double) { return 1 / y; } static double db(double, double y, double z) { return -z / y; } };
+struct DAdd {
+  static double da(double, double, double) { return 1; }
+  static double db(double, double, double) { return 1; }
+};
+struct DSub {
+  static double da(double, double, double) { return 1; }
+  static double db(double, double, double) { return -1; }
+};
+struct DMul {
+  static double da(double, double y, double) { return y; }
+  static double db(double x, double, double) { return x; }
+};
+struct DDiv {
+  static double da(double, double y, double) { return 1 / y; }
+  static double db(double, double y, double z) { return -z / y; }
+};
 struct DPow {
   static double da(double x, double y, double) { return y == 0 ? 0 : y * std::pow(x, y - 1); }
   static double db(double x, double, double z) { return z == 0 ? 0 : z * std::log(x); }
@@ -22,14 +34,19 @@ struct DAtan2 {
   static double da(double x, double y, double) { return y / (x * x + y * y); }
   static double db(double x, double y, double) { return -x / (x * x + y * y); }
 };
-struct DMin { static double da(double x, double y, double) { return y < x ? 0 : 1; } static double db(double x, double y, double) { return y < x ? 1 : 0; } };
-struct DMax { static double da(double x, double y, double) { return y > x ? 0 : 1; } static double db(double x, double y, double) { return y > x ? 1 : 0; } };
+struct DMin {
+  static double da(double x, double y, double) { return y < x ? 0 : 1; }
+  static double db(double x, double y, double) { return y < x ? 1 : 0; }
+};
+struct DMax {
+  static double da(double x, double y, double) { return y > x ? 0 : 1; }
+  static double db(double x, double y, double) { return y > x ? 1 : 0; }
+};
 
 // Backward of a binary op over lanes with the lane strides known at compile time, so the lane
 // loops vectorize. An operand with a zero lane stride is uniform and must not be active here.
 template <class D, bool AL, bool BL>
-void bwd2_lanes(View va, View vb, double* ga, double* gb, const double* go, const double* z, uint32_t n,
-                uint32_t Lo) {
+void bwd2_lanes(View va, View vb, double* ga, double* gb, const double* go, const double* z, uint32_t n, uint32_t Lo) {
   for (uint32_t i = 0; i < n; ++i) {
     const double* pa = va.p + static_cast<size_t>(i) * va.es;
     const double* pb = vb.p + static_cast<size_t>(i) * vb.es;
@@ -137,10 +154,19 @@ void backward_one_lane(VM& vm, const TapeRec& t) {
   for (uint32_t i = 0; i < n; ++i) {
     const double g = go[i];
     if (g == 0) continue;  // a zero cotangent contributes nothing
-    switch (t.op) {  // the arithmetic of bwd2's one-lane loop
-      case O_ADD: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g; break;
-      case O_SUB: if (ga) ga[i * sa] += g; if (gb) gb[i * sb] += g * -1.0; break;
-      default: if (ga) ga[i * sa] += g * y[i * sb]; if (gb) gb[i * sb] += g * x[i * sa]; break;
+    switch (t.op) {        // the arithmetic of bwd2's one-lane loop
+      case O_ADD:
+        if (ga) ga[i * sa] += g;
+        if (gb) gb[i * sb] += g;
+        break;
+      case O_SUB:
+        if (ga) ga[i * sa] += g;
+        if (gb) gb[i * sb] += g * -1.0;
+        break;
+      default:
+        if (ga) ga[i * sa] += g * y[i * sb];
+        if (gb) gb[i * sb] += g * x[i * sa];
+        break;
     }
   }
 }
@@ -197,7 +223,8 @@ void bwd_concat(VM& vm, const TapeRec& t, const Bwd& b) {
       double* gp = vm.adj + p.n.off;
       uint32_t pl = vm.lanes_of(p);
       for (uint32_t q = 0; q < pe; ++q)
-        for (uint32_t l = 0; l < b.Lo; ++l) gp[static_cast<size_t>(q) * pl + (pl == 1 ? 0 : l)] += b.go[(e + q) * b.Lo + l];
+        for (uint32_t l = 0; l < b.Lo; ++l)
+          gp[static_cast<size_t>(q) * pl + (pl == 1 ? 0 : l)] += b.go[(e + q) * b.Lo + l];
     }
     e += pe;
   }
@@ -236,8 +263,9 @@ void backward_record(VM& vm, const TapeRec& t) {
   const NumRef& out = t.out;
   const Bwd b{in, out, vm.lanes_of(out), out.numel(), vm.adj + out.n.off, vm.data(out)};
   switch (tape_kind(t.op)) {
-    case TapeKind::ROUNDING: case TapeKind::INTDIV: case TapeKind::GUARD:
-      break;  // piecewise constant, or a decision: nothing flows back
+    case TapeKind::ROUNDING:
+    case TapeKind::INTDIV:
+    case TapeKind::GUARD: break;  // piecewise constant, or a decision: nothing flows back
     case TapeKind::BINARY: bwd_binary(vm, t, b); break;
     case TapeKind::UNARY: bwd_unary(vm, t, b); break;
     case TapeKind::SLICE: bwd_slice(vm, t, b); break;

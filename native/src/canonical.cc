@@ -215,8 +215,7 @@ class Canon {
     if ((h == "+" || h == "*" || h == "min" || h == "max") && !param_constraint_.count(h)) {
       std::vector<std::pair<std::string, size_t>> keyed;
       for (size_t i = 1; i < d.items.size(); ++i) keyed.emplace_back(sort_key(*d.items[i]), i);
-      std::stable_sort(keyed.begin(), keyed.end(),
-                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      std::stable_sort(keyed.begin(), keyed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
       std::string out = '(' + h;
       for (auto& k : keyed) out += ' ' + (masking_ ? k.first : expr(*d.items[k.second]));
       return out + ')';

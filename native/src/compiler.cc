@@ -87,7 +87,8 @@ struct Scope {
   std::vector<Var> vars;
   // name -> position of its latest binding in vars, so that a lookup costs the same in a body of
   // 150,000 defines as in one of three (a linear scan made long flat forms quadratic)
-  std::unordered_map<std::string, size_t> index{};  // {}: Scope{parent, fn, vars} leaves it empty without a -Wextra warning
+  std::unordered_map<std::string, size_t>
+      index{};  // {}: Scope{parent, fn, vars} leaves it empty without a -Wextra warning
 
   void add(Var v) {
     index[v.name] = vars.size();
@@ -113,8 +114,8 @@ struct LoopChain {
 };
 
 struct Ctx {
-  bool tail = false;                    // tail position of the current lambda
-  const LoopChain* loops = nullptr;     // tail position of these loops' bodies
+  bool tail = false;                 // tail position of the current lambda
+  const LoopChain* loops = nullptr;  // tail position of these loops' bodies
   Ctx nontail() const { return Ctx{}; }
 };
 
@@ -261,7 +262,8 @@ class Compiler {
     if (is_form(pd.name) || find_prim(pd.name.c_str()) >= 0)
       bad(*it[1], "param name '" + pd.name + "' is a special form or primitive");
     if (param_index_.count(pd.name)) bad(*it[1], "parameter '" + pd.name + "' declared twice");
-    if (it[2]->kind != Datum::Number) bad(*it[2], "param '" + pd.name + "': the initial value must be a number literal");
+    if (it[2]->kind != Datum::Number)
+      bad(*it[2], "param '" + pd.name + "': the initial value must be a number literal");
     pd.init = it[2]->num;
     if (!std::isfinite(pd.init)) bad(*it[2], "param '" + pd.name + "': the initial value must be finite");
     if (it.size() == 4) {
@@ -381,7 +383,8 @@ class Compiler {
   }
 
   Node* variable(const Datum& d, Scope* s) {
-    if (is_form(d.sym) && resolve(d.sym, s).kind == Resolved::Free) bad(d, "special form '" + d.sym + "' used as a value");
+    if (is_form(d.sym) && resolve(d.sym, s).kind == Resolved::Free)
+      bad(d, "special form '" + d.sym + "' used as a value");
     Resolved r = resolve(d.sym, s);
     switch (r.kind) {
       case Resolved::Local: {
@@ -417,8 +420,9 @@ class Compiler {
     int nargs = static_cast<int>(d.items.size()) - 1;
     if (nargs < pi.min_args || (pi.max_args >= 0 && nargs > pi.max_args)) {
       std::string want = pi.max_args < 0 ? "at least " + std::to_string(pi.min_args)
-                         : pi.min_args == pi.max_args ? std::to_string(pi.min_args)
-                                                      : std::to_string(pi.min_args) + " to " + std::to_string(pi.max_args);
+                         : pi.min_args == pi.max_args
+                             ? std::to_string(pi.min_args)
+                             : std::to_string(pi.min_args) + " to " + std::to_string(pi.max_args);
       bad(d, std::string("wrong number of arguments to '") + pi.name + "': expected " + want + ", got " +
                  std::to_string(nargs));
     }
@@ -483,7 +487,8 @@ class Compiler {
             if (p.name == name)
               bad(f, "'" + name + "' is a declared parameter; a define of the same name would hide it (rename one)");
         int slot = -1;
-        if (const Var* v = scope.find(name)) slot = v->slot;  // a redefinition assigns the same variable, as at a Scheme top level
+        if (const Var* v = scope.find(name))
+          slot = v->slot;  // a redefinition assigns the same variable, as at a Scheme top level
         if (slot < 0) {
           slot = new_slot(&scope);
           scope.add(Var{name, slot, nullptr});
@@ -745,7 +750,11 @@ class Compiler {
                  bool strict_recur = false) {
     // Each failed attempt recompiles the body; bound the nesting so compile time stays linear.
     if (loop_nesting_ >= 6) return nullptr;
-    struct Nest { int& n; explicit Nest(int& x) : n(x) { ++n; } ~Nest() { --n; } } nest(loop_nesting_);
+    struct Nest {
+      int& n;
+      explicit Nest(int& x) : n(x) { ++n; }
+      ~Nest() { --n; }
+    } nest(loop_nesting_);
     size_t lambdas_before = P.lambdas.size();
     int slots_before = s->fn->nslots;
     LoopInfo info;
@@ -762,8 +771,7 @@ class Compiler {
     loop->tail = cx.tail;
     LoopChain chain{&info, cx.loops};
     Node* b = compile_body(body, &inner, Ctx{cx.tail, &chain}, d.line, d.col);
-    if (info.nontail && strict_recur)
-      bad(*info.nontail, "recur must be in tail position of its (loop ...)");
+    if (info.nontail && strict_recur) bad(*info.nontail, "recur must be in tail position of its (loop ...)");
     if (info.failed || P.lambdas.size() != lambdas_before) {
       s->fn->nslots = slots_before;  // discard: the closure form is compiled instead
       return nullptr;
@@ -790,7 +798,9 @@ class Compiler {
   // inputs keep their first-use numbering) and linked from the last one back: no recursion per
   // clause, so a cond of any length compiles in constant C stack.
   Node* cond(const Datum& d, Scope* s, Ctx cx) {
-    struct Clause { Node* head; };  // an N_IF (kids: test, body) or N_OR (kids: test) to link
+    struct Clause {
+      Node* head;
+    };  // an N_IF (kids: test, body) or N_OR (kids: test) to link
     std::vector<Clause> chain;
     Node* rest = nullptr;  // the else clause, if any
     for (size_t i = 1; i < d.items.size(); ++i) {
@@ -806,7 +816,8 @@ class Compiler {
         rest = x->kids.size() == 1 ? x->kids[0] : x;
         break;
       }
-      if (clause.items.size() >= 2 && clause.items[1]->is_sym("=>")) bad(clause, "cond clauses with => are not supported");
+      if (clause.items.size() >= 2 && clause.items[1]->is_sym("=>"))
+        bad(clause, "cond clauses with => are not supported");
       if (clause.items.size() == 1) {  // (cond (test) ...) yields the test's value when true
         Node* x = node(N_OR, clause);
         x->kids.push_back(compile(*clause.items[0], s, Ctx{}));

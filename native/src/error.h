@@ -18,8 +18,12 @@ struct Error : std::runtime_error {
 
 [[noreturn]] inline void parse_error(const std::string& m, int l, int c) { throw Error(ErrorKind::Parse, m, l, c); }
 [[noreturn]] inline void check_error(const std::string& m, int l, int c) { throw Error(ErrorKind::Check, m, l, c); }
-[[noreturn]] inline void eval_error(const std::string& m, int l = 0, int c = 0) { throw Error(ErrorKind::Eval, m, l, c); }
-[[noreturn]] inline void limit_error(const std::string& m, int l = 0, int c = 0) { throw Error(ErrorKind::Limit, m, l, c); }
+[[noreturn]] inline void eval_error(const std::string& m, int l = 0, int c = 0) {
+  throw Error(ErrorKind::Eval, m, l, c);
+}
+[[noreturn]] inline void limit_error(const std::string& m, int l = 0, int c = 0) {
+  throw Error(ErrorKind::Limit, m, l, c);
+}
 
 // Raised when lanes of one group disagree on a comparison. The driver splits the group by `mask`
 // (1 = the comparison was true in that lane) and re-runs each part; see program.cc.

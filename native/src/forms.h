@@ -11,6 +11,7 @@
 #pragma once
 #include <string>
 
+// clang-format off
 #define NDVM_FORMS(X)                                                                          \
   X(QUOTE, "quote", true) X(IF, "if", true) X(DEFINE, "define", true) X(LAMBDA, "lambda", true) \
   X(LET, "let", true) X(LET_STAR, "let*", true) X(LETREC, "letrec", true)                     \
@@ -22,6 +23,7 @@
   X(SET, "set!", false) X(NAMED_LAMBDA, "named-lambda", false)                                \
   X(DEFINE_SYNTAX, "define-syntax", false) X(LET_VALUES, "let-values", false)                 \
   X(QUASIQUOTE, "quasiquote", false) X(DELAY, "delay", false) X(GUARD, "guard", false)
+// clang-format on
 
 namespace ndvm {
 
@@ -29,7 +31,7 @@ enum FormId : int {
 #define NDVM_FORM_ENUM(id, name, supported) F_##id,
   NDVM_FORMS(NDVM_FORM_ENUM)
 #undef NDVM_FORM_ENUM
-  F_COUNT
+      F_COUNT
 };
 
 struct FormInfo {

@@ -37,7 +37,9 @@ bool int_op(Op op, int64_t x, int64_t y, int64_t* r) {
       if (y < 0) return false;
       int64_t acc = 1, base = x;
       for (int64_t e = y; e > 0; e >>= 1) {
-        if (e & 1) { if (__builtin_mul_overflow(acc, base, &acc)) return false; }
+        if (e & 1) {
+          if (__builtin_mul_overflow(acc, base, &acc)) return false;
+        }
         if (e > 1 && __builtin_mul_overflow(base, base, &base)) return false;
       }
       *r = acc;
@@ -51,23 +53,31 @@ bool int_op(Op op, int64_t x, int64_t y, int64_t* r) {
 // + - * / of two numbers in a one-lane run (B = 1), the bulk of a walk's arithmetic: the shape check,
 // the allocation, the loop and the record, and nothing else; every other case goes to binary_general.
 Value VM::binary(Op op, Value a, Value b, const Node* site) {
-  if (L != 1 || a.tag != T_NUM || b.tag != T_NUM || !tape_op_has<tapeflag::ARITH>(op)) return binary_general(op, a, b, site);
+  if (L != 1 || a.tag != T_NUM || b.tag != T_NUM || !tape_op_has<tapeflag::ARITH>(op))
+    return binary_general(op, a, b, site);
   const uint32_t na = a.numel(), nb = b.numel();
   Value out;
   if (na == 1 && a.rank == 0) out = alloc_num(b.rank, b.rows, b.n.cols, a.uniform() && b.uniform(), site);
   else if ((nb == 1 && b.rank == 0) || (a.rank == b.rank && a.rows == b.rows && a.n.cols == b.n.cols))
     out = alloc_num(a.rank, a.rows, a.n.cols, a.uniform() && b.uniform(), site);
-  else
-    shape_mismatch(*this, site, a, b);
+  else shape_mismatch(*this, site, a, b);
   const double* pa = data(a);
   const double* pb = data(b);
   double* po = data(out);
   const uint32_t n = out.numel(), sa = na == 1 ? 0 : 1, sb = nb == 1 ? 0 : 1;
   switch (op) {
-    case O_ADD: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb]; break;
-    case O_SUB: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb]; break;
-    case O_MUL: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb]; break;
-    default: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb]; break;
+    case O_ADD:
+      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb];
+      break;
+    case O_SUB:
+      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb];
+      break;
+    case O_MUL:
+      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb];
+      break;
+    default:
+      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb];
+      break;
   }
   if (prog->f32) round_f32(po, n);
   if (recording && ((a.flags | b.flags) & NF_ACTIVE)) record2(op, out, a, b);
@@ -102,9 +112,15 @@ Value VM::binary_general(Op op, Value a, Value b, const Node* site) {
   // shape: equal shapes, or a scalar broadcast against anything
   int rank;
   uint32_t rows, cols;
-  if (a.rank == 0) { rank = b.rank; rows = b.rows; cols = b.cols(); }
-  else if (b.rank == 0 || (a.rank == b.rank && a.rows == b.rows && a.cols() == b.cols())) { rank = a.rank; rows = a.rows; cols = a.cols(); }
-  else shape_mismatch(*this, site, a, b);
+  if (a.rank == 0) {
+    rank = b.rank;
+    rows = b.rows;
+    cols = b.cols();
+  } else if (b.rank == 0 || (a.rank == b.rank && a.rows == b.rows && a.cols() == b.cols())) {
+    rank = a.rank;
+    rows = a.rows;
+    cols = a.cols();
+  } else shape_mismatch(*this, site, a, b);
 
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(rank, rows, cols, uni, site);
@@ -116,10 +132,18 @@ Value VM::binary_general(Op op, Value a, Value b, const Node* site) {
     double* po = data(out);
     const uint32_t sa = a.rank == 0 ? 0 : 1, sb = b.rank == 0 ? 0 : 1;
     switch (op) {
-      case O_ADD: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb]; break;
-      case O_SUB: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb]; break;
-      case O_MUL: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb]; break;
-      default: for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb]; break;
+      case O_ADD:
+        for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb];
+        break;
+      case O_SUB:
+        for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb];
+        break;
+      case O_MUL:
+        for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb];
+        break;
+      default:
+        for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb];
+        break;
     }
   } else {
     fwd2(op, data(out), n, Lo, view(*this, a, true), view(*this, b, true));
@@ -207,7 +231,10 @@ Value VM::compare(int prim, const Value* args_in, int n, const Node* site) {
   Value args[64];
   std::vector<Value> many;
   Value* av = args;
-  if (n > 64) { many.resize(n); av = many.data(); }
+  if (n > 64) {
+    many.resize(n);
+    av = many.data();
+  }
   for (int i = 0; i < n; ++i) av[i] = promote(args_in[i]);
   return compare_num(prim, av, n, site);
 }
@@ -222,7 +249,10 @@ Value VM::compare_num(int prim, const Value* args, int n, const Node* site) {
   uint8_t* m = lane_mask_buf(L);
   compare_mask(*this, prim, args, n, m);
   bool all_uniform = true, any_active = false;
-  for (int i = 0; i < n; ++i) { all_uniform &= args[i].uniform(); any_active |= args[i].active(); }
+  for (int i = 0; i < n; ++i) {
+    all_uniform &= args[i].uniform();
+    any_active |= args[i].active();
+  }
   if (all_uniform) return Value::make_bool(m[0]);
   if (recording && any_active) record_guard(prim, args, n, m);
   return lanes_to_bool(m);
@@ -258,16 +288,22 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
   if (static_cast<size_t>(stack_base - &probe) > stack_budget)
     limit_error("recursion too deep for the evaluation stack (comparing deeply nested structures)",
                 site ? site->line : 0, site ? site->col : 0);
-  if (a.tag != b.tag) { std::memset(m, 0, L); return; }
+  if (a.tag != b.tag) {
+    std::memset(m, 0, L);
+    return;
+  }
   switch (a.tag) {
     case T_NUM: {
-      if (a.rank != b.rank || a.rows != b.rows || a.cols() != b.cols()) { std::memset(m, 0, L); return; }
+      if (a.rank != b.rank || a.rows != b.rows || a.cols() != b.cols()) {
+        std::memset(m, 0, L);
+        return;
+      }
       if (a.rank != 0 && !deep) {  // eqv? on arrays: identity
         bool same = a.n.off == b.n.off;
         if (!same) std::memset(m, 0, L);
         return;
       }
-      uint8_t* leaf = leaf_mask_buf(L);  // no recursion below: one buffer serves every leaf
+      uint8_t* leaf = leaf_mask_buf(L);     // no recursion below: one buffer serves every leaf
       charge(cost_of(a.numel(), L), site);  // beyond kCompareWork: arrays compare every element
       eqv_mask(*this, a, b, leaf);
       if (recording && (a.active() || b.active())) {  // the outcome depends on parameters: a guard
@@ -278,17 +314,30 @@ void VM::eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site) {
       return;
     }
     case T_PAIR:
-      if (!deep) { if (a.ptr != b.ptr) std::memset(m, 0, L); return; }
+      if (!deep) {
+        if (a.ptr != b.ptr) std::memset(m, 0, L);
+        return;
+      }
       for (;;) {
         const Pair* p = static_cast<const Pair*>(a.ptr);
         const Pair* q = static_cast<const Pair*>(b.ptr);
         eqv_into(p->car, q->car, m, true, site);
         a = p->cdr;
         b = q->cdr;
-        if (a.tag != T_PAIR || b.tag != T_PAIR) { eqv_into(a, b, m, true, site); return; }
+        if (a.tag != T_PAIR || b.tag != T_PAIR) {
+          eqv_into(a, b, m, true, site);
+          return;
+        }
       }
-    case T_CLOSURE: if (a.ptr != b.ptr) std::memset(m, 0, L); return;
-    case T_BOOL: case T_SYM: case T_PRIM: case T_INT: if (a.i != b.i) std::memset(m, 0, L); return;
+    case T_CLOSURE:
+      if (a.ptr != b.ptr) std::memset(m, 0, L);
+      return;
+    case T_BOOL:
+    case T_SYM:
+    case T_PRIM:
+    case T_INT:
+      if (a.i != b.i) std::memset(m, 0, L);
+      return;
     default: return;  // nil, unspecified: equal
   }
 }
@@ -301,16 +350,19 @@ Value VM::slice(const Value& a, uint32_t start, int rank, uint32_t rows, uint32_
   size_t count = static_cast<size_t>(out.numel()) * lanes;
   const double* src = data(a) + static_cast<size_t>(start) * lanes;
   double* dst = data(out);
-  if (count <= 4) for (size_t i = 0; i < count; ++i) dst[i] = src[i];  // (ref ys t): no call for a few numbers
+  if (count <= 4)
+    for (size_t i = 0; i < count; ++i) dst[i] = src[i];  // (ref ys t): no call for a few numbers
   else std::memcpy(dst, src, sizeof(double) * count);
   if (recording && a.active()) record1(O_SLICE, out, a, start);
   return out;
 }
 
-
 Value VM::concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols) {
   bool uni = true, act = false;
-  for (int i = 0; i < n; ++i) { uni &= parts[i].uniform(); act |= parts[i].active(); }
+  for (int i = 0; i < n; ++i) {
+    uni &= parts[i].uniform();
+    act |= parts[i].active();
+  }
   Value out = alloc_num(rank, rows, cols, uni);
   concat_compute(*this, parts, n, data(out), uni ? 1 : L);
   if (recording && act) record_n(O_CONCAT, out, parts, n);

@@ -130,7 +130,9 @@ inline void round_f32(double* p, size_t n) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<double>(static_cast<float>(p[i]));
 }
 
-inline std::string opname(const Node* site) { return site && !site->name.empty() ? "'" + site->name + "'" : "arithmetic"; }
+inline std::string opname(const Node* site) {
+  return site && !site->name.empty() ? "'" + site->name + "'" : "arithmetic";
+}
 
 // ---- kernels shared by the evaluator and replay -----------------------------------------------
 // The evaluator and a replay (forward_record) compute through the same functions, so a replayed
@@ -138,10 +140,17 @@ inline std::string opname(const Node* site) { return site && !site->name.empty()
 
 [[gnu::noinline]] inline void unary_loop(Op op, const double* x, double* o, size_t total) {
   switch (op) {  // specialized loops for the common cases so they vectorize
-    case O_NEG: for (size_t i = 0; i < total; ++i) o[i] = -x[i]; break;
-    case O_EXP: for (size_t i = 0; i < total; ++i) o[i] = std::exp(x[i]); break;
-    case O_SQUARE: for (size_t i = 0; i < total; ++i) o[i] = x[i] * x[i]; break;
-    default: for (size_t i = 0; i < total; ++i) o[i] = fwd1(op, x[i]);
+    case O_NEG:
+      for (size_t i = 0; i < total; ++i) o[i] = -x[i];
+      break;
+    case O_EXP:
+      for (size_t i = 0; i < total; ++i) o[i] = std::exp(x[i]);
+      break;
+    case O_SQUARE:
+      for (size_t i = 0; i < total; ++i) o[i] = x[i] * x[i];
+      break;
+    default:
+      for (size_t i = 0; i < total; ++i) o[i] = fwd1(op, x[i]);
   }
 }
 
@@ -160,13 +169,15 @@ inline std::string opname(const Node* site) { return site && !site->name.empty()
 [[gnu::noinline]] inline void int_div_loop(Op op, View va, View vb, double* o, uint32_t Lo, const Node* site) {
   for (uint32_t l = 0; l < Lo; ++l) {
     double x = va.p[l * va.ls], y = vb.p[l * vb.ls];
-    if (x != std::floor(x) || y != std::floor(y))
-      err_at(site, opname(site) + ": expects integers");
+    if (x != std::floor(x) || y != std::floor(y)) err_at(site, opname(site) + ": expects integers");
     if (y == 0) err_at(site, opname(site) + ": division by zero");
     double r;
     if (op == O_QUOTIENT) r = std::trunc(x / y);
     else if (op == O_REMAINDER) r = std::fmod(x, y);
-    else { r = std::fmod(x, y); if (r != 0 && ((r < 0) != (y < 0))) r += y; }
+    else {
+      r = std::fmod(x, y);
+      if (r != 0 && ((r < 0) != (y < 0))) r += y;
+    }
     o[l] = r == 0 ? 0.0 : r;  // no negative zero
   }
 }
@@ -228,7 +239,6 @@ inline void eqv_mask(VM& vm, const V& a, const V& b, uint8_t* m) {
     }
 }
 
-
 template <class V>
 void concat_compute(VM& vm, const V* parts, int n, double* o, uint32_t Lo) {
   size_t e = 0;
@@ -237,7 +247,8 @@ void concat_compute(VM& vm, const V* parts, int n, double* o, uint32_t Lo) {
     const double* src = vm.data(p);
     for (uint32_t k = 0; k < p.numel(); ++k, ++e) {
       double* dst = o + e * Lo;
-      if (p.uniform()) for (uint32_t l = 0; l < Lo; ++l) dst[l] = src[k];
+      if (p.uniform())
+        for (uint32_t l = 0; l < Lo; ++l) dst[l] = src[k];
       else std::memcpy(dst, src + static_cast<size_t>(k) * Lo, sizeof(double) * Lo);
     }
   }
@@ -248,7 +259,8 @@ void transpose_compute(VM& vm, const V& a, double* o, uint32_t r, uint32_t c, ui
   const double* x = vm.data(a);
   for (uint32_t i = 0; i < r; ++i)
     for (uint32_t j = 0; j < c; ++j)
-      std::memcpy(o + (static_cast<size_t>(j) * r + i) * lanes, x + (static_cast<size_t>(i) * c + j) * lanes, sizeof(double) * lanes);
+      std::memcpy(o + (static_cast<size_t>(j) * r + i) * lanes, x + (static_cast<size_t>(i) * c + j) * lanes,
+                  sizeof(double) * lanes);
 }
 
 }  // namespace

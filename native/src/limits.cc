@@ -26,9 +26,7 @@ std::string mib(uint64_t bytes) {
   if (bytes >= (1ull << 40)) return std::to_string(bytes >> 30) + " GiB";
   return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB";
 }
-std::string site_prefix(const Node* site) {
-  return site && !site->name.empty() ? "'" + site->name + "': " : "";
-}
+std::string site_prefix(const Node* site) { return site && !site->name.empty() ? "'" + site->name + "': " : ""; }
 }  // namespace
 
 // The arena addresses numbers by 32-bit offsets: at most this many values per run, whatever the
@@ -38,10 +36,10 @@ constexpr uint64_t kMaxArenaValues = 0xFFFFFFF0ull;
 void VM::grow_for(uint64_t n, const Node* site) {
   if (!site) site = op_site;
   if (n > kMaxArenaValues - pay_top)  // also a size that overflowed 64 bits (n = UINT64_MAX)
-    limit_error(site_prefix(site) + "array too large: " + (n == UINT64_MAX ? std::string("its size overflows 64 bits") :
-                    std::to_string(n) + " values") + " (an evaluation holds at most " +
-                    std::to_string(kMaxArenaValues) + " numbers, 32 GiB; memory budget Limits.max_bytes=" +
-                    mib(lim->max_bytes) + ")",
+    limit_error(site_prefix(site) + "array too large: " +
+                    (n == UINT64_MAX ? std::string("its size overflows 64 bits") : std::to_string(n) + " values") +
+                    " (an evaluation holds at most " + std::to_string(kMaxArenaValues) +
+                    " numbers, 32 GiB; memory budget Limits.max_bytes=" + mib(lim->max_bytes) + ")",
                 site ? site->line : 0, site ? site->col : 0);
   if (bytes_in_use() + n * sizeof(double) > lim->max_bytes) memory_error(site, n * sizeof(double));
   grow_payload(pay_top + n);
@@ -77,7 +75,8 @@ void VM::begin_evaluation(const Limits& l) {
     start_ = std::chrono::steady_clock::now();
     // a limit beyond a century is no limit (and would overflow the clock's representation)
     double s = std::min(l.max_seconds, 3.0e9);
-    deadline_ = start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+    deadline_ =
+        start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
   }
 }
 
@@ -90,7 +89,8 @@ void VM::work_error(const Node* site) {
 
 void VM::clock_error(const Node* site) {
   char took[32];
-  std::snprintf(took, sizeof took, "%.2f", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  std::snprintf(took, sizeof took, "%.2f",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   std::ostringstream o;
   o << "wall-clock limit (max_seconds=" << lim->max_seconds << ") exceeded after " << took
     << " s; raise or unset Limits.max_seconds if the program really needs longer";
@@ -99,8 +99,8 @@ void VM::clock_error(const Node* site) {
 
 void VM::step_checkpoint(const Node* n) {
   if (steps > lim->max_steps)
-    limit_error("step budget (max_steps=" + std::to_string(lim->max_steps) + ") exceeded: an infinite loop?",
-                n->line, n->col);
+    limit_error("step budget (max_steps=" + std::to_string(lim->max_steps) + ") exceeded: an infinite loop?", n->line,
+                n->col);
   check_budgets(n);
   step_check = std::min(lim->max_steps, steps + kCheckEvery);
 }

@@ -18,7 +18,7 @@ namespace {
 template <int M, int K, int N>
 void gemm_fwd_small(const double* __restrict A, const double* __restrict B, double* __restrict O, uint32_t lanes) {
   const size_t Lo = lanes;  // size_t index arithmetic: 32-bit indices could wrap, which defeats contiguous vector loads
-  if (Lo == 1) {  // one lane: straight-line code, no vector loop set-up
+  if (Lo == 1) {            // one lane: straight-line code, no vector loop set-up
     for (int i = 0; i < M; ++i)
       for (int j = 0; j < N; ++j) {
         double acc = 0;
@@ -31,7 +31,10 @@ void gemm_fwd_small(const double* __restrict A, const double* __restrict B, doub
     for (int j = 0; j < N; ++j) {
       const double* a[K];
       const double* b[K];
-      for (int q = 0; q < K; ++q) { a[q] = A + (i * K + q) * Lo; b[q] = B + (q * N + j) * Lo; }
+      for (int q = 0; q < K; ++q) {
+        a[q] = A + (i * K + q) * Lo;
+        b[q] = B + (q * N + j) * Lo;
+      }
       double* __restrict o = O + (i * N + j) * Lo;
       for (size_t l = 0; l < Lo; ++l) {
         double acc = 0;
@@ -110,21 +113,30 @@ constexpr GemmKernels gemm_entry() {
 
 template <int M, int K>
 constexpr void fill_n(GemmKernels* t) {
-  t[0] = gemm_entry<M, K, 1>(); t[1] = gemm_entry<M, K, 2>(); t[2] = gemm_entry<M, K, 3>();
+  t[0] = gemm_entry<M, K, 1>();
+  t[1] = gemm_entry<M, K, 2>();
+  t[2] = gemm_entry<M, K, 3>();
 }
 
 }  // namespace
 
 constexpr GemmTable::GemmTable() : k{} {
-  fill_n<1, 1>(k + 0); fill_n<1, 2>(k + 3); fill_n<1, 3>(k + 6);
-  fill_n<2, 1>(k + 9); fill_n<2, 2>(k + 12); fill_n<2, 3>(k + 15);
-  fill_n<3, 1>(k + 18); fill_n<3, 2>(k + 21); fill_n<3, 3>(k + 24);
+  fill_n<1, 1>(k + 0);
+  fill_n<1, 2>(k + 3);
+  fill_n<1, 3>(k + 6);
+  fill_n<2, 1>(k + 9);
+  fill_n<2, 2>(k + 12);
+  fill_n<2, 3>(k + 15);
+  fill_n<3, 1>(k + 18);
+  fill_n<3, 2>(k + 21);
+  fill_n<3, 3>(k + 24);
 }
 constexpr GemmTable kSmallGemm{};
 
 }  // namespace kern
 
-Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols) {
+Value VM::gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows,
+               uint32_t out_cols) {
   bool uni = a.uniform() && b.uniform();
   Value out = alloc_num(out_rank, out_rows, out_cols, uni);
   uint32_t Lo = uni ? 1 : L;
@@ -160,7 +172,8 @@ Value VM::inv(const Value& a, const Node* site) {
   inv_compute(*this, a, data(out), n, lanes);
   if (a.uniform()) {
     const double* x = data(a);
-    if (n == 2 ? !(x[0] * x[3] - x[1] * x[2] != 0) : std::isnan(data(out)[0])) err_at(site, "'inv': the matrix is singular");
+    if (n == 2 ? !(x[0] * x[3] - x[1] * x[2] != 0) : std::isnan(data(out)[0]))
+      err_at(site, "'inv': the matrix is singular");
   }
   if (prog->f32) round_f32(data(out), static_cast<size_t>(n) * n * lanes);
   if (recording && a.active()) record1(O_INV, out, a, n);

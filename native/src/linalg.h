@@ -17,7 +17,10 @@ using GemmBwd = void (*)(const double*, const double*, const double*, double*, d
 // The kernels of small matrix products (every dimension at most 3, as in state-space models) with
 // the dimensions known at compile time (linalg.cc): the forward one and the backward ones for A's
 // adjoint only, B's only, and both.
-struct GemmKernels { GemmFwd fwd; GemmBwd bwd_a, bwd_b, bwd_ab; };
+struct GemmKernels {
+  GemmFwd fwd;
+  GemmBwd bwd_a, bwd_b, bwd_ab;
+};
 struct GemmTable {
   GemmKernels k[27];
   constexpr GemmTable();
@@ -34,9 +37,6 @@ inline const GemmKernels* small_gemm(uint32_t m, uint32_t k, uint32_t n) {
 // file: the compiler inlines a kernel into its one caller per unit (the replay and evaluator loops)
 // instead of calling a shared out-of-line copy.
 namespace {
-
-
-
 
 // A kernel longer than this many multiply-adds checks the wall clock (Limits.max_seconds) as it goes.
 constexpr uint64_t kPollWork = 1u << 22;
@@ -71,15 +71,19 @@ inline void gemm_compute(VM& vm, const V& a, const V& b, double* o, uint32_t m, 
       for (uint32_t q = 0; q < k; ++q) {
         const double* pa = va.p + (static_cast<size_t>(i) * k + q) * va.es;
         const double* pb = vb.p + (static_cast<size_t>(q) * n + j) * vb.es;
-        if (va.ls && vb.ls) for (uint32_t l = 0; l < Lo; ++l) po[l] += pa[l] * pb[l];
-        else if (va.ls) { double y = *pb; for (uint32_t l = 0; l < Lo; ++l) po[l] += pa[l] * y; }
-        else if (vb.ls) { double x = *pa; for (uint32_t l = 0; l < Lo; ++l) po[l] += x * pb[l]; }
-        else po[0] += *pa * *pb;
+        if (va.ls && vb.ls)
+          for (uint32_t l = 0; l < Lo; ++l) po[l] += pa[l] * pb[l];
+        else if (va.ls) {
+          double y = *pb;
+          for (uint32_t l = 0; l < Lo; ++l) po[l] += pa[l] * y;
+        } else if (vb.ls) {
+          double x = *pa;
+          for (uint32_t l = 0; l < Lo; ++l) po[l] += x * pb[l];
+        } else po[0] += *pa * *pb;
       }
     }
   }
 }
-
 
 // LU decomposition with partial pivoting of one n x n matrix (row-major, in place).
 // Returns the sign of the permutation, or 0 when singular. `poll`: checks the wall clock every few
@@ -93,7 +97,10 @@ inline void gemm_compute(VM& vm, const V& a, const V& b, double* o, uint32_t m, 
     int p = c;
     double best = std::fabs(A[c * n + c]);
     for (int r = c + 1; r < n; ++r)
-      if (std::fabs(A[r * n + c]) > best) { best = std::fabs(A[r * n + c]); p = r; }
+      if (std::fabs(A[r * n + c]) > best) {
+        best = std::fabs(A[r * n + c]);
+        p = r;
+      }
     if (best == 0 || !std::isfinite(best)) return 0;
     if (p != c) {
       for (int j = 0; j < n; ++j) std::swap(A[c * n + j], A[p * n + j]);
@@ -144,7 +151,8 @@ inline void scatter_add(VM& vm, double* adj, const V& v, uint32_t l, const doubl
 }
 
 // Inverse of an n x n matrix; fills with NaN when singular (that lane's loss becomes non-finite).
-[[gnu::noinline]] inline void invert(const double* A, int n, double* out, double* work, int* piv, double* tmp, VM* poll = nullptr) {
+[[gnu::noinline]] inline void invert(const double* A, int n, double* out, double* work, int* piv, double* tmp,
+                                     VM* poll = nullptr) {
   std::memcpy(work, A, sizeof(double) * n * n);
   if (!lu(work, n, piv, poll)) {
     for (int i = 0; i < n * n; ++i) out[i] = NAN;
@@ -155,7 +163,6 @@ inline void scatter_add(VM& vm, double* adj, const V& v, uint32_t l, const doubl
   lu_solve(work, piv, n, out, n, tmp);
 }
 
-
 // Inverses of an n x n matrix in each of `lanes` lanes; NaN in a lane where it is singular.
 template <class V>
 inline void inv_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
@@ -164,7 +171,10 @@ inline void inv_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
     double *y0 = o, *y1 = y0 + lanes, *y2 = y1 + lanes, *y3 = y2 + lanes;
     for (uint32_t l = 0; l < lanes; ++l) {
       double det = a0[l] * a3[l] - a1[l] * a2[l];
-      y0[l] = a3[l] / det; y1[l] = -a1[l] / det; y2[l] = -a2[l] / det; y3[l] = a0[l] / det;
+      y0[l] = a3[l] / det;
+      y1[l] = -a1[l] / det;
+      y2[l] = -a2[l] / det;
+      y3[l] = a0[l] / det;
     }
     return;
   }
@@ -190,7 +200,8 @@ inline void solve_compute(VM& vm, const V& a, const V& b, double* o, int n, int 
     vm.poll_clock(nullptr);
     gather(vm, a, a.uniform() ? 0 : l, A);
     gather(vm, b, b.uniform() ? 0 : l, X);
-    if (!lu(A, n, piv, &vm)) for (int i = 0; i < n * m; ++i) X[i] = NAN;
+    if (!lu(A, n, piv, &vm))
+      for (int i = 0; i < n * m; ++i) X[i] = NAN;
     else lu_solve(A, piv, n, X, m, T);
     for (int e = 0; e < n * m; ++e) o[static_cast<size_t>(e) * lanes + l] = X[e];
   }
@@ -211,7 +222,10 @@ inline bool chol_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
     for (int j = 0; j < n && ok; ++j) {
       double s = A[j * n + j];
       for (int k = 0; k < j; ++k) s -= C[j * n + k] * C[j * n + k];
-      if (!(s > 0)) { ok = false; break; }
+      if (!(s > 0)) {
+        ok = false;
+        break;
+      }
       double d = std::sqrt(s);
       C[j * n + j] = d;
       for (int i = j + 1; i < n; ++i) {
@@ -220,7 +234,8 @@ inline bool chol_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
         C[i * n + j] = t / d;
       }
     }
-    if (!ok) for (int i = 0; i < n * n; ++i) C[i] = NAN;  // not positive definite in this lane
+    if (!ok)
+      for (int i = 0; i < n * n; ++i) C[i] = NAN;  // not positive definite in this lane
     all_ok &= ok;
     for (int e = 0; e < n * n; ++e) o[static_cast<size_t>(e) * lanes + l] = C[e];
   }
@@ -237,8 +252,10 @@ inline void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes,
     case O_NORM:
       if (lanes == 1) {  // the sum in a register (o may alias x for the compiler: a store per element
         double s = 0;    // was a store-to-load chain, 5x slower); the same additions in the same order
-        if (op == O_VSUM) for (uint32_t e = 0; e < ne; ++e) s += x[e];
-        else for (uint32_t e = 0; e < ne; ++e) s += x[e] * x[e];
+        if (op == O_VSUM)
+          for (uint32_t e = 0; e < ne; ++e) s += x[e];
+        else
+          for (uint32_t e = 0; e < ne; ++e) s += x[e] * x[e];
         o[0] = op == O_NORM ? std::sqrt(s) : s;
         break;
       }
@@ -248,7 +265,8 @@ inline void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes,
           double v = x[static_cast<size_t>(e) * lanes + l];
           o[l] += op == O_VSUM ? v : v * v;
         }
-      if (op == O_NORM) for (uint32_t l = 0; l < lanes; ++l) o[l] = std::sqrt(o[l]);
+      if (op == O_NORM)
+        for (uint32_t l = 0; l < lanes; ++l) o[l] = std::sqrt(o[l]);
       break;
     case O_TRACE:
       for (uint32_t l = 0; l < lanes; ++l) o[l] = 0;
@@ -310,8 +328,16 @@ inline void gemm_adjoint(VM& vm, const NumRef& a, const NumRef& b, const double*
         const double* g = go + (static_cast<size_t>(i) * nn + j) * Lo;
         for (uint32_t q = 0; q < k; ++q) {
           size_t ea = (static_cast<size_t>(i) * k + q) * Lo, eb = (static_cast<size_t>(q) * nn + j) * Lo;
-          if (ga) { double* d = ga + ea; const double* y = vb.p + eb; for (uint32_t l = 0; l < Lo; ++l) d[l] += g[l] * y[l]; }
-          if (gb) { double* d = gb + eb; const double* x = va.p + ea; for (uint32_t l = 0; l < Lo; ++l) d[l] += g[l] * x[l]; }
+          if (ga) {
+            double* d = ga + ea;
+            const double* y = vb.p + eb;
+            for (uint32_t l = 0; l < Lo; ++l) d[l] += g[l] * y[l];
+          }
+          if (gb) {
+            double* d = gb + eb;
+            const double* x = va.p + ea;
+            for (uint32_t l = 0; l < Lo; ++l) d[l] += g[l] * x[l];
+          }
         }
       }
     return;
@@ -337,7 +363,11 @@ struct AdjointScratch {
     size_t dd = static_cast<size_t>(d) * d;
     A = vm.scratch_for(6 * dd + 8, d);
     piv = vm.pivots();
-    Ainv = A + dd; G = Ainv + dd; R = G + dd; W = R + dd; T = W + dd;
+    Ainv = A + dd;
+    G = Ainv + dd;
+    R = G + dd;
+    W = R + dd;
+    T = W + dd;
   }
 };
 
@@ -350,7 +380,10 @@ inline void det_adjoint(VM& vm, const NumRef& a, const double* go, const double*
       double det = a0[l] * a3[l] - a1[l] * a2[l];
       double s = (log ? go[l] : go[l] * z[l]) / det;  // A^-T = [a3 -a2; -a1 a0] / det
       if (go[l] == 0) continue;
-      g0[l] += s * a3[l]; g1[l] -= s * a2[l]; g2[l] -= s * a1[l]; g3[l] += s * a0[l];
+      g0[l] += s * a3[l];
+      g1[l] -= s * a2[l];
+      g2[l] -= s * a1[l];
+      g3[l] += s * a0[l];
     }
     return;
   }
@@ -361,7 +394,10 @@ inline void det_adjoint(VM& vm, const NumRef& a, const double* go, const double*
     gather(vm, a, l, s.A);
     if (d == 2) {
       double det = s.A[0] * s.A[3] - s.A[1] * s.A[2];
-      s.Ainv[0] = s.A[3] / det; s.Ainv[1] = -s.A[1] / det; s.Ainv[2] = -s.A[2] / det; s.Ainv[3] = s.A[0] / det;
+      s.Ainv[0] = s.A[3] / det;
+      s.Ainv[1] = -s.A[1] / det;
+      s.Ainv[2] = -s.A[2] / det;
+      s.Ainv[3] = s.A[0] / det;
     } else {
       invert(s.A, d, s.Ainv, s.W, s.piv, s.T, &vm);
     }
@@ -451,8 +487,8 @@ inline void chol_adjoint(VM& vm, const NumRef& a, const NumRef& out, const doubl
 }
 
 // x = A^-1 b, lane by lane: gb += A^-T g, gA += -(A^-T g) x^T
-inline void solve_adjoint(VM& vm, const NumRef& a, const NumRef& b, const NumRef& out, const double* go, int d,
-                          int m, uint32_t Lo) {
+inline void solve_adjoint(VM& vm, const NumRef& a, const NumRef& b, const NumRef& out, const double* go, int d, int m,
+                          uint32_t Lo) {
   size_t dd = static_cast<size_t>(d) * d, dm = static_cast<size_t>(d) * m;
   double* A = vm.scratch_for(3 * dd + 3 * dm + 8, d);
   int* piv = vm.pivots();
@@ -462,7 +498,8 @@ inline void solve_adjoint(VM& vm, const NumRef& a, const NumRef& b, const NumRef
     for (int i = 0; i < d; ++i)
       for (int j = 0; j < d; ++j) AT[i * d + j] = A[j * d + i];
     for (size_t e = 0; e < dm; ++e) GB[e] = go[e * Lo + l];
-    if (!lu(AT, d, piv, &vm)) for (size_t e = 0; e < dm; ++e) GB[e] = NAN;
+    if (!lu(AT, d, piv, &vm))
+      for (size_t e = 0; e < dm; ++e) GB[e] = NAN;
     else lu_solve(AT, piv, d, GB, m, T);
     if (b.active()) scatter_add(vm, vm.adj, b, l, GB);
     if (a.active()) {

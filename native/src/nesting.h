@@ -47,8 +47,7 @@ class StackProbe {
     size_t avail = 0;
     if (low && here > low && static_cast<size_t>(here - low) < (size_t{1} << 34))
       avail = static_cast<size_t>(here - low);
-    else
-      avail = fallback + kStackReserve;
+    else avail = fallback + kStackReserve;
     limit_ = avail > kStackReserve ? here - (avail - kStackReserve) : here;
   }
 

@@ -49,7 +49,10 @@ double to_unconstrained(const ParamDecl& d, double x) {
 double dnatural_du(const ParamDecl& d, double u) {
   switch (d.constraint) {
     case C_POSITIVE: return sigmoid(u);
-    case C_BETWEEN: { double s = sigmoid(u); return (d.hi - d.lo) * s * (1 - s); }
+    case C_BETWEEN: {
+      double s = sigmoid(u);
+      return (d.hi - d.lo) * s * (1 - s);
+    }
     default: return 1.0;
   }
 }
@@ -92,8 +95,8 @@ struct LaneEvaluator {
 
 }  // namespace
 
-CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,
-                      const CalibSpec& spec, const Limits& lim) {
+CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in, const CalibSpec& spec,
+                      const Limits& lim) {
   const int P = static_cast<int>(p.params.size());
   for (size_t i = 0; i < in.per_lane.size(); ++i)
     if (!in.per_lane[i].empty() && static_cast<int>(in.per_lane[i].size()) != R)
@@ -155,7 +158,11 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
       for (int j = 0; j < P; ++j) gu[j] = g[j] * dnatural_du(p.params[j], ur[j]);
       if (spec.tol > 0 && std::isfinite(prev_loss[r])) {
         if (std::fabs(prev_loss[r] - f) <= spec.tol * (1 + std::fabs(f))) {
-          if (++calm[r] >= spec.patience) { res.status[r] = LANE_CONVERGED; changed = true; continue; }
+          if (++calm[r] >= spec.patience) {
+            res.status[r] = LANE_CONVERGED;
+            changed = true;
+            continue;
+          }
         } else {
           calm[r] = 0;
         }
@@ -234,7 +241,8 @@ CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, i
     res.best_loss.insert(res.best_loss.end(), q.best_loss.begin(), q.best_loss.end());
     res.status.insert(res.status.end(), q.status.begin(), q.status.end());
     for (int st = 0; st < spec.steps; ++st)
-      for (int r = 0; r < q.R; ++r) res.history[static_cast<size_t>(st) * R + start[c] + r] = q.history[static_cast<size_t>(st) * q.R + r];
+      for (int r = 0; r < q.R; ++r)
+        res.history[static_cast<size_t>(st) * R + start[c] + r] = q.history[static_cast<size_t>(st) * q.R + r];
     res.steps_done = std::max(res.steps_done, q.steps_done);
     res.evaluations += q.evaluations;
   }

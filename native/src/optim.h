@@ -17,7 +17,7 @@ struct CalibSpec {
   Optimizer optimizer = Optimizer::Adam;
   int steps = 200;
   double lr = 0.05;
-  double tol = 0;      // > 0: a lane stops when its loss changes by less than tol*(1+|loss|) for `patience` steps
+  double tol = 0;  // > 0: a lane stops when its loss changes by less than tol*(1+|loss|) for `patience` steps
   int patience = 5;
   int lbfgs_memory = 10;
   LossSpec loss;
@@ -33,15 +33,15 @@ struct CalibResult {
   std::vector<int> status;         // [R] LaneStatus
   int steps_done = 0;
   int evaluations = 0;
-  std::string error;               // non-empty: the program failed (calibrate_many only)
+  std::string error;  // non-empty: the program failed (calibrate_many only)
   int error_kind = -1, error_line = 0, error_col = 0;
 };
 
 class VM;
 
 // theta0 [R, P] in natural units. Lane inputs and lane targets, when given, have R entries.
-CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,
-                      const CalibSpec& spec, const Limits& lim);
+CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in, const CalibSpec& spec,
+                      const Limits& lim);
 
 // The same, with the restart lanes split into `threads` chunks run on the pool (threads <= 1: on
 // the calling thread with `vm`). Lanes are independent, so the result is identical either way.
@@ -58,6 +58,5 @@ struct CalibJob {
   CalibSpec spec;
 };
 std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const Limits& lim, int threads);
-
 
 }  // namespace ndvm

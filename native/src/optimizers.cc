@@ -92,7 +92,11 @@ class LBFGS final : public StepRule {
         // curvature pair
         double sy = 0;
         std::vector<double> sv(P), yv(P);
-        for (int j = 0; j < P; ++j) { sv[j] = ur[j] - S.u0[j]; yv[j] = gu[j] - S.g[j]; sy += sv[j] * yv[j]; }
+        for (int j = 0; j < P; ++j) {
+          sv[j] = ur[j] - S.u0[j];
+          yv[j] = gu[j] - S.g[j];
+          sy += sv[j] * yv[j];
+        }
         if (sy > 1e-12) {
           copy_row(S.s.data() + S.head * P, sv.data(), P);
           copy_row(S.y.data() + S.head * P, yv.data(), P);
@@ -139,10 +143,16 @@ class LBFGS final : public StepRule {
       for (int j = 0; j < P; ++j) q[j] += S.s[i * P + j] * (a[i] - b);
     }
     S.gd = 0;
-    for (int j = 0; j < P; ++j) { S.d[j] = -q[j]; S.gd += S.d[j] * gu[j]; }
+    for (int j = 0; j < P; ++j) {
+      S.d[j] = -q[j];
+      S.gd += S.d[j] * gu[j];
+    }
     if (!(S.gd < 0)) {  // not a descent direction: fall back to steepest descent
       S.gd = 0;
-      for (int j = 0; j < P; ++j) { S.d[j] = -gu[j] * gamma; S.gd += S.d[j] * gu[j]; }
+      for (int j = 0; j < P; ++j) {
+        S.d[j] = -gu[j] * gamma;
+        S.gd += S.d[j] * gu[j];
+      }
     }
     if (S.gd == 0) return false;
     // A step is capped in unconstrained coordinates: a long step into a saturated transform
@@ -164,7 +174,7 @@ class LBFGS final : public StepRule {
   struct Lane {
     std::vector<double> s, y, rho;  // ring buffers [M, P], [M]
     int count = 0, head = 0;
-    std::vector<double> g, d, u0;   // gradient (unconstrained) at u0, direction
+    std::vector<double> g, d, u0;  // gradient (unconstrained) at u0, direction
     double f = NAN, alpha = 1, gd = 0;
     bool have_point = false;
   };

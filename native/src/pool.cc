@@ -56,7 +56,10 @@ class Pool {
   uint64_t generation_ = 0;
   std::atomic<int> next_{0};
 
-  struct Arg { Pool* pool; int index; };
+  struct Arg {
+    Pool* pool;
+    int index;
+  };
 
   void ensure(int threads) {
     while (static_cast<int>(workers_.size()) < threads) {

@@ -72,9 +72,21 @@ Value cxr(VM& vm, Value v, const char* path, const Node* site) {
 
 Value VM::call_prim(int id, Value* a, int n, const Node* site) {
   op_site = site;  // names the primitive in a memory or work error raised by a kernel below
-  switch (id) {  // array and transcendental primitives see exact integers as inexact numbers
-    case P_DOT: case P_OUTER: case P_MATVEC: case P_MATMUL: case P_TRANSPOSE: case P_TRACE: case P_VSUM:
-    case P_NORM: case P_INV: case P_SOLVE: case P_DET: case P_LOGDET: case P_CHOLESKY: case P_VEC_TO_LIST:
+  switch (id) {    // array and transcendental primitives see exact integers as inexact numbers
+    case P_DOT:
+    case P_OUTER:
+    case P_MATVEC:
+    case P_MATMUL:
+    case P_TRANSPOSE:
+    case P_TRACE:
+    case P_VSUM:
+    case P_NORM:
+    case P_INV:
+    case P_SOLVE:
+    case P_DET:
+    case P_LOGDET:
+    case P_CHOLESKY:
+    case P_VEC_TO_LIST:
       for (int i = 0; i < n; ++i)
         if (a[i].tag == T_INT) a[i] = promote(a[i]);  // test the tag alone: no wide reload of a fresh slot
       break;
@@ -107,10 +119,16 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       for (int i = 1; i < n; ++i) acc = binary(id == P_MIN ? O_MIN : O_MAX, acc, a[i], site);
       return acc;
     }
-    case P_NUM_EQ: case P_LT: case P_GT: case P_LE: case P_GE:
-      return compare(id, a, n, site);
+    case P_NUM_EQ:
+    case P_LT:
+    case P_GT:
+    case P_LE:
+    case P_GE: return compare(id, a, n, site);
     case P_ABS: return unary(O_ABS, a[0], site);
-    case P_FLOOR: case P_CEILING: case P_ROUND: case P_TRUNCATE: return rounding(id, a[0], site);
+    case P_FLOOR:
+    case P_CEILING:
+    case P_ROUND:
+    case P_TRUNCATE: return rounding(id, a[0], site);
     case P_EXP: return unary(O_EXP, a[0], site);
     case P_LOG:
       if (n == 2) return binary(O_DIV, unary(O_LOG, a[0], site), unary(O_LOG, a[1], site), site);
@@ -124,28 +142,32 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_ATAN: return n == 2 ? binary(O_ATAN2, a[0], a[1], site) : unary(O_ATAN, a[0], site);
     case P_TANH: return unary(O_TANH, a[0], site);
     case P_SQUARE: return unary(O_SQUARE, a[0], site);
-    case P_SIGMOID: case P_LOGISTIC: return unary(O_SIGMOID, a[0], site);
+    case P_SIGMOID:
+    case P_LOGISTIC: return unary(O_SIGMOID, a[0], site);
     case P_SOFTPLUS: return unary(O_SOFTPLUS, a[0], site);
     case P_EXPT: return binary(O_POW, a[0], a[1], site);
-    case P_QUOTIENT: case P_REMAINDER: case P_MODULO: return int_div(id, a[0], a[1], site);
+    case P_QUOTIENT:
+    case P_REMAINDER:
+    case P_MODULO: return int_div(id, a[0], a[1], site);
     case P_EXACT_TO_INEXACT:
-    case P_INEXACT:
-      check_num(*this, a[0], site);
-      return promote(a[0]);
+    case P_INEXACT: check_num(*this, a[0], site); return promote(a[0]);
     case P_INEXACT_TO_EXACT:
     case P_EXACT: {
       check_num(*this, a[0], site);
       if (a[0].tag == T_INT) return a[0];
-      if (a[0].rank != 0 || !a[0].uniform())
-        err_at(site, "'exact' needs a number that is the same in every lane");
+      if (a[0].rank != 0 || !a[0].uniform()) err_at(site, "'exact' needs a number that is the same in every lane");
       double x = pay[a[0].n.off];
       if (x != std::floor(x) || std::fabs(x) > 9.2e18)
         err_at(site, "'exact': " + std::to_string(x) + " is not an integer (the language has no exact rationals)");
       return Value::make_int(static_cast<int64_t>(x));
     }
     // ---- predicates ----
-    case P_ZEROP: case P_POSITIVEP: case P_NEGATIVEP: case P_EVENP: case P_ODDP: case P_INTEGERP:
-      return num_pred(id, a[0], site);
+    case P_ZEROP:
+    case P_POSITIVEP:
+    case P_NEGATIVEP:
+    case P_EVENP:
+    case P_ODDP:
+    case P_INTEGERP: return num_pred(id, a[0], site);
     case P_NUMBERP: return Value::make_bool(a[0].tag == T_INT || (a[0].tag == T_NUM && a[0].rank == 0));
     case P_EXACTP: check_num(*this, a[0], site); return Value::make_bool(a[0].tag == T_INT);
     case P_INEXACTP: check_num(*this, a[0], site); return Value::make_bool(a[0].tag == T_NUM);
@@ -157,7 +179,10 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_LISTP: {
       Value cur = a[0];
       uint64_t len = 0;
-      while (cur.tag == T_PAIR) { cur = static_cast<const Pair*>(cur.ptr)->cdr; ++len; }
+      while (cur.tag == T_PAIR) {
+        cur = static_cast<const Pair*>(cur.ptr)->cdr;
+        ++len;
+      }
       charge(len, site);
       return Value::make_bool(cur.tag == T_NIL);
     }
@@ -276,8 +301,12 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       if (n >= 2) list_items(*this, a[n - 1], args, site);
       return apply(a[0], args.data(), static_cast<int>(args.size()), site);
     }
-    case P_ASSQ: case P_ASSV: case P_ASSOC:
-    case P_MEMQ: case P_MEMV: case P_MEMBER: {
+    case P_ASSQ:
+    case P_ASSV:
+    case P_ASSOC:
+    case P_MEMQ:
+    case P_MEMV:
+    case P_MEMBER: {
       bool assoc = id == P_ASSQ || id == P_ASSV || id == P_ASSOC;
       bool deep = id == P_ASSOC || id == P_MEMBER;
       Value cur = a[1];
@@ -367,8 +396,7 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       const Value& v = a[0];  // by reference: a fresh argument slot is read field by field
       if (v.tag != T_NUM || v.rank == 0) type_error(site, "a vector or matrix", v);
       int64_t i = index_arg(*this, a[1], site, "an index");
-      if (i < 0 || i >= v.rows)
-        err_at(site, "'ref': index " + std::to_string(i) + " out of range for " + describe(v));
+      if (i < 0 || i >= v.rows) err_at(site, "'ref': index " + std::to_string(i) + " out of range for " + describe(v));
       if (n == 3) {
         if (v.rank != 2) err_at(site, "'ref' with two indices needs a matrix, got " + describe(v));
         int64_t j = index_arg(*this, a[2], site, "an index");
@@ -383,9 +411,11 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
       Value v = a[0];
       if (v.tag != T_NUM || v.rank != 1) type_error(site, "a vector", v);
       // a pair, a temporary Value and a scalar per element: refused before the temporary is made
-      if (bytes_in_use() + static_cast<uint64_t>(v.rows) * lanes_of(v) * (sizeof(Pair) + sizeof(Value) + sizeof(double)) >
+      if (bytes_in_use() +
+              static_cast<uint64_t>(v.rows) * lanes_of(v) * (sizeof(Pair) + sizeof(Value) + sizeof(double)) >
           lim->max_bytes)
-        memory_error(site, static_cast<uint64_t>(v.rows) * lanes_of(v) * (sizeof(Pair) + sizeof(Value) + sizeof(double)));
+        memory_error(site,
+                     static_cast<uint64_t>(v.rows) * lanes_of(v) * (sizeof(Pair) + sizeof(Value) + sizeof(double)));
       std::vector<Value> items(v.rows);
       for (uint32_t i = 0; i < v.rows; ++i) items[i] = slice(v, i, 0, 1, 1);
       return list_from(*this, items.data(), items.size(), Value::make_nil());
@@ -393,7 +423,8 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_DOT: {
       if (a[0].tag != T_NUM || a[0].rank != 1) type_error(site, "a vector", a[0]);
       if (a[1].tag != T_NUM || a[1].rank != 1) type_error(site, "a vector", a[1]);
-      if (a[0].rows != a[1].rows) err_at(site, "'dot': lengths differ (" + std::to_string(a[0].rows) + " and " + std::to_string(a[1].rows) + ")");
+      if (a[0].rows != a[1].rows)
+        err_at(site, "'dot': lengths differ (" + std::to_string(a[0].rows) + " and " + std::to_string(a[1].rows) + ")");
       return gemm(a[0], a[1], 1, a[0].rows, 1, 0, 1, 1);
     }
     case P_OUTER: {
@@ -405,7 +436,8 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
     case P_MATMUL: {
       const Value &A = a[0], &B = a[1];
       if (A.tag != T_NUM || A.rank != 2) type_error(site, "a matrix", A);
-      if (B.tag != T_NUM || B.rank == 0 || (id == P_MATVEC && B.rank != 1)) type_error(site, id == P_MATVEC ? "a vector" : "a matrix or vector", B);
+      if (B.tag != T_NUM || B.rank == 0 || (id == P_MATVEC && B.rank != 1))
+        type_error(site, id == P_MATVEC ? "a vector" : "a matrix or vector", B);
       if (A.n.cols != B.rows)
         err_at(site, "'" + site->name + "': shape mismatch, " + describe(A) + " times " + describe(B));
       if (B.rank == 1) return gemm(A, B, A.rows, A.n.cols, 1, 1, A.rows, 1);
@@ -455,9 +487,11 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
                   __builtin_mul_overflow(static_cast<uint64_t>(r), static_cast<uint64_t>(c), &bytes) ||
                   __builtin_mul_overflow(bytes, uint64_t(sizeof(double)), &bytes);
       if (huge || bytes > lim->max_bytes)
-        limit_error("memory budget (max_bytes=" + std::to_string(lim->max_bytes >> 20) + " MiB per evaluation) exceeded: '" +
-                        site->name + "' of a " + std::to_string(r) + "x" + std::to_string(c) + " array needs " +
-                        (huge ? std::string("more than 2^64 bytes or a dimension past 2^32") : std::to_string(bytes >> 20) + " MiB") +
+        limit_error("memory budget (max_bytes=" + std::to_string(lim->max_bytes >> 20) +
+                        " MiB per evaluation) exceeded: '" + site->name + "' of a " + std::to_string(r) + "x" +
+                        std::to_string(c) + " array needs " +
+                        (huge ? std::string("more than 2^64 bytes or a dimension past 2^32")
+                              : std::to_string(bytes >> 20) + " MiB") +
                         "; raise Limits.max_bytes if the program really needs more",
                     site->line, site->col);
       int rank = (id == P_EYE || n == 2) ? 2 : 1;
@@ -469,7 +503,9 @@ Value VM::call_prim(int id, Value* a, int n, const Node* site) {
         for (int64_t i = 0; i < r; ++i) p[i * c + i] = 1.0;
       return v;
     }
-    case P_ROWS: case P_COLS: case P_SIZE: {
+    case P_ROWS:
+    case P_COLS:
+    case P_SIZE: {
       if (a[0].tag != T_NUM) type_error(site, "a vector or matrix", a[0]);
       if (a[0].rank == 0) type_error(site, "a vector or matrix", a[0]);
       uint32_t x = id == P_ROWS ? a[0].rows : id == P_COLS ? a[0].cols() : a[0].numel();

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+// clang-format off
 #define NDVM_PRIMS(X)                                                     \
   /* arithmetic (variadic, elementwise, broadcasting) */                  \
   X(ADD, "+", 0, -1) X(SUB, "-", 1, -1) X(MUL, "*", 0, -1) X(DIV, "/", 1, -1) \
@@ -48,6 +49,7 @@
   X(SOLVE, "solve", 2, 2) X(DET, "det", 1, 1) X(LOGDET, "logdet", 1, 1)   \
   X(CHOLESKY, "cholesky", 1, 1) X(ROWS, "rows", 1, 1) X(COLS, "cols", 1, 1) \
   X(SIZE, "size", 1, 1) X(VEC_TO_LIST, "vec->list", 1, 1) X(LIST_TO_VEC, "list->vec", 1, 1)
+// clang-format on
 
 // The tape-op table, in the same manner: one line per numeric operation that leaves a tape
 // record, with its properties. Replay (forward_record), backward (backward_record), the work
@@ -63,6 +65,7 @@
 //           ONELANE: backward_one_lane has a fast path for it (one-lane runs)
 //           F32: a float32 program rounds its output (replay rounds what the evaluator rounded)
 // Saved values: an op with a gradient that is not LINEAR reads its inputs or output in backward.
+// clang-format off
 #define NDVM_TAPE_OPS(X)                                                    \
   /* elementwise binary (broadcasting); the first four are N_ARITH2 opcodes: keep their order */ \
   X(ADD, "add", 2, BINARY, ARITH | LINEAR | ONELANE | F32)                  \
@@ -103,6 +106,7 @@
      of numbers): d0 the primitive, d1 where its lanes' outcomes start in VM::guard_masks. A   \
      replay recomputes the outcomes and gives up when one differs. */       \
   X(GUARD, "guard", -1, GUARD, NOGRAD)
+// clang-format on
 
 namespace ndvm {
 
@@ -111,15 +115,17 @@ enum Op : uint8_t {
 #define NDVM_TAPE_ENUM(id, name, arity, kind, flags) O_##id,
   NDVM_TAPE_OPS(NDVM_TAPE_ENUM)
 #undef NDVM_TAPE_ENUM
-  O_COUNT
+      O_COUNT
 };
 
 // The kernel families of the tape ops (the `kind` column): forward_record (replay.cc) and
 // backward_record (backward.cc) dispatch on these, one function per family.
+// clang-format off
 #define NDVM_TAPE_KINDS(X)                                                                        \
   X(BINARY, "binary") X(UNARY, "unary") X(SLICE, "slice") X(CONCAT, "concat")                    \
   X(TRANSPOSE, "transpose") X(GEMM, "gemm") X(REDUCE, "reduce") X(DET, "det") X(INV, "inv")      \
   X(SOLVE, "solve") X(CHOL, "cholesky") X(ROUNDING, "rounding") X(INTDIV, "intdiv") X(GUARD, "guard")
+// clang-format on
 enum class TapeKind : uint8_t {
 #define NDVM_TAPE_KIND_ENUM(kind, name) kind,
   NDVM_TAPE_KINDS(NDVM_TAPE_KIND_ENUM)
@@ -134,7 +140,12 @@ inline constexpr const char* kTapeKindNames[] = {
 // The `flags` column (in a namespace of their own: the short names would clash in ndvm).
 namespace tapeflag {
 enum : uint16_t {
-  ARITH = 1 << 0, LINEAR = 1 << 1, NOGRAD = 1 << 2, LANEADJ = 1 << 3, EXTRA = 1 << 4, ONELANE = 1 << 5,
+  ARITH = 1 << 0,
+  LINEAR = 1 << 1,
+  NOGRAD = 1 << 2,
+  LANEADJ = 1 << 3,
+  EXTRA = 1 << 4,
+  ONELANE = 1 << 5,
   F32 = 1 << 6,
 };
 }  // namespace tapeflag
@@ -148,7 +159,10 @@ struct TapeOpInfo {
 
 inline constexpr TapeOpInfo kTapeOps[O_COUNT] = {
 #define NDVM_TAPE_INFO(id, name, arity, kind, flags) \
-  {name, arity, TapeKind::kind, [] { using namespace tapeflag; return static_cast<uint16_t>(flags); }()},
+  {name, arity, TapeKind::kind, [] {                 \
+     using namespace tapeflag;                       \
+     return static_cast<uint16_t>(flags);            \
+   }()},
     NDVM_TAPE_OPS(NDVM_TAPE_INFO)
 #undef NDVM_TAPE_INFO
 };
@@ -183,7 +197,7 @@ enum PrimId : int {
 #define NDVM_PRIM_ENUM(id, name, lo, hi) P_##id,
   NDVM_PRIMS(NDVM_PRIM_ENUM)
 #undef NDVM_PRIM_ENUM
-  P_COUNT
+      P_COUNT
 };
 
 struct PrimInfo {

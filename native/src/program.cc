@@ -17,8 +17,7 @@ std::atomic<uint64_t> g_peak_work{0};
 // once per evaluation: a relaxed load, and a write only when a new peak is reached
 void note_work(uint64_t w) {
   uint64_t cur = g_peak_work.load(std::memory_order_relaxed);
-  while (w > cur && !g_peak_work.compare_exchange_weak(cur, w, std::memory_order_relaxed)) {
-  }
+  while (w > cur && !g_peak_work.compare_exchange_weak(cur, w, std::memory_order_relaxed)) {}
 }
 }  // namespace
 
@@ -33,16 +32,15 @@ void check_inputs(const Program& p, const Inputs& in, int B, const std::vector<i
     bool lane = i < in.per_lane.size() && !in.per_lane[i].empty();
     bool shared = i < in.shared.size() && !in.shared[i].data.empty();
     if (!lane && !shared)
-      eval_error("missing input '" + p.inputs[i] + "': pass it in inputs (or lane_inputs)", p.input_line[i], p.input_col[i]);
+      eval_error("missing input '" + p.inputs[i] + "': pass it in inputs (or lane_inputs)", p.input_line[i],
+                 p.input_col[i]);
     if (lane && !lane_map && static_cast<int>(in.per_lane[i].size()) != B)
       eval_error("lane input '" + p.inputs[i] + "' has " + std::to_string(in.per_lane[i].size()) + " lanes, expected " +
                  std::to_string(B));
   }
 }
 
-Value load_array(VM& vm, const Array& a, bool uniform) {
-  return vm.alloc_num(a.rank, a.rows, a.cols, uniform);
-}
+Value load_array(VM& vm, const Array& a, bool uniform) { return vm.alloc_num(a.rank, a.rows, a.cols, uniform); }
 
 // Loads parameters (lane-varying, active when differentiating) and inputs into a reset VM.
 // Returns where the parameters end (the inputs follow them, up to vm.pay_top).
@@ -54,7 +52,8 @@ size_t load(const Program& p, VM& vm, const double* theta, int P, const std::vec
     Value v = vm.alloc_num(0, 1, 1, false);
     double* d = vm.data(v);
     for (int l = 0; l < L; ++l) d[l] = theta[static_cast<size_t>(lanes[l]) * P + j];
-    if (p.f32) for (int l = 0; l < L; ++l) d[l] = static_cast<float>(d[l]);
+    if (p.f32)
+      for (int l = 0; l < L; ++l) d[l] = static_cast<float>(d[l]);
     if (grad) {
       v.flags |= NF_ACTIVE;
       vm.zero_adjoint(v);
@@ -127,13 +126,13 @@ void save_replay(const Program& p, VM& vm, size_t params_end, size_t inputs_end,
   r.valid = true;
 }
 
-bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes,
-                 const Inputs& in, const std::vector<int>* lane_map, const Limits& lim);
+bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+                 const std::vector<int>* lane_map, const Limits& lim);
 
 // A replay that gives up is not charged to the work budget: the walk it falls back to gets the
 // whole budget, so an evaluation passes or fails its budgets alike with replay on or off.
-bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes,
-                const Inputs& in, const std::vector<int>* lane_map, const Limits& lim) {
+bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+                const std::vector<int>* lane_map, const Limits& lim) {
   VM::Replay& r = vm.replay;
   if (!lim.replay || !r.valid || r.prog != &p || r.serial != p.serial || r.lanes != static_cast<int>(lanes.size()) ||
       !same_limits(r.limits, lim))
@@ -145,8 +144,8 @@ bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std:
   return false;
 }
 
-bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes,
-                 const Inputs& in, const std::vector<int>* lane_map, const Limits& lim) {
+bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+                 const std::vector<int>* lane_map, const Limits& lim) {
   VM::Replay& r = vm.replay;
   r.valid = false;  // until the replay has succeeded: the arena is being rewritten
   ++r.fell_back;    // counted back below when it succeeds
@@ -176,7 +175,8 @@ bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std
       // the one-lane Kalman replay than VM::zero_adjoint's constant-size memsets
       double* g = vm.adj + t.out.n.off;
       size_t n = static_cast<size_t>(t.out.numel()) * vm.lanes_of(t.out);
-      if (n <= 4) for (size_t i = 0; i < n; ++i) g[i] = 0.0;
+      if (n <= 4)
+        for (size_t i = 0; i < n; ++i) g[i] = 0.0;
       else std::memset(g, 0, sizeof(double) * n);
       forward_record(vm, t);
     }
@@ -262,8 +262,9 @@ struct Driver {
       size_t sl = Lo == 1 ? 0 : l;
       switch (kind) {
         case LossKind::Value:
-          if (ne != 1) eval_error("a gradient needs a scalar result; the program returned " + vm.describe(out) +
-                                  " (use a loss such as mse to compare it with a target)");
+          if (ne != 1)
+            eval_error("a gradient needs a scalar result; the program returned " + vm.describe(out) +
+                       " (use a loss such as mse to compare it with a target)");
           obj = y[0];
           if (seed) seed[sl] += 1.0;
           break;
@@ -300,7 +301,8 @@ struct Driver {
     if (out.active()) vm.backward();
     for (int j = 0; j < P; ++j) {
       const double* g = vm.adj + vm.params[j].n.off;
-      for (int l = 0; l < L; ++l) res.grads[static_cast<size_t>(lanes[l]) * P + j] = g[l];  // adj was zeroed: 0 when inactive
+      for (int l = 0; l < L; ++l)
+        res.grads[static_cast<size_t>(lanes[l]) * P + j] = g[l];  // adj was zeroed: 0 when inactive
     }
     if (input_grad_ids) {
       size_t base = 0;
@@ -358,8 +360,7 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   vm.begin_evaluation(lim);  // one work budget and one deadline for every lane group and a replay
   if (grad && !input_grad_ids && try_replay(p, vm, theta, P, lanes, in, lane_map, lim))
     d.store(lanes, vm.replay.result);
-  else
-    d.run_group(lanes);
+  else d.run_group(lanes);
   note_work(vm.work_used());
   return std::move(d.res);
 }
@@ -374,12 +375,22 @@ OutValue convert(VM& vm, const Value& v, int depth, const StackProbe& probe) {
   probe.check("converting the result", 0, 0);
   OutValue o;
   switch (v.tag) {
-    case T_INT: o.kind = OutValue::Int; o.inum = v.i; o.num = static_cast<double>(v.i); break;
+    case T_INT:
+      o.kind = OutValue::Int;
+      o.inum = v.i;
+      o.num = static_cast<double>(v.i);
+      break;
     case T_UNDEF:
     case T_UNSPEC: o.kind = OutValue::Unspec; break;
     case T_NIL: o.kind = OutValue::Nil; break;
-    case T_BOOL: o.kind = OutValue::Bool; o.b = v.i != 0; break;
-    case T_SYM: o.kind = OutValue::Sym; o.sym = vm.prog->symbols[v.i]; break;
+    case T_BOOL:
+      o.kind = OutValue::Bool;
+      o.b = v.i != 0;
+      break;
+    case T_SYM:
+      o.kind = OutValue::Sym;
+      o.sym = vm.prog->symbols[v.i];
+      break;
     case T_CLOSURE:
     case T_PRIM: o.kind = OutValue::Procedure; break;
     case T_NUM:

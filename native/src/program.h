@@ -24,16 +24,16 @@ struct ParamDecl {
 // Budgets of one evaluation (one run_batch or run_one call, all its lanes and lane groups
 // together); exceeding any raises LimitError naming the limit (docs/reliability.md, "Limits").
 struct Limits {
-  uint64_t max_steps = 20'000'000;         // evaluation steps (node visits) per run
-  int max_depth = 100'000;                 // nested evaluations (also bounded by C stack bytes)
-  uint64_t max_bytes = 1ull << 30;         // payload + heap + tape + linear-algebra scratch per run
-  bool replay = true;                      // re-execute the last tape when only parameters changed
+  uint64_t max_steps = 20'000'000;  // evaluation steps (node visits) per run
+  int max_depth = 100'000;          // nested evaluations (also bounded by C stack bytes)
+  uint64_t max_bytes = 1ull << 30;  // payload + heap + tape + linear-algebra scratch per run
+  bool replay = true;               // re-execute the last tape when only parameters changed
   // Element operations, summed over lanes: every numeric result counts its elements, a product
   // m*k*n, det/inv/logdet/cholesky of an n x n matrix n^3, solve n^3 + n^2*m, a reduction its
   // input, a list traversal its length. Replayed records count as walked ones. 5e8 is 0.1-1.5 s of
   // the slowest kinds of work on an idle machine; the largest realistic model measured uses 2.5e7.
   uint64_t max_work = 500'000'000;
-  double max_seconds = 0;                  // wall-clock limit per evaluation, checked cooperatively; 0: off
+  double max_seconds = 0;  // wall-clock limit per evaluation, checked cooperatively; 0: off
 };
 
 struct Program {
@@ -46,10 +46,10 @@ struct Program {
   std::deque<Pair> const_pairs;       // quoted list structure (immutable)
   std::vector<std::string> symbols;   // symbol id -> name
   std::vector<ParamDecl> params;
-  std::vector<std::string> inputs;    // free variables, first-use order
+  std::vector<std::string> inputs;  // free variables, first-use order
   std::vector<int> input_line, input_col;
-  std::string canonical;              // canonical form (see canonical.cc)
-  uint64_t serial = 0;                // unique per compiled program: a VM's replay is keyed on it
+  std::string canonical;  // canonical form (see canonical.cc)
+  uint64_t serial = 0;    // unique per compiled program: a VM's replay is keyed on it
 
   int intern(const std::string& s);
 };
@@ -95,9 +95,9 @@ enum class LossKind { Value, MSE, GaussianNLL };
 // How one lane's scalar objective is formed from the program's result.
 struct LossSpec {
   LossKind kind = LossKind::Value;
-  std::vector<double> target;          // MSE / NLL: one target per output element (shared by lanes)
+  std::vector<double> target;                    // MSE / NLL: one target per output element (shared by lanes)
   std::vector<std::vector<double>> lane_target;  // or one target vector per lane
-  int sigma_param = -1;                // NLL: index of a declared `sigma` parameter, or -1 (profiled)
+  int sigma_param = -1;                          // NLL: index of a declared `sigma` parameter, or -1 (profiled)
 };
 
 // Results of a batched run over B lanes.
@@ -105,8 +105,8 @@ struct BatchResult {
   std::vector<double> values;  // [B, numel]
   int rank = 0;
   uint32_t rows = 1, cols = 1;
-  std::vector<double> losses;  // [B] objective per lane (when a loss or gradient was asked for)
-  std::vector<double> grads;   // [B, P] when requested
+  std::vector<double> losses;       // [B] objective per lane (when a loss or gradient was asked for)
+  std::vector<double> grads;        // [B, P] when requested
   std::vector<double> input_grads;  // per requested shared input: numel doubles, summed over lanes
 };
 
@@ -118,9 +118,8 @@ class VM;
 // every lane computes exactly what a one-lane run computes.
 // `lane_map` (optional): row k of theta is lane lane_map[k] of the per-lane inputs and targets,
 // so a subset of lanes is evaluated without copying their data.
-BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, const Inputs& in,
-                      bool grad, const LossSpec* loss, const Limits& lim,
-                      const std::vector<int>* input_grad_ids = nullptr,
+BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, const Inputs& in, bool grad,
+                      const LossSpec* loss, const Limits& lim, const std::vector<int>* input_grad_ids = nullptr,
                       const std::vector<int>* lane_map = nullptr);
 
 // One lane, any result type.
@@ -132,6 +131,5 @@ std::unique_ptr<VM> make_vm();
 // The most work (Limits::max_work units) any successful evaluation in this process has used, on
 // any thread: how far realistic programs stay below the budget. `reset` starts it again at 0.
 uint64_t peak_work(bool reset = false);
-
 
 }  // namespace ndvm

@@ -45,7 +45,12 @@ class Reader {
   char peek() const { return src_[pos_]; }
   char next() {
     char c = src_[pos_++];
-    if (c == '\n') { ++line_; col_ = 1; } else { ++col_; }
+    if (c == '\n') {
+      ++line_;
+      col_ = 1;
+    } else {
+      ++col_;
+    }
     return c;
   }
 
@@ -53,13 +58,17 @@ class Reader {
   // drops the datum after it; a run of them (`#; #; a b`) is counted, not recursed, so any number
   // costs constant C stack. `depth` is the nesting level of the datum that follows.
   void skip_space(int depth) {
-    int pending = 0;          // datum comments still waiting for their datum
-    int pl = 0, pc = 0;       // where the first of them is
+    int pending = 0;     // datum comments still waiting for their datum
+    int pl = 0, pc = 0;  // where the first of them is
     for (;;) {
       skip_plain_space();
       if (!at_end() && peek() == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == ';') {
-        if (pending == 0) { pl = line_; pc = col_; }
-        next(); next();
+        if (pending == 0) {
+          pl = line_;
+          pc = col_;
+        }
+        next();
+        next();
         ++pending;
         continue;
       }
@@ -79,9 +88,15 @@ class Reader {
         int l = line_, co = col_, depth = 0;
         do {
           if (at_end()) parse_error("unterminated block comment #|", l, co);
-          if (peek() == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '|') { next(); next(); ++depth; }
-          else if (peek() == '|' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '#') { next(); next(); --depth; }
-          else next();
+          if (peek() == '#' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '|') {
+            next();
+            next();
+            ++depth;
+          } else if (peek() == '|' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '#') {
+            next();
+            next();
+            --depth;
+          } else next();
         } while (depth > 0);
       } else if (isspace(static_cast<unsigned char>(c))) {
         next();
@@ -104,7 +119,9 @@ class Reader {
                       std::to_string(datums_) + " datums so far); raise Limits.max_bytes for a program this large",
                   l, c);
     auto d = std::make_shared<Datum>();
-    d->kind = k; d->line = l; d->col = c;
+    d->kind = k;
+    d->line = l;
+    d->col = c;
     return d;
   }
 
@@ -169,9 +186,18 @@ class Reader {
 
   DatumP atom(const std::string& tok, int l, int c) {
     if (tok[0] == '#') {
-      if (tok == "#t" || tok == "#true") { auto d = make(Datum::Bool, l, c); d->boolean = true; return d; }
-      if (tok == "#f" || tok == "#false") { auto d = make(Datum::Bool, l, c); d->boolean = false; return d; }
-      if (tok.size() > 1 && tok[1] == '(') parse_error("vector literals #( ... ) are not supported; use (vec ...)", l, c);
+      if (tok == "#t" || tok == "#true") {
+        auto d = make(Datum::Bool, l, c);
+        d->boolean = true;
+        return d;
+      }
+      if (tok == "#f" || tok == "#false") {
+        auto d = make(Datum::Bool, l, c);
+        d->boolean = false;
+        return d;
+      }
+      if (tok.size() > 1 && tok[1] == '(')
+        parse_error("vector literals #( ... ) are not supported; use (vec ...)", l, c);
       if (tok.size() > 1 && tok[1] == '\\') parse_error("characters are not supported by the language", l, c);
       parse_error("unreadable token '" + tok + "'", l, c);
     }
@@ -184,7 +210,10 @@ class Reader {
       bool is_int = true;
       for (size_t i = 0; i < tok.size(); ++i) {
         char ch = tok[i];
-        if (!(isdigit(static_cast<unsigned char>(ch)) || ((ch == '-' || ch == '+') && i == 0))) { is_int = false; break; }
+        if (!(isdigit(static_cast<unsigned char>(ch)) || ((ch == '-' || ch == '+') && i == 0))) {
+          is_int = false;
+          break;
+        }
       }
       char* end = nullptr;
       double v = std::strtod(tok.c_str(), &end);
@@ -223,7 +252,10 @@ void write_rec(const Datum& d, std::ostringstream& o, const StackProbe& probe) {
   probe.check("writing a datum", d.line, d.col);
   switch (d.kind) {
     case Datum::Number: {
-      if (d.exact) { o << static_cast<long long>(d.inum); break; }
+      if (d.exact) {
+        o << static_cast<long long>(d.inum);
+        break;
+      }
       char buf[64];
       snprintf(buf, sizeof buf, "%.17g", d.num);
       o << buf;
@@ -237,7 +269,10 @@ void write_rec(const Datum& d, std::ostringstream& o, const StackProbe& probe) {
         if (i) o << ' ';
         write_rec(*d.items[i], o, probe);
       }
-      if (d.dotted) { o << " . "; write_rec(*d.tail, o, probe); }
+      if (d.dotted) {
+        o << " . ";
+        write_rec(*d.tail, o, probe);
+      }
       o << ')';
       break;
   }

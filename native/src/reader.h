@@ -10,10 +10,10 @@ namespace ndvm {
 // A read datum. Lists keep their elements in `items`; a dotted tail is in `tail`.
 struct Datum {
   enum Kind : uint8_t { Number, Symbol, Bool, List } kind;
-  bool exact = false;  // Number: written as an integer literal
-  bool dotted = false; // List: has a tail after '.'
+  bool exact = false;   // Number: written as an integer literal
+  bool dotted = false;  // List: has a tail after '.'
   double num = 0;
-  int64_t inum = 0;    // Number, exact: the integer itself (num is its nearest double)
+  int64_t inum = 0;  // Number, exact: the integer itself (num is its nearest double)
   bool boolean = false;
   std::string sym;
   std::vector<std::shared_ptr<Datum>> items;

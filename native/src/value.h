@@ -14,7 +14,7 @@ enum Tag : uint8_t {
   T_BOOL,
   T_SYM,
   T_NUM,
-  T_INT,        // an exact integer (int64 in `i`): counters, indices, sizes; structural, never on the tape
+  T_INT,  // an exact integer (int64 in `i`): counters, indices, sizes; structural, never on the tape
   T_PAIR,
   T_CLOSURE,
   T_PRIM,
@@ -32,11 +32,13 @@ struct Value {
   uint8_t flags = 0;
   uint8_t rank = 0;  // T_NUM: 0 scalar, 1 vector, 2 matrix
   uint8_t pad = 0;
-  uint32_t rows = 0; // T_NUM: vector length or matrix rows
+  uint32_t rows = 0;  // T_NUM: vector length or matrix rows
   union {
-    struct { uint32_t cols, off; } n;  // T_NUM: matrix columns, payload offset
-    void* ptr;                          // T_PAIR, T_CLOSURE
-    int64_t i;                          // T_BOOL, T_SYM, T_PRIM
+    struct {
+      uint32_t cols, off;
+    } n;        // T_NUM: matrix columns, payload offset
+    void* ptr;  // T_PAIR, T_CLOSURE
+    int64_t i;  // T_BOOL, T_SYM, T_PRIM
   };
   Value() : i(0) {}
 
@@ -49,6 +51,7 @@ struct Value {
   uint32_t numel() const { return rows * n.cols; }
   uint32_t cols() const { return rank == 2 ? n.cols : 1u; }
 
+  // clang-format off
   static Value make_bool(bool b) { Value v; v.tag = T_BOOL; v.i = b; return v; }
   static Value make_int(int64_t x) { Value v; v.tag = T_INT; v.rows = 1; v.i = x; return v; }
   static Value make_nil() { Value v; v.tag = T_NIL; return v; }
@@ -56,10 +59,13 @@ struct Value {
   static Value make_undef() { Value v; v.tag = T_UNDEF; return v; }
   static Value make_sym(int64_t id) { Value v; v.tag = T_SYM; v.i = id; return v; }
   static Value make_prim(int64_t id) { Value v; v.tag = T_PRIM; v.i = id; return v; }
+  // clang-format on
 };
 static_assert(sizeof(Value) == 16, "Value must stay one 16-byte word");
 
-struct Pair { Value car, cdr; };
+struct Pair {
+  Value car, cdr;
+};
 
 // An activation frame: parameters and every local of the lambda body (let-bound names are
 // flattened into the enclosing lambda's frame at compile time).

@@ -24,8 +24,8 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-#include "prims.h"
 #include <vector>
+#include "prims.h"
 
 namespace ndvm {
 
@@ -119,7 +119,8 @@ void VM::record_n(Op op, Value& out, const Value* in, int n, uint32_t d0, uint32
   if (targs.size() + n > targs.capacity()) check_memory(nullptr);
   uint32_t at = static_cast<uint32_t>(targs.size());
   for (int i = 0; i < n; ++i) targs.push_back(ref(in[i]));
-  TapeRec& t = new_record(op, out, n > 255 ? 255 : n, d0, d1, n > 255 ? static_cast<uint32_t>(n) : d2);  // many parts: count in d2
+  TapeRec& t = new_record(op, out, n > 255 ? 255 : n, d0, d1,
+                          n > 255 ? static_cast<uint32_t>(n) : d2);  // many parts: count in d2
   t.args = at;
 }
 
@@ -204,8 +205,8 @@ std::string VM::describe(const Value& v) {
 }
 
 void VM::type_error(const Node* site, const char* what, const Value& got) {
-  eval_error(std::string(site && !site->name.empty() ? "'" + site->name + "': " : "") + "expected " + what +
-                 ", got " + describe(got),
+  eval_error(std::string(site && !site->name.empty() ? "'" + site->name + "': " : "") + "expected " + what + ", got " +
+                 describe(got),
              site ? site->line : 0, site ? site->col : 0);
 }
 
@@ -303,8 +304,8 @@ struct DepthGuard {
 static Frame* bind_args(VM& vm, const Lambda* lam, Frame* env, const Value* args, int nargs, const Node* site) {
   if (nargs < lam->nreq || (!lam->rest && nargs != lam->nreq)) {
     std::string want = lam->rest ? "at least " + std::to_string(lam->nreq) : std::to_string(lam->nreq);
-    eval_error("procedure '" + lam->name + "' (line " + std::to_string(lam->line) + ") expects " + want +
-                   " argument" + (lam->nreq == 1 && !lam->rest ? "" : "s") + ", got " + std::to_string(nargs),
+    eval_error("procedure '" + lam->name + "' (line " + std::to_string(lam->line) + ") expects " + want + " argument" +
+                   (lam->nreq == 1 && !lam->rest ? "" : "s") + ", got " + std::to_string(nargs),
                site ? site->line : 0, site ? site->col : 0);
   }
   Frame* fr = vm.new_frame(lam->frame_size, env);
@@ -387,7 +388,8 @@ Value VM::eval(const Node* n, Frame* env) {
   size_t used = static_cast<size_t>(stack_base - &probe);
   if (used > stack_peak_) {
     stack_peak_ = used;
-    if (used > stack_budget) limit_error("recursion too deep for the evaluation stack; use a tail call", n->line, n->col);
+    if (used > stack_budget)
+      limit_error("recursion too deep for the evaluation stack; use a tail call", n->line, n->col);
   }
   // Steps are compared with step_check (at most kCheckEvery ahead); the slow path checks the
   // step budget, the work budget and the clock. A local copy keeps the compare in a register; a
@@ -399,8 +401,7 @@ Value VM::eval(const Node* n, Frame* env) {
       check_at = step_check;
     }
     switch (n->kind) {
-      case N_CONST:
-        return n->k;
+      case N_CONST: return n->k;
       case N_LOCAL: {
         Frame* f = env;
         for (int d = n->a; d > 0; --d) f = f->parent;
@@ -408,10 +409,8 @@ Value VM::eval(const Node* n, Frame* env) {
         if (v.tag == T_UNDEF) eval_error("'" + n->name + "' is used before its definition", n->line, n->col);
         return v;
       }
-      case N_PARAM:
-        return params[n->a];
-      case N_INPUT:
-        return inputs[n->a];
+      case N_PARAM: return params[n->a];
+      case N_INPUT: return inputs[n->a];
       case N_IF: {
         Value t = operand(n->kids[0], env);
         n = t.truthy() ? n->kids[1] : n->kids[2];
@@ -427,9 +426,7 @@ Value VM::eval(const Node* n, Frame* env) {
         n = n->kids[k - 1];
         continue;
       }
-      case N_BIND:
-        env->slots[n->b] = operand(n->kids[0], env);
-        return Value::make_unspec();
+      case N_BIND: env->slots[n->b] = operand(n->kids[0], env); return Value::make_unspec();
       case N_LAMBDA: {
         Closure* c = static_cast<Closure*>(heap.alloc(sizeof(Closure)));
         c->lambda = n->lam;

@@ -19,7 +19,9 @@ namespace ndvm {
 // active). Shapes live in the record's dimensions where an op needs them. The accessors mirror
 // Value's, so kernels read either alike.
 struct NumRef {
-  struct { uint32_t off; } n;
+  struct {
+    uint32_t off;
+  } n;
   uint32_t ne;
   uint8_t flags;
   bool uniform() const { return flags & NF_UNIFORM; }
@@ -32,8 +34,8 @@ struct NumRef {
 struct TapeRec {
   uint8_t op;
   uint8_t nin;
-  uint32_t args;       // first input in VM::targs when nin > 2
-  uint32_t d0, d1, d2; // op-specific dimensions
+  uint32_t args;        // first input in VM::targs when nin > 2
+  uint32_t d0, d1, d2;  // op-specific dimensions
   NumRef out;
   NumRef in[2];
 };
@@ -41,7 +43,9 @@ struct TapeRec {
 // Bump allocator for frames, pairs and closures. Chunks are kept across resets.
 class Heap {
  public:
-  ~Heap() { for (auto& c : chunks_) std::free(c.p); }
+  ~Heap() {
+    for (auto& c : chunks_) std::free(c.p);
+  }
   void reset() {
     // keep the first chunks for the next run; give back what a large run took beyond 64 MiB
     size_t kept = 0, i = 0;
@@ -61,7 +65,11 @@ class Heap {
     used_ += bytes;
     while (cur_ < chunks_.size()) {
       Chunk& c = chunks_[cur_];
-      if (c.top + bytes <= c.size) { void* p = c.p + c.top; c.top += bytes; return p; }
+      if (c.top + bytes <= c.size) {
+        void* p = c.p + c.top;
+        c.top += bytes;
+        return p;
+      }
       if (++cur_ < chunks_.size()) {
         chunks_[cur_].top = 0;
         if (on_chunk) on_chunk(owner);
@@ -75,8 +83,12 @@ class Heap {
     cur_ = chunks_.size() - 1;
     return p;
   }
+
  private:
-  struct Chunk { char* p; size_t size, top; };
+  struct Chunk {
+    char* p;
+    size_t size, top;
+  };
   std::vector<Chunk> chunks_;
   size_t cur_ = 0, used_ = 0;
 };
@@ -90,11 +102,11 @@ class VM {
 
   // ---- a run ---------------------------------------------------------------------------------
   void reset(const Program& p, int lanes, bool recording, const Limits& lim);
-  Value run();  // evaluates the program's top level (on the VM's own large stack)
+  Value run();      // evaluates the program's top level (on the VM's own large stack)
   void backward();  // replays the tape; call after seeding adjoints with adj_of()
 
   const Program* prog = nullptr;
-  int L = 1;               // lanes of the current group
+  int L = 1;  // lanes of the current group
   const Limits* lim = nullptr;
   std::vector<Value> params, inputs;
 
@@ -167,12 +179,18 @@ class VM {
   }
   void record1(Op op, Value& out, const Value& a, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0) {
     TapeRec& t = new_record(op, out, 1, d0, d1, d2);
-    t.in[0].n.off = a.n.off; t.in[0].ne = a.numel(); t.in[0].flags = a.flags;
+    t.in[0].n.off = a.n.off;
+    t.in[0].ne = a.numel();
+    t.in[0].flags = a.flags;
   }
   void record2(Op op, Value& out, const Value& a, const Value& b, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0) {
     TapeRec& t = new_record(op, out, 2, d0, d1, d2);
-    t.in[0].n.off = a.n.off; t.in[0].ne = a.numel(); t.in[0].flags = a.flags;
-    t.in[1].n.off = b.n.off; t.in[1].ne = b.numel(); t.in[1].flags = b.flags;
+    t.in[0].n.off = a.n.off;
+    t.in[0].ne = a.numel();
+    t.in[0].flags = a.flags;
+    t.in[1].n.off = b.n.off;
+    t.in[1].ne = b.numel();
+    t.in[1].flags = b.flags;
   }
   void record_n(Op op, Value& out, const Value* in, int n, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0);
   // Records a value-dependent decision: the primitive, its numeric arguments, the lanes' outcomes.
@@ -192,22 +210,29 @@ class VM {
   Value binary(Op op, Value a, Value b, const Node* site);
   [[gnu::noinline]] Value binary_general(Op op, Value a, Value b, const Node* site);
   Value unary(Op op, Value a, const Node* site);
-  Value rounding(int prim, Value a, const Node* site);  // floor ceiling round truncate: no gradient
+  Value rounding(int prim, Value a, const Node* site);          // floor ceiling round truncate: no gradient
   Value int_div(int prim, Value a, Value b, const Node* site);  // quotient remainder modulo
   Value compare(int prim, const Value* args, int n, const Node* site);
   Value compare_num(int prim, const Value* args, int n, const Node* site);
   Value num_pred(int prim, Value a, const Node* site);
   Value slice(const Value& a, uint32_t start, int rank, uint32_t rows, uint32_t cols);
   Value concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols);
-  Value gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows, uint32_t out_cols);
+  Value gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows,
+             uint32_t out_cols);
   Value transpose(const Value& a);
   Value reduce(Op op, const Value& a);  // trace vsum norm det logdet
   Value inv(const Value& a, const Node* site);
   Value solve(const Value& a, const Value& b, const Node* site);
   Value cholesky(const Value& a, const Node* site);
-  uint8_t* lane_mask_buf(size_t n) { if (mask_.size() < n) mask_.resize(n); return mask_.data(); }
+  uint8_t* lane_mask_buf(size_t n) {
+    if (mask_.size() < n) mask_.resize(n);
+    return mask_.data();
+  }
   // eqv? of two numbers inside a structure comparison (whose own mask is lane_mask_buf)
-  uint8_t* leaf_mask_buf(size_t n) { if (leaf_mask_.size() < n) leaf_mask_.resize(n); return leaf_mask_.data(); }
+  uint8_t* leaf_mask_buf(size_t n) {
+    if (leaf_mask_.size() < n) leaf_mask_.resize(n);
+    return leaf_mask_.data();
+  }
   // Turns a per-lane truth mask into a boolean, or signals divergence when the lanes disagree.
   Value lanes_to_bool(const uint8_t* m);
   // eqv? on two values: per-lane mask accumulation (AND) into m
@@ -226,7 +251,7 @@ class VM {
     std::vector<double> inputs;                      // the arena's input region when recorded
     Value result;
     Limits limits;
-    uint64_t extra_work = 0;  // what the tape's products and linear algebra cost beyond their outputs
+    uint64_t extra_work = 0;               // what the tape's products and linear algebra cost beyond their outputs
     uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
   } replay;
 
@@ -290,7 +315,7 @@ class VM {
   [[noreturn, gnu::cold, gnu::noinline]] void type_error(const Node* site, const char* what, const Value& got);
 
   int* pivots() { return pivots_.data(); }  // the `ints` of the last scratch_for
-  uint64_t steps = 0;  // evaluation steps of the current run
+  uint64_t steps = 0;                       // evaluation steps of the current run
 
   // The VM's own state: reached only by its members (vm.cc, prims.cc, kernels.cc, linalg.cc).
  private:
@@ -299,7 +324,7 @@ class VM {
   Heap heap;
   uint64_t step_check = 0;        // eval calls step_checkpoint when steps passes this
   const Node* op_site = nullptr;  // the primitive being called (names it in a memory error)
-  Value* stack = nullptr;  // argument stack (fixed capacity: pointers into it stay valid)
+  Value* stack = nullptr;         // argument stack (fixed capacity: pointers into it stay valid)
   size_t sp = 0, stack_cap = 0;
   int depth = 0;
   const char* stack_base = nullptr;  // C stack address at the start of run(): bounds recursion in bytes
@@ -311,8 +336,10 @@ class VM {
   std::chrono::steady_clock::time_point start_, deadline_;
   void grow_payload(size_t need);
   Value run_here();
+
  public:
   Value run_here_public() { return run_here(); }
+
  private:
   // Evaluation runs on a stack of its own (reserved, committed only where touched), so deep
   // non-tail recursion is bounded by Limits, not by the calling thread's stack.

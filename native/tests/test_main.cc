@@ -14,13 +14,13 @@
 using namespace ndvm;
 
 static int failures = 0, checks = 0;
-#define CHECK(cond)                                                        \
-  do {                                                                     \
-    ++checks;                                                              \
-    if (!(cond)) {                                                         \
-      ++failures;                                                          \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    ++checks;                                                                       \
+    if (!(cond)) {                                                                  \
+      ++failures;                                                                   \
       std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                      \
+    }                                                                               \
   } while (0)
 
 static Limits lim;
@@ -31,16 +31,15 @@ static double scalar(const std::string& src, std::vector<double> theta = {}) {
   Inputs in;
   in.shared.resize(p->inputs.size());
   in.per_lane.resize(p->inputs.size());
-  if (theta.empty()) for (auto& d : p->params) theta.push_back(d.init);
+  if (theta.empty())
+    for (auto& d : p->params) theta.push_back(d.init);
   return run_batch(*p, *vm, theta.data(), 1, in, false, nullptr, lim).values[0];
 }
 
 static ErrorKind error_of(const std::string& src) {
   try {
     scalar(src);
-  } catch (const Error& e) {
-    return e.kind;
-  }
+  } catch (const Error& e) { return e.kind; }
   return static_cast<ErrorKind>(-1);
 }
 
@@ -51,7 +50,9 @@ static void test_reader() {
   CHECK(write_datum(*ds[1]) == "(quote x)");
   CHECK(ds[1]->line == 2);
   bool threw = false;
-  try { read_all("(a (b)"); } catch (const Error& e) { threw = e.kind == ErrorKind::Parse && e.line == 1; }
+  try {
+    read_all("(a (b)");
+  } catch (const Error& e) { threw = e.kind == ErrorKind::Parse && e.line == 1; }
   CHECK(threw);
 }
 
@@ -59,7 +60,8 @@ static void test_eval() {
   CHECK(scalar("(+ 1 2 3)") == 6);
   CHECK(scalar("(define (f x) (* x x)) (f 7)") == 49);
   CHECK(scalar("(let loop ((i 0) (s 0)) (if (= i 100000) s (loop (+ i 1) (+ s i))))") == 4999950000.0);
-  CHECK(scalar("(define (even2? n) (if (= n 0) #t (odd2? (- n 1)))) (define (odd2? n) (if (= n 0) #f (even2? (- n 1)))) (if (even2? 100001) 1 0)") == 0);
+  CHECK(scalar("(define (even2? n) (if (= n 0) #t (odd2? (- n 1)))) (define (odd2? n) (if (= n 0) #f (even2? (- n "
+               "1)))) (if (even2? 100001) 1 0)") == 0);
   CHECK(scalar("(apply + (map (lambda (x) (* 2 x)) '(1 2 3)))") == 12);
   CHECK(scalar("(loop ((s 1.0) (k 0)) (if (= k 10) s (recur (* s 2) (+ k 1))))") == 1024);
   CHECK(std::fabs(scalar("(logdet (mat (vec 2 0) (vec 0 3)))") - std::log(6.0)) < 1e-15);
@@ -88,14 +90,16 @@ static void test_gradient() {
     tp[j] += h;
     tm[j] -= h;
     double fd = (run_batch(*p, *vm, tp.data(), 1, in, false, nullptr, lim).values[0] -
-                 run_batch(*p, *vm, tm.data(), 1, in, false, nullptr, lim).values[0]) / (2 * h);
+                 run_batch(*p, *vm, tm.data(), 1, in, false, nullptr, lim).values[0]) /
+                (2 * h);
     CHECK(std::fabs(fd - r.grads[j]) < 1e-7 * (1 + std::fabs(fd)));
   }
 }
 
 // divergent lanes: each lane equals its own one-lane run, bit for bit
 static void test_divergence() {
-  auto p = compile_program("(param a 0.5) (if (> a 0) (* a a) (let loop ((x a) (k 0)) (if (< x -1) k (loop (* x 1.5) (+ k 1)))))");
+  auto p = compile_program(
+      "(param a 0.5) (if (> a 0) (* a a) (let loop ((x a) (k 0)) (if (< x -1) k (loop (* x 1.5) (+ k 1)))))");
   auto vm = make_vm();
   Inputs in;
   std::vector<double> th{-0.3, 0.4, -2.0, 1.5, -0.01};
