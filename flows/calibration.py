@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from flows.options import option
+
 # The held-out metrics of the forecast task kept per lead (all twelve would crowd the UI).
 FORECAST_LEADS_LOGGED = (1, 3, 6, 12)
 
@@ -30,11 +32,12 @@ FORECAST_LEADS_LOGGED = (1, 3, 6, 12)
 class CalibrationOptions:
     """How each candidate is fitted (``ndvm.calibrate_many`` keyword arguments)."""
 
-    optimizer: str = "adam"
-    steps: int = 100
-    lr: float = 0.05
-    restarts: int = 8
-    seed: int = 0
+    optimizer: str = field(default="adam", metadata=option("optimizer of every fit", group="calibration",
+                                                           choices=("adam", "lbfgs", "gd")))
+    steps: int = field(default=100, metadata=option("optimizer steps per fit", group="calibration"))
+    lr: float = field(default=0.05, metadata=option("learning rate (adam, gd)", group="calibration"))
+    restarts: int = field(default=8, metadata=option("multi-start lanes per fit", group="calibration"))
+    seed: int = 0  # the run's seed (DiscoverConfig.seed sets it)
     threads: int | None = None  # None: every core of the worker
     # Wall-clock seconds per evaluation (ndvm.Limits.max_seconds), set from --candidate-seconds: one
     # evaluation longer than a candidate's whole allowance ends that candidate at once (a typed

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.datasets_cli import add_dataset_option_args, dataset_options, register_datasets_command
+from flows.datasets_cli import register_datasets_command
 from flows.dask_worker import add_worker_command
 
 DEFAULT_FOLDER = "runs"
@@ -56,115 +56,54 @@ def _console():
 
 
 # ---------------------------------------------------------------------------- shared options
+# The options of discover and serve are generated from the run's configuration (DiscoverConfig in
+# flows/config.py, through flows/options.py): help text, defaults and flags live there, once. The
+# other commands take the groups of them they need.
+def _options(groups: tuple[str, ...] | None = None, skip: tuple[str, ...] = ()) -> list[Any]:
+    from flows.config import discover_options
+
+    return [o for o in discover_options() if (groups is None or o.group in groups) and o.name not in skip]
+
+
 def _add_problem_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("data")
-    g.add_argument("--task", default="enso", metavar="DATASET",
-                   help="a registered dataset (see `ndvm datasets`); default: enso (embedded, offline)")
-    g.add_argument("--data", metavar="FILE", help="a CSV/Parquet file (or PSL/CPC text) instead of --task")
-    g.add_argument("--x", help="input column of --data")
-    g.add_argument("--y", help="target column of --data")
-    g.add_argument("--group", help="group column of --data (one series per group, e.g. cell_id)")
-    g.add_argument("--task-kind", choices=["curve", "forecast"], help="override the dataset's default task")
-    g.add_argument("--train-fraction", type=float, metavar="F",
-                   help="curve data and files: the first F of each series trains (default: the manifest's, or "
-                        "0.6 for files, 0.5 for battery data)")
-    g.add_argument("--validation-fraction", type=float, metavar="F",
-                   help="the next F of each series validates (the search ranks by it; default: the manifest's, "
-                        "or 0.2); the rest is the test split, scored once at the end of a run")
+    from flows.options import add_arguments
+
+    add_arguments(p, _options(("data",), skip=("dataset_options",)))
 
 
 def _add_calibration_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("calibration")
-    g.add_argument("--steps", type=int, default=100, help="optimizer steps per fit (default 100)")
-    g.add_argument("--restarts", type=int, default=8, help="multi-start lanes per fit (default 8)")
-    g.add_argument("--optimizer", default="adam", choices=["adam", "lbfgs", "gd"])
-    g.add_argument("--lr", type=float, default=0.05)
-    g.add_argument("--seed", type=int, default=0)
+    from flows.options import add_arguments
+
+    add_arguments(p, _options(("calibration",)), defaults={"seed": 0})  # one fit: a fixed seed
 
 
 def _add_store_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--folder", default=DEFAULT_FOLDER,
-                   help="run folder: candidates.duckdb, mlflow.db, artifacts (default ./runs)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///<folder>/mlflow.db)")
+    from flows.options import add_arguments
+
+    add_arguments(p, _options(("store",)))
 
 
 def _add_discover_options(p: argparse.ArgumentParser) -> None:
-    _add_problem_options(p)
-    add_dataset_option_args(p)
-    g = p.add_argument_group("proposals")
-    g.add_argument("--proposer", default="auto", choices=["auto", "mutation", "llm", "replay"],
-                   help="auto: llm when --model or $NDVM_LLM_MODEL is set, else the offline mutation proposer")
-    g.add_argument("--model", help="litellm model, e.g. openai/gpt-4o-mini, anthropic/claude-..., ollama_chat/llama3.1")
-    g.add_argument("--api-base", help="OpenAI-compatible server URL (vLLM, llama.cpp, Ollama /v1)")
-    g.add_argument("--api-key-env", help="environment variable holding the API key (default: the provider's own)")
-    g.add_argument("--replay", metavar="FILE.jsonl", help="candidates to replay (with --proposer replay)")
-    g.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight (default 8)")
-    g.add_argument("--per-request", type=int, default=4, help="programs asked for per LLM request (default 4)")
-    g.add_argument("--temperature", type=float, help="LLM sampling temperature (default: the provider's own)")
-    g.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="seconds per LLM request before it is retried (default 60)")
-    g.add_argument("--input-price", type=float, metavar="USD",
-                   help="price of a million prompt tokens, for models litellm cannot price (with --output-price)")
-    g.add_argument("--output-price", type=float, metavar="USD", help="price of a million completion tokens")
-    b = p.add_argument_group("budget (whichever comes first)")
-    b.add_argument("--minutes", type=float, default=2.0, help="wall time for proposing (default 2)")
-    b.add_argument("--max-candidates", type=int, help="new candidates to accept")
-    b.add_argument("--max-cost", type=float, metavar="USD", help="LLM cost limit")
-    b.add_argument("--drain-minutes", type=float,
-                   help="time to calibrate what is queued after the deadline (default: 15%% of --minutes, 15-120 s); "
-                        "then what is still in calibration is cancelled and stays pending")
-    b.add_argument("--candidate-seconds", type=float, metavar="S",
-                   help="time limit of one candidate's calibration and scoring; one over it is marked timeout")
-    _add_calibration_options(p)
-    c = p.add_argument_group("execution")
-    c.add_argument("--batch-size", type=int, default=32, help="candidates per calibration batch (default 32)")
-    c.add_argument("--runner", default="threads", choices=["threads", "processes", "dask"],
-                   help="where batches run: in-process threads (default), worker processes, or Dask")
-    c.add_argument("--workers", type=int, help="worker processes (processes/dask runners)")
-    c.add_argument("--dask-address", metavar="tcp://HOST:PORT", help="calibrate on this Dask cluster (prefect-dask)")
-    c.add_argument("--top-k", type=int, default=10, help="leaderboard entries logged to MLflow (default 10)")
-    c.add_argument("--test-top-k", type=int, default=10,
-                   help="final leaderboard entries scored on the test split at the end of the run (default 10)")
-    c.add_argument("--max-stale-rounds", type=int, default=5, metavar="N",
-                   help="stop proposing after N proposal rounds in a row gave nothing new (duplicates or "
-                        "invalid only; 0: never; default 5)")
-    c.add_argument("--serial", action="store_true",
-                   help="one proposal round at a time, calibrated before the next: reproducible with --seed")
-    c.add_argument("--fresh", action="store_true",
-                   help="ignore earlier runs on the same data: no evaluation reused, no seeds from their best programs")
-    c.add_argument("--run-id", help="name of the new run (default run-<time>-<random>)")
-    c.add_argument("--resume", metavar="RUN_ID", help="continue a stopped or killed run (its configuration, a new budget)")
-    c.add_argument("--verbose", action="store_true", help="Prefect's and MLflow's own log lines")
-    _add_store_options(p)
-    p.set_defaults(seed=None)  # discover draws a seed per run (printed in the summary) unless --seed is given
+    from flows.options import add_arguments
+
+    add_arguments(p, _options())
+    r = p.add_argument_group("this run")
+    r.add_argument("--run-id", help="name of the new run (default run-<time>-<random>)")
+    r.add_argument("--resume", metavar="RUN_ID", help="continue a stopped or killed run (its configuration, a new budget)")
+    r.add_argument("--verbose", action="store_true", help="Prefect's and MLflow's own log lines")
 
 
 def _discover_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(task=args.task, proposer=args.proposer, model=args.model, api_base=args.api_base,
-                api_key_env=args.api_key_env, replay=args.replay, data=args.data, x=args.x, y=args.y,
-                group=args.group, task_kind=args.task_kind, seed=args.seed, concurrency=args.concurrency,
-                per_request=args.per_request, batch_size=args.batch_size, steps=args.steps, restarts=args.restarts,
-                optimizer=args.optimizer, lr=args.lr, runner=args.runner, workers=args.workers,
-                dask_address=args.dask_address, top_k=args.top_k, folder=args.folder, tracking_uri=args.tracking_uri,
-                candidate_seconds=args.candidate_seconds, test_top_k=args.test_top_k, serial=args.serial,
-                train_fraction=args.train_fraction, validation_fraction=args.validation_fraction,
-                dataset_options=dataset_options(args), temperature=args.temperature,
-                request_timeout=args.request_timeout, price_per_token=_price_per_token(args),
-                max_stale_rounds=args.max_stale_rounds, fresh=args.fresh)
+    """The flow's keywords from the command line (the budget apart: ``_budget``)."""
+    from flows.options import split_keywords, values_from_args
 
-
-def _price_per_token(args: argparse.Namespace) -> tuple[float, float] | None:
-    """(input, output) USD per token from --input-price/--output-price (USD per million tokens)."""
-    if args.input_price is None and args.output_price is None:
-        return None
-    if args.input_price is None or args.output_price is None or min(args.input_price, args.output_price) < 0:
-        raise SystemExit("ndvm: give both --input-price and --output-price (USD per million tokens, >= 0)")
-    return (args.input_price / 1e6, args.output_price / 1e6)
+    return split_keywords(_options(), values_from_args(args, _options()))[0]
 
 
 def _budget(args: argparse.Namespace) -> dict[str, Any]:
-    return {"minutes": args.minutes, "max_candidates": args.max_candidates, "max_cost_usd": args.max_cost,
-            "drain_minutes": args.drain_minutes}
+    from flows.options import split_keywords, values_from_args
+
+    return split_keywords(_options(), values_from_args(args, _options(("budget",))))[1]
 
 
 def ui_command(folder: str, port: int = 5000) -> str:
@@ -251,11 +190,6 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
         f"{report['duplicates']} duplicates, {report['invalid']} invalid, {report['calibrated']} calibrated, "
         f"{report['failed']} failed, {report['pending']} pending; best validation {report['metric']} {best}")
     console.print(_library_line(report))
-    from flows.feedback import llm_summary_line
-
-    llm_line = llm_summary_line(report.get("llm"))  # tokens, cached tokens, cost per new (flows/feedback.py)
-    if llm_line:
-        console.print(llm_line)
     console.print(f"busy fractions: proposal {100 * report['proposal_busy']:.0f}% "
                   f"({report['proposal_requests']} requests), calibration {100 * report['calibration_busy']:.0f}% "
                   f"({report['calibration_batches']} batches, {report['runner']})")
@@ -265,6 +199,11 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
         earlier = report.get("earlier_cost_usd") or 0.0
         before = f"; ${earlier:.4f} of it before this resume" if earlier else ""
         console.print(f"LLM cost of the run: ${report['cost_usd']:.4f}{used}{before}")
+    from flows.feedback import llm_summary_line
+
+    llm_line = llm_summary_line(report.get("llm"))  # tokens, cached tokens, cost per new (flows/feedback.py)
+    if llm_line:
+        console.print(llm_line)
     console.print(f"store: {report['store_path']}   MLflow: {report['tracking_uri']} "
                   f"({report['logged_entries']} leaderboard entries logged as nested runs)")
     faults = {"crashed (killed their worker, then again alone)": report.get("crashed", 0),

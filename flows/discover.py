@@ -3,152 +3,72 @@
     from flows.discover import discover
     report = discover(task="enso", proposer="mutation", budget={"minutes": 2})
 
-Three stages run concurrently inside one Prefect flow run:
+Every stage of a run is a Prefect task, so the Prefect UI shows the pipeline with each stage's
+duration and counts (the final state's message): ``propose-N`` (one LLM request or mutation
+round; retried on a transient failure) with its ``deduplicate-N`` (the proposals into the store,
+which drops duplicates and invalid programs), ``calibrate-batch-N`` (one batch in a supervised
+worker, its results recorded as they come), ``log-progress-N`` (counters, LLM cost and the podium
+to MLflow; retried), then ``score-test-split``, ``report-card`` and ``log-final``. The flow's own
+thread coordinates them (``Discovery._coordinate``) with task submission and futures:
 
-- **proposal** (a thread with an asyncio loop): up to ``concurrency`` proposal requests in flight
-  (LLM requests, or mutation rounds). As each one returns, its proposals go straight into the
-  candidate store, which drops duplicates and invalid programs at once, and the new candidates
-  join the calibration queue. When the queue is longer than a few batches, no new request
-  starts (calibration is behind; the context will have better parents once it catches up).
-- **calibration** (the flow's main thread): whenever a worker slot is free it takes what is
-  queued (up to ``batch_size``; it never waits for the next proposals) and submits a batch
-  (``flows.calibration.calibrate_batch``: ``ndvm.calibrate_many`` on the training part, held-out
-  scoring by the task) to the Prefect task runner (threads, worker processes or Dask). Results
-  are recorded in the store as soon as a batch returns: each batch is one transaction, so a
-  killed run loses no calibrated candidate, and ``resume=RUN_ID`` continues it.
-- **tracking** (a thread): every ``log_every`` seconds it logs the run's counters to the MLflow
-  parent run and each new top-3 candidate as a nested run (plots, pyfunc model); at the end, every
-  top-``top_k`` candidate not logged yet.
+- **proposal**: up to ``concurrency`` ``propose`` tasks in flight (mutation: one round at a time).
+  When the calibration queue is longer than a few batches, no new request starts (calibration is
+  behind; the context will have better parents once it catches up).
+- **calibration**: whenever a worker slot is free, what is queued (up to ``batch_size``; it never
+  waits for the next proposals) goes to a supervised worker (``flows.supervisor``: threads, worker
+  processes or Dask) and a ``calibrate-batch`` task records its results (``ndvm.calibrate_many``
+  on the training part, held-out scoring by the task, one store transaction per result piece), so
+  a killed run loses no calibrated candidate, and ``resume=RUN_ID`` continues it.
+- **logging**: every ``log_every`` seconds one ``log-progress`` task; at the end every top-``top_k``
+  candidate not logged yet.
 
 Budgets: wall time (``minutes``: proposing stops then, queued candidates are calibrated within a
 drain allowance, the rest stay pending for a resume), number of new candidates
-(``max_candidates``), and LLM cost (``max_cost_usd``). The report gives the busy fraction of the
-proposal and calibration stages: the share of the run's wall time during which at least one
-proposal request, or one calibration batch, was in flight.
+(``max_candidates``), and LLM cost (``max_cost_usd``, earlier sessions of a resumed run included).
+The report gives the busy fraction of the proposal and calibration stages: the share of the run's
+wall time during which at least one proposal request, or one calibration batch, was in flight.
+
+The flow's keyword arguments, ``build_config`` and the command-line options of ``ndvm discover``
+are generated from ``DiscoverConfig``'s fields (flows/options.py).
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import dataclasses
+import inspect
 import json
 import logging
-import math
 import os
+import queue
+import socket
 import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions
-from flows.problem import ProblemSpec, entry_extras, load_problem, probe_inputs, task_spec
+from flows.problem import entry_extras, load_problem, probe_inputs, task_spec
 from flows import faults
 from flows.feedback import ResidualNotes, RoundFeedback, llm_summary, log_llm_summary
 from flows.mlflow_log import RunTracking
+from flows.config import (  # the configuration of a run (re-exported: the flow's callers import it from here)
+    LLM_MODEL_ENV, PROPOSERS, Budget, DiscoverConfig, DiscoveryError, build_config, discover_options, resolve_proposer)
+from flows.options import flow_signature
 from flows.night import open_run_library, with_seed
 from flows.report import finish_report
-from flows.runners import RunnerChoice, worker_environment
+from flows.runners import worker_environment
 from flows.supervisor import CalibrationSupervisor
 from proposers.niches import NicheArchive, store_programs
 
 log = logging.getLogger("ndvm.discover")
-
-PROPOSERS = ("auto", "mutation", "llm", "replay")
-LLM_MODEL_ENV = "NDVM_LLM_MODEL"
-
-
-class DiscoveryError(RuntimeError):
-    """A discovery run that cannot start or continue (bad configuration, unknown run to resume)."""
-
-
-# ---------------------------------------------------------------------------- configuration
-@dataclass(frozen=True)
-class Budget:
-    """When a run stops proposing: whichever limit comes first (None: no limit of that kind)."""
-
-    minutes: float | None = 2.0
-    max_candidates: int | None = None   # new (unique, valid) candidates accepted by the run
-    max_cost_usd: float | None = None   # LLM cost as litellm reports it
-    drain_minutes: float | None = None  # calibrating what is queued after the deadline; None: auto
-
-    def check(self) -> "Budget":
-        if self.minutes is None and self.max_candidates is None and self.max_cost_usd is None:
-            raise DiscoveryError("a run needs a budget: minutes, max_candidates or max_cost_usd")
-        for name in ("minutes", "max_candidates", "max_cost_usd", "drain_minutes"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise DiscoveryError(f"budget {name} must be >= 0, got {value}")
-        return self
-
-    def drain_seconds(self) -> float:
-        """How long queued candidates may still be calibrated after the wall-time deadline."""
-        if self.drain_minutes is not None:
-            return 60.0 * self.drain_minutes
-        if self.minutes is None:
-            return math.inf
-        return min(120.0, max(15.0, 0.15 * 60.0 * self.minutes))
-
-
-@dataclass(frozen=True)
-class DiscoverConfig:
-    """Everything that defines a run (stored with it, so ``resume`` continues it the same way)."""
-
-    problem: ProblemSpec = field(default_factory=ProblemSpec)
-    proposer: str = "mutation"          # mutation | llm | replay
-    model: str | None = None            # litellm model for the llm proposer
-    api_base: str | None = None         # OpenAI-compatible server, Ollama, ...
-    llm_env: str | None = None          # environment variable holding the API key (its name only)
-    replay: str | None = None           # JSONL file for the replay proposer
-    seed: int | None = None             # None: drawn at the start of the run (flows/night.py), then stored
-    fresh: bool = False                 # no reuse of earlier runs' evaluations, no seeds from them (storage/library.py)
-    concurrency: int = 8                # proposal requests in flight (mutation: 1)
-    per_request: int = 4                # programs per request (mutation: 16 per round)
-    temperature: float | None = None    # None: the provider's default (some models accept no other)
-    llm_timeout: float = 60.0           # seconds per LLM request (--request-timeout)
-    price_per_token: tuple[float, float] | None = None  # (input, output) USD per token, for unpriced models
-    batch_size: int = 32
-    calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
-    candidate_seconds: float | None = None  # per-candidate time limit (calibration + scoring, alone)
-    runner: RunnerChoice = field(default_factory=RunnerChoice)
-    top_k: int = 10                     # leaderboard entries logged to MLflow
-    test_top_k: int = 10                # final leaderboard entries scored on the test split at the end
-    max_stale_rounds: int = 5           # stop proposing after this many rounds in a row with nothing new (0: never)
-    serial: bool = False                # one proposal round at a time, each calibrated before the next
-                                        # (reproducible: same seed -> same proposals, whatever the timing)
-    log_every: float = 10.0             # seconds between MLflow progress snapshots
-    folder: str = "runs"
-    tracking_uri: str | None = None     # None: sqlite under the run folder
-
-    def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self), default=str))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DiscoverConfig":
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["problem"] = ProblemSpec(**data.get("problem", {}))
-        values["calibration"] = CalibrationOptions(**data.get("calibration", {}))
-        values["runner"] = RunnerChoice(**data.get("runner", {}))
-        if values.get("llm_env") == "***":  # redacted by an older store; fall back to the provider's variable
-            values["llm_env"] = None
-        return cls(**values)
-
-
-def resolve_proposer(proposer: str, model: str | None) -> tuple[str, str | None]:
-    """``auto``: the LLM proposer when a model is given (``--model`` or $NDVM_LLM_MODEL), else mutation."""
-    if proposer not in PROPOSERS:
-        raise DiscoveryError(f"unknown proposer {proposer!r}; use one of {', '.join(PROPOSERS)}")
-    model = model or os.environ.get(LLM_MODEL_ENV) or None
-    if proposer == "auto":
-        proposer = "llm" if model else "mutation"
-    if proposer == "llm" and not model:
-        raise DiscoveryError(f"the llm proposer needs a model: --model or ${LLM_MODEL_ENV} (e.g. openai/gpt-4o-mini)")
-    return proposer, model if proposer == "llm" else None
-
 
 def make_proposer(config: DiscoverConfig, seed_offset: int = 0) -> Any:
     if config.proposer == "mutation":
@@ -305,6 +225,144 @@ def status_path(folder: str | Path, run_id: str) -> Path:
     return Path(folder) / "status" / f"{run_id}.json"
 
 
+# ---------------------------------------------------------------------------- the pipeline's Prefect tasks
+# Each stage of a run is a Prefect task, so the Prefect UI shows the pipeline: every proposal
+# request, its deduplication into the store, every calibration batch, the periodic MLflow logging
+# and the end (test split, report card, final logging), each with its duration and its counts (the
+# final state's message, e.g. "16 proposals: 12 new"). The bodies are methods of ``Discovery``;
+# the task functions only name them. Inputs are live objects and results are recorded by the run
+# itself, so nothing is cached or persisted by Prefect.
+_TASK = dict(cache_policy=NO_CACHE, persist_result=False, log_prints=False)
+
+
+def _retry_request(task: Any, task_run: Any, state: Any) -> bool:
+    """A failed proposal request is retried unless the proposer said retrying cannot help (a
+    wrong key or model: LLMFatalError)."""
+    try:
+        state.result()
+    except Exception as exc:
+        return type(exc).__name__ != "LLMFatalError"
+    return True
+
+
+@task(name="propose", task_run_name="propose-{number}", retries=2, retry_delay_seconds=2.0,
+      retry_condition_fn=_retry_request, **_TASK)
+def propose_task(run: "Discovery", number: int, n: int) -> Any:
+    """One proposal request (an LLM request, a mutation round), then its proposals into the store."""
+    return run.propose_request(number, n)
+
+
+@task(name="deduplicate", task_run_name="deduplicate-{number}", **_TASK)
+def deduplicate_task(run: "Discovery", number: int, proposals: list[Any]) -> Any:
+    """The proposals of one request into the store: duplicates and invalid programs are dropped
+    (and counted), the new candidates join the calibration queue."""
+    return run.deduplicate(proposals)
+
+
+@task(name="calibrate-batch", task_run_name="calibrate-batch-{number}", **_TASK)
+def calibrate_task(run: "Discovery", number: int, batch: "_Batch") -> Any:
+    """One calibration batch, from its hand-over to a supervised worker until all its results are
+    recorded (validation scores included: the worker scores each fit on the validation split)."""
+    return run.await_batch(batch)
+
+
+@task(name="log-progress", task_run_name="log-progress-{number}", retries=2, retry_delay_seconds=2.0, **_TASK)
+def log_progress_task(run: "Discovery", number: int, podium: int) -> Any:
+    """The run's counters, LLM cost and (when it changed) the podium to MLflow; retried on failure."""
+    return run.log_progress(podium)
+
+
+@task(name="score-test-split", task_run_name="score-test-split", **_TASK)
+def score_test_task(run: "Discovery") -> Any:
+    """The final top ``test_top_k`` and the references on the test split, once, at the end."""
+    return run.score_test_split()
+
+
+@task(name="report-card", task_run_name="report-card", **_TASK)
+def report_card_task(run: "Discovery") -> Any:
+    return run.write_report_card()
+
+
+@task(name="log-final", task_run_name="log-final", **_TASK)
+def log_final_task(run: "Discovery", mlflow_status: str) -> Any:
+    """The final leaderboard, test scores, report card, cost and end status to MLflow (bounded;
+    it retries once itself; what fails is logged later by ``ndvm log``)."""
+    return run.log_final(mlflow_status)
+
+
+class _Submitted:
+    """A submitted stage: a Prefect future in a flow run, a thread-pool future outside one."""
+
+    def __init__(self, future: Any, prefect: bool):
+        self.future, self.prefect = future, prefect
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        self.future.add_done_callback(lambda _: callback())
+
+    def outcome(self) -> tuple[Any, BaseException | None]:
+        """(value, None) or (None, the exception) of a finished stage."""
+        if self.prefect:
+            value = self.future.result(raise_on_failure=False)
+            return (None, value) if isinstance(value, BaseException) else (value, None)
+        error = self.future.exception()
+        return (None, error) if error is not None else (_unwrap(self.future.result()), None)
+
+
+def _unwrap(value: Any) -> Any:
+    """The data of a State a task body returned (its message is for the Prefect UI)."""
+    from prefect.results import ResultRecord, ResultRecordMetadata
+    from prefect.states import State
+
+    if not isinstance(value, State):
+        return value
+    if isinstance(value.data, ResultRecordMetadata):  # persisted elsewhere: Prefect reads it back
+        return value.result()
+    return value.data.result if isinstance(value.data, ResultRecord) else value.data
+
+
+class _Stages:
+    """Runs the pipeline's tasks: as Prefect task runs inside a flow run (the ``discover`` flow),
+    as plain calls on a thread pool when ``Discovery`` is used without one (no retries then)."""
+
+    def __init__(self) -> None:
+        from prefect.context import FlowRunContext
+
+        self.prefect = FlowRunContext.get() is not None
+        self.pool = None if self.prefect else concurrent.futures.ThreadPoolExecutor(thread_name_prefix="ndvm-stage")
+
+    def submit(self, task_obj: Any, **parameters: Any) -> _Submitted:
+        if self.prefect:
+            return _Submitted(task_obj.submit(**parameters), True)
+        return _Submitted(self.pool.submit(task_obj.fn, **parameters), False)
+
+    def call(self, task_obj: Any, **parameters: Any) -> Any:
+        """Run a stage now, in this thread (a nested task run inside another task)."""
+        if self.prefect:
+            return _unwrap(task_obj(**parameters, return_state=True).result())
+        return _unwrap(task_obj.fn(**parameters))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class _Batch:
+    """A calibration batch between the coordinator (which hands it to the supervisor and routes
+    the results back by hash: a failed batch's candidates come back one by one) and its
+    ``calibrate-batch`` task, which records each piece as it arrives."""
+
+    items: list[BatchItem]
+    waiting: set[str] = field(default_factory=set)
+    pieces: "queue.Queue[tuple[str, Any]]" = field(default_factory=queue.Queue)
+
+    def __post_init__(self) -> None:
+        self.waiting = {item.hash for item in self.items}
+
+    def __repr__(self) -> str:  # Prefect records task inputs by repr; keep it short
+        return f"_Batch({len(self.items)} candidates)"
+
+
 # ---------------------------------------------------------------------------- the engine
 class Discovery:
     """One discovery run (or the continuation of one). ``run()`` blocks until the budget is spent."""
@@ -379,6 +437,20 @@ class Discovery:
         self.store_errors = 0
         self.logged_entries = 0
         self.errors: list[BaseException] = []
+        # The pipeline's stages (Prefect tasks, coordinated by run()): futures and their hand-offs.
+        self.stages: _Stages | None = None
+        self.wake = threading.Event()  # set when a task ends: the coordinator looks again
+        self.proposal_futures: list[_Submitted] = []
+        self.requests_done: set[_Submitted] = set()
+        self.batch_futures: list[_Submitted] = []
+        self.log_futures: list[_Submitted] = []
+        self.logs_done: set[_Submitted] = set()
+        self.batch_of: dict[str, _Batch] = {}  # candidate hash -> the batch it was handed over in
+        self.batches_lock = threading.Lock()
+        self.request_number = self.batch_number = self.log_number = 0
+        self.live_requests: set[tuple[Any, Any]] = set()  # (event loop, asyncio task) of requests in flight
+        self.requests_lock = threading.Lock()
+        self.elapsed_final = 0.0
 
     def _open_run(self, run_id: str | None, resume: str | None) -> None:
         from storage import StoreError
@@ -493,6 +565,7 @@ class Discovery:
         with self.accept_lock:  # replies of concurrent requests arrive in worker threads
             new = self._accept_locked(proposals)
             self.feedback.record(self.store, self.run_id, proposals, {c.proposed_source or c.source for c in new})
+        return new
 
     def _accept_locked(self, proposals: list[Any]) -> list[Any]:
         program_source = self.spec.program_source
@@ -539,27 +612,59 @@ class Discovery:
             self.store_errors += 1
             self.log.warning("recording the store error failed too: %s", again)
 
-    async def _one_request(self, n: int) -> None:
-        from proposers import Failure
+    def _request_shape(self) -> tuple[int, int]:
+        """(requests in flight, programs per request): mutation and replay one round of 16 at a time."""
+        if self.config.proposer in ("mutation", "replay"):
+            return 1, 16
+        return self.config.concurrency, self.config.per_request
+
+    def propose_request(self, number: int, n: int) -> Any:
+        """The ``propose`` task: one request for ``n`` programs, then the ``deduplicate`` task on
+        its proposals. Raises what the proposer did not absorb (Prefect retries it)."""
+        from prefect.states import Completed
 
         self.proposal_meter.enter()
         try:
-            proposals = await self.proposer.apropose(self._context(), n)
-        except Exception as exc:  # a proposer bug or an API failure it did not absorb: record, go on
-            if type(exc).__name__ == "LLMFatalError":  # a wrong key or model: retrying all night helps nobody
-                raise
-            self.log.warning("proposal request failed: %s", exc)
-            self.failures.append(Failure("api", f"{type(exc).__name__}: {exc}"[:500], proposer=self.config.proposer))
-            proposals = []
+            proposals = self._cancellable(self.proposer.apropose(self._context(), n))
+        except asyncio.CancelledError:  # the hard deadline (_cancel_requests)
+            return Completed(message="cancelled at the hard deadline", data=0)
         finally:
             self.proposal_meter.exit()
-        for failure in self.proposer.drain_failures():
-            self.failures.append(failure)
-        await asyncio.to_thread(self._save_usage)  # a failed request may have cost too
+            for failure in self.proposer.drain_failures():
+                self.failures.append(failure)
+            self._save_usage()  # a failed request may have cost too
+        if self.finished.is_set():  # the run ended while this request was out: the store is closing
+            return Completed(message=f"{len(proposals)} proposals arrived after the end of the run; dropped", data=0)
         if proposals:
-            await asyncio.to_thread(self._accept, proposals)
+            counts = self.stages.call(deduplicate_task, run=self, number=number, proposals=proposals)
         else:  # a round with no valid proposal at all gave nothing new either
             self.feedback.record(self.store, self.run_id, [], set())
+            counts = {"proposals": 0, "new": 0}
+        self._check_stale()
+        return Completed(message=f"{len(proposals)} proposals, {counts['new']} new", data=len(proposals))
+
+    def deduplicate(self, proposals: list[Any]) -> Any:
+        """The ``deduplicate`` task: ``proposals`` into the store (``_accept``)."""
+        from prefect.states import Completed
+
+        new = self._accept(proposals)
+        counts = {"proposals": len(proposals), "new": len(new)}
+        return Completed(message=f"{len(proposals)} proposals: {len(new)} new, {len(proposals) - len(new)} "
+                                 "duplicate, invalid or over the candidate budget", data=counts)
+
+    def _request_failed(self, error: BaseException) -> None:
+        """A proposal request that failed after its retries: recorded for the proposers' context
+        (the next prompt names it), counted as a round with nothing new; the run goes on."""
+        from proposers import Failure
+
+        if type(error).__name__ == "LLMFatalError":  # a wrong key or model: retrying all night helps nobody
+            raise error
+        self.log.warning("proposal request failed: %s", error)
+        self.failures.append(Failure("api", f"{type(error).__name__}: {error}"[:500], proposer=self.config.proposer))
+        self.feedback.record(self.store, self.run_id, [], set())
+        self._check_stale()
+
+    def _check_stale(self) -> None:
         if self.feedback.stale() and not self.stop_proposing.is_set():
             # the proposer only repeats itself (or fails): stop paying for it. What is queued may
             # still use the wall time the run was given (the usual drain counts from the stop).
@@ -568,43 +673,26 @@ class Discovery:
                 self.drain_deadline = max(self.drain_deadline, self.started + 60.0 * self.budget.minutes
                                           + self.budget.drain_seconds())
 
-    async def _propose_loop(self) -> None:
-        mutation_like = self.config.proposer in ("mutation", "replay")
-        in_flight = 1 if mutation_like else self.config.concurrency
-        n = 16 if mutation_like else self.config.per_request
-        tasks: set[asyncio.Task] = set()
-        while True:
-            while len(tasks) < in_flight and self._may_propose():
-                tasks.add(asyncio.create_task(self._one_request(n)))
-            if not tasks:
-                if self.stop_proposing.is_set():
-                    break
-                await asyncio.sleep(0.05)  # the calibration queue is full: wait for it to drain
-                continue
-            done, tasks = await asyncio.wait(tasks, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
-            # only a fatal proposer error escapes _one_request: stop the run with it (every finished
-            # request's error is taken, so asyncio does not log the others as never retrieved)
-            fatal = [r.exception() for r in done if not r.cancelled() and r.exception() is not None]
-            if fatal:
-                for other in tasks:
-                    other.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)  # collected, not logged as lost
-                raise fatal[0]
-            if self.stop_proposing.is_set() and tasks:
-                # Requests already in flight finish (their proposals are paid for), then stop; not
-                # beyond the hard deadline, though: late ones are cancelled.
-                left = None if self.drain_deadline is None else max(0.0, self.drain_deadline - time.monotonic())
-                _, late = await asyncio.wait(tasks, timeout=left)
-                for request in late:
-                    request.cancel()
-                tasks = set()
+    def _cancellable(self, coro: Any) -> Any:
+        """Run the proposer's coroutine on an event loop of this thread, registered so that the
+        hard deadline can cancel it from the coordinator (``_cancel_requests``)."""
+        async def main() -> Any:
+            me = (asyncio.get_running_loop(), asyncio.current_task())
+            with self.requests_lock:
+                self.live_requests.add(me)
+            try:
+                return await coro
+            finally:
+                with self.requests_lock:
+                    self.live_requests.discard(me)
 
-    def _proposal_thread(self) -> None:
-        try:
-            asyncio.run(self._propose_loop())
-        except BaseException as exc:  # surfaced by run()
-            self.errors.append(exc)
-            self._stop(f"proposal stage failed: {exc}")
+        return asyncio.run(main())
+
+    def _cancel_requests(self) -> None:
+        with self.requests_lock:
+            live = list(self.live_requests)
+        for loop, request in live:
+            loop.call_soon_threadsafe(request.cancel)
 
     # ------------------------------------------------------------------ calibration stage
     def _take_batch(self) -> list[BatchItem]:
@@ -637,7 +725,7 @@ class Discovery:
         return self.task.split_label()
 
     # ------------------------------------------------------------------ the end: the test split, once
-    def _score_test_split(self) -> None:
+    def _score_test_split(self) -> int:
         """Score the final top ``test_top_k`` and the references on the test split (flows/final.py).
         Only here, after the search has stopped: nothing the search reads depends on it."""
         from flows.final import score_final
@@ -645,6 +733,7 @@ class Discovery:
         started = time.monotonic()
         rows = score_final(self.store, self.run_id, self.task, self.options, k=self.config.test_top_k)
         self.log.info("test split: %d entries and references scored in %.1f s", len(rows), time.monotonic() - started)
+        return len(rows)
 
     def _log_final(self, tracker: Any, k: int) -> None:
         """The final leaderboard, then the test scores on the logged entries and the parent run."""
@@ -657,40 +746,67 @@ class Discovery:
         if self.report_card is not None:  # report.md/.json on the parent, formulas on the entries
             log_report(tracker, self.store, self.run_id, self.report_card)
 
-    def _calibration_loop(self) -> None:
-        """Submit batches whenever a worker is free, record results as they come (the supervisor
-        turns crashes and overruns into retries alone, then ``crashed``/``timeout`` results). The
-        hard deadline (``drain_deadline``) cancels what is still in calibration: it stays pending."""
-        supervisor = self.supervisor
-        assert supervisor is not None
-        last_progress = 0.0
+    def _hand_over(self) -> list[BatchItem]:
+        """``take_batch`` of the supervisor: what is queued (up to ``batch_size``), handed to a
+        worker now, with its ``calibrate-batch`` task submitted to record the results."""
+        items = self._take_batch()
+        if items:
+            batch = _Batch(items)
+            with self.batches_lock:
+                for item in items:
+                    self.batch_of[item.hash] = batch
+            self.batch_number += 1
+            future = self.stages.submit(calibrate_task, run=self, number=self.batch_number, batch=batch)
+            future.add_done_callback(self.wake.set)
+            self.batch_futures.append(future)
+        return items
+
+    def _route(self, items: list[BatchItem], results: list[BatchResult]) -> None:
+        """Results from the supervisor to the batch each candidate was handed over in."""
+        by_batch: dict[int, tuple[_Batch, list[BatchItem], list[BatchResult]]] = {}
+        for item, result in zip(items, results):
+            with self.batches_lock:
+                batch = self.batch_of.pop(result.hash)
+            entry = by_batch.setdefault(id(batch), (batch, [], []))
+            entry[1].append(item)
+            entry[2].append(result)
+        for batch, its, res in by_batch.values():
+            batch.pieces.put(("results", (its, res)))
+            batch.waiting -= {r.hash for r in res}
+            if not batch.waiting:
+                batch.pieces.put(("done", None))
+
+    def _release(self, left: list[BatchItem], why: str) -> None:
+        """Candidates that will not be calibrated in this session (the hard deadline, a failure):
+        their batches' tasks end with them counted (they stay pending; a resume continues)."""
+        with self.batches_lock:
+            batches = {id(b): b for b in (self.batch_of.pop(item.hash, None) for item in left) if b is not None}
+            if why == "stopped":  # every batch still open
+                batches.update({id(b): b for b in self.batch_of.values()})
+                self.batch_of.clear()
+        for batch in batches.values():
+            batch.pieces.put((why, None))
+
+    def await_batch(self, batch: _Batch) -> Any:
+        """The ``calibrate-batch`` task: record each piece of the batch's results as it arrives
+        (one store transaction each), until all are in or the batch is released."""
+        from prefect.states import Completed
+
+        counts = collections.Counter()
         while True:
-            for items, results in supervisor.collect(0.05):  # one transaction per batch
-                self._record(items, results)
-                self.leaderboard_changed.set()
-            if self.errors:
-                raise self.errors[0]
-            if not self.stop_proposing.is_set():
-                reason = self._budget_reason()
-                if reason:
-                    self._stop(reason)
-            past_drain = self.drain_deadline is not None and time.monotonic() > self.drain_deadline
-            # Never wait for the next proposals: a free slot takes whatever is queued now.
-            supervisor.fill(self._take_batch, new_batches=not past_drain)
-            if time.monotonic() - last_progress >= 1.0:
-                last_progress = time.monotonic()
-                self._publish("proposing" if not self.stop_proposing.is_set() else "draining")
-            with self.queue_lock:
-                queued = len(self.queue)
-            if past_drain:
-                left = supervisor.cancel()
-                self.cancelled_at_deadline = len(left)
-                if left or queued:
-                    self.stop_reason += (f"; hard deadline: {len(left)} candidates in calibration cancelled and "
-                                         f"{queued} queued, left pending (resume continues)")
-                return
-            if not self.proposal_thread.is_alive() and not supervisor.busy() and queued == 0:
-                return
+            kind, piece = batch.pieces.get()
+            if kind != "results":
+                break
+            items, results = piece
+            self._record(items, results)
+            self.leaderboard_changed.set()
+            self.wake.set()  # a serial run may propose again
+            counts.update(r.status for r in results)
+        left = len(batch.items) - sum(counts.values())
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none recorded"
+        if left:
+            summary += f"; {left} left pending ({kind})"
+        return Completed(message=f"{len(batch.items)} candidates: {summary}", data=dict(counts, pending=left))
 
     # ------------------------------------------------------------------ tracking stage
     def _log_leaderboard(self, tracker: Any, k: int) -> None:
@@ -702,18 +818,72 @@ class Discovery:
         logged = tracker.log_leaderboard(self.store, self.run_id, k=k, extras=extras)
         self.logged_entries += len(logged)
 
-    def _tracking_thread(self) -> None:
-        while not self.finished.is_set():
-            self.leaderboard_changed.wait(timeout=self.config.log_every)
-            if self.finished.is_set():
-                return
-            # During the run only the podium: the top 10 churns while the search improves, and
-            # each entry costs MLflow about a second of CPU. The end logs the top k. A failure is
-            # a warning (RunTracking): MLflow trouble must not stop the search.
-            podium = min(3, self.config.top_k) if self.leaderboard_changed.is_set() else 0
-            self.leaderboard_changed.clear()
-            self.tracking.log_during_run(self.store.run_status(self.run_id), self._log_leaderboard, podium)
-            self.finished.wait(timeout=self.config.log_every)
+    # ------------------------------------------------------------------ logging stage (Prefect tasks)
+    def log_progress(self, podium: int) -> Any:
+        """The ``log-progress`` task: counters, LLM cost and tokens, and (``podium`` > 0) the
+        current top entries to MLflow. Raises on failure: Prefect retries it; the coordinator
+        records a final failure as a warning (the end logs everything again)."""
+        from prefect.states import Completed
+
+        tracker = self.tracking.tracker
+        if tracker is None:
+            return Completed(message="MLflow unavailable since the start; everything is logged at the end", data=0)
+        status = self.store.run_status(self.run_id)
+        tracker.log_progress(status)
+        self._log_usage(tracker)
+        if podium:
+            self._log_leaderboard(tracker, podium)
+        return Completed(message=f"{status.calibrated} calibrated, best {status.metric} {status.best_score}; "
+                                 f"top {podium} logged", data=status.calibrated)
+
+    def _log_usage(self, tracker: Any) -> None:
+        """The run's LLM cost and tokens (earlier sessions included) as metrics of the parent run."""
+        import mlflow
+
+        tokens = self.tokens()
+        cost = self.cost()
+        if tokens is None and cost is None:
+            return
+        values = {"llm_cost_usd": cost or 0.0}
+        if tokens is not None:
+            values.update(llm_tokens_prompt=float(tokens[0]), llm_tokens_completion=float(tokens[1]))
+        stamp, step = int(time.time() * 1000), int(self.elapsed())
+        tracker.client.log_batch(tracker.parent_run_id,
+                                 metrics=[mlflow.entities.Metric(k, float(v), stamp, step) for k, v in values.items()])
+
+    def _logging_done(self, future: "_Submitted") -> None:
+        _, error = future.outcome()
+        if error is not None:  # after Prefect's retries: a warning, the end retries (RunTracking)
+            self.tracking.failures += 1
+            self.tracking.error = f"{type(error).__name__}: {str(error)[:500]}"
+            self.log.warning("MLflow logging failed (retried at the end): %s", self.tracking.error)
+
+    def score_test_split(self) -> Any:
+        from prefect.states import Completed
+
+        rows = self._score_test_split()
+        return Completed(message=f"{rows} entries and references scored on the test split", data=rows)
+
+    def write_report_card(self) -> Any:
+        from prefect.states import Completed
+
+        self.report_card = finish_report(self.store, self.run_id, self.task, self.folder, self.log,
+                                         calibrate_options=self.options.as_kwargs())
+        return Completed(message="report card written" if self.report_card else "no report card",
+                         data=self.report_card is not None)
+
+    def log_final(self, mlflow_status: str) -> Any:
+        from prefect.states import Completed
+
+        ok = self.tracking.finish(self._log_final, self.config.top_k, mlflow_status)
+        if ok and self.tracking.tracker is not None:
+            try:
+                self._log_usage(self.tracking.tracker)
+            except Exception as exc:  # the store has the figures; the run does not fail for them
+                self.log.warning("could not log the LLM cost to MLflow: %s", exc)
+        message = (f"{self.logged_entries} leaderboard entries logged" if ok else
+                   f"MLflow logging incomplete ({self.tracking.error}); `ndvm log --run {self.run_id}` later")
+        return Completed(message=message, data=ok)
 
     # ------------------------------------------------------------------ progress
     def progress(self, phase: str) -> Progress:
@@ -734,7 +904,9 @@ class Discovery:
         path = status_path(self.folder, self.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(snapshot)))
+        # pid, host and heartbeat: a scheduled run tells a killed run from a live one by them
+        tmp.write_text(json.dumps({**asdict(snapshot), "pid": os.getpid(), "host": socket.gethostname(),
+                                   "heartbeat": time.time()}))
         os.replace(tmp, path)  # atomic: a reader never sees half a file
         with _listeners_lock:
             listeners = list(_listeners)
@@ -747,12 +919,13 @@ class Discovery:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> DiscoveryReport:
+        """Run the pipeline until the budget is spent. Inside the ``discover`` flow every stage is a
+        Prefect task; the flow's own thread coordinates them (``_coordinate``)."""
         with self.queue_lock:
             self.queue.extend(self.queue_initial)
         if self.queue_initial:
             self.log.info("resuming %s: %d candidates were pending", self.run_id, len(self.queue_initial))
-        self.proposal_thread = threading.Thread(target=self._proposal_thread, name="ndvm-propose", daemon=True)
-        tracking = threading.Thread(target=self._tracking_thread, name="ndvm-tracking", daemon=True)
+        self.stages = _Stages()
         status, mlflow_status = "failed", "FAILED"
         try:
             with worker_environment(self.runner_choice) as api_url, \
@@ -760,16 +933,15 @@ class Discovery:
                 self.supervisor = CalibrationSupervisor(
                     backend, candidate_seconds=self.config.candidate_seconds, threads=self.options.threads,
                     isolation=isolation, meter=self.calibration_meter, log=self.log)
-                self.proposal_thread.start()
-                tracking.start()
                 try:
-                    self._calibration_loop()
+                    self._coordinate()
+                    self._wait(self.batch_futures, None)  # the last results recorded before the end reads them
                 finally:
+                    self._release(self.supervisor.cancel() if self.supervisor.busy() else [], "stopped")
                     self.supervisor.close()
             status, mlflow_status = "finished", "FINISHED"
-            self._score_test_split()
-            self.report_card = finish_report(self.store, self.run_id, self.task, self.folder, self.log,
-                                             calibrate_options=self.options.as_kwargs())
+            self.stages.call(score_test_task, run=self)
+            self.stages.call(report_card_task, run=self)
         except KeyboardInterrupt:
             status, mlflow_status = "interrupted", "KILLED"
             self._stop("interrupted")
@@ -777,24 +949,142 @@ class Discovery:
         finally:
             self._stop(self.stop_reason or "stopped")
             self.finished.set()
-            self.leaderboard_changed.set()  # wakes the tracking thread, which then sees `finished`
-            if self.proposal_thread.is_alive():
-                self.proposal_thread.join(timeout=30)
-            if tracking.is_alive():
-                tracking.join(timeout=60)
+            self._release([], "stopped")
+            self._cancel_requests()
+            self._wait(self.proposal_futures, 30.0)
+            self._wait(self.batch_futures, 30.0)
+            logging_stuck = not self._wait(self.log_futures, 60.0)
             self.elapsed_final = self.elapsed()
             try:
-                if tracking.is_alive():  # MLflow is stuck in a call: the final logging would wait behind it
+                if logging_stuck:  # MLflow is stuck in a call: the final logging would wait behind it
                     self.tracking.error = "MLflow did not answer within 60 s at the end of the run"
                     self.log.warning("%s; log the results later with `ndvm log --run %s`", self.tracking.error,
                                      self.run_id)
                 else:  # bounded, never raises: the results are in the store whatever MLflow does
-                    self.tracking.finish(self._log_final, self.config.top_k, mlflow_status)
+                    self._final_stage(log_final_task, mlflow_status)
             finally:
                 self._save_usage()
                 self.store.set_run_status(self.run_id, status)
                 self._publish(status)
+                self._summary_artifact(status)
+                self.stages.close()
         return self.report(status)
+
+    def _final_stage(self, task_obj: Any, mlflow_status: str) -> None:
+        """The final logging as a task; after an interrupt (no more task runs) as a plain call."""
+        if self.stop_reason == "interrupted":
+            task_obj.fn(run=self, mlflow_status=mlflow_status)
+        else:
+            self.stages.call(task_obj, run=self, mlflow_status=mlflow_status)
+
+    @staticmethod
+    def _wait(futures: list["_Submitted"], seconds: float | None) -> bool:
+        """Wait for submitted stages to end (True), at most ``seconds`` for all of them together."""
+        pending = [f.future for f in futures]
+        if not pending:
+            return True
+        if futures[0].prefect:
+            from prefect.futures import wait
+
+            return not wait(pending, timeout=seconds).not_done
+        return not concurrent.futures.wait(pending, timeout=seconds).not_done
+
+    def _coordinate(self) -> None:
+        """The flow's thread: submit proposal requests while the budget and the calibration queue
+        allow, hand batches to free workers (never waiting for the next proposals), submit the
+        periodic logging; woken by every finished task and by the workers (``supervisor.collect``)."""
+        supervisor = self.supervisor
+        assert supervisor is not None
+        in_flight, per_request = self._request_shape()
+        last_progress = 0.0
+        next_log = self.started + self.config.log_every
+        while True:
+            self.wake.clear()
+            # proposal: finished requests first (a fatal error stops the run), then new ones
+            for future in [f for f in self.proposal_futures if f in self.requests_done]:
+                self.proposal_futures.remove(future)
+                self.requests_done.discard(future)
+                _, error = future.outcome()
+                if error is not None:
+                    self._request_failed(error)
+            if not self.stop_proposing.is_set():
+                reason = self._budget_reason()
+                if reason:
+                    self._stop(reason)
+            while len(self.proposal_futures) < in_flight and self._may_propose():
+                self.request_number += 1
+                future = self.stages.submit(propose_task, run=self, number=self.request_number, n=per_request)
+                self.proposal_futures.append(future)
+                future.add_done_callback(lambda f=future: self._request_done(f))
+            # calibration: results to their batches, then every free worker gets what is queued
+            for items, results in supervisor.collect(0.05):
+                self._route(items, results)
+            past_drain = self.drain_deadline is not None and time.monotonic() > self.drain_deadline
+            supervisor.fill(self._hand_over, new_batches=not past_drain)
+            # logging: one snapshot at a time, every log_every seconds
+            self.log_futures = [f for f in self.log_futures if f not in self.logs_done]
+            if not self.log_futures and time.monotonic() >= next_log:
+                podium = min(3, self.config.top_k) if self.leaderboard_changed.is_set() else 0
+                self.leaderboard_changed.clear()
+                self.log_number += 1
+                future = self.stages.submit(log_progress_task, run=self, number=self.log_number, podium=podium)
+                future.add_done_callback(lambda f=future: self._log_done(f))
+                self.log_futures.append(future)
+                next_log = time.monotonic() + self.config.log_every
+            if time.monotonic() - last_progress >= 1.0:
+                last_progress = time.monotonic()
+                self._publish("proposing" if not self.stop_proposing.is_set() else "draining")
+            with self.queue_lock:
+                queued = len(self.queue)
+            if past_drain:
+                left = supervisor.cancel()
+                self._release(left, "hard deadline")
+                self.cancelled_at_deadline = len(left)
+                self._cancel_requests()
+                if left or queued:
+                    self.stop_reason += (f"; hard deadline: {len(left)} candidates in calibration cancelled and "
+                                         f"{queued} queued, left pending (resume continues)")
+                return
+            proposing_done = self.stop_proposing.is_set() and not self.proposal_futures
+            if proposing_done and not supervisor.busy() and queued == 0:
+                return
+            if not supervisor.busy():  # (collect() above waited for the workers)
+                # idle until a task ends; short, so the deadline and the progress display stay on time
+                self.wake.wait(0.2)
+
+    def _request_done(self, future: "_Submitted") -> None:
+        self.requests_done.add(future)
+        self.wake.set()
+
+    def _log_done(self, future: "_Submitted") -> None:
+        self._logging_done(future)
+        self.logs_done.add(future)
+        self.wake.set()
+
+    def _summary_artifact(self, status: str) -> None:
+        """A table of the run's stages in the Prefect UI (the flow run's Artifacts tab)."""
+        if not self.stages.prefect:
+            return
+        from prefect.artifacts import create_markdown_artifact
+
+        s = self.store.run_status(self.run_id)
+        elapsed = max(self.elapsed_final, 1e-9)
+        rows = [("propose", self.request_number, f"{s.proposed} proposals", self.proposal_meter.busy_seconds()),
+                ("deduplicate", self.request_number, f"{s.new} new, {s.duplicates} duplicates, {s.invalid} invalid",
+                 None),
+                ("calibrate-batch", self.batch_number, f"{s.calibrated} calibrated, {s.failed} failed, "
+                                                       f"{s.pending} pending", self.calibration_meter.busy_seconds()),
+                ("log-progress", self.log_number, f"{self.tracking.failures} failed after retries", None)]
+        table = "\n".join(f"| {name} | {n} | {what} | {'' if busy is None else f'{100 * busy / elapsed:.0f}%'} |"
+                          for name, n, what, busy in rows)
+        key = "".join(c if c.isalnum() else "-" for c in self.run_id.lower()).strip("-")[:60] or "run"
+        try:
+            create_markdown_artifact(
+                key=f"ndvm-{key}", description=f"discovery run {self.run_id}",
+                markdown=f"### {self.run_id}: {status} ({self.stop_reason})\n\n| stage | task runs | counts | busy |\n"
+                         f"|---|---|---|---|\n{table}\n\nbest validation {s.metric}: {s.best_score} ({s.best_hash})")
+        except Exception as exc:  # the UI's table is a convenience; the store has the figures
+            self.log.warning("could not create the run's summary artifact: %s", exc)
 
     def report(self, status: str) -> DiscoveryReport:
         from flows.supervisor import SupervisorCounts
@@ -825,44 +1115,6 @@ class Discovery:
 
 
 # ---------------------------------------------------------------------------- the Prefect flow
-def build_config(task: str = "enso", proposer: str = "auto", *, model: str | None = None, api_base: str | None = None,
-                 api_key_env: str | None = None, replay: str | None = None, data: str | None = None,
-                 x: str | None = None, y: str | None = None, group: str | None = None, task_kind: str | None = None,
-                 seed: int | None = None, concurrency: int = 8, per_request: int = 4, batch_size: int = 32, steps: int = 100,
-                 restarts: int = 8, optimizer: str = "adam", lr: float = 0.05, runner: str = "threads",
-                 workers: int | None = None, dask_address: str | None = None, top_k: int = 10,
-                 log_every: float = 10.0, folder: str = "runs", tracking_uri: str | None = None,
-                 candidate_seconds: float | None = None, test_top_k: int = 10,
-                 serial: bool = False, train_fraction: float | None = None,
-                 validation_fraction: float | None = None, dataset_options: dict[str, Any] | None = None,
-                 temperature: float | None = None, request_timeout: float = 60.0,
-                 price_per_token: tuple[float, float] | None = None, max_stale_rounds: int = 5,
-                 fresh: bool = False) -> DiscoverConfig:
-    kind, model = resolve_proposer(proposer, model)
-    if max_stale_rounds < 0:
-        raise DiscoveryError(f"max_stale_rounds must be >= 0 (0: never stop), got {max_stale_rounds}")
-    if batch_size < 1 or concurrency < 1 or per_request < 1:
-        raise DiscoveryError("batch_size, concurrency and per_request must be >= 1")
-    if test_top_k < 0:
-        raise DiscoveryError(f"test_top_k must be >= 0, got {test_top_k}")
-    if candidate_seconds is not None and not candidate_seconds > 0:
-        raise DiscoveryError(f"candidate_seconds must be > 0, got {candidate_seconds}")
-    if not request_timeout > 0:
-        raise DiscoveryError(f"request_timeout must be > 0 seconds, got {request_timeout}")
-    return DiscoverConfig(
-        problem=ProblemSpec(dataset=task, data=data, x=x, y=y, group=group, task_kind=task_kind,
-                            train_fraction=train_fraction, validation_fraction=validation_fraction,
-                            options=dict(dataset_options) if dataset_options else None), proposer=kind,
-        temperature=temperature, llm_timeout=request_timeout,
-        price_per_token=None if price_per_token is None else tuple(price_per_token),
-        model=model, api_base=api_base, llm_env=api_key_env, replay=replay, seed=seed, concurrency=concurrency,
-        per_request=per_request, batch_size=batch_size,
-        calibration=CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed),
-        runner=RunnerChoice(runner, workers, dask_address).check(), top_k=top_k, log_every=log_every, folder=folder,
-        tracking_uri=tracking_uri, candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial,
-        max_stale_rounds=max_stale_rounds, fresh=fresh)
-
-
 def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
                   logger: Any = None) -> DiscoveryReport:
     """The engine without Prefect's flow wrapper (the flow calls this). ``resume``: continue that run
@@ -884,37 +1136,27 @@ def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = N
         discovery.close()
 
 
-@flow(name="ndvm-discover", persist_result=False)
-def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] | None = None, *,
-             model: str | None = None, api_base: str | None = None, api_key_env: str | None = None,
-             replay: str | None = None, data: str | None = None, x: str | None = None, y: str | None = None,
-             group: str | None = None, task_kind: str | None = None, seed: int | None = None, concurrency: int = 8,
-             per_request: int = 4, batch_size: int = 32, steps: int = 100, restarts: int = 8,
-             optimizer: str = "adam", lr: float = 0.05, runner: str = "threads", workers: int | None = None,
-             dask_address: str | None = None, top_k: int = 10, log_every: float = 10.0, folder: str = "runs",
-             tracking_uri: str | None = None, run_id: str | None = None, resume: str | None = None,
-             candidate_seconds: float | None = None, test_top_k: int = 10,
-             serial: bool = False, train_fraction: float | None = None,
-             validation_fraction: float | None = None, dataset_options: dict[str, Any] | None = None,
-             temperature: float | None = None, request_timeout: float = 60.0,
-             price_per_token: tuple[float, float] | None = None, max_stale_rounds: int = 5,
-             fresh: bool = False) -> dict[str, Any]:
+def _discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] | None = None, *,
+              run_id: str | None = None, resume: str | None = None, **options: Any) -> dict[str, Any]:
     """Discover model programs for ``task`` (a registered dataset, or ``data=FILE`` with x/y columns).
 
     ``proposer``: auto | mutation | llm | replay. ``budget``: {"minutes", "max_candidates",
-    "max_cost_usd", "drain_minutes"}. ``runner``: threads | processes | dask (``dask_address``).
-    Results go to ``<folder>/candidates.duckdb`` and MLflow (``<folder>/mlflow.db`` by default).
-    Returns the report as a dict (see ``DiscoveryReport``).
+    "max_cost_usd", "drain_minutes"}. The other keywords are the options of ``ndvm discover``
+    (``discover_options()``; e.g. ``runner="processes"``, ``steps=60``). Results go to
+    ``<folder>/candidates.duckdb`` and MLflow (``<folder>/mlflow.db`` by default). A run of a
+    deployment (``ndvm serve``) first continues a killed run of the same deployment. Returns the
+    report as a dict (see ``DiscoveryReport``).
     """
-    config = build_config(task, proposer, model=model, api_base=api_base, api_key_env=api_key_env, replay=replay,
-                          data=data, x=x, y=y, group=group, task_kind=task_kind, seed=seed, concurrency=concurrency,
-                          per_request=per_request, batch_size=batch_size, steps=steps, restarts=restarts,
-                          optimizer=optimizer, lr=lr, runner=runner, workers=workers, dask_address=dask_address,
-                          top_k=top_k, log_every=log_every, folder=folder, tracking_uri=tracking_uri,
-                          candidate_seconds=candidate_seconds, test_top_k=test_top_k, serial=serial,
-                          train_fraction=train_fraction, validation_fraction=validation_fraction,
-                          dataset_options=dataset_options, temperature=temperature, request_timeout=request_timeout,
-                          price_per_token=price_per_token, max_stale_rounds=max_stale_rounds, fresh=fresh)
+    from flows.schedule import deployment_name, killed_run_of
+
+    config = build_config(task, proposer, **options)
+    deployment = deployment_name()
+    if deployment and not resume:  # a scheduled night: continue the night that was killed, if any
+        config = dataclasses.replace(config, deployment=deployment)
+        resume = killed_run_of(config.folder, deployment)
+        if resume:
+            get_run_logger().warning("run %s of deployment %s was killed: this run continues it (its configuration, "
+                                     "this run's budget)", resume, deployment)
     report = run_discovery(config, Budget(**(budget or {})), run_id=run_id, resume=resume, logger=get_run_logger())
     get_run_logger().info(
         "run %s %s (%s): %d proposed, %d new, %d calibrated (reused %d evaluations from earlier runs), best %s %s; "
@@ -924,5 +1166,18 @@ def discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] 
     return report.to_dict()
 
 
-__all__ = ["Budget", "DiscoverConfig", "Discovery", "DiscoveryError", "DiscoveryReport", "Progress", "StageMeter",
-           "add_progress_listener", "build_config", "discover", "resolve_proposer", "run_discovery", "status_path"]
+# The flow's keyword arguments are the options (one list: discover_options()), so Prefect shows,
+# validates and coerces each of them (a deployment's parameters, the UI's run form).
+_discover.__signature__ = flow_signature(  # type: ignore[attr-defined]
+    list(discover_options()), leading=("task", "proposer"),
+    extra=[inspect.Parameter("budget", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                             annotation=dict[str, Any] | None),
+           inspect.Parameter("run_id", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str | None),
+           inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str | None)])
+_discover.__annotations__ = {**{p.name: p.annotation for p in _discover.__signature__.parameters.values()},
+                             "return": dict[str, Any]}
+discover = flow(name="ndvm-discover", persist_result=False)(_discover)
+
+
+__all__ = ["LLM_MODEL_ENV", "PROPOSERS", "Budget", "DiscoverConfig", "Discovery", "DiscoveryError", "DiscoveryReport", "Progress", "StageMeter",
+           "add_progress_listener", "build_config", "discover", "discover_options", "resolve_proposer", "run_discovery", "status_path"]

@@ -17,14 +17,13 @@ Every runner returns the workers' results to the flow's process, the only writer
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions, calibrate_batch
+from flows.options import option
 
 RUNNERS = ("threads", "processes", "dask")
 
@@ -38,10 +37,18 @@ def calibrate_batch_on_worker(task: Any, items: list[BatchItem], options: Calibr
     return calibrate_batch(task, items, options)
 
 
-# Inputs are large (the task object) and results are recorded by the flow, not cached by Prefect.
-# No Prefect retries: the supervisor retries the candidates of a failed batch alone.
-calibrate_batch_task = task(calibrate_batch_on_worker, name="calibrate-batch", cache_policy=NO_CACHE, retries=0,
-                            persist_result=False, log_prints=False)
+@functools.lru_cache(maxsize=1)
+def dask_batch_task() -> Any:
+    """The Prefect task a Dask worker runs for one batch (``calibrate-on-dask``; the flow's own
+    ``calibrate-batch`` task records its results). Made on first use: this module is imported when
+    ``ndvm``'s parser is built, which must not import Prefect. Inputs are large (the task object)
+    and results are recorded by the flow, not cached by Prefect. No Prefect retries: the supervisor
+    retries the candidates of a failed batch alone."""
+    from prefect import task
+    from prefect.cache_policies import NO_CACHE
+
+    return task(calibrate_batch_on_worker, name="calibrate-on-dask", cache_policy=NO_CACHE, retries=0,
+                persist_result=False, log_prints=False)
 
 
 class RunnerError(ValueError):
@@ -50,9 +57,13 @@ class RunnerError(ValueError):
 
 @dataclass(frozen=True)
 class RunnerChoice:
-    kind: str = "threads"
-    workers: int | None = None
-    dask_address: str | None = None
+    kind: str = field(default="threads", metadata=option(
+        "where batches run: in-process threads (one supervised worker on every core), worker processes, or Dask",
+        group="execution", flag="--runner", name="runner", choices=RUNNERS))
+    workers: int | None = field(default=None, metadata=option("worker processes (processes/dask runners)",
+                                                              group="execution"))
+    dask_address: str | None = field(default=None, metadata=option(
+        "calibrate on this Dask cluster (prefect-dask)", group="execution", metavar="tcp://HOST:PORT"))
 
     def check(self) -> "RunnerChoice":
         kind = "dask" if self.dask_address else self.kind
@@ -156,8 +167,8 @@ def worker_environment(choice: RunnerChoice) -> Iterator[str | None]:
 
 def submit_batch(runner: Any, task_obj: Any, items: list[BatchItem], options: CalibrationOptions) -> Any:
     """Submit one batch to ``runner``; returns a Prefect future whose result is list[BatchResult]."""
-    return runner.submit(calibrate_batch_task, parameters={"task": task_obj, "items": items, "options": options})
+    return runner.submit(dask_batch_task(), parameters={"task": task_obj, "items": items, "options": options})
 
 
-__all__ = ["RUNNERS", "RunnerChoice", "RunnerError", "calibrate_batch_task", "submit_batch", "BatchResult", "worker_api_url",
+__all__ = ["RUNNERS", "RunnerChoice", "RunnerError", "dask_batch_task", "submit_batch", "BatchResult", "worker_api_url",
            "worker_environment"]

@@ -87,3 +87,70 @@ def describe(cron: str, timezone: str, after: datetime | None = None) -> str:
     """E.g. ``runs on cron '0 2 * * *' in Europe/Berlin, next: 2026-12-02 02:00 CET``."""
     when = next_run(cron, timezone, after)
     return f"runs on cron {cron!r} in {timezone}, next: {when.strftime('%Y-%m-%d %H:%M %Z')} ({when.isoformat()})"
+
+
+# ---------------------------------------------------------------------------- killed scheduled runs
+# A scheduled run that was killed (the machine rebooted, the process got SIGKILL) stays "running"
+# in the store. The next run of the same deployment continues it instead of starting a new one.
+# Live or killed is told by the run's status file (flows/discover.py rewrites it every second with
+# its pid, host and a heartbeat): a run whose process is gone on this host, or whose heartbeat is
+# older than STALE_HEARTBEAT_SECONDS on another host, was killed.
+STALE_HEARTBEAT_SECONDS = 600.0
+
+
+def deployment_name() -> str | None:
+    """The Prefect deployment this flow run belongs to (None: not a scheduled/deployed run)."""
+    from prefect.runtime import deployment
+
+    try:
+        return deployment.name or None
+    except Exception:  # no API to ask (a plain call of the flow function)
+        return None
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True
+
+
+def run_is_alive(folder: str | Path, run_id: str, now: float | None = None) -> bool:
+    """Whether the process of a "running" run still runs, from its status file's pid and heartbeat."""
+    import json
+    import socket
+    import time
+
+    from flows.discover import status_path
+
+    try:
+        beat = json.loads(status_path(folder, run_id).read_text())
+    except (OSError, ValueError):
+        return False  # killed before its first status file (within its first second)
+    if beat.get("phase") not in ("proposing", "draining"):
+        return False
+    if "pid" not in beat:  # written by a version without heartbeats: only its age tells
+        return False
+    if beat.get("host") == socket.gethostname():
+        return _process_alive(int(beat["pid"]))
+    return (now or time.time()) - float(beat.get("heartbeat", 0.0)) < STALE_HEARTBEAT_SECONDS
+
+
+def killed_run_of(folder: str | Path, deployment: str) -> str | None:
+    """The latest run of ``deployment`` in ``folder``'s store that is still "running" although its
+    process is gone; None when there is none (or no store yet)."""
+    from storage import CandidateStore, default_store_path
+
+    path = default_store_path(folder)
+    if not path.is_file():
+        return None
+    with CandidateStore(path, read_only=True) as store:
+        running = [row["run_id"] for row in store.runs().iter_rows(named=True) if row["status"] == "running"]
+        configs = {run_id: store.run_status(run_id).config or {} for run_id in running}
+    for run_id in running:  # newest first
+        if configs[run_id].get("deployment") == deployment and not run_is_alive(folder, run_id):
+            return run_id
+    return None

@@ -1,0 +1,258 @@
+"""The discovery flow as Prefect shows it, its options, and scheduled nights.
+
+- a run's stages are Prefect task runs (names, states, counts in their messages), proposal and
+  calibration overlap, and a logging stage that fails once is retried by Prefect;
+- the options of ``ndvm discover``/``serve`` and of the flow are generated from DiscoverConfig;
+- a scheduled run first continues a killed run of its deployment, with the LLM spend of the
+  killed attempt counted by --max-cost and the cost and tokens logged to MLflow.
+
+Real parts throughout: the ndvm runtime, enso, the DuckDB store, sqlite MLflow, Prefect's test
+server, a local OpenAI-compatible fake (tests/test_flows_support.py) for the LLM proposer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_flows_support import FakeOpenAI, prefect_api, subprocess_env  # noqa: F401  (fixture)
+
+
+def _task_runs(flow_run_id, expect_final: bool = True, seconds: float = 30.0):
+    """The flow run's task runs once the API has them all in a final state (task-run states reach
+    the server as events, a moment after the flow returns)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    deadline = time.monotonic() + seconds
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+                                         limit=200)
+            settled = runs and all(r.state is not None and r.state.is_final() for r in runs)
+            if settled or time.monotonic() > deadline:
+                return runs
+            time.sleep(0.5)
+
+
+def _family(runs, name):
+    return [r for r in runs if r.name == name or r.name.rsplit("-", 1)[0] == name]
+
+
+def test_the_stages_are_prefect_tasks_that_overlap_and_logging_is_retried(prefect_api, tmp_path, monkeypatch):
+    from storage.tracking import Tracker
+
+    from flows.discover import discover
+
+    # MLflow fails once (a transient error of the tracking server): Prefect retries the stage.
+    real = Tracker.log_progress
+    failures = []
+
+    def flaky(self, status):
+        if not failures:
+            failures.append(time.monotonic())
+            raise ConnectionError("tracking server briefly unavailable")
+        return real(self, status)
+
+    monkeypatch.setattr(Tracker, "log_progress", flaky)
+    state = discover(task="enso", proposer="mutation", budget={"minutes": 1.0, "max_candidates": 48}, seed=5,
+                     batch_size=8, steps=60, restarts=4, top_k=2, test_top_k=2, log_every=1.0,
+                     folder=str(tmp_path), run_id="pipeline", return_state=True)
+    assert state.is_completed(), state
+    report = state.result()
+    assert report["status"] == "finished" and report["new"] == 48 and report["pending"] == 0
+    runs = _task_runs(state.state_details.flow_run_id)
+
+    # Every stage is there, each run finished, with its counts in its final message.
+    proposals, dedup = _family(runs, "propose"), _family(runs, "deduplicate")
+    batches, logs = _family(runs, "calibrate-batch"), _family(runs, "log-progress")
+    assert len(proposals) == report["proposal_requests"] >= 3 and len(dedup) == len(proposals)
+    assert len(batches) == report["calibration_batches"] >= 6
+    for name in ("score-test-split", "report-card", "log-final"):
+        [end] = [r for r in runs if r.name == name]
+        assert end.state.is_completed(), (name, end.state)
+    assert all(r.state.is_completed() for r in runs), [(r.name, r.state) for r in runs if not r.state.is_completed()]
+    assert all(r.state.message and "proposals" in r.state.message for r in proposals + dedup)
+    new_by_dedup = sum(int(r.state.message.split(": ")[1].split(" new")[0]) for r in dedup)
+    assert new_by_dedup == report["new"]
+    recorded = sum(int(r.state.message.split(" candidates")[0]) for r in batches)
+    assert recorded == report["calibrated"] + report["failed"] == 48
+    assert "leaderboard entries logged" in [r for r in runs if r.name == "log-final"][0].state.message
+
+    # Proposal and calibration overlap: a proposal request ran while a batch was in calibration.
+    def during(p, b):
+        return b.start_time < p.start_time < b.end_time
+
+    assert any(during(p, b) for p in proposals for b in batches)
+    assert report["proposal_busy"] > 0 and report["calibration_busy"] > 0.3
+
+    # The logging stage that failed once was retried by Prefect, then completed.
+    assert failures and logs
+    retried = [r for r in logs if r.run_count >= 2]
+    assert retried and all(r.state.is_completed() for r in retried)
+    assert report["mlflow_error"] is None
+
+    # The run's summary is an artifact of the flow run.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        [artifact] = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["ndvm-pipeline"])))
+    assert "| calibrate-batch |" in artifact.data and f"{report['calibrated']} calibrated" in artifact.data
+
+
+# ------------------------------------------------------------------------------------------ options
+def test_every_configuration_field_is_an_option_of_the_flow_and_the_command_line():
+    import argparse
+    import inspect
+
+    from flows.calibration import CalibrationOptions
+    from flows.cli import _add_discover_options, _budget, _discover_kwargs
+    from flows.discover import Budget, DiscoverConfig, DiscoveryError, build_config, discover, discover_options
+    from flows.runners import RunnerChoice
+
+    options = discover_options()
+    by_path = {o.path: o for o in options}
+    # Derived or internal fields are the only ones without an option (a new field needs its metadata).
+    derived = {("deployment",), ("calibration", "seed"), ("calibration", "threads"), ("calibration", "max_seconds")}
+    for cls, prefix in ((DiscoverConfig, ()), (CalibrationOptions, ("calibration",)), (RunnerChoice, ("runner",)),
+                        (Budget, ("budget",))):
+        for f in dataclasses.fields(cls):
+            if f.name in ("problem", "calibration", "runner") and cls is DiscoverConfig:
+                continue
+            assert prefix + (f.name,) in by_path or prefix + (f.name,) in derived, f"{cls.__name__}.{f.name}"
+    assert {o.path[1] for o in options if o.path[0] == "problem"} == \
+        {f.name for f in dataclasses.fields(DiscoverConfig().problem)}
+
+    parser = argparse.ArgumentParser()
+    _add_discover_options(parser)
+    flags = {s: a for a in parser._actions for s in a.option_strings}
+    signature = inspect.signature(discover.fn).parameters
+    for o in options:
+        assert o.meta.help.strip(), o.name
+        if o.path[0] != "budget":
+            assert o.name in signature and signature[o.name].default == o.default, o.name
+        if o.flag:
+            assert o.flag in flags and flags[o.flag].help and flags[o.flag].default == o.default, o.flag
+    for flag in ("--input-price", "--output-price", "--option", "--refresh", "--max-cost", "--fresh", "--log-every"):
+        assert flag in flags
+
+    # the command line gives the flow's keywords and the budget
+    args = parser.parse_args(["--steps", "7", "--api-key-env", "K", "--input-price", "1", "--output-price", "4",
+                              "--max-cost", "0.5", "--runner", "processes", "--workers", "2", "--serial"])
+    kwargs, budget = _discover_kwargs(args), _budget(args)
+    assert budget == {"minutes": 2.0, "max_candidates": None, "max_cost_usd": 0.5, "drain_minutes": None}
+    config = build_config(**kwargs)
+    assert (config.calibration.steps, config.llm_env, config.price_per_token, config.serial) == \
+        (7, "K", (1e-6, 4e-6), True)
+    assert (config.runner.kind, config.runner.workers, config.proposer) == ("processes", 2, "mutation")
+    assert DiscoverConfig.from_dict(config.to_dict()) == config
+    # the flow's defaults are the command line's
+    assert build_config(**_discover_kwargs(parser.parse_args([]))) == build_config()
+    with pytest.raises(DiscoveryError, match=r"unknown discovery option\(s\) \['stepz'\]"):
+        build_config(stepz=3)
+    with pytest.raises(DiscoveryError, match="both --input-price and --output-price"):
+        _discover_kwargs(parser.parse_args(["--input-price", "1"]))
+
+
+def test_serve_has_the_discover_options_and_names_its_zone(capsys):
+    from ndvm.cli import build_parser
+
+    from flows.discover import discover_options
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    serve = {s for a in sub.choices["serve"]._actions for s in a.option_strings}
+    assert {o.flag for o in discover_options() if o.flag} <= serve
+    assert {"--cron", "--timezone", "--name"} <= serve
+
+
+# ------------------------------------------------------------------------------------------ scheduled nights
+KILLED = "killed-night"
+
+
+def test_a_scheduled_run_continues_the_killed_run_of_its_deployment(prefect_api, tmp_path, monkeypatch):
+    """A run of deployment "nightly-test" is killed (kill -9) mid-run: it stays "running" in the
+    store. The next run of the deployment continues it (same run id, pending candidates first),
+    its --max-cost counts what the killed attempt spent, and the cost is logged to MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    import flows.schedule as schedule
+    from flows.discover import discover
+    from storage import CandidateStore
+    from storage.tracking import default_tracking_uri
+
+    folder = tmp_path / "runs"
+    pause = tmp_path / "paused.json"
+    fake = FakeOpenAI(delay=0.1)
+    price = (1e-6, 4e-6)
+    options = dict(task="enso", model="openai/fake-model", api_base=fake.api_base, api_key_env="NDVM_TEST_FAKE_KEY",
+                   price_per_token=price, concurrency=2, per_request=2, batch_size=4, steps=30, restarts=2,
+                   top_k=1, test_top_k=1, max_stale_rounds=0, folder=str(folder))
+    # The first night: a scheduled run (the deployment's name is what Prefect's runtime reports in
+    # a deployed run), paused in its first recording and killed there.
+    night = ("import sys, flows.schedule as s; s.deployment_name = lambda: 'nightly-test'; "
+             "from flows.discover import discover; "
+             f"discover(**{options!r}, run_id={KILLED!r}, budget={{'minutes': 5.0}})")
+    env = subprocess_env(prefect_api, NDVM_TEST_FAKE_KEY="sk-fake-night", NDVM_TEST_PAUSE="recording:2",
+                         NDVM_TEST_PAUSE_FILE=str(pause))
+    proc = subprocess.Popen([sys.executable, "-c", night], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not pause.exists():
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "the run did not reach its second recording"
+            time.sleep(0.2)
+        paused = json.loads(pause.read_text())
+        time.sleep(1.5)  # a status file with the heartbeat is written every second
+        os.kill(paused["pid"], signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    calls = len(fake.requests)
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        killed = store.run_status(KILLED)
+    assert killed.status == "running" and killed.llm_cost_usd and killed.llm_cost_usd > 0
+    assert not schedule.run_is_alive(folder, KILLED)
+    assert schedule.killed_run_of(folder, "nightly-test") == KILLED
+    assert schedule.killed_run_of(folder, "another-deployment") is None
+
+    # The next night of the same deployment: it continues the killed run. Its cost limit is what
+    # the killed attempt already spent, so it proposes nothing more and only calibrates what was left.
+    monkeypatch.setattr(schedule, "deployment_name", lambda: "nightly-test")
+    monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-night")
+    limit = killed.llm_cost_usd
+    try:
+        report = discover(**options, budget={"minutes": 2.0, "max_cost_usd": limit})
+    finally:
+        fake.close()
+    assert report["run_id"] == KILLED and report["status"] == "finished" and report["pending"] == 0
+    assert report["stop_reason"].startswith(f"LLM cost (${limit:g})")
+    assert len(fake.requests) == calls  # not one more LLM call
+    assert report["earlier_cost_usd"] == pytest.approx(limit, rel=1e-12)
+    assert report["calibrated"] + report["failed"] == report["new"] > killed.calibrated + killed.failed
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        assert [r["run_id"] for r in store.runs().iter_rows(named=True)] == [KILLED]  # no new run
+        assert store.run_status(KILLED).status == "finished"
+    assert schedule.killed_run_of(folder, "nightly-test") is None
+
+    # LLM cost and tokens of the whole run are metrics of its MLflow parent run.
+    client = MlflowClient(default_tracking_uri(folder))
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    [parent] = client.search_runs(experiments, f"tags.`ndvm.run_id` = '{KILLED}' and tags.`mlflow.parentRunId` "
+                                               "IS NULL")
+    metrics = parent.data.metrics
+    assert metrics["llm_cost_usd"] == pytest.approx(report["cost_usd"], rel=1e-9)
+    assert (metrics["llm_tokens_prompt"], metrics["llm_tokens_completion"]) == tuple(report["tokens"])
+    # the killed attempt's tokens (calls still in flight at the kill were never answered nor counted)
+    assert tuple(report["tokens"]) == (killed.llm_tokens_in, killed.llm_tokens_out)
+    assert report["tokens"][0] % 900 == 0 and 0 < report["tokens"][0] <= 900 * calls  # 900 per answered call
