@@ -123,8 +123,10 @@ class ResidualNotes:
 
 def llm_summary(proposer: Any, new: int) -> dict[str, Any] | None:
     """The LLM spend of this session for the run summary and MLflow: requests, tokens (prompt,
-    of them cached, completion), cost, and cost per new valid candidate (``new``: the run's new
-    candidates). None for proposers without usage."""
+    of them cached, completion), cost, and cost per new valid candidate. ``new``: what the caller
+    counts as new (``ndvm discover`` passes the run's new candidates, so a resumed run's earlier
+    sessions and the library's seed programs are in it while the spend is this session's).
+    None for proposers without usage."""
     usage = getattr(proposer, "usage", None)
     if usage is None:
         return None
