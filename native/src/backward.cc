@@ -74,8 +74,8 @@ void bwd2(VM& vm, const NumRef* in, const double* go, const double* z, uint32_t 
   const NumRef& a = in[0];
   const NumRef& b = in[1];
   View va = view(vm, a, true), vb = view(vm, b, true);
-  double* ga = a.active() ? vm.adj + a.n.off : nullptr;
-  double* gb = b.active() ? vm.adj + b.n.off : nullptr;
+  double* ga = a.active() ? vm.adjoint(a) : nullptr;
+  double* gb = b.active() ? vm.adjoint(b) : nullptr;
   if (va.es == Lo && vb.es == Lo && va.ls && vb.ls) {  // same layout as the output: flat loops
     size_t total = static_cast<size_t>(n) * Lo;
     // a zero cotangent contributes nothing, even where the local derivative is infinite
@@ -132,12 +132,11 @@ void bwd2(VM& vm, const NumRef* in, const double* go, const double* z, uint32_t 
 // own: backward_record's prologue, sized for every op, costs as much as their arithmetic.
 void backward_one_lane(VM& vm, const TapeRec& t) {
   const NumRef* in = t.in;
-  double* adj = vm.adj;
-  const double* go = adj + t.out.n.off;
+  const double* go = vm.adjoint(t.out);
   const NumRef& a = in[0];
   const NumRef& b = in[1];
-  double* ga = a.active() ? adj + a.n.off : nullptr;
-  double* gb = b.active() ? adj + b.n.off : nullptr;
+  double* ga = a.active() ? vm.adjoint(a) : nullptr;
+  double* gb = b.active() ? vm.adjoint(b) : nullptr;
   if (t.op == O_GEMM) {
     const GemmKernels* small = small_gemm(t.d0, t.d1, t.d2);
     if (small && ga != gb) {
@@ -201,7 +200,7 @@ void bwd_binary(VM& vm, const TapeRec& t, const Bwd& b) {
 
 void bwd_unary(VM& vm, const TapeRec& t, const Bwd& b) {
   const double* x = vm.data(b.in[0]);
-  double* ga = vm.adj + b.in[0].n.off;
+  double* ga = vm.adjoint(b.in[0]);
   size_t total = static_cast<size_t>(b.n) * b.Lo;
   Op op = static_cast<Op>(t.op);
   for (size_t i = 0; i < total; ++i)
@@ -209,7 +208,7 @@ void bwd_unary(VM& vm, const TapeRec& t, const Bwd& b) {
 }
 
 void bwd_slice(VM& vm, const TapeRec& t, const Bwd& b) {
-  double* ga = vm.adj + b.in[0].n.off + static_cast<size_t>(t.d0) * b.Lo;
+  double* ga = vm.adjoint(b.in[0]) + static_cast<size_t>(t.d0) * b.Lo;
   for (size_t i = 0; i < static_cast<size_t>(b.n) * b.Lo; ++i) ga[i] += b.go[i];
 }
 
@@ -220,7 +219,7 @@ void bwd_concat(VM& vm, const TapeRec& t, const Bwd& b) {
     const NumRef& p = b.in[k];
     uint32_t pe = p.numel();
     if (p.active()) {
-      double* gp = vm.adj + p.n.off;
+      double* gp = vm.adjoint(p);
       uint32_t pl = vm.lanes_of(p);
       for (uint32_t q = 0; q < pe; ++q)
         for (uint32_t l = 0; l < b.Lo; ++l)
@@ -232,7 +231,7 @@ void bwd_concat(VM& vm, const TapeRec& t, const Bwd& b) {
 
 void bwd_transpose(VM& vm, const TapeRec& t, const Bwd& b) {
   uint32_t r = t.d0, c = t.d1, Lo = b.Lo;
-  double* ga = vm.adj + b.in[0].n.off;
+  double* ga = vm.adjoint(b.in[0]);
   for (uint32_t i = 0; i < r; ++i)
     for (uint32_t j = 0; j < c; ++j)
       for (uint32_t l = 0; l < Lo; ++l)
@@ -243,7 +242,7 @@ void bwd_transpose(VM& vm, const TapeRec& t, const Bwd& b) {
 void bwd_reduce(VM& vm, const TapeRec& t, const Bwd& b) {
   const NumRef& a = b.in[0];
   const double* x = vm.data(a);
-  double* ga = vm.adj + a.n.off;
+  double* ga = vm.adjoint(a);
   uint32_t ne = a.numel();
   int dim = static_cast<int>(t.d0);
   for (uint32_t e = 0; e < ne; ++e) {
@@ -259,9 +258,9 @@ void bwd_reduce(VM& vm, const TapeRec& t, const Bwd& b) {
 }  // namespace
 
 void backward_record(VM& vm, const TapeRec& t) {
-  const NumRef* in = t.nin > 2 ? vm.targs.data() + t.args : t.in;
+  const NumRef* in = vm.record_inputs(t);
   const NumRef& out = t.out;
-  const Bwd b{in, out, vm.lanes_of(out), out.numel(), vm.adj + out.n.off, vm.data(out)};
+  const Bwd b{in, out, vm.lanes_of(out), out.numel(), vm.adjoint(out), vm.data(out)};
   switch (tape_kind(t.op)) {
     case TapeKind::ROUNDING:
     case TapeKind::INTDIV:

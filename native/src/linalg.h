@@ -144,9 +144,9 @@ inline void scatter(VM& vm, const V& v, uint32_t l, const double* src) {
   for (uint32_t e = 0; e < v.numel(); ++e) p[static_cast<size_t>(e) * lanes + l * ls] = src[e];
 }
 template <class V>
-inline void scatter_add(VM& vm, double* adj, const V& v, uint32_t l, const double* src) {
+inline void scatter_add(VM& vm, const V& v, uint32_t l, const double* src) {
   uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
-  double* p = adj + v.n.off;
+  double* p = vm.adjoint(v);
   for (uint32_t e = 0; e < v.numel(); ++e) p[static_cast<size_t>(e) * lanes + l * ls] += src[e];
 }
 
@@ -297,14 +297,14 @@ inline void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes,
 }
 
 // ---- adjoints ------------------------------------------------------------------------------
-// Each adds d objective / d input into vm.adj, given the output's cotangent `go` ([elements, Lo]).
+// Each adds d objective / d input into the inputs' adjoints, given the output's cotangent `go` ([elements, Lo]).
 
 // out[m, n] = A[m, k] B[k, n]: gA += G B^T, gB += A^T G (only for the active operands)
 inline void gemm_adjoint(VM& vm, const NumRef& a, const NumRef& b, const double* go, uint32_t m, uint32_t k,
                          uint32_t nn, uint32_t Lo) {
   View va = view(vm, a, false), vb = view(vm, b, false);
-  double* ga = a.active() ? vm.adj + a.n.off : nullptr;
-  double* gb = b.active() ? vm.adj + b.n.off : nullptr;
+  double* ga = a.active() ? vm.adjoint(a) : nullptr;
+  double* gb = b.active() ? vm.adjoint(b) : nullptr;
   const GemmKernels* small = small_gemm(m, k, nn);
   if (small && (Lo == 1 || (va.ls && vb.ls)) && ga != gb) {  // (matmul X X): the generic loops
     (ga && gb ? small->bwd_ab : ga ? small->bwd_a : small->bwd_b)(va.p, vb.p, go, ga, gb, Lo);
@@ -375,7 +375,7 @@ struct AdjointScratch {
 inline void det_adjoint(VM& vm, const NumRef& a, const double* go, const double* z, int d, uint32_t Lo, bool log) {
   if (d == 2 && !a.uniform()) {  // closed form, vectorized over lanes
     const double *a0 = vm.data(a), *a1 = a0 + Lo, *a2 = a1 + Lo, *a3 = a2 + Lo;
-    double *g0 = vm.adj + a.n.off, *g1 = g0 + Lo, *g2 = g1 + Lo, *g3 = g2 + Lo;
+    double *g0 = vm.adjoint(a), *g1 = g0 + Lo, *g2 = g1 + Lo, *g3 = g2 + Lo;
     for (uint32_t l = 0; l < Lo; ++l) {
       double det = a0[l] * a3[l] - a1[l] * a2[l];
       double s = (log ? go[l] : go[l] * z[l]) / det;  // A^-T = [a3 -a2; -a1 a0] / det
@@ -404,7 +404,7 @@ inline void det_adjoint(VM& vm, const NumRef& a, const double* go, const double*
     double f = log ? g : g * z[l];
     for (int i = 0; i < d; ++i)
       for (int j = 0; j < d; ++j) s.R[i * d + j] = f * s.Ainv[j * d + i];
-    scatter_add(vm, vm.adj, a, l, s.R);
+    scatter_add(vm, a, l, s.R);
   }
 }
 
@@ -412,7 +412,7 @@ inline void det_adjoint(VM& vm, const NumRef& a, const double* go, const double*
 inline void inv_adjoint(VM& vm, const NumRef& a, const NumRef& out, const double* go, int d, uint32_t Lo) {
   if (d == 2 && !a.uniform()) {  // closed form, vectorized over lanes
     const double* z = vm.data(out);
-    double *g0 = vm.adj + a.n.off, *g1 = g0 + Lo, *g2 = g1 + Lo, *g3 = g2 + Lo;
+    double *g0 = vm.adjoint(a), *g1 = g0 + Lo, *g2 = g1 + Lo, *g3 = g2 + Lo;
     const double *y0 = z, *y1 = y0 + Lo, *y2 = y1 + Lo, *y3 = y2 + Lo;
     const double *h0 = go, *h1 = h0 + Lo, *h2 = h1 + Lo, *h3 = h2 + Lo;
     for (uint32_t l = 0; l < Lo; ++l) {
@@ -443,7 +443,7 @@ inline void inv_adjoint(VM& vm, const NumRef& a, const NumRef& out, const double
         for (int p = 0; p < d; ++p) acc += s.W[i * d + p] * s.Ainv[j * d + p];
         s.R[i * d + j] = -acc;
       }
-    scatter_add(vm, vm.adj, a, l, s.R);
+    scatter_add(vm, a, l, s.R);
   }
 }
 
@@ -482,7 +482,7 @@ inline void chol_adjoint(VM& vm, const NumRef& a, const NumRef& out, const doubl
         double sym = 0.5 * (s.G[i * d + j] + s.G[j * d + i]);
         s.R[i * d + j] = j > i ? 0 : (j == i ? sym : 2 * sym);
       }
-    scatter_add(vm, vm.adj, a, l, s.R);
+    scatter_add(vm, a, l, s.R);
   }
 }
 
@@ -501,7 +501,7 @@ inline void solve_adjoint(VM& vm, const NumRef& a, const NumRef& b, const NumRef
     if (!lu(AT, d, piv, &vm))
       for (size_t e = 0; e < dm; ++e) GB[e] = NAN;
     else lu_solve(AT, piv, d, GB, m, T);
-    if (b.active()) scatter_add(vm, vm.adj, b, l, GB);
+    if (b.active()) scatter_add(vm, b, l, GB);
     if (a.active()) {
       gather(vm, out, l, X);
       for (int i = 0; i < d; ++i)
@@ -510,7 +510,7 @@ inline void solve_adjoint(VM& vm, const NumRef& a, const NumRef& b, const NumRef
           for (int p = 0; p < m; ++p) acc += GB[i * m + p] * X[j * m + p];
           RA[i * d + j] = -acc;
         }
-      scatter_add(vm, vm.adj, a, l, RA);
+      scatter_add(vm, a, l, RA);
     }
   }
 }

@@ -173,7 +173,7 @@ bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std
       }
       // the adjoint, zeroed as recording does; a plain loop here measured 5 us (of 18) faster on
       // the one-lane Kalman replay than VM::zero_adjoint's constant-size memsets
-      double* g = vm.adj + t.out.n.off;
+      double* g = vm.adjoint(t.out);
       size_t n = static_cast<size_t>(t.out.numel()) * vm.lanes_of(t.out);
       if (n <= 4)
         for (size_t i = 0; i < n; ++i) g[i] = 0.0;
@@ -244,7 +244,7 @@ struct Driver {
     // objective per lane and its adjoint seed
     // an inactive result has no zeroed adjoint of its own: seed into a scratch slot instead
     if (grad && !out.active()) vm.zero_adjoint(out);
-    double* seed = grad ? vm.adj + out.n.off : nullptr;
+    double* seed = grad ? vm.adjoint(out) : nullptr;
     LossKind kind = loss ? loss->kind : LossKind::Value;
     for (int l = 0; l < L; ++l) {
       int lane = lanes[l];
@@ -284,7 +284,7 @@ struct Driver {
             obj = 0.5 * sse / (s * s * ne) + std::log(s) + 0.5 * log2pi;
             if (seed) {
               for (uint32_t e = 0; e < ne; ++e) seed[static_cast<size_t>(e) * Lo + sl] += (y[e] - t[e]) / (s * s * ne);
-              vm.adj[vm.params[loss->sigma_param].n.off + l] += -sse / (s * s * s * ne) + 1.0 / s;
+              vm.adjoint(vm.params[loss->sigma_param])[l] += -sse / (s * s * s * ne) + 1.0 / s;
             }
           } else {  // sigma profiled out: sigma^2 = mse
             double mse = sse / ne;
@@ -300,7 +300,7 @@ struct Driver {
     if (!grad) return;
     if (out.active()) vm.backward();
     for (int j = 0; j < P; ++j) {
-      const double* g = vm.adj + vm.params[j].n.off;
+      const double* g = vm.adjoint(vm.params[j]);
       for (int l = 0; l < L; ++l)
         res.grads[static_cast<size_t>(lanes[l]) * P + j] = g[l];  // adj was zeroed: 0 when inactive
     }
@@ -311,7 +311,7 @@ struct Driver {
         uint32_t ne_in = v.numel(), lanes_in = vm.lanes_of(v);
         for (uint32_t e = 0; e < ne_in; ++e)
           for (uint32_t l = 0; l < lanes_in; ++l)
-            res.input_grads[base + e] += vm.adj[v.n.off + static_cast<size_t>(e) * lanes_in + l];
+            res.input_grads[base + e] += vm.adjoint(v)[static_cast<size_t>(e) * lanes_in + l];
         base += ne_in;
       }
     }

@@ -22,7 +22,7 @@ uint64_t record_extra_work(const VM& vm, const TapeRec& t) {
 }
 
 void forward_record(VM& vm, const TapeRec& t) {
-  const NumRef* in = t.nin > 2 ? vm.targs.data() + t.args : t.in;
+  const NumRef* in = vm.record_inputs(t);
   const NumRef& out = t.out;
   double* o = vm.data(out);
   const uint32_t Lo = vm.lanes_of(out);
@@ -79,7 +79,7 @@ void forward_record(VM& vm, const TapeRec& t) {
 }
 
 bool guard_holds(VM& vm, const TapeRec& t) {
-  const NumRef* in = t.nin > 2 ? vm.targs.data() + t.args : t.in;
+  const NumRef* in = vm.record_inputs(t);
   int n = t.nin == 255 ? static_cast<int>(t.d2) : t.nin;
   uint8_t* m = vm.lane_mask_buf(vm.L);
   int prim = static_cast<int>(t.d0);
@@ -87,7 +87,7 @@ bool guard_holds(VM& vm, const TapeRec& t) {
   else if (prim == P_NUM_EQ || prim == P_LT || prim == P_GT || prim == P_LE || prim == P_GE)
     compare_mask(vm, prim, in, n, m);
   else pred_mask(vm, prim, in[0], m, nullptr);
-  return std::memcmp(m, vm.guard_masks.data() + t.d1, vm.L) == 0;
+  return std::memcmp(m, vm.guard_outcomes(t), vm.L) == 0;
 }
 
 }  // namespace ndvm

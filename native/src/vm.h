@@ -113,7 +113,6 @@ class VM {
   // ---- payload arena (numbers, lane-minor) ---------------------------------------------------
   double* pay = nullptr;
   size_t pay_top = 0;
-  double* adj = nullptr;  // adjoints, same offsets as pay (valid after backward setup)
 
   // A number of the given shape in the arena. Its size is computed in 64 bits (rows * cols * lanes
   // can exceed 32, and wrapped it would allocate a small buffer that the kernel then overruns);
@@ -139,6 +138,12 @@ class VM {
   uint32_t lanes_of(const Value& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
   uint32_t lanes_of(const NumRef& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
   double* data(const NumRef& v) { return pay + v.n.off; }
+  // The adjoint of a number (a Value or a tape record's NumRef): the same offset in the adjoint
+  // arena as its payload in the payload arena (valid for active values, and once backward is set up).
+  template <class V>
+  double* adjoint(const V& v) {
+    return adj + v.n.off;
+  }
   Value make_real(double x);  // an inexact uniform scalar
   Value promote(Value v) { return v.tag == T_INT ? make_real(static_cast<double>(v.i)) : v; }
   void zero_adjoint(const Value& v) {
@@ -154,7 +159,10 @@ class VM {
 
   // ---- tape ----------------------------------------------------------------------------------
   std::vector<TapeRec> tape;
-  std::vector<NumRef> targs;  // inputs of records with more than two
+  // A record's inputs: kept in the record, or in targs when it has more than two.
+  const NumRef* record_inputs(const TapeRec& t) const { return t.nin > 2 ? targs.data() + t.args : t.in; }
+  // The lanes' outcomes a guard record (O_GUARD) recorded, one byte per lane.
+  const uint8_t* guard_outcomes(const TapeRec& t) const { return guard_masks.data() + t.d1; }
   // Appends a record for an operation of one or two inputs and marks `out` active. Inline, and
   // the record is written field by field in place: built as a temporary and copied, or with the
   // 16-byte Values copied whole, the record was written by narrow stores and read back by wide
@@ -195,7 +203,6 @@ class VM {
   void record_n(Op op, Value& out, const Value* in, int n, uint32_t d0 = 0, uint32_t d1 = 0, uint32_t d2 = 0);
   // Records a value-dependent decision: the primitive, its numeric arguments, the lanes' outcomes.
   void record_guard(int prim, const Value* in, int n, const uint8_t* outcome, uint32_t flag = 0);
-  std::vector<uint8_t> guard_masks;
 
   // ---- evaluator -----------------------------------------------------------------------------
   Value eval(const Node* n, Frame* env);
@@ -320,7 +327,10 @@ class VM {
   // The VM's own state: reached only by its members (vm.cc, prims.cc, kernels.cc, linalg.cc).
  private:
   bool recording = false;  // build the tape
+  double* adj = nullptr;   // adjoints, same offsets as pay (reached through adjoint())
   size_t pay_cap = 0, adj_cap = 0;
+  std::vector<NumRef> targs;         // inputs of records with more than two (record_inputs())
+  std::vector<uint8_t> guard_masks;  // the outcomes of guard records (guard_outcomes())
   Heap heap;
   uint64_t step_check = 0;        // eval calls step_checkpoint when steps passes this
   const Node* op_site = nullptr;  // the primitive being called (names it in a memory error)
