@@ -106,7 +106,7 @@ def test_battery_model_predicts_every_cell_from_raw_cycles(battery):
 
 
 def test_battery_model_refuses_unknown_cells_and_scaled_input(battery):
-    model, task = battery["model"], battery["task"]
+    model = battery["model"]
     from storage.pyfunc_model import UnknownGroupError
 
     with pytest.raises(UnknownGroupError, match="unknown cell_id 'b9c9'.*synthetic-00, synthetic-01"):

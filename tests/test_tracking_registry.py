@@ -129,7 +129,7 @@ def test_candidate_runs_are_named_by_hash_and_tagged(runs):
     tags = run.data.tags
     assert (tags["dataset"], tags["task"], tags["origin"], tags["ndvm.rank"]) == ("toy", "curve", "replay", "1")
     assert int(tags["complexity"]) > 0
-    a, b, c = (runs["better"]["fit"].params[n] for n in "abc")
+    b, c = (runs["better"]["fit"].params[n] for n in "bc")
     assert tags["formula"].startswith("y = ") and f"{c:.4g}" in tags["formula"] and f"{b:.4g}" in tags["formula"]
     assert tags["ndvm.champion"] == f"{NAME} version 2"
 
