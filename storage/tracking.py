@@ -326,7 +326,7 @@ class Tracker:
         with self._lock:
             self.client.set_terminated(self._require_parent(), status=status)
 
-    def log_dataset(self, name: str, *, digest: str | None, source: str, rows: int | None = None) -> None:
+    def log_dataset(self, name: str, *, digest: str | None, source: str) -> None:
         """The run's dataset as an MLflow dataset input of the parent run (the runs table's Dataset
         column): ``digest`` is the store's dataset fingerprint (data, split, task and calibration
         settings; None: MLflow derives one from the name and source). ``source``: a file path, or
@@ -347,10 +347,8 @@ class Tracker:
                 origin = HTTPDatasetSource(url.group(0))
             else:  # bundled or generated data: the description is all there is
                 origin = CodeDatasetSource({"description": source[:_MAX_TAG]})
-            dataset = MetaDataset(origin, name=name, digest=digest)
-            entity = dataset._to_mlflow_entity()
-            if rows is not None:
-                entity.profile = json.dumps({"num_rows": int(rows)})
+            # (MLflow's fluent mlflow.log_input would need an active run; the client takes the entity)
+            entity = MetaDataset(origin, name=name, digest=digest)._to_mlflow_entity()
             # candidate runs logged from now on get it too: the runs table's Dataset column
             self._dataset_input = DatasetInput(entity, tags=[InputTag("mlflow.data.context", "training")])
             self.client.log_inputs(parent, datasets=[self._dataset_input])
