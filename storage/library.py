@@ -90,17 +90,18 @@ class ProgramLibrary:
 def open_library(store: CandidateStore, run_id: str, *, fingerprint: str, parts: dict[str, Any] | None,
                  seed: int | None, enabled: bool, new_run: bool) -> ProgramLibrary:
     """The library of ``run_id``. A new run records its seed and fingerprint; a resumed run keeps
-    the fingerprint it started with (a store written before the library existed gets it now)."""
+    the fingerprint it started with (a store written before the library existed gets it now) and
+    the seeds it started from."""
     if new_run:
         store.set_run_library(run_id, seed=seed, dataset_fingerprint=fingerprint, fingerprint_parts=parts)
+        return ProgramLibrary(store, run_id, fingerprint, enabled)
+    status = store.run_status(run_id)
+    if status.dataset_fingerprint is None:
+        store.set_run_library(run_id, seed=status.seed if status.seed is not None else seed,
+                              dataset_fingerprint=fingerprint, fingerprint_parts=parts)
     else:
-        status = store.run_status(run_id)
-        if status.dataset_fingerprint is None:
-            store.set_run_library(run_id, seed=status.seed if status.seed is not None else seed,
-                                  dataset_fingerprint=fingerprint, fingerprint_parts=parts)
-        else:
-            fingerprint = status.dataset_fingerprint
-    return ProgramLibrary(store, run_id, fingerprint, enabled)
+        fingerprint = status.dataset_fingerprint
+    return ProgramLibrary(store, run_id, fingerprint, enabled, seeds=seeded_hashes(store, run_id))
 
 
 # ---------------------------------------------------------------------------- queries
@@ -180,6 +181,14 @@ def best_programs(store: CandidateStore, fingerprint: str, k: int = DEFAULT_SEED
             for h, source, score, parameters, origin in rows]
 
 
+def seeded_hashes(store: CandidateStore, run_id: str) -> list[str]:
+    """The library programs ``run_id`` started from, in the order they were added."""
+    with store._lock:
+        rows = store._con.execute("SELECT hash FROM proposals WHERE run_id = $1 AND origin = $2 AND outcome = 'new' "
+                                  "ORDER BY id", [run_id, LIBRARY_ORIGIN]).fetchall()
+    return [r[0] for r in rows]
+
+
 def library_runs(store: CandidateStore, fingerprint: str) -> list[str]:
     """The runs of the store on ``fingerprint``, oldest first."""
     with store._lock:
@@ -189,4 +198,4 @@ def library_runs(store: CandidateStore, fingerprint: str) -> list[str]:
 
 
 __all__ = ["DEFAULT_SEEDS", "LIBRARY_ORIGIN", "LibraryProgram", "ProgramLibrary", "best_programs", "library_runs",
-           "open_library", "reuse_evaluations"]
+           "open_library", "reuse_evaluations", "seeded_hashes"]

@@ -117,6 +117,10 @@ def test_the_best_ok_evaluation_is_reused_and_seeds_rank_by_validation(tmp_path)
         status = store.run_status("night-3")
         assert (status.seeded, status.reused, status.new) == (2, 2, 2)
         assert set(store.history("night-3")["origin"].to_list()) == {LIBRARY_ORIGIN}
+        # a resume of night-3 keeps its fingerprint and knows its seeds (the fingerprint given is ignored)
+        resumed = open_library(store, "night-3", fingerprint="other", parts=None, seed=9, enabled=True, new_run=False)
+        assert (resumed.fingerprint, resumed.seeds) == ("fp", library.seeds)
+        assert store.run_status("night-3").seed == 1
 
 
 def test_a_store_written_before_the_library_opens_and_migrates(tmp_path):
