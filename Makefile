@@ -16,12 +16,13 @@ export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export DASK_LOGGING__DISTRIBUTED := warning
 
-.PHONY: run test test-all bench build fuzz sanitize ui venv clean distclean help
+.PHONY: run test test-all lint bench build fuzz sanitize ui venv clean distclean help
 
 help:
 	@echo "make run        the main job (offline discovery on the embedded default)"
 	@echo "make test       the test suite (C++ unit tests included)"
 	@echo "make test-all   the test suite including slow checks"
+	@echo "make lint       ruff (lint + format check), mypy --strict on ndvm/, clang-format check"
 	@echo "make bench      the benchmark suites (writes BENCHMARKS.json)"
 	@echo "make build      rebuild the native extension after a C++ edit"
 	@echo "make ui         open the MLflow UI over runs/ (http://127.0.0.1:5000)"
@@ -57,6 +58,16 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''
+
+# mypy reads the binding's types from a stub generated from the built extension (not kept in git,
+# so it cannot drift from native/python/module.cc).
+lint: $(STAMP)
+	$(VENV)/bin/pybind11-stubgen ndvm._native -o build/stubs
+	cp build/stubs/ndvm/_native.pyi ndvm/_native.pyi
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/clang-format --dry-run -Werror $$(git ls-files 'native/*.cc' 'native/*.h')
 
 bench: $(STAMP)
 	$(VENV)/bin/ndvm bench --json BENCHMARKS.json
