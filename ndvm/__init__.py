@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version as _version
+from typing import Any
 
 from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
 from .program import DEFAULT_LIMITS, Limits, Param, Program, compile
@@ -26,7 +27,7 @@ except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+unknown"
 
 
-def build_info() -> dict:
+def build_info() -> dict[str, Any]:
     """Facts about the native build: compiler, flags, SIMD level, threads."""
     from . import _native
 

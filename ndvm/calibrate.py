@@ -10,14 +10,17 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 import numpy as np
 
 from . import _native
 from . import errors
 from .errors import EvalError, NDVMError
-from .program import Limits, Program, _inputs, _lane_inputs, _natural, _unconstrained, compile
+from .program import Limits, Param, Program, _inputs, _lane_inputs, _natural, _unconstrained, compile
+
+if TYPE_CHECKING:  # for the annotation only: ndvm.stderr is imported on first use of Fit.stderr
+    from .stderr import StdErr
 
 LOSSES = ("mse", "gaussian_nll", "value")
 OPTIMIZERS = ("adam", "lbfgs", "gd")
@@ -46,10 +49,10 @@ class Fit:
     evaluations: int = 0
     best_restart: int = -1
     # what calibrate() fitted (inputs, target, loss): fit.stderr differentiates the same loss
-    _problem: dict | None = field(default=None, repr=False, compare=False)
+    _problem: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @functools.cached_property
-    def stderr(self):
+    def stderr(self) -> StdErr:
         """Standard errors of the fitted parameters (``ndvm.stderr.StdErr``), from the curvature of the
         loss at the optimum; computed on first use (2P gradient evaluations) and cached."""
         from .stderr import stderr
@@ -59,13 +62,18 @@ class Fit:
     @property
     def theta(self) -> np.ndarray:
         """The best parameters as a [1, P] row."""
+        if self.program is None:  # a fit of an item that never compiled has no parameter order
+            raise EvalError(f"this fit has no program and no parameters: {self.error}")
         return np.array([[self.params[n] for n in self.program.param_names]], dtype=np.float64)
 
-    def predict(self, inputs: Mapping[str, Any] | None = None, lane_inputs: Mapping[str, Any] | None = None) -> np.ndarray:
-        """Evaluates the fitted program on (new) inputs; returns the result of the best restart."""
+    def predict(self, inputs: Mapping[str, Any] | None = None,
+                lane_inputs: Mapping[str, Any] | None = None) -> np.float64 | np.ndarray:
+        """Evaluates the fitted program on (new) inputs; returns the result of the best restart
+        (a scalar for a scalar-valued program, else an array)."""
         if self.program is None or self.status == "error":
             raise EvalError(f"this fit failed and cannot predict: {self.error}")
-        return self.program.evaluate(self.theta, inputs, lane_inputs)[0]
+        values = self.program.evaluate(self.theta, inputs, lane_inputs)  # [1] or [1, ...]: one row
+        return cast("np.float64 | np.ndarray", values[0])
 
     def raise_for_error(self) -> "Fit":
         if self.error is not None:
@@ -87,7 +95,7 @@ def _check_options(loss: str, optimizer: str, steps: int, restarts: int, lr: flo
 
 
 @functools.lru_cache(maxsize=256)
-def _declared_starts(params: tuple, restarts: int, seed: int, jitter: float) -> np.ndarray:
+def _declared_starts(params: tuple[Param, ...], restarts: int, seed: int, jitter: float) -> np.ndarray:
     """The jittered starting points depend only on the declarations: computed once for the many
     candidates of a batch that declare the same parameters (the serial part of calibrate_many)."""
     rng = np.random.default_rng(seed)
@@ -123,7 +131,8 @@ def initial_theta(program: Program, restarts: int, seed: int, init: Any = "decla
     return np.ascontiguousarray(arr)
 
 
-def _spec(optimizer, steps, lr, tol, loss, target, lane_target) -> dict:
+def _spec(optimizer: str, steps: int, lr: float, tol: float | None, loss: str, target: Any,
+          lane_target: Any) -> dict[str, Any]:
     return {
         "optimizer": optimizer, "steps": int(steps), "lr": float(lr), "tol": float(tol or 0.0), "loss": loss,
         "target": None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
@@ -131,7 +140,7 @@ def _spec(optimizer, steps, lr, tol, loss, target, lane_target) -> dict:
     }
 
 
-def _fit_from(program: Program, res: dict, seconds: float) -> Fit:
+def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
     # Runs once per program of a calibrate_many call, serially after the parallel native part:
     # plain Python on the few restarts' losses (numpy calls on tiny arrays cost more than the
     # arithmetic), so that it does not cap the multicore speedup.
@@ -159,7 +168,8 @@ def _fit_from(program: Program, res: dict, seconds: float) -> Fit:
     return fit
 
 
-def _problem_of(inputs, target, loss, lane_inputs, lane_target) -> dict:
+def _problem_of(inputs: Mapping[str, Any] | None, target: Any, loss: str, lane_inputs: Mapping[str, Any] | None,
+                lane_target: Any) -> dict[str, Any]:
     """What a calibration fitted, kept on its Fit (``Fit._problem``) for ``fit.stderr``."""
     return {"inputs": inputs, "target": target, "loss": loss, "lane_inputs": lane_inputs, "lane_target": lane_target}
 
@@ -231,6 +241,10 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
                                              int(threads or 0))
             seconds = (time.perf_counter() - t0) / len(members)
             for k, res in zip(members, results):
-                fits[where[k]] = _fit_from(compiled[k], res, seconds)
-                fits[where[k]]._problem = problem
-    return fits  # type: ignore[return-value]
+                fit = _fit_from(compiled[k], res, seconds)
+                fit._problem = problem
+                fits[where[k]] = fit
+    done = [item for item in fits if item is not None]
+    if len(done) != len(fits):  # the native batch returns one result per program it was given
+        raise RuntimeError(f"calibrate_many: {len(fits) - len(done)} of {len(fits)} programs got no result")
+    return done

@@ -6,12 +6,16 @@ import argparse
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-
-def _parse_assignments(items: list[str] | None, what: str) -> dict[str, object]:
+if TYPE_CHECKING:
     import numpy as np
 
-    out: dict[str, object] = {}
+
+def _parse_assignments(items: list[str] | None, what: str) -> dict[str, float | np.ndarray]:
+    import numpy as np
+
+    out: dict[str, float | np.ndarray] = {}
     for item in items or []:
         if "=" not in item:
             raise SystemExit(f"ndvm: --{what} expects NAME=VALUE, got {item!r}")
@@ -48,7 +52,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     import ndvm
 
     prog = ndvm.compile(_read_source(args.file), dtype=args.dtype)
-    params = {k: float(v) for k, v in _parse_assignments(args.param, "param").items()}
+    params: dict[str, float] = {}
+    for name, value in _parse_assignments(args.param, "param").items():
+        if not isinstance(value, float):  # a parameter is one number; an input may be a vector
+            raise SystemExit(f"ndvm: --param {name}: a parameter takes one number, got {value.size} values")
+        params[name] = value
     value = prog.run(params=params, inputs=_parse_assignments(args.input, "input"))
     print(ndvm.to_scheme(value))
     return 0
@@ -68,7 +76,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_plugins(sub) -> None:
+def _register_plugins(sub: argparse._SubParsersAction[Any]) -> None:
     """Commands other packages contribute through the ``ndvm.commands`` entry point (pyproject.toml):
     ``bench`` (ndvm_bench) and the pipeline's (discover, serve, ui, ...: flows, which imports
     Prefect, MLflow and litellm). ndvm imports none of them; each entry point is a ``register(sub)``

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from . import _native
 from .errors import ParseError
@@ -35,11 +35,12 @@ from .values import Symbol
 class Dotted:
     """An improper list ``(a b . tail)``: used by lambda and define formals with a rest argument."""
 
-    items: tuple
-    tail: object
+    items: tuple[Node, ...]
+    tail: Node
 
 
-Node = Union[Symbol, int, float, bool, list, Dotted]
+# A datum as read (see the module docstring): recursive through lists and Dotted.
+Node = Symbol | int | float | bool | list["Node"] | Dotted
 
 
 class Arity(NamedTuple):

@@ -25,12 +25,16 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import ndvm
 from ndvm.errors import CheckError
+from ndvm.program import Limits, Param, Program
 
 __all__ = ["compile", "MetacircularProgram", "evaluator_source", "host_source", "EVALUATOR_NAMES", "EVALUATOR_PATH"]
 
@@ -105,14 +109,14 @@ class MetacircularProgram:
     source compiled directly) and ``host`` the NDVM program that interprets it.
     """
 
-    def __init__(self, source: str, dtype: str, direct: Any, host: Any):
+    def __init__(self, source: str, dtype: str, direct: Program, host: Program):
         self.source = source
         self.dtype = dtype
         self.direct = direct
         self.host = host
 
     @property
-    def params(self) -> list[Any]:
+    def params(self) -> list[Param]:
         return self.direct.params
 
     @property
@@ -135,35 +139,39 @@ class MetacircularProgram:
     def host_source(self) -> str:
         return self.host.source
 
-    def run(self, params: dict | None = None, inputs: dict | None = None) -> Any:
+    def run(self, params: Mapping[str, float] | None = None, inputs: Mapping[str, Any] | None = None) -> Any:
         """One lane: the program's value as a Python value (like ``ndvm.Program.run``)."""
         return self.host.run(params, inputs)
 
-    def evaluate(self, theta=None, inputs=None, lane_inputs=None):
+    def evaluate(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
+                 lane_inputs: Mapping[str, Any] | None = None) -> np.ndarray:
         """Values for a population ``theta [B, P]`` (like ``ndvm.Program.evaluate``)."""
         return self.host.evaluate(theta, inputs=inputs, lane_inputs=lane_inputs)
 
-    def value_and_grad(self, theta=None, inputs=None, lane_inputs=None):
+    def value_and_grad(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
+                       lane_inputs: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Values ``[B]`` and gradients ``[B, P]`` through the interpreter."""
         return self.host.value_and_grad(theta, inputs=inputs, lane_inputs=lane_inputs)
 
-    def loss_and_grad(self, theta, inputs=None, target=None, loss="mse", lane_inputs=None):
+    def loss_and_grad(self, theta: Any, inputs: Mapping[str, Any] | None = None, target: Any = None,
+                      loss: str = "mse", lane_inputs: Mapping[str, Any] | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
         """Per-lane loss against ``target`` and its gradient (like ``ndvm.Program.loss_and_grad``)."""
         return self.host.loss_and_grad(theta, inputs=inputs, target=target, loss=loss,
                                        lane_inputs=lane_inputs)
 
-    def theta(self, params=None, lanes: int = 1):
+    def theta(self, params: Mapping[str, float] | None = None, lanes: int = 1) -> np.ndarray:
         """A ``[lanes, P]`` array of the declared initial values, overridden by ``params``."""
         return self.direct.theta(params, lanes)
 
     @property
-    def _native(self):
+    def _native(self) -> ndvm._native.Program:
         """The host's native program: ``ndvm.calibrate`` and ``calibrate_many`` run it, so a
         calibration through the tower is the fused native loop on the interpreter."""
         return self.host._native
 
     @property
-    def limits(self):
+    def limits(self) -> Limits:
         """The host's resource limits (the interpreter takes many host steps per program step)."""
         return self.host.limits
 
@@ -172,7 +180,7 @@ class MetacircularProgram:
                 f"dtype={self.dtype!r})")
 
 
-def compile(source: str, dtype: str = "float64", limits=None) -> MetacircularProgram:  # noqa: A001 (mirrors ndvm.compile)
+def compile(source: str, dtype: str = "float64", limits: Limits | None = None) -> MetacircularProgram:  # noqa: A001 (mirrors ndvm.compile)
     """Compile ``source`` to run through the meta-circular evaluator.
 
     The source is first compiled directly, so a malformed program raises the same

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
+import numpy.typing as npt
 
 try:
     from . import _native
@@ -25,7 +26,7 @@ class Param:
 
     name: str
     init: float
-    constraint: None | str | tuple = None
+    constraint: None | str | tuple[str, float, float] = None
 
 
 # The runtime's own defaults (native/src/program.h), read once: Limits below restates none of them.
@@ -84,7 +85,7 @@ class Limits:
             self.__dict__["_native"] = native  # a cache, not a field: equality and hashing ignore it
         return native
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # the native struct does not pickle; a copy rebuilds it on first use
         return {k: v for k, v in self.__dict__.items() if k != "_native"}
 
@@ -94,8 +95,12 @@ DEFAULT_LIMITS = Limits()
 
 # The transforms between a parameter's natural value and the unconstrained coordinate the
 # optimizers work in (softplus for positive, logistic for between); the native optimizers apply the
-# same ones (native/src/optim.cc). Used by calibrate (starting points) and stderr (the Jacobian).
-def _unconstrained(p, x):
+# same ones (native/src/optim.cc). Used by calibrate (starting points) and stderr (the Jacobian),
+# on one value (a numpy scalar) or a column of values; a free parameter's value comes back as given.
+Reals = np.float64 | npt.NDArray[np.float64]
+
+
+def _unconstrained(p: Param, x: Reals) -> Reals:
     if p.constraint == "positive":
         x = np.maximum(x, 1e-300)
         return np.where(x > 30, x, np.log(np.expm1(np.minimum(x, 30))))
@@ -106,7 +111,7 @@ def _unconstrained(p, x):
     return x
 
 
-def _natural(p, u):
+def _natural(p: Param, u: Reals) -> Reals:
     if p.constraint == "positive":
         return np.where(u > 30, u, np.log1p(np.exp(np.minimum(u, 30))))
     if isinstance(p.constraint, tuple):
@@ -224,7 +229,8 @@ class Program:
         return values, grads
 
     def loss_and_grad(self, theta: Any, inputs: Mapping[str, Any] | None = None, target: Any = None,
-                      loss: str = "mse", lane_inputs: Mapping[str, Any] | None = None):
+                      loss: str = "mse", lane_inputs: Mapping[str, Any] | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
         """Per-lane loss of the output against ``target`` and its gradient: (losses [B], grads [B, P])."""
         th = self._theta(theta)
         tgt = None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel())

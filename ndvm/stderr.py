@@ -31,7 +31,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import EvalError
-from .program import _natural, _unconstrained
+from .program import Param, _natural, _unconstrained
 
 # Eigenvalue ratio below which a direction of the unit-diagonal information counts as flat. Central
 # differences of exact gradients carry a relative error of about step^2 = 1e-8, so a smaller ratio
@@ -74,14 +74,14 @@ class StdErr:
                 "method": self.method, "note": self.note}
 
 
-def _du_dtheta_jacobian(params, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _du_dtheta_jacobian(params: list[Param], theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(u, dtheta/du) at the natural values ``theta`` of ``params``."""
     u = np.array([float(_unconstrained(p, np.float64(t))) for p, t in zip(params, theta)])
     jac = np.array([float(_jac_at(p, np.array([uj]))[0]) for p, uj in zip(params, u)])
     return u, jac
 
 
-def _natural_rows(params, u_rows: np.ndarray) -> np.ndarray:
+def _natural_rows(params: list[Param], u_rows: np.ndarray) -> np.ndarray:
     out = np.empty_like(u_rows)
     for j, p in enumerate(params):
         out[:, j] = _natural(p, u_rows[:, j])
@@ -144,7 +144,7 @@ def stderr(fit: Any, inputs: Mapping[str, Any] | None = None, target: Any = None
         raise EvalError("stderr: the loss or its gradient is not finite near the optimum")
 
     # information of the log-likelihood, in u coordinates
-    n_points = None
+    n_points: int | None = None  # counted only for the losses that are means over the data points
     if loss in ("mse", "gaussian_nll") or value_scale == "mse":
         n_points = int(n if n is not None else np.asarray(target).size if target is not None else 0)
         if n_points <= P:
@@ -152,10 +152,12 @@ def stderr(fit: Any, inputs: Mapping[str, Any] | None = None, target: Any = None
                             "(pass n= for a 'value' loss that is a mean of squared errors)")
     # information = c * H; an exact fit (zero residual variance) has infinite c and zero covariance
     if loss == "mse" or (loss == "value" and value_scale == "mse"):
+        assert n_points is not None  # a mean of squared errors: its points were counted above
         sigma2 = n_points * float(fit.loss) / (n_points - P)
         c = n_points / (2.0 * sigma2) if sigma2 > 0 else math.inf
         method = f"Gauss likelihood of the mean squared error, sigma^2 = n L / (n - P) = {sigma2:.6g}"
     elif loss == "gaussian_nll":
+        assert n_points is not None  # a mean negative log-likelihood: its points were counted above
         sigma2, c = None, float(n_points)
         method = "observed information n H of the mean Gaussian negative log-likelihood"
     else:
@@ -188,13 +190,13 @@ def stderr(fit: Any, inputs: Mapping[str, Any] | None = None, target: Any = None
                   extra={"sigma2": sigma2, "n": n_points, "hessian_u": hess})
 
 
-def _jac_at(p, u: np.ndarray) -> np.ndarray:
+def _jac_at(p: Param, u: np.ndarray) -> np.ndarray:
     """dtheta/du of one parameter at unconstrained values ``u`` (vector)."""
     if p.constraint == "positive":
         return np.where(u > 30, 1.0, 1.0 / (1.0 + np.exp(-np.minimum(u, 30))))
     if isinstance(p.constraint, tuple):
         lo, hi = p.constraint[1], p.constraint[2]
-        s = 1.0 / (1.0 + np.exp(-u))
+        s: np.ndarray = 1.0 / (1.0 + np.exp(-u))
         return (hi - lo) * s * (1.0 - s)
     return np.ones_like(u)
 

@@ -14,7 +14,7 @@ drive NDVM like any other differentiable module:
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 import torch
@@ -24,9 +24,10 @@ from .program import Program, _inputs, _lane_inputs
 
 
 class _ProgramFunction(torch.autograd.Function):
+    # ctx is torch's FunctionCtx, typed Any as torch types it: forward stores its own fields on it.
     @staticmethod
-    def forward(ctx, theta: torch.Tensor, prog: Program, inputs: dict, lane_inputs: dict, names: list,
-                *tensor_inputs: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, theta: torch.Tensor, prog: Program, inputs: dict[str, np.ndarray],
+                lane_inputs: dict[str, np.ndarray], names: list[str], *tensor_inputs: torch.Tensor) -> torch.Tensor:
         th = theta.detach().to(torch.float64).cpu().numpy()
         th = np.ascontiguousarray(th if th.ndim == 2 else th[None, :])
         shared = dict(inputs)
@@ -40,7 +41,7 @@ class _ProgramFunction(torch.autograd.Function):
         return out.to(theta.dtype) if theta.dtype != torch.float64 else out
 
     @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         prog: Program = ctx.prog
         g = grad_out.detach().to(torch.float64).cpu().numpy()
         B = ctx.th.shape[0]
@@ -90,11 +91,16 @@ def apply(prog: Program, theta: torch.Tensor, inputs: Mapping[str, Any] | None =
     tensor-valued shared input that requires grad."""
     if not isinstance(theta, torch.Tensor):
         raise EvalError("ndvm.torch.apply expects theta as a torch tensor [B, P]")
-    names, tensors, plain = [], [], {}
+    names: list[str] = []
+    tensors: list[torch.Tensor] = []
+    plain: dict[str, Any] = {}
     for k, v in (inputs or {}).items():
         if isinstance(v, torch.Tensor):
             names.append(str(k))
             tensors.append(v)
         else:
             plain[str(k)] = v
-    return _ProgramFunction.apply(theta, prog, _inputs(plain), _lane_inputs(lane_inputs), names, *tensors)
+    # torch declares Function.apply without annotations (it returns what forward returns: a tensor)
+    out = _ProgramFunction.apply(  # type: ignore[no-untyped-call]
+        theta, prog, _inputs(plain), _lane_inputs(lane_inputs), names, *tensors)
+    return cast(torch.Tensor, out)

@@ -725,6 +725,18 @@ def test_cli_reports_typed_errors_without_traceback(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "6.0", proc.stdout + proc.stderr
 
 
+def test_cli_parameter_given_several_values_is_an_error_naming_it(tmp_path):
+    """--param takes one number (an --input may be a vector): ``a=1,2`` says so, not a numpy
+    TypeError traceback."""
+    from ndvm.cli import main
+
+    good = tmp_path / "good.scm"
+    good.write_text("(param a 0.5)\n(* a x)\n")
+    with pytest.raises(SystemExit) as info:
+        main(["run", str(good), "--param", "a=1,2", "--input", "x=3"])
+    assert str(info.value.code) == "ndvm: --param a: a parameter takes one number, got 2 values"
+
+
 def test_lone_surrogate_is_a_parse_error_with_its_position():
     """Text an LLM client decoded badly can hold a lone surrogate; it is a ParseError, not a TypeError
     from the binding, so validators and the store treat it like any unreadable proposal."""
