@@ -313,7 +313,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("ndvm serve: PREFECT_API_URL is not set, so the schedule lives in a temporary Prefect server that "
               "never fires cron runs. Start `prefect server start --host 127.0.0.1` and "
               "`export PREFECT_API_URL=http://127.0.0.1:4200/api` first.", file=sys.stderr)
-    print(f"serving deployment ndvm-discover/{args.name}: {when} (Ctrl-C or SIGTERM stops it)")
+    print(f"serving deployment ndvm-discover/{args.name}: {when}; a run first continues a killed run of this "
+          "deployment (Ctrl-C or SIGTERM stops serving)")
     discover.serve(name=args.name, schedule=schedule, parameters=parameters, tags=["ndvm"],
                    description="Scheduled NDVM discovery run (ndvm serve)", limit=1)
     return 0

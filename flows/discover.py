@@ -443,6 +443,7 @@ class Discovery:
         self.proposal_futures: list[_Submitted] = []
         self.requests_done: set[_Submitted] = set()
         self.batch_futures: list[_Submitted] = []
+        self.batches_done: set[_Submitted] = set()
         self.log_futures: list[_Submitted] = []
         self.logs_done: set[_Submitted] = set()
         self.batch_of: dict[str, _Batch] = {}  # candidate hash -> the batch it was handed over in
@@ -757,7 +758,7 @@ class Discovery:
                     self.batch_of[item.hash] = batch
             self.batch_number += 1
             future = self.stages.submit(calibrate_task, run=self, number=self.batch_number, batch=batch)
-            future.add_done_callback(self.wake.set)
+            future.add_done_callback(lambda f=future: self._batch_done(f))
             self.batch_futures.append(future)
         return items
 
@@ -1023,6 +1024,9 @@ class Discovery:
             supervisor.fill(self._hand_over, new_batches=not past_drain)
             # logging: one snapshot at a time, every log_every seconds
             self.log_futures = [f for f in self.log_futures if f not in self.logs_done]
+            if self.batches_done:  # a night hands over thousands of batches: keep only those in flight
+                done, self.batches_done = self.batches_done, set()
+                self.batch_futures = [f for f in self.batch_futures if f not in done]
             if not self.log_futures and time.monotonic() >= next_log:
                 podium = min(3, self.config.top_k) if self.leaderboard_changed.is_set() else 0
                 self.leaderboard_changed.clear()
@@ -1054,6 +1058,10 @@ class Discovery:
 
     def _request_done(self, future: "_Submitted") -> None:
         self.requests_done.add(future)
+        self.wake.set()
+
+    def _batch_done(self, future: "_Submitted") -> None:
+        self.batches_done.add(future)
         self.wake.set()
 
     def _log_done(self, future: "_Submitted") -> None:
