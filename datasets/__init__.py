@@ -9,6 +9,8 @@
 
 See docs/datasets.md.
 """
+
+from .battery_sources import register_datasets as _register_battery_sources
 from .errors import (
     DataFormatError,
     DataNotFoundError,
@@ -19,11 +21,21 @@ from .errors import (
 )
 from .registry import definition, list_datasets, load, register
 from .schema import Column, Dataset, DatasetDefinition
-from .battery_sources import register_datasets as _register_battery_sources
 
 _register_battery_sources()  # battery-nasa, battery-severson (downloaded originals)
 
 __all__ = [
-    "Column", "Dataset", "DatasetDefinition", "DatasetError", "DataFormatError", "DataNotFoundError",
-    "DownloadError", "SplitError", "UnknownDatasetError", "definition", "list_datasets", "load", "register",
+    "Column",
+    "Dataset",
+    "DatasetDefinition",
+    "DatasetError",
+    "DataFormatError",
+    "DataNotFoundError",
+    "DownloadError",
+    "SplitError",
+    "UnknownDatasetError",
+    "definition",
+    "list_datasets",
+    "load",
+    "register",
 ]

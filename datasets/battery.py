@@ -13,6 +13,7 @@ the test part. ``test_cells`` are held out whole (Severson: batch 3 by default):
 ``train_fraction + validation_fraction`` cycles are ``test_fit`` (used at the end of a run to fit
 that cell's own parameters), the rest ``test``; the search never sees any of their rows.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,12 @@ BATTERY_COLUMNS = (
     Column("cycle", "cycle", "cycle (discharge) number within the cell"),
     Column("capacity_ah", "Ah", "discharge capacity of that cycle"),
     Column("soh", "1", "state of health: capacity / mean capacity of the cell's first soh_ref_cycles cycles"),
-    Column("split", "-", '"train" (first train_fraction of the cell\'s cycles), "validation" (the next '
-           'validation_fraction), "test" (the rest); whole test cells: "test_fit" then "test"'),
+    Column(
+        "split",
+        "-",
+        '"train" (first train_fraction of the cell\'s cycles), "validation" (the next '
+        'validation_fraction), "test" (the rest); whole test cells: "test_fit" then "test"',
+    ),
 )
 
 # The four classic NASA cells (24 °C, 2 A constant-current discharge, run to ~30 % fade). The other
@@ -55,6 +60,7 @@ WHERE_TO_GET = (
 
 
 # --------------------------------------------------------------------------- format detection
+
 
 def _scan(path: Path) -> pl.LazyFrame:
     suffix = path.suffix.lower()
@@ -89,6 +95,7 @@ def is_battery_file(path: Path) -> bool:
 
 
 # --------------------------------------------------------------------------- raw readers (lazy)
+
 
 def read_nasa(path: str | os.PathLike) -> pl.LazyFrame:
     """NASA PCoE per-discharge summary -> lazy tidy rows (extra column ambient_temperature_c)."""
@@ -135,6 +142,7 @@ def read_tidy(path: str | os.PathLike) -> pl.LazyFrame:
 
 # --------------------------------------------------------------------------- tidy -> dataset
 
+
 def _cell_filter(cells) -> pl.Expr:
     """A filter on cell_id: a list or comma-separated string of ids; an entry ending in '*' is a
     prefix ("b1*" selects Severson batch 1)."""
@@ -162,8 +170,10 @@ def check_fractions(train_fraction: float, validation_fraction: float) -> None:
     if not 0.0 < float(validation_fraction) < 1.0:
         raise SplitError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
     if float(train_fraction) + float(validation_fraction) >= 1.0:
-        raise SplitError(f"train_fraction + validation_fraction must be < 1 (the rest is the test part), "
-                         f"got {train_fraction} + {validation_fraction}")
+        raise SplitError(
+            f"train_fraction + validation_fraction must be < 1 (the rest is the test part), "
+            f"got {train_fraction} + {validation_fraction}"
+        )
 
 
 def tidy_dataset(
@@ -189,7 +199,9 @@ def tidy_dataset(
     raw = lf.collect()
     if raw.height == 0:
         raise DataFormatError(f"{name}: no rows (cells={cells!r})")
-    clean = raw.filter(pl.col("capacity_ah").is_not_null() & pl.col("capacity_ah").is_finite() & (pl.col("capacity_ah") > 0))
+    clean = raw.filter(
+        pl.col("capacity_ah").is_not_null() & pl.col("capacity_ah").is_finite() & (pl.col("capacity_ah") > 0)
+    )
     clean = clean.unique(subset=["cell_id", "cycle"], keep="first", maintain_order=True).sort("cell_id", "cycle")
     counts = clean.group_by("cell_id").len()
     keep = counts.filter(pl.col("len") >= min_cycles).get_column("cell_id")
@@ -204,21 +216,39 @@ def tidy_dataset(
             pl.len().over("cell_id").alias("_n"),
         )
         # floor: the training part never includes a cycle past train_fraction of the record
-        .with_columns(pl.max_horizontal((pl.col("_n") * train_fraction).floor().cast(pl.Int64), pl.lit(min_train)).alias("_n_train"))
-        .with_columns((pl.col("_n_train") + pl.max_horizontal(
-            (pl.col("_n") * validation_fraction).floor().cast(pl.Int64), pl.lit(1))).alias("_n_fit"))
+        .with_columns(
+            pl.max_horizontal((pl.col("_n") * train_fraction).floor().cast(pl.Int64), pl.lit(min_train)).alias(
+                "_n_train"
+            )
+        )
+        .with_columns(
+            (
+                pl.col("_n_train")
+                + pl.max_horizontal((pl.col("_n") * validation_fraction).floor().cast(pl.Int64), pl.lit(1))
+            ).alias("_n_fit")
+        )
     )
     held = _cell_filter(test_cells) if test_cells is not None else pl.lit(False)
     frame = frame.with_columns(
-        pl.when(held & (pl.col("_i") < pl.col("_n_fit"))).then(pl.lit(TEST_FIT))
-        .when(held).then(pl.lit(TEST))
-        .when(pl.col("_i") < pl.col("_n_train")).then(pl.lit(TRAIN))
-        .when(pl.col("_i") < pl.col("_n_fit")).then(pl.lit(VALIDATION))
-        .otherwise(pl.lit(TEST)).alias("split"))
-    short_parts = frame.group_by("cell_id").agg((pl.col("split") == TEST).sum().alias("n_test")).filter(pl.col("n_test") == 0)
+        pl.when(held & (pl.col("_i") < pl.col("_n_fit")))
+        .then(pl.lit(TEST_FIT))
+        .when(held)
+        .then(pl.lit(TEST))
+        .when(pl.col("_i") < pl.col("_n_train"))
+        .then(pl.lit(TRAIN))
+        .when(pl.col("_i") < pl.col("_n_fit"))
+        .then(pl.lit(VALIDATION))
+        .otherwise(pl.lit(TEST))
+        .alias("split")
+    )
+    short_parts = (
+        frame.group_by("cell_id").agg((pl.col("split") == TEST).sum().alias("n_test")).filter(pl.col("n_test") == 0)
+    )
     if short_parts.height:
-        raise SplitError(f"{name}: cells {short_parts.get_column('cell_id').to_list()[:5]} have no test cycles left "
-                         f"with train_fraction={train_fraction}, validation_fraction={validation_fraction}")
+        raise SplitError(
+            f"{name}: cells {short_parts.get_column('cell_id').to_list()[:5]} have no test cycles left "
+            f"with train_fraction={train_fraction}, validation_fraction={validation_fraction}"
+        )
     if test_cells is not None and frame.filter(pl.col("split") != TEST_FIT).filter(pl.col("split") != TEST).height == 0:
         raise SplitError(f"{name}: test_cells={test_cells!r} hold out every cell; nothing is left to train on")
     # Initial capacity: mean of the first soh_ref_cycles cycles (always inside the training part).
@@ -230,23 +260,39 @@ def tidy_dataset(
     frame = frame.join(ref, on="cell_id", how="left").with_columns(
         (pl.col("capacity_ah") / pl.col("capacity_ref_ah")).alias("soh")
     )
-    extras = [c for c in frame.columns if c not in ("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah") and not c.startswith("_")]
-    frame = frame.select("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah", *extras).sort("cell_id", "cycle")
+    extras = [
+        c
+        for c in frame.columns
+        if c not in ("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah") and not c.startswith("_")
+    ]
+    frame = frame.select("cell_id", "cycle", "capacity_ah", "soh", "split", "capacity_ref_ah", *extras).sort(
+        "cell_id", "cycle"
+    )
 
     info = {
         "task": "curve",
         "train_fraction": train_fraction,
         "validation_fraction": validation_fraction,
-        "test_cells": frame.filter(pl.col("split") == TEST_FIT).get_column("cell_id").unique(maintain_order=True).to_list(),
+        "test_cells": frame.filter(pl.col("split") == TEST_FIT)
+        .get_column("cell_id")
+        .unique(maintain_order=True)
+        .to_list(),
         "soh_ref_cycles": soh_ref_cycles,
         "dropped_rows": raw.height - frame.height,
         "dropped_cells": short,
         "n_cells": frame.get_column("cell_id").n_unique(),
         **(meta or {}),
     }
-    return Dataset(name=name, frame=frame, x="cycle", y="soh", group="cell_id",
-                   definition=registered(name) or registered("battery"),
-                   columns=BATTERY_COLUMNS, meta=info)
+    return Dataset(
+        name=name,
+        frame=frame,
+        x="cycle",
+        y="soh",
+        group="cell_id",
+        definition=registered(name) or registered("battery"),
+        columns=BATTERY_COLUMNS,
+        meta=info,
+    )
 
 
 def _find_default_file(cache_dir=None) -> Path:
@@ -287,7 +333,9 @@ def load_battery(
     """
     path = Path(path) if path is not None else _find_default_file(cache_dir)
     if not path.is_file():
-        raise DataNotFoundError(f"{path}: no such file. " + WHERE_TO_GET.format(cache=cache.cache_dir(cache_dir) / "battery"))
+        raise DataNotFoundError(
+            f"{path}: no such file. " + WHERE_TO_GET.format(cache=cache.cache_dir(cache_dir) / "battery")
+        )
     fmt = sniff_format(_scan(path).collect_schema().names()) if format == "auto" else format
     extra_meta: dict = {}
     if fmt == "nasa":
@@ -308,12 +356,21 @@ def load_battery(
     else:
         raise DataFormatError(f"unknown battery format {format!r}; use auto, nasa, severson or tidy")
     test_cells = test_cells or None  # "" or []: no test cells
-    return tidy_dataset(lf, name="battery", train_fraction=train_fraction, validation_fraction=validation_fraction,
-                        soh_ref_cycles=soh_ref_cycles, min_cycles=min_cycles, cells=cells, test_cells=test_cells,
-                        meta={"format": fmt, "file": str(path), "source": source, **extra_meta})
+    return tidy_dataset(
+        lf,
+        name="battery",
+        train_fraction=train_fraction,
+        validation_fraction=validation_fraction,
+        soh_ref_cycles=soh_ref_cycles,
+        min_cycles=min_cycles,
+        cells=cells,
+        test_cells=test_cells,
+        meta={"format": fmt, "file": str(path), "source": source, **extra_meta},
+    )
 
 
 # --------------------------------------------------------------------------- synthetic
+
 
 def synthetic_frame(n_cells: int = 6, n_cycles: int = 400, seed: int = 0, noise: float = 0.002) -> pl.DataFrame:
     """Seeded synthetic fade curves: SEI sqrt growth + linear loss + a late knee, plus noise.
@@ -337,12 +394,24 @@ def synthetic_frame(n_cells: int = 6, n_cycles: int = 400, seed: int = 0, noise:
 
 
 def load_battery_synthetic(
-    n_cells: int = 6, n_cycles: int = 400, seed: int = 0, noise: float = 0.002,
-    train_fraction: float = 0.5, validation_fraction: float = 0.2, soh_ref_cycles: int = 5, test_cells=None,
+    n_cells: int = 6,
+    n_cycles: int = 400,
+    seed: int = 0,
+    noise: float = 0.002,
+    train_fraction: float = 0.5,
+    validation_fraction: float = 0.2,
+    soh_ref_cycles: int = 5,
+    test_cells=None,
 ) -> Dataset:
     """``battery-synthetic``: generated fade curves, for demos and tests only (not real data)."""
     frame = synthetic_frame(n_cells, n_cycles, seed, noise)
-    return tidy_dataset(frame.lazy(), name="battery-synthetic", train_fraction=train_fraction,
-                        validation_fraction=validation_fraction, soh_ref_cycles=soh_ref_cycles, min_cycles=1,
-                        test_cells=test_cells or None,
-                        meta={"synthetic": True, "seed": seed, "source": "generated (synthetic, not measured)"})
+    return tidy_dataset(
+        frame.lazy(),
+        name="battery-synthetic",
+        train_fraction=train_fraction,
+        validation_fraction=validation_fraction,
+        soh_ref_cycles=soh_ref_cycles,
+        min_cycles=1,
+        test_cells=test_cells or None,
+        meta={"synthetic": True, "seed": seed, "source": "generated (synthetic, not measured)"},
+    )

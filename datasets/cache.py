@@ -15,6 +15,7 @@ named by ``NDVM_CACHE_DIR``:
   or size, the download is checked against it too.
 - A progress bar (rich) is drawn on an interactive terminal; ``progress=`` takes a callback instead.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,8 @@ import re
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .errors import DataNotFoundError, DownloadError
 
@@ -132,8 +133,10 @@ def fetch(
         if problem is None:
             return target
         if _offline():
-            raise DownloadError(f"the cached {target} is damaged ({problem}) and downloads are disabled "
-                                f"({OFFLINE_ENV} is set); delete it or fetch it again with the network")
+            raise DownloadError(
+                f"the cached {target} is damaged ({problem}) and downloads are disabled "
+                f"({OFFLINE_ENV} is set); delete it or fetch it again with the network"
+            )
         print(f"ndvm: cached {target} is damaged ({problem}); downloading it again", file=sys.stderr)
         part.unlink(missing_ok=True)
     if _offline():
@@ -149,8 +152,16 @@ def fetch(
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
-def _download(url: str, target: Path, part: Path, *, timeout: float, sha256: str | None, size: int | None,
-              progress: bool | Progress | None) -> None:
+def _download(
+    url: str,
+    target: Path,
+    part: Path,
+    *,
+    timeout: float,
+    sha256: str | None,
+    size: int | None,
+    progress: bool | Progress | None,
+) -> None:
     offset = part.stat().st_size if part.is_file() else 0
     headers = {"User-Agent": USER_AGENT}
     if offset:
@@ -172,8 +183,10 @@ def _download(url: str, target: Path, part: Path, *, timeout: float, sha256: str
         if response.status == 206 and offset:
             match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
             if not match or int(match.group(1)) != offset:
-                raise DownloadError(f"download of {url}: the server answered the resume request from byte "
-                                    f"{offset} with Content-Range {response.headers.get('Content-Range')!r}")
+                raise DownloadError(
+                    f"download of {url}: the server answered the resume request from byte "
+                    f"{offset} with Content-Range {response.headers.get('Content-Range')!r}"
+                )
             total = int(match.group(3)) if match.group(3) != "*" else None
             mode = "ab"
         else:  # 200: the whole body (a server without Range support, or a fresh download)
@@ -216,8 +229,10 @@ def _download(url: str, target: Path, part: Path, *, timeout: float, sha256: str
 
 def _truncated(url: str, done: int, total: int | None, part: Path, why: str) -> str:
     of = f" of {total:,}" if total is not None else ""
-    return (f"download of {url} is truncated: {done:,}{of} bytes received ({why}). The partial file is kept "
-            f"at {part}; fetching again resumes from there")
+    return (
+        f"download of {url} is truncated: {done:,}{of} bytes received ({why}). The partial file is kept "
+        f"at {part}; fetching again resumes from there"
+    )
 
 
 def _progress_reporter(progress: bool | Progress | None, name: str, total: int | None) -> Callable[[int | None], None]:
@@ -227,10 +242,18 @@ def _progress_reporter(progress: bool | Progress | None, name: str, total: int |
     if progress is False or (progress is None and not sys.stderr.isatty()):
         return lambda done: None
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress as Bar, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import BarColumn, DownloadColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import Progress as Bar
 
-    bar = Bar("[bold]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-              TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+    bar = Bar(
+        "[bold]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    )
     task = bar.add_task(name, total=total)
     bar.start()
 

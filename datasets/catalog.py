@@ -4,6 +4,7 @@ Kept apart from :mod:`datasets.registry` (which registers the built-in datasets 
 their loaders) so that a loader can look up its own definition without importing the registry:
 the loaders import this module, the registry imports the loaders, and nothing imports back.
 """
+
 from __future__ import annotations
 
 from .errors import UnknownDatasetError

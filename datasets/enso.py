@@ -15,9 +15,9 @@ fixed baseline is a per-month constant, which the training mean removes.) The so
 (1981-2010, 1991-2020, CPC's sliding centred 30-year window) would otherwise carry information
 from the held-out years into every training value.
 """
+
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
@@ -57,6 +57,7 @@ ENSO_COLUMNS = (
 
 # --------------------------------------------------------------------------- parsers (text -> frame)
 
+
 def _read_text(path_or_text: str | os.PathLike) -> str:
     if isinstance(path_or_text, os.PathLike) or (isinstance(path_or_text, str) and "\n" not in path_or_text):
         return Path(path_or_text).read_text(encoding="utf-8", errors="replace")
@@ -81,7 +82,9 @@ def parse_psl(path_or_text: str | os.PathLike) -> pl.DataFrame:
     try:
         sentinel = float(lines[1 + n_years].split()[0])
     except ValueError as exc:
-        raise DataFormatError(f"PSL file: expected the missing-value line after the data, got {lines[1 + n_years]!r}") from exc
+        raise DataFormatError(
+            f"PSL file: expected the missing-value line after the data, got {lines[1 + n_years]!r}"
+        ) from exc
     years, months, values = [], [], []
     for offset, line in enumerate(body):
         tokens = line.split()
@@ -108,7 +111,8 @@ def _parse_table(text: str, names: list[str], what: str) -> pl.DataFrame:
         raise DataFormatError(f"{what}: line {bad[0] + 2} has {len(data[bad[0]])} fields, expected {len(names)}")
     columns = {n: [r[i] for r in data] for i, n in enumerate(names)}
     frame = pl.DataFrame(columns).with_columns(
-        pl.col("year").cast(pl.Int32), pl.col("month").cast(pl.Int32),
+        pl.col("year").cast(pl.Int32),
+        pl.col("month").cast(pl.Int32),
         *[pl.col(n).cast(pl.Float64) for n in names[2:]],
     )
     # CPC marks missing values with -99.99 / -999.9
@@ -123,8 +127,18 @@ def parse_cpc_sstoi(path_or_text: str | os.PathLike) -> pl.DataFrame:
     head = text.lstrip().split("\n", 1)[0].split()
     if head[:2] != ["YR", "MON"] or "NINO3.4" not in head:
         raise DataFormatError(f"sstoi.indices: unexpected header {head}")
-    names = ["year", "month", "nino12_c", "nino12_anom_c", "nino3_c", "nino3_anom_c",
-             "nino4_c", "nino4_anom_c", "nino34_c", "nino34_anom_c"]
+    names = [
+        "year",
+        "month",
+        "nino12_c",
+        "nino12_anom_c",
+        "nino3_c",
+        "nino3_anom_c",
+        "nino4_c",
+        "nino4_anom_c",
+        "nino34_c",
+        "nino34_anom_c",
+    ]
     return _parse_table(text, names, "sstoi.indices")
 
 
@@ -134,7 +148,9 @@ def parse_cpc_detrend(path_or_text: str | os.PathLike) -> pl.DataFrame:
     head = text.lstrip().split("\n", 1)[0].split()
     if head != ["YR", "MON", "TOTAL", "ClimAdjust", "ANOM"]:
         raise DataFormatError(f"detrend.nino34.ascii.txt: unexpected header {head}")
-    return _parse_table(text, ["year", "month", "nino34_c", "clim_adjust_c", "nino34_anom_c"], "detrend.nino34.ascii.txt")
+    return _parse_table(
+        text, ["year", "month", "nino34_c", "clim_adjust_c", "nino34_anom_c"], "detrend.nino34.ascii.txt"
+    )
 
 
 def sniff_format(path: str | os.PathLike) -> str:
@@ -150,16 +166,19 @@ def sniff_format(path: str | os.PathLike) -> str:
 
 # --------------------------------------------------------------------------- anomalies and split
 
-def add_training_anomaly(frame: pl.DataFrame, base: str, train_end_year: int,
-                         validation_end_year: int) -> pl.DataFrame:
+
+def add_training_anomaly(frame: pl.DataFrame, base: str, train_end_year: int, validation_end_year: int) -> pl.DataFrame:
     """Add ``split`` (contiguous periods: train <= train_end_year < validation <= validation_end_year
     < test) and ``anom_c = base - training-years monthly mean of base``."""
     if validation_end_year <= train_end_year:
         raise SplitError(f"validation_end_year={validation_end_year} must be after train_end_year={train_end_year}")
     frame = frame.with_columns(
-        pl.when(pl.col("year") <= train_end_year).then(pl.lit(TRAIN))
-        .when(pl.col("year") <= validation_end_year).then(pl.lit(VALIDATION))
-        .otherwise(pl.lit(TEST)).alias("split")
+        pl.when(pl.col("year") <= train_end_year)
+        .then(pl.lit(TRAIN))
+        .when(pl.col("year") <= validation_end_year)
+        .then(pl.lit(VALIDATION))
+        .otherwise(pl.lit(TEST))
+        .alias("split")
     )
     counts = {part: frame.filter(pl.col("split") == part).height for part in (TRAIN, VALIDATION, TEST)}
     empty = [part for part, n in counts.items() if n == 0]
@@ -191,22 +210,34 @@ def _finish(frame: pl.DataFrame, *, start_year: int | None, end_year: int | None
     if frame.get_column("_base").null_count():
         gap = frame.filter(pl.col("_base").is_null()).row(0, named=True)
         raise DataFormatError(f"missing value inside the series at {gap['year']}-{gap['month']:02d}")
-    return frame.with_columns(
-        (pl.col("year") + (pl.col("month") - 1) / 12.0).alias("t")
-    )
+    return frame.with_columns((pl.col("year") + (pl.col("month") - 1) / 12.0).alias("t"))
 
 
 def _dataset(name: str, frame: pl.DataFrame, train_end_year: int, validation_end_year: int, meta: dict) -> Dataset:
     frame = add_training_anomaly(frame, "_base", train_end_year, validation_end_year)
     frame = frame.select("year", "month", "t", "sst_c", "anom_c", "split")
 
-    meta = {"task": "forecast", "train_end_year": train_end_year, "validation_end_year": validation_end_year,
-            "anomaly_baseline": "training years, per calendar month", **meta}
-    return Dataset(name=name, frame=frame, x="t", y="anom_c", group=None,
-                   definition=registered(name), columns=ENSO_COLUMNS, meta=meta)
+    meta = {
+        "task": "forecast",
+        "train_end_year": train_end_year,
+        "validation_end_year": validation_end_year,
+        "anomaly_baseline": "training years, per calendar month",
+        **meta,
+    }
+    return Dataset(
+        name=name,
+        frame=frame,
+        x="t",
+        y="anom_c",
+        group=None,
+        definition=registered(name),
+        columns=ENSO_COLUMNS,
+        meta=meta,
+    )
 
 
 # --------------------------------------------------------------------------- loaders
+
 
 def elnino_frame() -> pl.DataFrame:
     """statsmodels' embedded Niño 1+2 SST as ``year, month, sst_c`` (732 months, 1950-2010)."""
@@ -217,7 +248,9 @@ def elnino_frame() -> pl.DataFrame:
         wide.with_columns(pl.col("YEAR").cast(pl.Int32).alias("year"))
         .unpivot(index="year", on=list(MONTHS), variable_name="mon", value_name="sst_c")
         .with_columns(
-            pl.col("mon").replace_strict({m: i + 1 for i, m in enumerate(MONTHS)}, return_dtype=pl.Int32).alias("month"),
+            pl.col("mon")
+            .replace_strict({m: i + 1 for i, m in enumerate(MONTHS)}, return_dtype=pl.Int32)
+            .alias("month"),
             pl.col("sst_c").cast(pl.Float64),
         )
         .select("year", "month", "sst_c")
@@ -226,8 +259,14 @@ def elnino_frame() -> pl.DataFrame:
 
 
 def sst_dataset(
-    name: str, frame: pl.DataFrame, *, train_end_year: int, validation_end_year: int,
-    start_year: int | None = None, end_year: int | None = None, meta: dict | None = None,
+    name: str,
+    frame: pl.DataFrame,
+    *,
+    train_end_year: int,
+    validation_end_year: int,
+    start_year: int | None = None,
+    end_year: int | None = None,
+    meta: dict | None = None,
 ) -> Dataset:
     """A forecast dataset from a ``year, month, sst_c`` frame (anomalies vs the training years)."""
     frame = frame.with_columns(pl.col("sst_c").alias("_base"))
@@ -235,12 +274,23 @@ def sst_dataset(
     return _dataset(name, frame, train_end_year, validation_end_year, meta or {})
 
 
-def load_elnino(train_end_year: int = 1980, validation_end_year: int = 1990, start_year: int | None = None,
-                end_year: int | None = None) -> Dataset:
+def load_elnino(
+    train_end_year: int = 1980,
+    validation_end_year: int = 1990,
+    start_year: int | None = None,
+    end_year: int | None = None,
+) -> Dataset:
     """``enso``: statsmodels' embedded Niño 1+2 SST (1950-2010), anomalies vs training years.
     Default split: train 1950-1980, validation 1981-1990, test 1991-2010."""
-    return sst_dataset("enso", elnino_frame(), train_end_year=train_end_year,
-                       validation_end_year=validation_end_year, start_year=start_year, end_year=end_year, meta={"region": "Niño 1+2 (0-10°S, 90-80°W)", "product": "ERSST v3b"})
+    return sst_dataset(
+        "enso",
+        elnino_frame(),
+        train_end_year=train_end_year,
+        validation_end_year=validation_end_year,
+        start_year=start_year,
+        end_year=end_year,
+        meta={"region": "Niño 1+2 (0-10°S, 90-80°W)", "product": "ERSST v3b"},
+    )
 
 
 def _nino34_frame(path: Path, fmt: str) -> tuple[pl.DataFrame, str]:
@@ -255,10 +305,14 @@ def _nino34_frame(path: Path, fmt: str) -> tuple[pl.DataFrame, str]:
         return frame.drop("value"), "HadISST (NOAA PSL) absolute SST"
     if fmt == "cpc-sstoi":
         raw = parse_cpc_sstoi(path)
-        return raw.select("year", "month", pl.col("nino34_c").alias("sst_c"), pl.col("nino34_c").alias("_base")), "OISST v2.1 (NOAA CPC)"
+        return raw.select(
+            "year", "month", pl.col("nino34_c").alias("sst_c"), pl.col("nino34_c").alias("_base")
+        ), "OISST v2.1 (NOAA CPC)"
     if fmt == "cpc-detrend":
         raw = parse_cpc_detrend(path)
-        return raw.select("year", "month", pl.col("nino34_c").alias("sst_c"), pl.col("nino34_c").alias("_base")), "ERSST v5 (NOAA CPC)"
+        return raw.select(
+            "year", "month", pl.col("nino34_c").alias("sst_c"), pl.col("nino34_c").alias("_base")
+        ), "ERSST v5 (NOAA CPC)"
     raise DataFormatError(f"unknown Niño 3.4 format {fmt!r}; use one of psl, cpc-sstoi, cpc-detrend")
 
 
@@ -293,5 +347,10 @@ def load_nino34(
     fmt = sniff_format(path)
     frame, product = _nino34_frame(path, fmt)
     frame = _finish(frame, start_year=start_year, end_year=end_year)
-    return _dataset("enso-nino34", frame, train_end_year, validation_end_year,
-                    {"region": "Niño 3.4 (5°N-5°S, 170-120°W)", "product": product, "format": fmt, "file": str(path)})
+    return _dataset(
+        "enso-nino34",
+        frame,
+        train_end_year,
+        validation_end_year,
+        {"region": "Niño 3.4 (5°N-5°S, 170-120°W)", "product": product, "format": fmt, "file": str(path)},
+    )

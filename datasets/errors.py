@@ -3,6 +3,7 @@
 Every failure to find, fetch or read data raises one of these with a message that says what was
 wrong and what to do about it (which file, which column, where to get the data).
 """
+
 from __future__ import annotations
 
 

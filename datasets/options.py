@@ -6,6 +6,7 @@ command line are strings; each is converted to the type of the parameter's defau
 float; a default of None or a string keeps the text). An unknown name is an error that lists the
 valid ones, never ignored.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -14,6 +15,7 @@ from typing import Any
 
 from .errors import DatasetError
 from .schema import DatasetDefinition
+
 
 class DatasetOptionError(DatasetError, ValueError):
     """An option a dataset does not have, or a value that does not fit it."""
@@ -78,7 +80,8 @@ def check(defn: DatasetDefinition, options: dict[str, Any]) -> None:
     if unknown:
         raise DatasetOptionError(
             f"dataset {defn.name!r} has no option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-            f"valid options: {', '.join(valid) or '(none)'}")
+            f"valid options: {', '.join(valid) or '(none)'}"
+        )
 
 
 def parse(defn: DatasetDefinition, pairs: list[str] | None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ Fits every reference model of the dataset's task on the training part and prints
 the validation and on the test split as Markdown tables (these are the numbers a discovered
 program has to beat).
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,19 +27,27 @@ def _parse(value: str) -> Any:
 def reference_table(task, split: str = "test") -> str:
     rows = task.score_references(split)
     if "rmse_by_lead" in rows[0]:  # a forecast task's score
-        lines = ["| model | params | mean RMSE | RMSE lead 1 / 3 / 6 / 12 | mean ACC | ACC lead 1 / 3 / 6 / 12 |",
-                 "|---|---|---|---|---|---|"]
+        lines = [
+            "| model | params | mean RMSE | RMSE lead 1 / 3 / 6 / 12 | mean ACC | ACC lead 1 / 3 / 6 / 12 |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in rows:
             rm, ac = r["rmse_by_lead"], r["acc_by_lead"]
-            lines.append(f"| {r['model']} | {r['n_params']} | {r['mean_rmse']:.3f} | "
-                         f"{rm[0]:.3f} / {rm[2]:.3f} / {rm[5]:.3f} / {rm[11]:.3f} | {r['mean_acc']:.3f} | "
-                         f"{ac[0]:.2f} / {ac[2]:.2f} / {ac[5]:.2f} / {ac[11]:.2f} |")
+            lines.append(
+                f"| {r['model']} | {r['n_params']} | {r['mean_rmse']:.3f} | "
+                f"{rm[0]:.3f} / {rm[2]:.3f} / {rm[5]:.3f} / {rm[11]:.3f} | {r['mean_acc']:.3f} | "
+                f"{ac[0]:.2f} / {ac[2]:.2f} / {ac[5]:.2f} / {ac[11]:.2f} |"
+            )
     else:
-        lines = [f"| model | params | {split} RMSE (mean over groups) | {split} RMSE pooled | train RMSE | fit s |",
-                 "|---|---|---|---|---|---|"]
+        lines = [
+            f"| model | params | {split} RMSE (mean over groups) | {split} RMSE pooled | train RMSE | fit s |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in rows:
-            lines.append(f"| {r['model']} | {r['n_params']} | {r['rmse']:.4f} | {r['rmse_pooled']:.4f} | "
-                         f"{r['train_rmse']:.4f} | {r['fit_seconds']:.2f} |")
+            lines.append(
+                f"| {r['model']} | {r['n_params']} | {r['rmse']:.4f} | {r['rmse_pooled']:.4f} | "
+                f"{r['train_rmse']:.4f} | {r['fit_seconds']:.2f} |"
+            )
     return "\n".join(lines)
 
 

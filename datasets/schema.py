@@ -14,10 +14,12 @@ roles: the x column (time, cycle), the y column (the quantity modelled), an opti
 Every derived column (anomalies, state of health) is computed from the training rows (for a test
 group: its own first rows), so no held-out row influences anything a model is fitted on.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -49,7 +51,7 @@ class DatasetDefinition:
     source: str
     licence: str
     citation: str
-    loader: Callable[..., "Dataset"]
+    loader: Callable[..., Dataset]
     default_task: str
     synthetic: bool = False
     needs_download: bool = False

@@ -23,6 +23,7 @@ The split is temporal: within each group (or the whole file), in x order, the fi
 run). Both fractions also come from the command line (``--train-fraction``,
 ``--validation-fraction``), which wins over the manifest.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,12 +32,24 @@ from pathlib import Path
 
 import polars as pl
 
-from .errors import DataFormatError, DataNotFoundError, SplitError
 from .battery import check_fractions
+from .errors import DataFormatError, DataNotFoundError, SplitError
 from .schema import TEST, TRAIN, VALIDATION, Column, Dataset
 
-MANIFEST_KEYS = {"title", "x", "y", "group", "task", "train_fraction", "validation_fraction", "source", "licence",
-                 "citation", "units", "name"}
+MANIFEST_KEYS = {
+    "title",
+    "x",
+    "y",
+    "group",
+    "task",
+    "train_fraction",
+    "validation_fraction",
+    "source",
+    "licence",
+    "citation",
+    "units",
+    "name",
+}
 
 
 def scan(path: Path) -> pl.LazyFrame:
@@ -80,8 +93,9 @@ def load_file(
     y = y or manifest.get("y")
     group = group or manifest.get("group")
     train_fraction = train_fraction if train_fraction is not None else manifest.get("train_fraction", 0.6)
-    validation_fraction = (validation_fraction if validation_fraction is not None
-                           else manifest.get("validation_fraction", 0.2))
+    validation_fraction = (
+        validation_fraction if validation_fraction is not None else manifest.get("validation_fraction", 0.2)
+    )
     if not x or not y:
         raise DataFormatError(
             f"{path}: say which columns are x and y (--x COL --y COL, or x = / y = in {path.with_suffix('.toml')})"
@@ -109,13 +123,19 @@ def load_file(
     n_train = (count * float(train_fraction)).floor().clip(lower_bound=1)
     n_fit = n_train + (count * float(validation_fraction)).floor().clip(lower_bound=1)
     frame = frame.with_columns(
-        pl.when(rank < n_train).then(pl.lit(TRAIN)).when(rank < n_fit).then(pl.lit(VALIDATION))
-        .otherwise(pl.lit(TEST)).alias("split")
+        pl.when(rank < n_train)
+        .then(pl.lit(TRAIN))
+        .when(rank < n_fit)
+        .then(pl.lit(VALIDATION))
+        .otherwise(pl.lit(TEST))
+        .alias("split")
     )
     parts = set(frame.get_column("split").unique().to_list())
     if parts != {TRAIN, VALIDATION, TEST}:
-        raise SplitError(f"{path}: train_fraction={train_fraction}, validation_fraction={validation_fraction} "
-                         f"leave no {sorted({TRAIN, VALIDATION, TEST} - parts)} rows ({frame.height} rows)")
+        raise SplitError(
+            f"{path}: train_fraction={train_fraction}, validation_fraction={validation_fraction} "
+            f"leave no {sorted({TRAIN, VALIDATION, TEST} - parts)} rows ({frame.height} rows)"
+        )
     units = manifest.get("units", {})
     columns = tuple(Column(c, units.get(c, "?"), "user column") for c in frame.columns if c != "split")
     meta = {
@@ -129,5 +149,13 @@ def load_file(
         "citation": manifest.get("citation", ""),
         "manifest": manifest.get("_path"),
     }
-    return Dataset(name=manifest.get("name", path.stem), frame=frame, x=x, y=y, group=group,
-                   definition=None, columns=columns, meta=meta)
+    return Dataset(
+        name=manifest.get("name", path.stem),
+        frame=frame,
+        x=x,
+        y=y,
+        group=group,
+        definition=None,
+        columns=columns,
+        meta=meta,
+    )

@@ -15,6 +15,7 @@ candidate is scored on the test split here, as the end-of-run scoring does for t
 Severson, at most ``MAX_TEST_SCORED`` candidates, a seeded random sample, since each one is first
 fitted on the 38 held-out cells).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,14 @@ SEVERSON_FILE = Path("battery") / "severson.csv"
 
 
 def _quiet() -> None:
-    for key, value in {"DO_NOT_TRACK": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                       "MLFLOW_DISABLE_TELEMETRY": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                       "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-                       "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}.items():
+    for key, value in {
+        "DO_NOT_TRACK": "true",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    }.items():
         os.environ.setdefault(key, value)
     import logging
 
@@ -45,13 +50,14 @@ def _quiet() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def score_all_on_test(store: Any, run_id: str, task: Any, options: dict[str, Any], cap: int | None,
-                       seed: int = 0) -> tuple[list[float], list[float], int]:
+def score_all_on_test(
+    store: Any, run_id: str, task: Any, options: dict[str, Any], cap: int | None, seed: int = 0
+) -> tuple[list[float], list[float], int]:
     """(validation scores, test scores, candidates calibrated) of the run's calibrated candidates
     (a seeded sample of ``cap`` when there are more); non-finite test scores are dropped."""
     from datasets.schema import TEST
 
-    rows = list(store.top(10 ** 9, run_id=run_id).iter_rows(named=True))
+    rows = list(store.top(10**9, run_id=run_id).iter_rows(named=True))
     total = len(rows)
     if cap is not None and total > cap:
         rows = random.Random(seed).sample(rows, cap)
@@ -77,8 +83,15 @@ def one_run(label: str, folder: Path, seed: int, minutes: float, cap: int | None
 
     run_id = f"bench-{label}-{seed}"
     started = time.perf_counter()
-    report = discover(proposer="mutation", budget={"minutes": minutes}, seed=seed, folder=str(folder),
-                      run_id=run_id, log_every=30.0, **problem)
+    report = discover(
+        proposer="mutation",
+        budget={"minutes": minutes},
+        seed=seed,
+        folder=str(folder),
+        run_id=run_id,
+        log_every=30.0,
+        **problem,
+    )
     run_seconds = time.perf_counter() - started
     card_path = folder / "reports" / run_id / "report.json"
     card = json.loads(card_path.read_text()) if card_path.is_file() else None
@@ -88,9 +101,17 @@ def one_run(label: str, folder: Path, seed: int, minutes: float, cap: int | None
         val, test, total = score_all_on_test(store, run_id, task, config.calibration.as_kwargs(), cap, seed)
         scoring_seconds = time.perf_counter() - t0
     out: dict[str, Any] = {
-        "label": label, "seed": seed, "run_id": run_id, "minutes": minutes, "run_seconds": run_seconds,
-        "calibrated": report["calibrated"], "proposed": report["proposed"], "metric": report["metric"],
-        "spearman_validation_test": spearman(val, test), "test_scored": len(test), "candidates": total,
+        "label": label,
+        "seed": seed,
+        "run_id": run_id,
+        "minutes": minutes,
+        "run_seconds": run_seconds,
+        "calibrated": report["calibrated"],
+        "proposed": report["proposed"],
+        "metric": report["metric"],
+        "spearman_validation_test": spearman(val, test),
+        "test_scored": len(test),
+        "candidates": total,
         "test_scoring_seconds": scoring_seconds,
     }
     if card is None:
@@ -98,11 +119,18 @@ def one_run(label: str, folder: Path, seed: int, minutes: float, cap: int | None
         return out
     champ = card["champion"]
     refs = {r["name"]: r["test_score"] for r in card["references"]}
-    out.update(champion=champ["hash"], champion_validation=champ["validation_score"],
-               champion_test=champ["test_score"], champion_complexity=champ["complexity"],
-               best_reference=card.get("best_reference"), best_reference_test=refs.get(card.get("best_reference")),
-               references_test=refs, verdict=card["verdict"], paired=card.get("paired_test", {}).get("overall"),
-               recommended=card.get("recommended"))
+    out.update(
+        champion=champ["hash"],
+        champion_validation=champ["validation_score"],
+        champion_test=champ["test_score"],
+        champion_complexity=champ["complexity"],
+        best_reference=card.get("best_reference"),
+        best_reference_test=refs.get(card.get("best_reference")),
+        references_test=refs,
+        verdict=card["verdict"],
+        paired=card.get("paired_test", {}).get("overall"),
+        recommended=card.get("recommended"),
+    )
     return out
 
 
@@ -133,19 +161,40 @@ def run_discovery_suite(config: Any) -> Any:
             for seed in seeds:
                 # test_top_k=1: the end-of-run scoring fits every test-scored entry on the 38 held-out
                 # cells; the suite scores every candidate itself below, so the run scores its champion only
-                runs.append(one_run("severson", Path(tmp) / f"severson-{seed}", seed, severson_minutes,
-                                    MAX_TEST_SCORED, task="battery", data=str(severson), test_top_k=1))
+                runs.append(
+                    one_run(
+                        "severson",
+                        Path(tmp) / f"severson-{seed}",
+                        seed,
+                        severson_minutes,
+                        MAX_TEST_SCORED,
+                        task="battery",
+                        data=str(severson),
+                        test_top_k=1,
+                    )
+                )
         else:
-            notes.append(f"Severson skipped: {SEVERSON_FILE} not found under the shared data folder "
-                         f"({data or 'not found'}); set NDVM_DATA_DIR")
+            notes.append(
+                f"Severson skipped: {SEVERSON_FILE} not found under the shared data folder "
+                f"({data or 'not found'}); set NDVM_DATA_DIR"
+            )
     for r in runs:
         if "error" in r:
             rows.append([r["label"], r["seed"], r["calibrated"], "-", "-", "-", "-", r["error"], "-"])
             continue
-        rows.append([r["label"], r["seed"], r["calibrated"], f"{r['champion_validation']:.4f}",
-                     f"{r['champion_test']:.4f}", f"{r['best_reference']} {r['best_reference_test']:.4f}",
-                     r["champion_complexity"], _paired_text(r),
-                     f"{r['spearman_validation_test']:.2f} (n={r['test_scored']})"])
+        rows.append(
+            [
+                r["label"],
+                r["seed"],
+                r["calibrated"],
+                f"{r['champion_validation']:.4f}",
+                f"{r['champion_test']:.4f}",
+                f"{r['best_reference']} {r['best_reference_test']:.4f}",
+                r["champion_complexity"],
+                _paired_text(r),
+                f"{r['spearman_validation_test']:.2f} (n={r['test_scored']})",
+            ]
+        )
     notes += [
         "metric: ENSO mean RMSE over leads 1-12 (deg C), Severson mean over cells of the RMSE of state of health; "
         "lower is better; validation picks the champion, test is read after the run",
@@ -156,10 +205,23 @@ def run_discovery_suite(config: Any) -> Any:
         f"(Severson: a seeded sample of at most {MAX_TEST_SCORED})",
     ] + [f"{r['run_id']}: {r.get('verdict', r.get('error'))}" for r in runs]
     return SuiteResult(
-        name="discovery", title=f"discovery runs, mutation proposer, seeds {list(seeds)}: validation vs test",
-        columns=["task", "seed", "calibrated", "champion validation", "champion test", "best reference (test)",
-                 "complexity", "paired test", "Spearman val/test"],
-        rows=rows, notes=notes, data={"runs": runs})
+        name="discovery",
+        title=f"discovery runs, mutation proposer, seeds {list(seeds)}: validation vs test",
+        columns=[
+            "task",
+            "seed",
+            "calibrated",
+            "champion validation",
+            "champion test",
+            "best reference (test)",
+            "complexity",
+            "paired test",
+            "Spearman val/test",
+        ],
+        rows=rows,
+        notes=notes,
+        data={"runs": runs},
+    )
 
 
 __all__ = ["run_discovery_suite", "score_all_on_test", "one_run"]

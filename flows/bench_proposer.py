@@ -37,6 +37,7 @@ candidate fitted and scored on validation (the best five are the prompt's progra
 requests it reports new valid candidates, duplicates and invalid programs (failed validation after
 the repairs), and tokens.
 """
+
 from __future__ import annotations
 
 import json
@@ -107,9 +108,17 @@ class RecordedModelServer:
     """An OpenAI-compatible ``/v1/chat/completions`` server on 127.0.0.1 that answers from recorded
     programs like a model that repeats itself (see the module docstring). Use as a context manager."""
 
-    def __init__(self, programs: list[tuple[str, str]], *, per_request: int = 4, repeat: float = 0.5,
-                 favourites: int = 6, forget: float = 0.1, seed: int = 0,
-                 repeat_only: list[str] | None = None):
+    def __init__(
+        self,
+        programs: list[tuple[str, str]],
+        *,
+        per_request: int = 4,
+        repeat: float = 0.5,
+        favourites: int = 6,
+        forget: float = 0.1,
+        seed: int = 0,
+        repeat_only: list[str] | None = None,
+    ):
         if not 0.0 <= repeat <= 1.0 or not 0.0 <= forget <= 1.0:
             raise ValueError(f"repeat and forget are probabilities in [0, 1]; got {repeat}, {forget}")
         self.programs, self.per_request = list(programs), per_request
@@ -120,8 +129,8 @@ class RecordedModelServer:
         self.next_program = 0
         self.favourites: list[str] = []
         self.prompts: list[str] = []
-        self.bodies: list[bytes] = []     # every request body as received (the prefix-caching tests read them)
-        self.cached: list[int] = []       # the cached tokens reported per request
+        self.bodies: list[bytes] = []  # every request body as received (the prefix-caching tests read them)
+        self.cached: list[int] = []  # the cached tokens reported per request
         self.requests = 0
         server = self
 
@@ -146,7 +155,7 @@ class RecordedModelServer:
         self.thread.start()
         self.api_base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> "RecordedModelServer":
+    def __enter__(self) -> RecordedModelServer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -200,11 +209,19 @@ class RecordedModelServer:
                 programs = self._programs(prompt, self.per_request)
         text = "\n\n".join(f"Candidate {i + 1}:\n{_FENCE}scheme\n{p}\n{_FENCE}" for i, p in enumerate(programs))
         tokens_in, tokens_out = len(prompt) // 4, max(1, len(text) // 4)
-        return {"id": f"chatcmpl-recorded-{self.requests}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model", "recorded"),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
-                          "total_tokens": tokens_in + tokens_out, "prompt_tokens_details": {"cached_tokens": cached}}}
+        return {
+            "id": f"chatcmpl-recorded-{self.requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "recorded"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": tokens_in,
+                "completion_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            },
+        }
 
 
 # ---------------------------------------------------------------------------- the driver
@@ -232,8 +249,8 @@ class ModeResult:
     proposals: int = 0
     new: int = 0
     duplicates: int = 0
-    invalid: int = 0      # programs that failed validation (each was sent back for repair)
-    repaired: int = 0     # proposals that became valid after a repair
+    invalid: int = 0  # programs that failed validation (each was sent back for repair)
+    repaired: int = 0  # proposals that became valid after a repair
     tokens_in: int = 0
     tokens_cached: int = 0
     tokens_out: int = 0
@@ -247,15 +264,27 @@ class ModeResult:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "new_sources"}
-        out.update(new_per_100=self.per_100(self.new), duplicates_per_100=self.per_100(self.duplicates),
-                   invalid_per_100=self.per_100(self.invalid),
-                   tokens_per_new=(self.tokens_in + self.tokens_out) / self.new if self.new else None,
-                   cached_share=self.tokens_cached / self.tokens_in if self.tokens_in else 0.0)
+        out.update(
+            new_per_100=self.per_100(self.new),
+            duplicates_per_100=self.per_100(self.duplicates),
+            invalid_per_100=self.per_100(self.invalid),
+            tokens_per_new=(self.tokens_in + self.tokens_out) / self.new if self.new else None,
+            cached_share=self.tokens_cached / self.tokens_in if self.tokens_in else 0.0,
+        )
         return out
 
 
-def run_mode(mode: str, api_base: str, task: Any, *, max_requests: int, per_request: int = 4,
-             max_stale_rounds: int = 5, fit_steps: int = 40, seed: int = 0) -> ModeResult:
+def run_mode(
+    mode: str,
+    api_base: str,
+    task: Any,
+    *,
+    max_requests: int,
+    per_request: int = 4,
+    max_stale_rounds: int = 5,
+    fit_steps: int = 40,
+    seed: int = 0,
+) -> ModeResult:
     """The LLM proposer against the server at ``api_base`` until ``max_requests`` requests (repairs
     included) or, for ``current``, the stale-round stop."""
     from flows.feedback import ResidualNotes, RoundFeedback
@@ -266,23 +295,32 @@ def run_mode(mode: str, api_base: str, task: Any, *, max_requests: int, per_requ
     if mode not in MODES:
         raise ValueError(f"unknown proposer mode {mode!r}; use one of {', '.join(MODES)}")
     current = mode == "current"
-    feedback_on = mode != "baseline"          # issue 19 part 1: named duplicates, divergence, stale stop
+    feedback_on = mode != "baseline"  # issue 19 part 1: named duplicates, divergence, stale stop
     spec = task_spec(task.dataset, task)
     if not current:
         spec.data_card = ""
     os.environ.setdefault(KEY_ENV, "recorded-local")  # litellm's OpenAI client wants some key; the server ignores it
-    proposer = LLMProposer("openai/recorded-model", api_base=api_base, api_key_env=KEY_ENV, concurrency=1,
-                           timeout=30.0, max_retries=0,
-                           per_request=per_request, seed=seed, cache_markers=False,
-                           diverge_at=0.5 if feedback_on else 1.0)
+    proposer = LLMProposer(
+        "openai/recorded-model",
+        api_base=api_base,
+        api_key_env=KEY_ENV,
+        concurrency=1,
+        timeout=30.0,
+        max_retries=0,
+        per_request=per_request,
+        seed=seed,
+        cache_markers=False,
+        diverge_at=0.5 if feedback_on else 1.0,
+    )
     # b46edcf named the last round's duplicates only; current also keeps the most repeated ones named
-    feedback = RoundFeedback(max_stale_rounds if feedback_on else 0, name_duplicates=False,
-                             max_named=8 if current else 0)
+    feedback = RoundFeedback(
+        max_stale_rounds if feedback_on else 0, name_duplicates=False, max_named=8 if current else 0
+    )
     residuals = ResidualNotes(task)
-    stored: dict[str, tuple[str, float, dict]] = {}   # canonical hash -> (source, score, flat params)
+    stored: dict[str, tuple[str, float, dict]] = {}  # canonical hash -> (source, score, flat params)
     failures: list[Any] = []
     result = ModeResult(mode)
-    duplicates: list[Any] = []                        # the last round's
+    duplicates: list[Any] = []  # the last round's
     started = time.perf_counter()
     while proposer.usage.calls < max_requests:
         ranked = sorted(stored.items(), key=lambda kv: kv[1][1])
@@ -310,16 +348,21 @@ def run_mode(mode: str, api_base: str, task: Any, *, max_requests: int, per_requ
                 continue
             fit = task.fit(p.source, name=p.canonical_hash, steps=fit_steps, restarts=2, seed=seed)
             score = task.score(fit).get(task.primary_metric, math.inf) if fit.ok else math.inf
-            stored[p.canonical_hash] = (p.source, float(score) if math.isfinite(score) else 1e9,
-                                        task.flat_parameters(fit.params) if fit.ok else {})
+            stored[p.canonical_hash] = (
+                p.source,
+                float(score) if math.isfinite(score) else 1e9,
+                task.flat_parameters(fit.params) if fit.ok else {},
+            )
             new.append(p)
             result.new_sources.append(p.source)
         result.new += len(new)
         result.duplicates += len(duplicates)
         feedback.record(None, "bench", proposals, {p.source for p in new}, duplicates=duplicates)
         if feedback.stale():
-            result.ended = (f"stopped after {feedback.stale_rounds} rounds in a row with nothing new "
-                            f"(request {proposer.usage.calls})")
+            result.ended = (
+                f"stopped after {feedback.stale_rounds} rounds in a row with nothing new "
+                f"(request {proposer.usage.calls})"
+            )
             break
     else:
         result.ended = f"request budget spent ({max_requests})"
@@ -332,20 +375,29 @@ def run_mode(mode: str, api_base: str, task: Any, *, max_requests: int, per_requ
     return result
 
 
-def compare(programs: list[tuple[str, str]], task: Any, *, max_requests: int, seed: int = 0,
-            repeat: float = 0.5, max_stale_rounds: int = 5) -> dict[str, Any]:
+def compare(
+    programs: list[tuple[str, str]],
+    task: Any,
+    *,
+    max_requests: int,
+    seed: int = 0,
+    repeat: float = 0.5,
+    max_stale_rounds: int = 5,
+) -> dict[str, Any]:
     """Both modes on a fresh recorded server each (same recording, same seed), then both on the
     repeating server (two programs only)."""
     out: dict[str, Any] = {"recorded": {}, "repeating": {}}
     for mode in MODES:
         with RecordedModelServer(programs, repeat=repeat, seed=seed) as server:
-            out["recorded"][mode] = run_mode(mode, server.api_base, task, max_requests=max_requests, seed=seed,
-                                             max_stale_rounds=max_stale_rounds)
+            out["recorded"][mode] = run_mode(
+                mode, server.api_base, task, max_requests=max_requests, seed=seed, max_stale_rounds=max_stale_rounds
+            )
     pair = [programs[0][0], programs[1][0]]
     for mode in MODES:
         with RecordedModelServer(programs, repeat_only=pair, seed=seed) as server:
-            out["repeating"][mode] = run_mode(mode, server.api_base, task, max_requests=max_requests, seed=seed,
-                                              max_stale_rounds=max_stale_rounds)
+            out["repeating"][mode] = run_mode(
+                mode, server.api_base, task, max_requests=max_requests, seed=seed, max_stale_rounds=max_stale_rounds
+            )
     return out
 
 
@@ -366,8 +418,9 @@ def run_proposer_suite(config: Any) -> Any:
     data = find_data_dir(config)
     corpus = data / CORPUS if data else None
     if corpus is None or not corpus.is_file():
-        raise SuiteSkipped(f"{CORPUS} not found under the shared data folder ({data or 'not found'}); "
-                           "set NDVM_DATA_DIR or --data-dir")
+        raise SuiteSkipped(
+            f"{CORPUS} not found under the shared data folder ({data or 'not found'}); set NDVM_DATA_DIR or --data-dir"
+        )
     programs = load_corpus(corpus)
     max_requests = 60 if config.quick else 300
     with tempfile.TemporaryDirectory(prefix="ndvm-bench-proposer-") as tmp:
@@ -378,10 +431,21 @@ def run_proposer_suite(config: Any) -> Any:
         for mode in MODES:
             r = results[server][mode]
             j = r.to_json()
-            rows.append([f"{server} / {mode}", r.requests, r.tokens_in, f"{100 * j['cached_share']:.0f}%",
-                         r.tokens_out, r.new, f"{r.per_100(r.new):.1f}", f"{r.per_100(r.duplicates):.1f}",
-                         f"{r.per_100(r.invalid):.1f}",
-                         "-" if j["tokens_per_new"] is None else f"{j['tokens_per_new']:.0f}", r.ended])
+            rows.append(
+                [
+                    f"{server} / {mode}",
+                    r.requests,
+                    r.tokens_in,
+                    f"{100 * j['cached_share']:.0f}%",
+                    r.tokens_out,
+                    r.new,
+                    f"{r.per_100(r.new):.1f}",
+                    f"{r.per_100(r.duplicates):.1f}",
+                    f"{r.per_100(r.invalid):.1f}",
+                    "-" if j["tokens_per_new"] is None else f"{j['tokens_per_new']:.0f}",
+                    r.ended,
+                ]
+            )
     cur, base = results["recorded"]["current"], results["recorded"]["baseline"]
     ratio = cur.per_100(cur.new) / base.per_100(base.new) if base.new else math.inf
     part1 = results["recorded"]["b46edcf"]
@@ -400,11 +464,35 @@ def run_proposer_suite(config: Any) -> Any:
     data_out["new_per_100_ratio"] = ratio
     data_out["new_per_100_ratio_vs_b46edcf"] = ratio_part1
     return SuiteResult(
-        name="proposer", title="LLM proposer against a recorded-output server: what 100 requests buy",
-        columns=["server / proposer", "requests", "prompt tokens", "cached", "completion tokens", "new valid",
-                 "new / 100 req", "duplicates / 100 req", "invalid / 100 req", "tokens per new", "how it ended"],
-        rows=rows, notes=notes, data=data_out)
+        name="proposer",
+        title="LLM proposer against a recorded-output server: what 100 requests buy",
+        columns=[
+            "server / proposer",
+            "requests",
+            "prompt tokens",
+            "cached",
+            "completion tokens",
+            "new valid",
+            "new / 100 req",
+            "duplicates / 100 req",
+            "invalid / 100 req",
+            "tokens per new",
+            "how it ended",
+        ],
+        rows=rows,
+        notes=notes,
+        data=data_out,
+    )
 
 
-__all__ = ["CORPUS", "MODES", "ModeResult", "RecordedModelServer", "compare", "cosearch_task", "load_corpus",
-           "run_mode", "run_proposer_suite"]
+__all__ = [
+    "CORPUS",
+    "MODES",
+    "ModeResult",
+    "RecordedModelServer",
+    "compare",
+    "cosearch_task",
+    "load_corpus",
+    "run_mode",
+    "run_proposer_suite",
+]

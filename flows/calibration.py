@@ -12,6 +12,7 @@ forecast task and an ungrouped curve task have one group), so the native thread 
 programs of the batch at once; each fitted candidate is then scored on the VALIDATION split by the
 task itself. The test split is scored once, at the end of a run (``flows.final``).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ FORECAST_LEADS_LOGGED = (1, 3, 6, 12)
 class CalibrationOptions:
     """How each candidate is fitted (``ndvm.calibrate_many`` keyword arguments)."""
 
-    optimizer: str = field(default="adam", metadata=option("optimizer of every fit", group="calibration",
-                                                           choices=("adam", "lbfgs", "gd")))
+    optimizer: str = field(
+        default="adam", metadata=option("optimizer of every fit", group="calibration", choices=("adam", "lbfgs", "gd"))
+    )
     steps: int = field(default=100, metadata=option("optimizer steps per fit", group="calibration"))
     lr: float = field(default=0.05, metadata=option("learning rate (adam, gd)", group="calibration"))
     restarts: int = field(default=8, metadata=option("multi-start lanes per fit", group="calibration"))
@@ -53,8 +55,14 @@ class CalibrationOptions:
         from flows.dask_worker import batch_threads
 
         # threads=None on a Dask worker: the worker's share of the cores, not all of them
-        return {"optimizer": self.optimizer, "steps": self.steps, "lr": self.lr, "restarts": self.restarts,
-                "seed": self.seed, "threads": batch_threads(self.threads)}
+        return {
+            "optimizer": self.optimizer,
+            "steps": self.steps,
+            "lr": self.lr,
+            "restarts": self.restarts,
+            "seed": self.seed,
+            "threads": batch_threads(self.threads),
+        }
 
 
 @dataclass
@@ -100,8 +108,11 @@ def _finite(metrics: dict[str, Any]) -> dict[str, float]:
 
 def heldout_metrics(task: Any, score: dict[str, Any]) -> dict[str, float]:
     """A score of the task (on any split) as flat metrics (per-lead lists become ``rmse_lead3`` ...)."""
-    metrics = {k: v for k, v in score.items() if k not in ("model", "n_params", "train_loss", "fit_seconds",
-                                                           "error", "per_group", "n_origins")}
+    metrics = {
+        k: v
+        for k, v in score.items()
+        if k not in ("model", "n_params", "train_loss", "fit_seconds", "error", "per_group", "n_origins")
+    }
     flat: dict[str, Any] = {}
     for key, value in metrics.items():
         if isinstance(value, (list, tuple)):
@@ -119,7 +130,6 @@ def calibrate_batch(task: Any, items: list[BatchItem], options: CalibrationOptio
     it on the VALIDATION split (the test split is never touched here). Never raises for a bad
     candidate: its result has ``status="error"`` and the reason."""
     import ndvm
-
     from datasets.schema import VALIDATION
 
     programs: list[Any] = []
@@ -131,8 +141,12 @@ def calibrate_batch(task: Any, items: list[BatchItem], options: CalibrationOptio
             programs.append(None)
             results[item.hash] = BatchResult(item.hash, "error", error=f"compile: {exc}")
     live = [(item, prog) for item, prog in zip(items, programs) if prog is not None]
-    fits = task.fit_batch([prog for _, prog in live], [item.source for item, _ in live],
-                          [item.hash for item, _ in live], **options.as_kwargs())
+    fits = task.fit_batch(
+        [prog for _, prog in live],
+        [item.source for item, _ in live],
+        [item.hash for item, _ in live],
+        **options.as_kwargs(),
+    )
     for (item, _), task_fit in zip(live, fits):
         score_started = time.perf_counter()
         with warnings.catch_warnings():  # all-NaN correlations (a constant forecast) warn in numpy
@@ -145,14 +159,23 @@ def calibrate_batch(task: Any, items: list[BatchItem], options: CalibrationOptio
             error = score.get("error") or f"validation {task.primary_metric} is not finite"
         history = task_fit.fits[0].history if task_fit.fits and task_fit.fits[0].history is not None else None
         if error is not None:
-            results[item.hash] = BatchResult(item.hash, "error", seconds=seconds, error=str(error)[:2000],
-                                             train_metrics=_finite({"loss": task_fit.train_loss}))
+            results[item.hash] = BatchResult(
+                item.hash,
+                "error",
+                seconds=seconds,
+                error=str(error)[:2000],
+                train_metrics=_finite({"loss": task_fit.train_loss}),
+            )
             continue
         results[item.hash] = BatchResult(
-            item.hash, "ok", parameters=task.flat_parameters(task_fit.params), seconds=seconds,
+            item.hash,
+            "ok",
+            parameters=task.flat_parameters(task_fit.params),
+            seconds=seconds,
             train_metrics=_finite({"loss": task_fit.train_loss, "rmse": score.get("train_rmse", math.nan)}),
             heldout_metrics=heldout_metrics(task, score),
-            loss_history=[float(v) for v in np.asarray(history).ravel()] if history is not None else None)
+            loss_history=[float(v) for v in np.asarray(history).ravel()] if history is not None else None,
+        )
     me = worker_identity()
     for result in results.values():
         result.worker = me

@@ -3,6 +3,7 @@
 ``ndvm.cli`` calls ``register(subparsers)`` when this package is importable; ``ndvm`` itself
 imports none of Prefect, MLflow or litellm. Each command imports what it needs when it runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.datasets_cli import register_datasets_command
 from flows.dask_worker import add_worker_command
+from flows.datasets_cli import register_datasets_command
 
 DEFAULT_FOLDER = "runs"
 
@@ -89,7 +90,9 @@ def _add_discover_options(p: argparse.ArgumentParser) -> None:
     add_arguments(p, _options())
     r = p.add_argument_group("this run")
     r.add_argument("--run-id", help="name of the new run (default run-<time>-<random>)")
-    r.add_argument("--resume", metavar="RUN_ID", help="continue a stopped or killed run (its configuration, a new budget)")
+    r.add_argument(
+        "--resume", metavar="RUN_ID", help="continue a stopped or killed run (its configuration, a new budget)"
+    )
     r.add_argument("--verbose", action="store_true", help="Prefect's and MLflow's own log lines")
 
 
@@ -132,12 +135,15 @@ class _ProgressDisplay:
         best = "-" if p.best_score is None else f"{p.best_score:.5g} ({p.best_hash})"
         cost = "" if p.cost_usd is None else f"   cost ${p.cost_usd:.4f}"
         table.add_row("[bold]run[/]", f"{p.run_id}   {p.phase}   {p.elapsed / 60:.1f} min{limit}{cost}")
-        table.add_row("[bold]proposals[/]", f"{p.proposed} received: {p.new} new, {p.duplicates} duplicates, "
-                                            f"{p.invalid} invalid")
+        table.add_row(
+            "[bold]proposals[/]", f"{p.proposed} received: {p.new} new, {p.duplicates} duplicates, {p.invalid} invalid"
+        )
         reused = f" ({p.reused} reused from earlier runs)" if getattr(p, "reused", 0) else ""
         table.add_row("[bold]calibrations[/]", f"{p.calibrated} ok, {p.failed} failed, {p.queued} queued{reused}")
         table.add_row(f"[bold]best {p.metric}[/]", best)
-        table.add_row("[bold]busy[/]", f"proposal {100 * p.proposal_busy:.0f}%   calibration {100 * p.calibration_busy:.0f}%")
+        table.add_row(
+            "[bold]busy[/]", f"proposal {100 * p.proposal_busy:.0f}%   calibration {100 * p.calibration_busy:.0f}%"
+        )
         return table
 
     def update(self, progress) -> None:
@@ -170,9 +176,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from flows.discover import DiscoveryError
     from flows.recalibrate import RecalibrationError
     from flows.runners import RunnerError
-    from storage import StoreError
-
     from proposers.llm import LLMFatalError
+    from storage import StoreError
 
     return (DiscoveryError, RecalibrationError, RunnerError, StoreError, DatasetError, TaskError, LLMFatalError)
 
@@ -188,11 +193,14 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
         f"[bold]{report['run_id']}[/] {report['status']} after {report['elapsed_seconds'] / 60:.1f} min "
         f"({report['stop_reason']}): {report['proposed']} proposed, {report['new']} new, "
         f"{report['duplicates']} duplicates, {report['invalid']} invalid, {report['calibrated']} calibrated, "
-        f"{report['failed']} failed, {report['pending']} pending; best validation {report['metric']} {best}")
+        f"{report['failed']} failed, {report['pending']} pending; best validation {report['metric']} {best}"
+    )
     console.print(_library_line(report))
-    console.print(f"busy fractions: proposal {100 * report['proposal_busy']:.0f}% "
-                  f"({report['proposal_requests']} requests), calibration {100 * report['calibration_busy']:.0f}% "
-                  f"({report['calibration_batches']} batches, {report['runner']})")
+    console.print(
+        f"busy fractions: proposal {100 * report['proposal_busy']:.0f}% "
+        f"({report['proposal_requests']} requests), calibration {100 * report['calibration_busy']:.0f}% "
+        f"({report['calibration_batches']} batches, {report['runner']})"
+    )
     if report.get("cost_usd") is not None:
         tokens = report.get("tokens")
         used = "" if not tokens else f", {tokens[0]} prompt + {tokens[1]} completion tokens"
@@ -204,19 +212,25 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
     llm_line = llm_summary_line(report.get("llm"))  # tokens, cached tokens, cost per new (flows/feedback.py)
     if llm_line:
         console.print(llm_line)
-    console.print(f"store: {report['store_path']}   MLflow: {report['tracking_uri']} "
-                  f"({report['logged_entries']} leaderboard entries logged as nested runs)")
-    faults = {"crashed (killed their worker, then again alone)": report.get("crashed", 0),
-              "timed out (--candidate-seconds)": report.get("timeout", 0),
-              "retried alone after their batch failed": report.get("retried_alone", 0),
-              "worker processes replaced": report.get("workers_replaced", 0),
-              "cancelled at the hard deadline (pending)": report.get("cancelled_at_deadline", 0),
-              "proposals not stored (store errors, see the log)": report.get("store_errors", 0)}
+    console.print(
+        f"store: {report['store_path']}   MLflow: {report['tracking_uri']} "
+        f"({report['logged_entries']} leaderboard entries logged as nested runs)"
+    )
+    faults = {
+        "crashed (killed their worker, then again alone)": report.get("crashed", 0),
+        "timed out (--candidate-seconds)": report.get("timeout", 0),
+        "retried alone after their batch failed": report.get("retried_alone", 0),
+        "worker processes replaced": report.get("workers_replaced", 0),
+        "cancelled at the hard deadline (pending)": report.get("cancelled_at_deadline", 0),
+        "proposals not stored (store errors, see the log)": report.get("store_errors", 0),
+    }
     if any(faults.values()):
         console.print("faults survived: " + ", ".join(f"{n} {what}" for what, n in faults.items() if n))
     if report.get("mlflow_error"):
-        console.print(f"[yellow]MLflow logging incomplete[/] ({report['mlflow_error'][:200]}); the results are in "
-                      f"the store. Log them later:  ndvm log --run {report['run_id']} --folder {folder}")
+        console.print(
+            f"[yellow]MLflow logging incomplete[/] ({report['mlflow_error'][:200]}); the results are in "
+            f"the store. Log them later:  ndvm log --run {report['run_id']} --folder {folder}"
+        )
     console.print(f"browse the results:  [bold]{ui_command(folder)}[/]   (then open http://127.0.0.1:5000)")
     if report["pending"]:
         console.print(f"continue this run:  ndvm discover --resume {report['run_id']} --folder {folder}")
@@ -225,8 +239,10 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
 def _library_line(report: dict[str, Any]) -> str:
     """What the run took from earlier runs on the same data, and its seed (storage/library.py)."""
     seeds = len(report.get("library_seeds") or [])
-    return (f"library: reused {report.get('reused', 0)} evaluations from earlier runs, started from {seeds} of "
-            f"their best programs (dataset fingerprint {report.get('dataset_fingerprint')}); seed {report.get('seed')}")
+    return (
+        f"library: reused {report.get('reused', 0)} evaluations from earlier runs, started from {seeds} of "
+        f"their best programs (dataset fingerprint {report.get('dataset_fingerprint')}); seed {report.get('seed')}"
+    )
 
 
 # ---------------------------------------------------------------------------- log
@@ -240,8 +256,10 @@ def cmd_log(args: argparse.Namespace) -> int:
     except (LogRunError, *_user_errors()) as exc:
         print(f"ndvm log: {exc}", file=sys.stderr)
         return 1
-    print(f"{done['run_id']}: MLflow run {done['mlflow_run_id']} at {done['tracking_uri']}: {done['entries']} "
-          f"leaderboard entries logged ({done['newly_logged']} new this time)")
+    print(
+        f"{done['run_id']}: MLflow run {done['mlflow_run_id']} at {done['tracking_uri']}: {done['entries']} "
+        f"leaderboard entries logged ({done['newly_logged']} new this time)"
+    )
     return 0
 
 
@@ -253,18 +271,33 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
     from flows.recalibrate import recalibrate
 
     try:
-        report = recalibrate(args.from_run, args.task, data=args.data, x=args.x, y=args.y, group=args.group,
-                             task_kind=args.task_kind, train_fraction=args.train_fraction,
-                             validation_fraction=args.validation_fraction, top=args.top, steps=args.steps,
-                             restarts=args.restarts,
-                             optimizer=args.optimizer, lr=args.lr, seed=args.seed, folder=args.folder,
-                             tracking_uri=args.tracking_uri, run_id=args.run_id)
+        report = recalibrate(
+            args.from_run,
+            args.task,
+            data=args.data,
+            x=args.x,
+            y=args.y,
+            group=args.group,
+            task_kind=args.task_kind,
+            train_fraction=args.train_fraction,
+            validation_fraction=args.validation_fraction,
+            top=args.top,
+            steps=args.steps,
+            restarts=args.restarts,
+            optimizer=args.optimizer,
+            lr=args.lr,
+            seed=args.seed,
+            folder=args.folder,
+            tracking_uri=args.tracking_uri,
+            run_id=args.run_id,
+        )
     except _user_errors() as exc:
         print(f"ndvm recalibrate: {exc}", file=sys.stderr)
         return 1
     console = _console()
-    table = Table(title=f"{report['from_run']} re-fitted on {report['dataset']} -> run {report['run_id']}",
-                  title_justify="left")
+    table = Table(
+        title=f"{report['from_run']} re-fitted on {report['dataset']} -> run {report['run_id']}", title_justify="left"
+    )
     old_key = next(k for k in report["rows"][0] if k.startswith("old_") and k != "old_rank") if report["rows"] else ""
     for column in ("old rank", "hash", old_key.replace("_", " ", 1), f"new {report['metric']}", "status"):
         table.add_column(column)
@@ -273,8 +306,10 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
         status = row["status"] if row["status"] == "ok" else f"{row['status']}: {(row['error'] or '')[:60]}"
         table.add_row(str(row["old_rank"]), row["hash"], f"{row[old_key]:.5g}", new, status)
     console.print(table)
-    console.print(f"logged {report['logged_entries']} nested runs under MLflow run {report['mlflow_run_id']}; "
-                  f"browse: [bold]{ui_command(args.folder)}[/]")
+    console.print(
+        f"logged {report['logged_entries']} nested runs under MLflow run {report['mlflow_run_id']}; "
+        f"browse: [bold]{ui_command(args.folder)}[/]"
+    )
     return 0
 
 
@@ -310,13 +345,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"ndvm serve: {exc}", file=sys.stderr)
         return 1
     if not os.environ.get("PREFECT_API_URL"):
-        print("ndvm serve: PREFECT_API_URL is not set, so the schedule lives in a temporary Prefect server that "
-              "never fires cron runs. Start `prefect server start --host 127.0.0.1` and "
-              "`export PREFECT_API_URL=http://127.0.0.1:4200/api` first.", file=sys.stderr)
-    print(f"serving deployment ndvm-discover/{args.name}: {when}; a run first continues a killed run of this "
-          "deployment (Ctrl-C or SIGTERM stops serving)")
-    discover.serve(name=args.name, schedule=schedule, parameters=parameters, tags=["ndvm"],
-                   description="Scheduled NDVM discovery run (ndvm serve)", limit=1)
+        print(
+            "ndvm serve: PREFECT_API_URL is not set, so the schedule lives in a temporary Prefect server that "
+            "never fires cron runs. Start `prefect server start --host 127.0.0.1` and "
+            "`export PREFECT_API_URL=http://127.0.0.1:4200/api` first.",
+            file=sys.stderr,
+        )
+    print(
+        f"serving deployment ndvm-discover/{args.name}: {when}; a run first continues a killed run of this "
+        "deployment (Ctrl-C or SIGTERM stops serving)"
+    )
+    discover.serve(
+        name=args.name,
+        schedule=schedule,
+        parameters=parameters,
+        tags=["ndvm"],
+        description="Scheduled NDVM discovery run (ndvm serve)",
+        limit=1,
+    )
     return 0
 
 
@@ -364,7 +410,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit one program file to a dataset column: a curve program of one input (bound to the x
     column), or a forecast candidate (init/predict/update) on a time series."""
@@ -379,22 +424,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise SystemExit(f"ndvm calibrate: no such file: {args.file}")
     source = path.read_text()
     registered = _is_registered(args.data)
-    problem = ProblemSpec(dataset=args.data if registered else "enso", data=None if registered else args.data,
-                          x=args.x, y=args.y, group=args.group, task_kind=args.task_kind,
-                          train_fraction=getattr(args, "train_fraction", None),
-                          validation_fraction=getattr(args, "validation_fraction", None))
+    problem = ProblemSpec(
+        dataset=args.data if registered else "enso",
+        data=None if registered else args.data,
+        x=args.x,
+        y=args.y,
+        group=args.group,
+        task_kind=args.task_kind,
+        train_fraction=getattr(args, "train_fraction", None),
+        validation_fraction=getattr(args, "validation_fraction", None),
+    )
     dataset, task = load_problem(problem)
     if args.x and args.x != dataset.x or args.y and args.y != dataset.y:
-        raise SystemExit(f"ndvm calibrate: {args.data} has x={dataset.x}, y={dataset.y}; pass other columns with a "
-                         "file (--data FILE --x COL --y COL)")
+        raise SystemExit(
+            f"ndvm calibrate: {args.data} has x={dataset.x}, y={dataset.y}; pass other columns with a "
+            "file (--data FILE --x COL --y COL)"
+        )
     wrapped = task.program_source(source)
     program = ndvm.compile(wrapped)
     try:
         task.check_program(program)
     except ValueError as exc:  # the tasks' CandidateError
         raise SystemExit(f"ndvm calibrate: {exc}") from None
-    options = CalibrationOptions(optimizer=args.optimizer, steps=args.steps, lr=args.lr, restarts=args.restarts,
-                                 seed=args.seed)
+    options = CalibrationOptions(
+        optimizer=args.optimizer, steps=args.steps, lr=args.lr, restarts=args.restarts, seed=args.seed
+    )
     started = time.perf_counter()
     [result] = calibrate_batch(task, [BatchItem(program.canonical_hash, source, wrapped)], options)
     seconds = time.perf_counter() - started
@@ -406,8 +460,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     width = max(len(k) for k in result.parameters) if result.parameters else 0
     for name, value in result.parameters.items():
         console.print(f"  {name:<{width}} = {value:.6g}")
-    console.print(f"  training loss {result.train_metrics.get('loss', np.nan):.6g}  ({options.optimizer}, "
-                  f"{options.steps} steps x {options.restarts} restarts, {seconds:.2f} s)")
+    console.print(
+        f"  training loss {result.train_metrics.get('loss', np.nan):.6g}  ({options.optimizer}, "
+        f"{options.steps} steps x {options.restarts} restarts, {seconds:.2f} s)"
+    )
     shown = {k: v for k, v in result.heldout_metrics.items() if "lead" not in k or k.endswith(("lead1", "lead12"))}
     console.print("  validation: " + ", ".join(f"{k} {v:.5g}" for k, v in shown.items()))
     return 0
@@ -422,8 +478,18 @@ def _is_registered(name: str) -> bool:
 def mlflow_server_command(folder: str, host: str, port: int) -> list[str]:
     db = Path(folder).resolve() / "mlflow.db"
     mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
-    return [mlflow, "server", "--backend-store-uri", f"sqlite:///{db}", "--host", host, "--port", str(port),
-            "--workers", "1"]
+    return [
+        mlflow,
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{db}",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -432,8 +498,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if not db.is_file():
         raise SystemExit(f"ndvm ui: no MLflow store at {db}; run `ndvm discover` first (or pass --folder)")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"ndvm ui: binding to {args.host}: anyone who can reach this machine can read the results",
-              file=sys.stderr)
+        print(
+            f"ndvm ui: binding to {args.host}: anyone who can reach this machine can read the results", file=sys.stderr
+        )
     command = mlflow_server_command(args.folder, args.host, args.port)
     env = {**os.environ, **{k: v for k, v in QUIET_ENV.items() if k not in os.environ}}
     # Its own process group: on Ctrl-C or SIGTERM (docker stop) the server and its uvicorn worker
@@ -470,8 +537,11 @@ def _stop_group(process: subprocess.Popen) -> None:
 # ---------------------------------------------------------------------------- registration
 def register(subparsers: Any) -> None:
     """Add the pipeline commands to ``ndvm``'s argparse subparsers."""
-    p = subparsers.add_parser("discover", help="run a discovery: propose, calibrate, score, rank, log (default: "
-                              "enso, offline mutation proposer, 2 minutes)")
+    p = subparsers.add_parser(
+        "discover",
+        help="run a discovery: propose, calibrate, score, rank, log (default: "
+        "enso, offline mutation proposer, 2 minutes)",
+    )
     _add_discover_options(p)
     p.set_defaults(fn=cmd_discover)
 
@@ -485,10 +555,10 @@ def register(subparsers: Any) -> None:
     p.set_defaults(fn=cmd_recalibrate)
 
     p = subparsers.add_parser("serve", help="register a scheduled discovery deployment and serve it (Prefect)")
-    p.add_argument("--cron", required=True,
-                   help='cron schedule, e.g. "0 2 * * *" (02:00 every night in --timezone)')
-    p.add_argument("--timezone", help="IANA time zone the cron is read in, e.g. Europe/Berlin "
-                                      "(default: this machine's zone)")
+    p.add_argument("--cron", required=True, help='cron schedule, e.g. "0 2 * * *" (02:00 every night in --timezone)')
+    p.add_argument(
+        "--timezone", help="IANA time zone the cron is read in, e.g. Europe/Berlin (default: this machine's zone)"
+    )
     p.add_argument("--name", default="nightly", help="deployment name (default nightly)")
     _add_discover_options(p)
     p.set_defaults(fn=cmd_serve)
@@ -504,14 +574,24 @@ def register(subparsers: Any) -> None:
     p.add_argument("-k", type=int, default=10, help="how many (default 10)")
     p.add_argument("--metric", help="rank by another stored metric, e.g. heldout.mean_acc or train.loss")
     p.add_argument("--folder", default=DEFAULT_FOLDER)
-    p.add_argument("--pareto", action="store_true",
-                   help="the Pareto front of complexity vs validation loss, with the recommended model")
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="recommended model: within this fraction of the best loss (default 0.10)")
+    p.add_argument(
+        "--pareto",
+        action="store_true",
+        help="the Pareto front of complexity vs validation loss, with the recommended model",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="recommended model: within this fraction of the best loss (default 0.10)",
+    )
     p.set_defaults(fn=cmd_leaderboard)
 
-    p = subparsers.add_parser("report", help="the report card of a run: champion vs references on the test split, "
-                                             "paired tests, Pareto front, formulas, standard errors")
+    p = subparsers.add_parser(
+        "report",
+        help="the report card of a run: champion vs references on the test split, "
+        "paired tests, Pareto front, formulas, standard errors",
+    )
     p.add_argument("--run", metavar="RUN_ID", help="default: the latest run")
     p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown card")
     p.add_argument("--folder", default=DEFAULT_FOLDER)

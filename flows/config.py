@@ -6,6 +6,7 @@ parts, and ``Budget``'s are the options of the ``discover`` flow, of ``build_con
 ``ndvm discover``/``serve`` (flows/options.py): adding a field with metadata adds the option
 everywhere.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,16 +35,31 @@ class Budget:
     """When a run stops proposing: whichever limit comes first (None: no limit of that kind)."""
 
     minutes: float | None = field(default=2.0, metadata=option("wall time for proposing", group="budget"))
-    max_candidates: int | None = field(default=None, metadata=option(  # new (unique, valid) candidates accepted
-        "new candidates to accept", group="budget"))
-    max_cost_usd: float | None = field(default=None, metadata=option(  # LLM cost as litellm reports it
-        "LLM cost limit; a resumed run counts what its earlier sessions spent", group="budget", flag="--max-cost",
-        metavar="USD"))
-    drain_minutes: float | None = field(default=None, metadata=option(  # None: auto
-        "time to calibrate what is queued after the deadline (default: 15%% of --minutes, 15-120 s); then what is "
-        "still in calibration is cancelled and stays pending", group="budget"))
+    max_candidates: int | None = field(
+        default=None,
+        metadata=option(  # new (unique, valid) candidates accepted
+            "new candidates to accept", group="budget"
+        ),
+    )
+    max_cost_usd: float | None = field(
+        default=None,
+        metadata=option(  # LLM cost as litellm reports it
+            "LLM cost limit; a resumed run counts what its earlier sessions spent",
+            group="budget",
+            flag="--max-cost",
+            metavar="USD",
+        ),
+    )
+    drain_minutes: float | None = field(
+        default=None,
+        metadata=option(  # None: auto
+            "time to calibrate what is queued after the deadline (default: 15%% of --minutes, 15-120 s); then what is "
+            "still in calibration is cancelled and stays pending",
+            group="budget",
+        ),
+    )
 
-    def check(self) -> "Budget":
+    def check(self) -> Budget:
         if self.minutes is None and self.max_candidates is None and self.max_cost_usd is None:
             raise DiscoveryError("a run needs a budget: minutes, max_candidates or max_cost_usd")
         for name in ("minutes", "max_candidates", "max_cost_usd", "drain_minutes"):
@@ -62,8 +78,12 @@ class Budget:
 
 
 def _add_price_args(parser: Any, group: Any) -> None:
-    group.add_argument("--input-price", type=float, metavar="USD",
-                       help="price of a million prompt tokens, for models litellm cannot price (with --output-price)")
+    group.add_argument(
+        "--input-price",
+        type=float,
+        metavar="USD",
+        help="price of a million prompt tokens, for models litellm cannot price (with --output-price)",
+    )
     group.add_argument("--output-price", type=float, metavar="USD", help="price of a million completion tokens")
 
 
@@ -91,21 +111,37 @@ def _dataset_options_from_args(args: Any) -> dict[str, Any] | None:
 # The options of the problem (ProblemSpec, flows/problem.py, stores plain values and has no option
 # metadata of its own).
 PROBLEM_OPTIONS: dict[str, dict[str, Any]] = {
-    "dataset": option("a registered dataset (see `ndvm datasets`); enso is embedded and offline", group="data",
-                      flag="--task", name="task", metavar="DATASET"),
+    "dataset": option(
+        "a registered dataset (see `ndvm datasets`); enso is embedded and offline",
+        group="data",
+        flag="--task",
+        name="task",
+        metavar="DATASET",
+    ),
     "data": option("a CSV/Parquet file (or PSL/CPC text) instead of --task", group="data", metavar="FILE"),
     "x": option("input column of --data", group="data"),
     "y": option("target column of --data", group="data"),
     "group": option("group column of --data (one series per group, e.g. cell_id)", group="data"),
     "task_kind": option("override the dataset's default task", group="data", choices=("curve", "forecast")),
-    "train_fraction": option("curve data and files: the first F of each series trains (default: the manifest's, "
-                             "or 0.6 for files, 0.5 for battery data)", group="data", metavar="F"),
-    "validation_fraction": option("the next F of each series validates (the search ranks by it; default: the "
-                                  "manifest's, or 0.2); the rest is the test split, scored once at the end of a run",
-                                  group="data", metavar="F"),
-    "options": option("options of a registered dataset (--option KEY=VALUE, --refresh)", group="data",
-                      name="dataset_options", add_cli=_add_dataset_option_args,
-                      from_args=_dataset_options_from_args),
+    "train_fraction": option(
+        "curve data and files: the first F of each series trains (default: the manifest's, "
+        "or 0.6 for files, 0.5 for battery data)",
+        group="data",
+        metavar="F",
+    ),
+    "validation_fraction": option(
+        "the next F of each series validates (the search ranks by it; default: the "
+        "manifest's, or 0.2); the rest is the test split, scored once at the end of a run",
+        group="data",
+        metavar="F",
+    ),
+    "options": option(
+        "options of a registered dataset (--option KEY=VALUE, --refresh)",
+        group="data",
+        name="dataset_options",
+        add_cli=_add_dataset_option_args,
+        from_args=_dataset_options_from_args,
+    ),
 }
 
 
@@ -118,61 +154,135 @@ class DiscoverConfig:
     everywhere (flows/options.py)."""
 
     problem: ProblemSpec = field(default_factory=ProblemSpec)
-    proposer: str = field(default="mutation", metadata=option(  # mutation | llm | replay once resolved
-        "auto: llm when --model or $NDVM_LLM_MODEL is set, else the offline mutation proposer", group="proposals",
-        choices=PROPOSERS, default="auto"))
-    model: str | None = field(default=None, metadata=option(
-        "litellm model, e.g. openai/gpt-4o-mini, anthropic/claude-..., ollama_chat/llama3.1", group="proposals"))
-    api_base: str | None = field(default=None, metadata=option(
-        "OpenAI-compatible server URL (vLLM, llama.cpp, Ollama /v1)", group="proposals"))
-    llm_env: str | None = field(default=None, metadata=option(  # the variable's name only, never the key
-        "environment variable holding the API key (default: the provider's own)", group="proposals",
-        name="api_key_env", flag="--api-key-env"))
-    replay: str | None = field(default=None, metadata=option(
-        "candidates to replay (with --proposer replay)", group="proposals", metavar="FILE.jsonl"))
-    seed: int | None = field(default=None, metadata=option(  # None: drawn at the start (flows/night.py), then stored
-        "the run's seed (default: drawn per run and printed in the summary; with --serial the same seed replays "
-        "the run)", group="calibration"))
-    fresh: bool = field(default=False, metadata=option(  # storage/library.py
-        "ignore earlier runs on the same data: no evaluation reused, no seeds from their best programs"))
-    concurrency: int = field(default=8, metadata=option(  # mutation: 1
-        "LLM requests in flight", group="proposals"))
-    per_request: int = field(default=4, metadata=option(  # mutation: 16 per round
-        "programs asked for per LLM request", group="proposals"))
-    temperature: float | None = field(default=None, metadata=option(  # some models accept no other than theirs
-        "LLM sampling temperature (default: the provider's own)", group="proposals"))
-    llm_timeout: float = field(default=60.0, metadata=option(
-        "seconds per LLM request before it is retried", group="proposals", name="request_timeout",
-        flag="--request-timeout", metavar="SECONDS"))
-    price_per_token: tuple[float, float] | None = field(default=None, metadata=option(  # (input, output) USD per token
-        "prices of an unpriced model", group="proposals", add_cli=_add_price_args, from_args=_price_from_args))
+    proposer: str = field(
+        default="mutation",
+        metadata=option(  # mutation | llm | replay once resolved
+            "auto: llm when --model or $NDVM_LLM_MODEL is set, else the offline mutation proposer",
+            group="proposals",
+            choices=PROPOSERS,
+            default="auto",
+        ),
+    )
+    model: str | None = field(
+        default=None,
+        metadata=option(
+            "litellm model, e.g. openai/gpt-4o-mini, anthropic/claude-..., ollama_chat/llama3.1", group="proposals"
+        ),
+    )
+    api_base: str | None = field(
+        default=None, metadata=option("OpenAI-compatible server URL (vLLM, llama.cpp, Ollama /v1)", group="proposals")
+    )
+    llm_env: str | None = field(
+        default=None,
+        metadata=option(  # the variable's name only, never the key
+            "environment variable holding the API key (default: the provider's own)",
+            group="proposals",
+            name="api_key_env",
+            flag="--api-key-env",
+        ),
+    )
+    replay: str | None = field(
+        default=None,
+        metadata=option("candidates to replay (with --proposer replay)", group="proposals", metavar="FILE.jsonl"),
+    )
+    seed: int | None = field(
+        default=None,
+        metadata=option(  # None: drawn at the start (flows/night.py), then stored
+            "the run's seed (default: drawn per run and printed in the summary; with --serial the same seed replays "
+            "the run)",
+            group="calibration",
+        ),
+    )
+    fresh: bool = field(
+        default=False,
+        metadata=option(  # storage/library.py
+            "ignore earlier runs on the same data: no evaluation reused, no seeds from their best programs"
+        ),
+    )
+    concurrency: int = field(
+        default=8,
+        metadata=option(  # mutation: 1
+            "LLM requests in flight", group="proposals"
+        ),
+    )
+    per_request: int = field(
+        default=4,
+        metadata=option(  # mutation: 16 per round
+            "programs asked for per LLM request", group="proposals"
+        ),
+    )
+    temperature: float | None = field(
+        default=None,
+        metadata=option(  # some models accept no other than theirs
+            "LLM sampling temperature (default: the provider's own)", group="proposals"
+        ),
+    )
+    llm_timeout: float = field(
+        default=60.0,
+        metadata=option(
+            "seconds per LLM request before it is retried",
+            group="proposals",
+            name="request_timeout",
+            flag="--request-timeout",
+            metavar="SECONDS",
+        ),
+    )
+    price_per_token: tuple[float, float] | None = field(
+        default=None,
+        metadata=option(  # (input, output) USD per token
+            "prices of an unpriced model", group="proposals", add_cli=_add_price_args, from_args=_price_from_args
+        ),
+    )
     batch_size: int = field(default=32, metadata=option("candidates per calibration batch"))
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
-    candidate_seconds: float | None = field(default=None, metadata=option(  # calibration + scoring, alone
-        "time limit of one candidate's calibration and scoring; one over it is marked timeout", group="budget",
-        metavar="S"))
+    candidate_seconds: float | None = field(
+        default=None,
+        metadata=option(  # calibration + scoring, alone
+            "time limit of one candidate's calibration and scoring; one over it is marked timeout",
+            group="budget",
+            metavar="S",
+        ),
+    )
     runner: RunnerChoice = field(default_factory=RunnerChoice)
     top_k: int = field(default=10, metadata=option("leaderboard entries logged to MLflow"))
-    test_top_k: int = field(default=10, metadata=option(
-        "final leaderboard entries scored on the test split at the end of the run"))
-    max_stale_rounds: int = field(default=5, metadata=option(
-        "stop proposing after N proposal rounds in a row gave nothing new (duplicates or invalid only; 0: never)",
-        metavar="N"))
-    serial: bool = field(default=False, metadata=option(  # same seed -> same proposals, whatever the timing
-        "one proposal round at a time, calibrated before the next: reproducible with --seed"))
-    log_every: float = field(default=10.0, metadata=option(
-        "seconds between MLflow progress snapshots (counters, LLM cost, the podium)", metavar="SECONDS"))
-    folder: str = field(default="runs", metadata=option(
-        "run folder: candidates.duckdb, mlflow.db, artifacts", group="store"))
-    tracking_uri: str | None = field(default=None, metadata=option(  # None: sqlite under the run folder
-        "MLflow tracking URI (default sqlite:///<folder>/mlflow.db)", group="store"))
+    test_top_k: int = field(
+        default=10, metadata=option("final leaderboard entries scored on the test split at the end of the run")
+    )
+    max_stale_rounds: int = field(
+        default=5,
+        metadata=option(
+            "stop proposing after N proposal rounds in a row gave nothing new (duplicates or invalid only; 0: never)",
+            metavar="N",
+        ),
+    )
+    serial: bool = field(
+        default=False,
+        metadata=option(  # same seed -> same proposals, whatever the timing
+            "one proposal round at a time, calibrated before the next: reproducible with --seed"
+        ),
+    )
+    log_every: float = field(
+        default=10.0,
+        metadata=option(
+            "seconds between MLflow progress snapshots (counters, LLM cost, the podium)", metavar="SECONDS"
+        ),
+    )
+    folder: str = field(
+        default="runs", metadata=option("run folder: candidates.duckdb, mlflow.db, artifacts", group="store")
+    )
+    tracking_uri: str | None = field(
+        default=None,
+        metadata=option(  # None: sqlite under the run folder
+            "MLflow tracking URI (default sqlite:///<folder>/mlflow.db)", group="store"
+        ),
+    )
     deployment: str | None = None  # the Prefect deployment of a scheduled run (ndvm serve), set by the flow
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DiscoverConfig":
+    def from_dict(cls, data: dict[str, Any]) -> DiscoverConfig:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["problem"] = ProblemSpec(**data.get("problem", {}))
@@ -230,12 +340,27 @@ def build_config(task: str = "enso", proposer: str = "auto", **options: Any) -> 
     problem = dict(v.pop("problem"))
     problem["options"] = dict(problem["options"]) if problem["options"] else None
     price = v["price_per_token"]
-    return DiscoverConfig(**{
-        **v, "proposer": kind, "model": model, "problem": ProblemSpec(**problem),
-        "price_per_token": None if price is None else tuple(price),
-        "calibration": CalibrationOptions(**v["calibration"], seed=v["seed"]),
-        "runner": RunnerChoice(**v["runner"]).check()})
+    return DiscoverConfig(
+        **{
+            **v,
+            "proposer": kind,
+            "model": model,
+            "problem": ProblemSpec(**problem),
+            "price_per_token": None if price is None else tuple(price),
+            "calibration": CalibrationOptions(**v["calibration"], seed=v["seed"]),
+            "runner": RunnerChoice(**v["runner"]).check(),
+        }
+    )
 
 
-__all__ = ["LLM_MODEL_ENV", "PROBLEM_OPTIONS", "PROPOSERS", "Budget", "DiscoverConfig", "DiscoveryError", "build_config",
-           "discover_options", "resolve_proposer"]
+__all__ = [
+    "LLM_MODEL_ENV",
+    "PROBLEM_OPTIONS",
+    "PROPOSERS",
+    "Budget",
+    "DiscoverConfig",
+    "DiscoveryError",
+    "build_config",
+    "discover_options",
+    "resolve_proposer",
+]

@@ -12,6 +12,7 @@ every core of the machine). On a Dask worker that would oversubscribe: a worker 
 
 Outside a Dask worker nothing changes (the flow's own runners decide).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -96,29 +97,51 @@ def calibration_threads_here() -> dict:
     from flows.calibration import CalibrationOptions
 
     worker = _current_worker()
-    return {"threads": CalibrationOptions().as_kwargs()["threads"], "pid": os.getpid(),
-            "setting": os.environ.get(WORKER_THREADS_ENV), "host_slots": host_slots(worker) if worker else None}
+    return {
+        "threads": CalibrationOptions().as_kwargs()["threads"],
+        "pid": os.getpid(),
+        "setting": os.environ.get(WORKER_THREADS_ENV),
+        "host_slots": host_slots(worker) if worker else None,
+    }
 
 
 # ---------------------------------------------------------------------------- ndvm worker
 def add_worker_command(subparsers) -> None:
-    p = subparsers.add_parser("worker", help="start a Dask worker for `ndvm discover --dask-address` (one batch "
-                                             "at a time on --nthreads cores)")
+    p = subparsers.add_parser(
+        "worker",
+        help="start a Dask worker for `ndvm discover --dask-address` (one batch at a time on --nthreads cores)",
+    )
     p.add_argument("--scheduler", required=True, metavar="tcp://HOST:PORT", help="the Dask scheduler's address")
-    p.add_argument("--nthreads", type=int, default=None,
-                   help="cores the worker's calibrations use (default: every core this process may run on)")
+    p.add_argument(
+        "--nthreads",
+        type=int,
+        default=None,
+        help="cores the worker's calibrations use (default: every core this process may run on)",
+    )
     p.add_argument("--name", help="worker name shown by the scheduler (default: Dask's)")
     p.add_argument("--host", help="address to listen on (default: Dask's choice; 127.0.0.1 for this machine only)")
     p.add_argument("--memory-limit", default="auto", help="Dask's memory limit of the worker (default auto)")
     p.set_defaults(fn=cmd_worker)
 
 
-def worker_command(scheduler: str, *, name: str | None = None, host: str | None = None,
-                   memory_limit: str = "auto") -> list[str]:
+def worker_command(
+    scheduler: str, *, name: str | None = None, host: str | None = None, memory_limit: str = "auto"
+) -> list[str]:
     """The ``dask worker`` command line: one worker process with one task slot, so one batch runs
     at a time and takes the cores given by $NDVM_WORKER_THREADS."""
-    command = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--nworkers", "1", "--nthreads", "1",
-               "--memory-limit", memory_limit, "--no-dashboard"]
+    command = [
+        sys.executable,
+        "-m",
+        "distributed.cli.dask_worker",
+        scheduler,
+        "--nworkers",
+        "1",
+        "--nthreads",
+        "1",
+        "--memory-limit",
+        memory_limit,
+        "--no-dashboard",
+    ]
     if name:
         command += ["--name", name]
     if host:
@@ -136,11 +159,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     threads = args.nthreads or usable_cores()
     from flows.cli import QUIET_ENV
 
-    env = {**{k: v for k, v in QUIET_ENV.items() if k not in os.environ}, **os.environ, WORKER_THREADS_ENV: str(threads)}
+    env = {
+        **{k: v for k, v in QUIET_ENV.items() if k not in os.environ},
+        **os.environ,
+        WORKER_THREADS_ENV: str(threads),
+    }
     if not env.get("PREFECT_API_URL"):
-        print("ndvm worker: PREFECT_API_URL is not set, so each task run starts a temporary Prefect server on this "
-              "machine (seconds each); point it at the flow's server: export PREFECT_API_URL=http://HOST:4200/api",
-              file=sys.stderr)
+        print(
+            "ndvm worker: PREFECT_API_URL is not set, so each task run starts a temporary Prefect server on this "
+            "machine (seconds each); point it at the flow's server: export PREFECT_API_URL=http://HOST:4200/api",
+            file=sys.stderr,
+        )
     command = worker_command(args.scheduler, name=args.name, host=args.host, memory_limit=args.memory_limit)
     print(f"ndvm worker: {threads} calibration threads, one batch at a time, scheduler {args.scheduler}", flush=True)
     if shutil.which(command[0]) is None and not os.path.exists(command[0]):
@@ -157,4 +186,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
             return process.wait()
 
 
-__all__ = ["WORKER_THREADS_ENV", "add_worker_command", "batch_threads", "calibration_threads_here", "cmd_worker", "usable_cores", "worker_command"]
+__all__ = [
+    "WORKER_THREADS_ENV",
+    "add_worker_command",
+    "batch_threads",
+    "calibration_threads_here",
+    "cmd_worker",
+    "usable_cores",
+    "worker_command",
+]

@@ -5,20 +5,24 @@ adds the command, ``add_dataset_option_args(parser)`` adds ``--option KEY=VALUE`
 and ``--refresh`` to a command, ``dataset_options(args)`` turns them into the typed options of
 the chosen dataset (an unknown name is an error listing the valid ones).
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 
 # ---------------------------------------------------------------------------- discover options
 def add_dataset_option_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("dataset options (registered datasets; `ndvm datasets show NAME` lists them)")
-    g.add_argument("--option", action="append", metavar="KEY=VALUE", default=[],
-                   help="an option of the --task dataset, e.g. --option batches=1,2 --option test_cells=b3* "
-                        "(repeatable)")
+    g.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        default=[],
+        help="an option of the --task dataset, e.g. --option batches=1,2 --option test_cells=b3* (repeatable)",
+    )
     g.add_argument("--refresh", action="store_true", help="download the dataset's files again (refresh=true)")
 
 
@@ -45,13 +49,17 @@ def register_datasets_command(subparsers: Any) -> None:
     show = sub.add_parser("show", help="a dataset's options, splits, sizes, source and licence")
     show.add_argument("name")
     fetch = sub.add_parser("fetch", help="download a dataset's published files into the cache and convert them")
-    fetch.add_argument("name", help="nasa-pcoe, severson (or their datasets battery-nasa, battery-severson), "
-                                     "enso-nino34")
+    fetch.add_argument(
+        "name", help="nasa-pcoe, severson (or their datasets battery-nasa, battery-severson), enso-nino34"
+    )
     fetch.add_argument("--refresh", action="store_true", help="download again even when cached")
     fetch.add_argument("--mirror", metavar="URL", help="fetch the original file names from this folder instead")
     fetch.add_argument("--cache-dir", metavar="DIR", help="cache folder (default $NDVM_CACHE_DIR or ~/.cache/ndvm)")
-    fetch.add_argument("--keep-all-cells", action="store_true",
-                       help="severson: keep the cells the authors' code removes and the batch-2 continuations apart")
+    fetch.add_argument(
+        "--keep-all-cells",
+        action="store_true",
+        help="severson: keep the cells the authors' code removes and the batch-2 continuations apart",
+    )
     p.set_defaults(fn=cmd_datasets)
 
 
@@ -80,8 +88,13 @@ def _list() -> int:
 
     import datasets
 
-    table = Table(title="datasets: ndvm discover --task NAME (or --data FILE --x COL --y COL)", title_justify="left",
-                  box=None, pad_edge=False, show_edge=False)
+    table = Table(
+        title="datasets: ndvm discover --task NAME (or --data FILE --x COL --y COL)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        show_edge=False,
+    )
     table.add_column("name", no_wrap=True, style="bold")
     table.add_column("task", no_wrap=True)
     table.add_column("what", overflow="fold")
@@ -117,11 +130,20 @@ def _show(name: str) -> int:
     if src is not None:
         converted = battery_sources.converted_path(src.name)
         raw = cache.cache_dir() / "battery" / "raw" / src.name
-        have = [p for p in raw.glob("*") if not p.name.startswith(".") and not p.name.endswith(".sha256")] \
-            if raw.is_dir() else []
-        console.print(f"[bold]download[/] {src.approx_download} from {src.homepage}; cached: "
-                      + (f"{len(have)} of {len(src.files)} files, {sum(p.stat().st_size for p in have) / 1e6:,.1f} MB"
-                         if have else "nothing yet") + f" (`ndvm datasets fetch {src.name}`)")
+        have = (
+            [p for p in raw.glob("*") if not p.name.startswith(".") and not p.name.endswith(".sha256")]
+            if raw.is_dir()
+            else []
+        )
+        console.print(
+            f"[bold]download[/] {src.approx_download} from {src.homepage}; cached: "
+            + (
+                f"{len(have)} of {len(src.files)} files, {sum(p.stat().st_size for p in have) / 1e6:,.1f} MB"
+                if have
+                else "nothing yet"
+            )
+            + f" (`ndvm datasets fetch {src.name}`)"
+        )
         if not converted.is_file():
             console.print("[bold]splits, sizes[/] after the download")
             return 0
@@ -155,8 +177,13 @@ def _fetch(args: argparse.Namespace) -> int:
         raise datasets.UnknownDatasetError(f"nothing to fetch for {args.name!r}; fetchable: {', '.join(fetchable)}")
     src = battery_sources.source(name)
     print(f"fetching {src.title} ({src.approx_download}) into the cache")
-    out = battery_sources.fetch(name, cache_dir=args.cache_dir, refresh=args.refresh, mirror=args.mirror,
-                                authors_cleaning=not args.keep_all_cells)
+    out = battery_sources.fetch(
+        name,
+        cache_dir=args.cache_dir,
+        refresh=args.refresh,
+        mirror=args.mirror,
+        authors_cleaning=not args.keep_all_cells,
+    )
     import polars as pl
 
     frame = pl.read_parquet(out)

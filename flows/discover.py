@@ -31,6 +31,7 @@ wall time during which at least one proposal request, or one calibration batch, 
 The flow's keyword arguments, ``build_config`` and the command-line options of ``ndvm discover``
 are generated from ``DiscoverConfig``'s fields (flows/options.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,28 +48,38 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.calibration import BatchItem, BatchResult, CalibrationOptions
-from flows.problem import entry_extras, load_problem, probe_inputs, task_spec
 from flows import faults
+from flows.calibration import BatchItem, BatchResult, CalibrationOptions
+from flows.config import (  # the configuration of a run (re-exported: the flow's callers import it from here)
+    LLM_MODEL_ENV,
+    PROPOSERS,
+    Budget,
+    DiscoverConfig,
+    DiscoveryError,
+    build_config,
+    discover_options,
+    resolve_proposer,
+)
 from flows.feedback import ResidualNotes, RoundFeedback, llm_summary, log_llm_summary
 from flows.mlflow_log import RunTracking
-from flows.config import (  # the configuration of a run (re-exported: the flow's callers import it from here)
-    LLM_MODEL_ENV, PROPOSERS, Budget, DiscoverConfig, DiscoveryError, build_config, discover_options, resolve_proposer)
-from flows.options import flow_signature
 from flows.night import open_run_library, with_seed
+from flows.options import flow_signature
+from flows.problem import entry_extras, load_problem, probe_inputs, task_spec
 from flows.report import finish_report
 from flows.runners import worker_environment
 from flows.supervisor import CalibrationSupervisor
 from proposers.niches import NicheArchive, store_programs
 
 log = logging.getLogger("ndvm.discover")
+
 
 def make_proposer(config: DiscoverConfig, seed_offset: int = 0) -> Any:
     if config.proposer == "mutation":
@@ -84,10 +95,17 @@ def make_proposer(config: DiscoverConfig, seed_offset: int = 0) -> Any:
         return ReplayProposer(config.replay)
     from proposers import LLMProposer
 
-    return LLMProposer(config.model, temperature=config.temperature, concurrency=config.concurrency,
-                       timeout=config.llm_timeout, api_base=config.api_base, api_key_env=config.llm_env,
-                       per_request=config.per_request, seed=config.seed + seed_offset,
-                       price_per_token=None if config.price_per_token is None else tuple(config.price_per_token))
+    return LLMProposer(
+        config.model,
+        temperature=config.temperature,
+        concurrency=config.concurrency,
+        timeout=config.llm_timeout,
+        api_base=config.api_base,
+        api_key_env=config.llm_env,
+        per_request=config.per_request,
+        seed=config.seed + seed_offset,
+        price_per_token=None if config.price_per_token is None else tuple(config.price_per_token),
+    )
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -169,9 +187,9 @@ class DiscoveryReport:
     calibration_busy: float
     proposal_requests: int
     calibration_batches: int
-    cost_usd: float | None           # LLM cost of the whole run, earlier sessions (resumes) included
-    tokens: tuple[int, int] | None   # (prompt, completion) tokens of the whole run
-    earlier_cost_usd: float          # the part of cost_usd spent before this session (from the store)
+    cost_usd: float | None  # LLM cost of the whole run, earlier sessions (resumes) included
+    tokens: tuple[int, int] | None  # (prompt, completion) tokens of the whole run
+    earlier_cost_usd: float  # the part of cost_usd spent before this session (from the store)
     store_path: str
     tracking_uri: str
     mlflow_run_id: str | None
@@ -182,20 +200,22 @@ class DiscoveryReport:
     proposer: str
     model: str | None
     # Pipeline faults (flows/supervisor.py, flows/mlflow_log.py): what the run survived.
-    crashed: int = 0                 # candidates that killed their worker, then again alone
-    timeout: int = 0                 # candidates over --candidate-seconds alone
-    retried_alone: int = 0           # candidates retried alone after their batch failed
-    worker_deaths: int = 0           # worker processes that died under a batch
+    crashed: int = 0  # candidates that killed their worker, then again alone
+    timeout: int = 0  # candidates over --candidate-seconds alone
+    retried_alone: int = 0  # candidates retried alone after their batch failed
+    worker_deaths: int = 0  # worker processes that died under a batch
     workers_replaced: int = 0
-    cancelled_at_deadline: int = 0   # in calibration at the hard deadline: left pending
-    store_errors: int = 0            # proposals the store could not write (recorded with the error)
+    cancelled_at_deadline: int = 0  # in calibration at the hard deadline: left pending
+    store_errors: int = 0  # proposals the store could not write (recorded with the error)
     mlflow_error: str | None = None  # why MLflow logging is incomplete (None: all logged)
     # The program library (storage/library.py, flows/night.py)
-    seed: int | None = None          # the run's seed (drawn unless given): --seed S --serial --fresh replays it
+    seed: int | None = None  # the run's seed (drawn unless given): --seed S --serial --fresh replays it
     dataset_fingerprint: str | None = None
-    reused: int = 0                  # evaluations taken from earlier runs on the same fingerprint
+    reused: int = 0  # evaluations taken from earlier runs on the same fingerprint
     library_seeds: list[str] = field(default_factory=list)  # earlier runs' best programs it started from
-    llm: dict[str, Any] | None = None  # this session's LLM spend: tokens, cached tokens, cost per new (flows/feedback.py)
+    llm: dict[str, Any] | None = (
+        None  # this session's LLM spend: tokens, cached tokens, cost per new (flows/feedback.py)
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,46 +265,52 @@ def _retry_request(task: Any, task_run: Any, state: Any) -> bool:
     return True
 
 
-@task(name="propose", task_run_name="propose-{number}", retries=2, retry_delay_seconds=2.0,
-      retry_condition_fn=_retry_request, **_TASK)
-def propose_task(run: "Discovery", number: int, n: int) -> Any:
+@task(
+    name="propose",
+    task_run_name="propose-{number}",
+    retries=2,
+    retry_delay_seconds=2.0,
+    retry_condition_fn=_retry_request,
+    **_TASK,
+)
+def propose_task(run: Discovery, number: int, n: int) -> Any:
     """One proposal request (an LLM request, a mutation round), then its proposals into the store."""
     return run.propose_request(number, n)
 
 
 @task(name="deduplicate", task_run_name="deduplicate-{number}", **_TASK)
-def deduplicate_task(run: "Discovery", number: int, proposals: list[Any]) -> Any:
+def deduplicate_task(run: Discovery, number: int, proposals: list[Any]) -> Any:
     """The proposals of one request into the store: duplicates and invalid programs are dropped
     (and counted), the new candidates join the calibration queue."""
     return run.deduplicate(proposals)
 
 
 @task(name="calibrate-batch", task_run_name="calibrate-batch-{number}", **_TASK)
-def calibrate_task(run: "Discovery", number: int, batch: "_Batch") -> Any:
+def calibrate_task(run: Discovery, number: int, batch: _Batch) -> Any:
     """One calibration batch, from its hand-over to a supervised worker until all its results are
     recorded (validation scores included: the worker scores each fit on the validation split)."""
     return run.await_batch(batch)
 
 
 @task(name="log-progress", task_run_name="log-progress-{number}", retries=2, retry_delay_seconds=2.0, **_TASK)
-def log_progress_task(run: "Discovery", number: int, podium: int) -> Any:
+def log_progress_task(run: Discovery, number: int, podium: int) -> Any:
     """The run's counters, LLM cost and (when it changed) the podium to MLflow; retried on failure."""
     return run.log_progress(podium)
 
 
 @task(name="score-test-split", task_run_name="score-test-split", **_TASK)
-def score_test_task(run: "Discovery") -> Any:
+def score_test_task(run: Discovery) -> Any:
     """The final top ``test_top_k`` and the references on the test split, once, at the end."""
     return run.score_test_split()
 
 
 @task(name="report-card", task_run_name="report-card", **_TASK)
-def report_card_task(run: "Discovery") -> Any:
+def report_card_task(run: Discovery) -> Any:
     return run.write_report_card()
 
 
 @task(name="log-final", task_run_name="log-final", **_TASK)
-def log_final_task(run: "Discovery", mlflow_status: str) -> Any:
+def log_final_task(run: Discovery, mlflow_status: str) -> Any:
     """The final leaderboard, test scores, report card, cost and end status to MLflow (bounded;
     it retries once itself; what fails is logged later by ``ndvm log``)."""
     return run.log_final(mlflow_status)
@@ -354,7 +380,7 @@ class _Batch:
 
     items: list[BatchItem]
     waiting: set[str] = field(default_factory=set)
-    pieces: "queue.Queue[tuple[str, Any]]" = field(default_factory=queue.Queue)
+    pieces: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)
 
     def __post_init__(self) -> None:
         self.waiting = {item.hash for item in self.items}
@@ -367,8 +393,14 @@ class _Batch:
 class Discovery:
     """One discovery run (or the continuation of one). ``run()`` blocks until the budget is spent."""
 
-    def __init__(self, config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
-                 logger: Any = None):
+    def __init__(
+        self,
+        config: DiscoverConfig,
+        budget: Budget,
+        run_id: str | None = None,
+        resume: str | None = None,
+        logger: Any = None,
+    ):
         from storage import CandidateStore, default_store_path
 
         config = with_seed(config)  # a run without --seed draws one (flows/night.py)
@@ -377,26 +409,44 @@ class Discovery:
         self.runner_choice = config.runner.check()
         self.dataset, self.task = load_problem(config.problem)
         self.spec = task_spec(self.dataset, self.task)
-        self.options = CalibrationOptions(**{**asdict(config.calibration),
-                                             "threads": config.calibration.threads or self.runner_choice.native_threads(),
-                                             "max_seconds": config.candidate_seconds})
+        self.options = CalibrationOptions(
+            **{
+                **asdict(config.calibration),
+                "threads": config.calibration.threads or self.runner_choice.native_threads(),
+                "max_seconds": config.candidate_seconds,
+            }
+        )
         self.folder = Path(config.folder)
         self.store_path = default_store_path(self.folder)
         self.store = CandidateStore(self.store_path)
         try:
             self._open_run(run_id, resume)
             # earlier runs on the same data: reuse their evaluations, start from their best programs
-            self.library, seeds_left = open_run_library(self.store, self.run_id, self.dataset, self.task, config,
-                                                        resumed=bool(resume), program_source=self.spec.program_source,
-                                                        log=self.log)
+            self.library, seeds_left = open_run_library(
+                self.store,
+                self.run_id,
+                self.dataset,
+                self.task,
+                config,
+                resumed=bool(resume),
+                program_source=self.spec.program_source,
+                log=self.log,
+            )
             self.queue_initial += seeds_left
             # MLflow down does not stop a run: the store keeps everything, the end retries.
             self.tracking = RunTracking(
-                self.store, self.run_id, tracking_uri=config.tracking_uri, folder=self.folder,
-                config=self.config.to_dict(), budget=asdict(self.budget),
-                names=dict(dataset=self.config.problem.label, task=self.task.kind, proposer=config.proposer,
-                           model=config.model),
-                entry_hook=lambda digest: faults.checkpoint("logging", hash=digest), logger=self.log)
+                self.store,
+                self.run_id,
+                tracking_uri=config.tracking_uri,
+                folder=self.folder,
+                config=self.config.to_dict(),
+                budget=asdict(self.budget),
+                names=dict(
+                    dataset=self.config.problem.label, task=self.task.kind, proposer=config.proposer, model=config.model
+                ),
+                entry_hook=lambda digest: faults.checkpoint("logging", hash=digest),
+                logger=self.log,
+            )
             self.tracking.connect()
         except BaseException:
             self.store.close()
@@ -404,12 +454,15 @@ class Discovery:
         # The LLM spend of the run's earlier sessions, from the store: --max-cost bounds the whole run.
         earlier = self.resumed_from
         self.earlier_cost = (earlier.llm_cost_usd or 0.0) if earlier else 0.0
-        self.earlier_tokens = ((earlier.llm_tokens_in or 0, earlier.llm_tokens_out or 0) if earlier else (0, 0))
+        self.earlier_tokens = (earlier.llm_tokens_in or 0, earlier.llm_tokens_out or 0) if earlier else (0, 0)
         self.earlier_cached = (getattr(earlier, "llm_tokens_cached", None) or 0) if earlier else 0
         self.proposer = make_proposer(config, seed_offset=self.resumed_from.proposed if self.resumed_from else 0)
         # An unpriced model makes --max-cost toothless: say so at the start, not after the bill.
-        self.cost_warning = (self.proposer.cost_limit_problem() if self.budget.max_cost_usd is not None
-                             and hasattr(self.proposer, "cost_limit_problem") else None)
+        self.cost_warning = (
+            self.proposer.cost_limit_problem()
+            if self.budget.max_cost_usd is not None and hasattr(self.proposer, "cost_limit_problem")
+            else None
+        )
         if self.cost_warning:
             self.log.warning("--max-cost: %s", self.cost_warning)
             print(f"ndvm discover: warning: {self.cost_warning}", file=sys.stderr)
@@ -468,10 +521,17 @@ class Discovery:
             return
         self.queue_initial = []
         self.run_id = run_id or f"run-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
-        self.store.start_run(self.run_id, dataset=self.config.problem.label, task=self.task.kind,
-                             proposer=self.config.proposer, model=self.config.model, config=self.config.to_dict(),
-                             budget=asdict(self.budget), metric=self.task.primary_metric,
-                             probe_inputs=probe_inputs(self.task))
+        self.store.start_run(
+            self.run_id,
+            dataset=self.config.problem.label,
+            task=self.task.kind,
+            proposer=self.config.proposer,
+            model=self.config.model,
+            config=self.config.to_dict(),
+            budget=asdict(self.budget),
+            metric=self.task.primary_metric,
+            probe_inputs=probe_inputs(self.task),
+        )
 
     # ------------------------------------------------------------------ budget
     def elapsed(self) -> float:
@@ -525,7 +585,8 @@ class Discovery:
 
     # ------------------------------------------------------------------ proposal stage
     def _context(self) -> Any:
-        from proposers import Budget as ProposalBudget, ProposalContext
+        from proposers import Budget as ProposalBudget
+        from proposers import ProposalContext
 
         # the best program, then one per structural niche; as duplicates rise, the less-visited niches
         best = self.niches.select(store_programs(self.store, self.run_id), 5, explore=self.feedback.duplicate_rate)
@@ -533,11 +594,19 @@ class Discovery:
         left = ProposalBudget(
             proposals_left=None if b.max_candidates is None else max(0, b.max_candidates - self.accepted),
             seconds_left=None if b.minutes is None else max(0.0, 60.0 * b.minutes - self.elapsed()),
-            cost_left_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.cost() or 0.0)))
+            cost_left_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.cost() or 0.0)),
+        )
         fb = self.feedback
-        return ProposalContext(self.spec, best=best, failures=list(self.failures), budget=left,
-                               duplicates=list(fb.last_duplicates), duplicate_rate=fb.duplicate_rate,
-                               stale_rounds=fb.stale_rounds, residuals=self._residuals())
+        return ProposalContext(
+            self.spec,
+            best=best,
+            failures=list(self.failures),
+            budget=left,
+            duplicates=list(fb.last_duplicates),
+            duplicate_rate=fb.duplicate_rate,
+            stale_rounds=fb.stale_rounds,
+            residuals=self._residuals(),
+        )
 
     def _residuals(self) -> str:
         """Where the run's best program fails on validation (LLM prompt only; refreshed when the best changes)."""
@@ -605,8 +674,9 @@ class Discovery:
 
     def _store_error(self, proposal: Any, error: Exception) -> None:
         source = proposal if isinstance(proposal, str) else getattr(proposal, "source", None) or repr(proposal)
-        self.log.warning("proposal not stored (%s: %s); source: %r", type(error).__name__, str(error)[:300],
-                         source[:200])
+        self.log.warning(
+            "proposal not stored (%s: %s); source: %r", type(error).__name__, str(error)[:300], source[:200]
+        )
         try:
             self.store.record_store_error(self.run_id, proposal, error)
         except Exception as again:  # the store cannot write at all: keep the count in memory
@@ -650,8 +720,11 @@ class Discovery:
 
         new = self._accept(proposals)
         counts = {"proposals": len(proposals), "new": len(new)}
-        return Completed(message=f"{len(proposals)} proposals: {len(new)} new, {len(proposals) - len(new)} "
-                                 "duplicate, invalid or over the candidate budget", data=counts)
+        return Completed(
+            message=f"{len(proposals)} proposals: {len(new)} new, {len(proposals) - len(new)} "
+            "duplicate, invalid or over the candidate budget",
+            data=counts,
+        )
 
     def _request_failed(self, error: BaseException) -> None:
         """A proposal request that failed after its retries: recorded for the proposers' context
@@ -671,12 +744,14 @@ class Discovery:
             # still use the wall time the run was given (the usual drain counts from the stop).
             self._stop(self.feedback.stop_message())
             if self.budget.minutes is not None and self.drain_deadline is not None:
-                self.drain_deadline = max(self.drain_deadline, self.started + 60.0 * self.budget.minutes
-                                          + self.budget.drain_seconds())
+                self.drain_deadline = max(
+                    self.drain_deadline, self.started + 60.0 * self.budget.minutes + self.budget.drain_seconds()
+                )
 
     def _cancellable(self, coro: Any) -> Any:
         """Run the proposer's coroutine on an event loop of this thread, registered so that the
         hard deadline can cancel it from the coordinator (``_cancel_requests``)."""
+
         async def main() -> Any:
             me = (asyncio.get_running_loop(), asyncio.current_task())
             with self.requests_lock:
@@ -709,15 +784,35 @@ class Discovery:
 
         sources = {item.hash: item.source for item in items}
         faults.checkpoint("recording", hashes=[r.hash for r in results])
-        self.store.record([EvaluationResult(
-            candidate=r.hash, run_id=self.run_id, dataset=self.config.problem.label, task=self.task.kind,
-            split=self.split_label, parameters=r.parameters, train_metrics=r.train_metrics,
-            heldout_metrics=r.heldout_metrics, seconds=r.seconds, status=r.status, error=r.error,
-            loss_history=r.loss_history) for r in results])
+        self.store.record(
+            [
+                EvaluationResult(
+                    candidate=r.hash,
+                    run_id=self.run_id,
+                    dataset=self.config.problem.label,
+                    task=self.task.kind,
+                    split=self.split_label,
+                    parameters=r.parameters,
+                    train_metrics=r.train_metrics,
+                    heldout_metrics=r.heldout_metrics,
+                    seconds=r.seconds,
+                    status=r.status,
+                    error=r.error,
+                    loss_history=r.loss_history,
+                )
+                for r in results
+            ]
+        )
         for r in results:
             if r.status != "ok":
-                self.failures.append(Failure("eval", f"calibration/scoring failed: {r.error}"[:500],
-                                             source=sources.get(r.hash), proposer="calibration"))
+                self.failures.append(
+                    Failure(
+                        "eval",
+                        f"calibration/scoring failed: {r.error}"[:500],
+                        source=sources.get(r.hash),
+                        proposer="calibration",
+                    )
+                )
         with self.accept_lock:  # last: a serial run proposes again once this reaches 0
             self.unrecorded -= len(results)
 
@@ -795,8 +890,8 @@ class Discovery:
 
         counts = collections.Counter()
         while True:
-            kind, piece = batch.pieces.get()
-            if kind != "results":
+            what, piece = batch.pieces.get()
+            if what != "results":
                 break
             items, results = piece
             self._record(items, results)
@@ -834,8 +929,10 @@ class Discovery:
         self._log_usage(tracker)
         if podium:
             self._log_leaderboard(tracker, podium)
-        return Completed(message=f"{status.calibrated} calibrated, best {status.metric} {status.best_score}; "
-                                 f"top {podium} logged", data=status.calibrated)
+        return Completed(
+            message=f"{status.calibrated} calibrated, best {status.metric} {status.best_score}; top {podium} logged",
+            data=status.calibrated,
+        )
 
     def _log_usage(self, tracker: Any) -> None:
         """The run's LLM cost and tokens (earlier sessions included) as metrics of the parent run."""
@@ -849,10 +946,11 @@ class Discovery:
         if tokens is not None:
             values.update(llm_tokens_prompt=float(tokens[0]), llm_tokens_completion=float(tokens[1]))
         stamp, step = int(time.time() * 1000), int(self.elapsed())
-        tracker.client.log_batch(tracker.parent_run_id,
-                                 metrics=[mlflow.entities.Metric(k, float(v), stamp, step) for k, v in values.items()])
+        tracker.client.log_batch(
+            tracker.parent_run_id, metrics=[mlflow.entities.Metric(k, float(v), stamp, step) for k, v in values.items()]
+        )
 
-    def _logging_done(self, future: "_Submitted") -> None:
+    def _logging_done(self, future: _Submitted) -> None:
         _, error = future.outcome()
         if error is not None:  # after Prefect's retries: a warning, the end retries (RunTracking)
             self.tracking.failures += 1
@@ -868,10 +966,12 @@ class Discovery:
     def write_report_card(self) -> Any:
         from prefect.states import Completed
 
-        self.report_card = finish_report(self.store, self.run_id, self.task, self.folder, self.log,
-                                         calibrate_options=self.options.as_kwargs())
-        return Completed(message="report card written" if self.report_card else "no report card",
-                         data=self.report_card is not None)
+        self.report_card = finish_report(
+            self.store, self.run_id, self.task, self.folder, self.log, calibrate_options=self.options.as_kwargs()
+        )
+        return Completed(
+            message="report card written" if self.report_card else "no report card", data=self.report_card is not None
+        )
 
     def log_final(self, mlflow_status: str) -> Any:
         from prefect.states import Completed
@@ -882,8 +982,11 @@ class Discovery:
                 self._log_usage(self.tracking.tracker)
             except Exception as exc:  # the store has the figures; the run does not fail for them
                 self.log.warning("could not log the LLM cost to MLflow: %s", exc)
-        message = (f"{self.logged_entries} leaderboard entries logged" if ok else
-                   f"MLflow logging incomplete ({self.tracking.error}); `ndvm log --run {self.run_id}` later")
+        message = (
+            f"{self.logged_entries} leaderboard entries logged"
+            if ok
+            else f"MLflow logging incomplete ({self.tracking.error}); `ndvm log --run {self.run_id}` later"
+        )
         return Completed(message=message, data=ok)
 
     # ------------------------------------------------------------------ progress
@@ -893,12 +996,25 @@ class Discovery:
         with self.queue_lock:
             queued = len(self.queue)
         return Progress(
-            run_id=self.run_id, elapsed=elapsed, proposed=status.proposed, new=status.new,
-            duplicates=status.duplicates, invalid=status.invalid, calibrated=status.calibrated, failed=status.failed,
-            pending=status.pending, queued=queued, best_score=status.best_score, best_hash=status.best_hash,
-            metric=status.metric, proposal_busy=self.proposal_meter.busy_seconds() / elapsed,
-            calibration_busy=self.calibration_meter.busy_seconds() / elapsed, cost_usd=self.cost(), phase=phase,
-            reused=status.reused)
+            run_id=self.run_id,
+            elapsed=elapsed,
+            proposed=status.proposed,
+            new=status.new,
+            duplicates=status.duplicates,
+            invalid=status.invalid,
+            calibrated=status.calibrated,
+            failed=status.failed,
+            pending=status.pending,
+            queued=queued,
+            best_score=status.best_score,
+            best_hash=status.best_hash,
+            metric=status.metric,
+            proposal_busy=self.proposal_meter.busy_seconds() / elapsed,
+            calibration_busy=self.calibration_meter.busy_seconds() / elapsed,
+            cost_usd=self.cost(),
+            phase=phase,
+            reused=status.reused,
+        )
 
     def _publish(self, phase: str) -> Progress:
         snapshot = self.progress(phase)
@@ -906,8 +1022,9 @@ class Discovery:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         # pid, host and heartbeat: a scheduled run tells a killed run from a live one by them
-        tmp.write_text(json.dumps({**asdict(snapshot), "pid": os.getpid(), "host": socket.gethostname(),
-                                   "heartbeat": time.time()}))
+        tmp.write_text(
+            json.dumps({**asdict(snapshot), "pid": os.getpid(), "host": socket.gethostname(), "heartbeat": time.time()})
+        )
         os.replace(tmp, path)  # atomic: a reader never sees half a file
         with _listeners_lock:
             listeners = list(_listeners)
@@ -929,11 +1046,18 @@ class Discovery:
         self.stages = _Stages()
         status, mlflow_status = "failed", "FAILED"
         try:
-            with worker_environment(self.runner_choice) as api_url, \
-                    self.runner_choice.backend(self.task, self.options, api_url) as (backend, isolation):
+            with (
+                worker_environment(self.runner_choice) as api_url,
+                self.runner_choice.backend(self.task, self.options, api_url) as (backend, isolation),
+            ):
                 self.supervisor = CalibrationSupervisor(
-                    backend, candidate_seconds=self.config.candidate_seconds, threads=self.options.threads,
-                    isolation=isolation, meter=self.calibration_meter, log=self.log)
+                    backend,
+                    candidate_seconds=self.config.candidate_seconds,
+                    threads=self.options.threads,
+                    isolation=isolation,
+                    meter=self.calibration_meter,
+                    log=self.log,
+                )
                 try:
                     self._coordinate()
                     self._wait(self.batch_futures, None)  # the last results recorded before the end reads them
@@ -959,8 +1083,9 @@ class Discovery:
             try:
                 if logging_stuck:  # MLflow is stuck in a call: the final logging would wait behind it
                     self.tracking.error = "MLflow did not answer within 60 s at the end of the run"
-                    self.log.warning("%s; log the results later with `ndvm log --run %s`", self.tracking.error,
-                                     self.run_id)
+                    self.log.warning(
+                        "%s; log the results later with `ndvm log --run %s`", self.tracking.error, self.run_id
+                    )
                 else:  # bounded, never raises: the results are in the store whatever MLflow does
                     self._final_stage(log_final_task, mlflow_status)
             finally:
@@ -979,7 +1104,7 @@ class Discovery:
             self.stages.call(task_obj, run=self, mlflow_status=mlflow_status)
 
     @staticmethod
-    def _wait(futures: list["_Submitted"], seconds: float | None) -> bool:
+    def _wait(futures: list[_Submitted], seconds: float | None) -> bool:
         """Wait for submitted stages to end (True), at most ``seconds`` for all of them together."""
         pending = [f.future for f in futures]
         if not pending:
@@ -1046,8 +1171,10 @@ class Discovery:
                 self.cancelled_at_deadline = len(left)
                 self._cancel_requests()
                 if left or queued:
-                    self.stop_reason += (f"; hard deadline: {len(left)} candidates in calibration cancelled and "
-                                         f"{queued} queued, left pending (resume continues)")
+                    self.stop_reason += (
+                        f"; hard deadline: {len(left)} candidates in calibration cancelled and "
+                        f"{queued} queued, left pending (resume continues)"
+                    )
                 return
             proposing_done = self.stop_proposing.is_set() and not self.proposal_futures
             if proposing_done and not supervisor.busy() and queued == 0:
@@ -1056,15 +1183,15 @@ class Discovery:
                 # idle until a task ends; short, so the deadline and the progress display stay on time
                 self.wake.wait(0.2)
 
-    def _request_done(self, future: "_Submitted") -> None:
+    def _request_done(self, future: _Submitted) -> None:
         self.requests_done.add(future)
         self.wake.set()
 
-    def _batch_done(self, future: "_Submitted") -> None:
+    def _batch_done(self, future: _Submitted) -> None:
         self.batches_done.add(future)
         self.wake.set()
 
-    def _log_done(self, future: "_Submitted") -> None:
+    def _log_done(self, future: _Submitted) -> None:
         self._logging_done(future)
         self.logs_done.add(future)
         self.wake.set()
@@ -1077,20 +1204,29 @@ class Discovery:
 
         s = self.store.run_status(self.run_id)
         elapsed = max(self.elapsed_final, 1e-9)
-        rows = [("propose", self.request_number, f"{s.proposed} proposals", self.proposal_meter.busy_seconds()),
-                ("deduplicate", self.request_number, f"{s.new} new, {s.duplicates} duplicates, {s.invalid} invalid",
-                 None),
-                ("calibrate-batch", self.batch_number, f"{s.calibrated} calibrated, {s.failed} failed, "
-                                                       f"{s.pending} pending", self.calibration_meter.busy_seconds()),
-                ("log-progress", self.log_number, f"{self.tracking.failures} failed after retries", None)]
-        table = "\n".join(f"| {name} | {n} | {what} | {'' if busy is None else f'{100 * busy / elapsed:.0f}%'} |"
-                          for name, n, what, busy in rows)
+        rows = [
+            ("propose", self.request_number, f"{s.proposed} proposals", self.proposal_meter.busy_seconds()),
+            ("deduplicate", self.request_number, f"{s.new} new, {s.duplicates} duplicates, {s.invalid} invalid", None),
+            (
+                "calibrate-batch",
+                self.batch_number,
+                f"{s.calibrated} calibrated, {s.failed} failed, {s.pending} pending",
+                self.calibration_meter.busy_seconds(),
+            ),
+            ("log-progress", self.log_number, f"{self.tracking.failures} failed after retries", None),
+        ]
+        table = "\n".join(
+            f"| {name} | {n} | {what} | {'' if busy is None else f'{100 * busy / elapsed:.0f}%'} |"
+            for name, n, what, busy in rows
+        )
         key = "".join(c if c.isalnum() else "-" for c in self.run_id.lower()).strip("-")[:60] or "run"
         try:
             create_markdown_artifact(
-                key=f"ndvm-{key}", description=f"discovery run {self.run_id}",
+                key=f"ndvm-{key}",
+                description=f"discovery run {self.run_id}",
                 markdown=f"### {self.run_id}: {status} ({self.stop_reason})\n\n| stage | task runs | counts | busy |\n"
-                         f"|---|---|---|---|\n{table}\n\nbest validation {s.metric}: {s.best_score} ({s.best_hash})")
+                f"|---|---|---|---|\n{table}\n\nbest validation {s.metric}: {s.best_score} ({s.best_hash})",
+            )
         except Exception as exc:  # the UI's table is a convenience; the store has the figures
             self.log.warning("could not create the run's summary artifact: %s", exc)
 
@@ -1101,30 +1237,59 @@ class Discovery:
         elapsed = max(self.elapsed_final, 1e-9)
         counts = self.supervisor.counts if self.supervisor is not None else SupervisorCounts()
         return DiscoveryReport(
-            run_id=self.run_id, status=status, stop_reason=self.stop_reason, elapsed_seconds=elapsed,
-            proposed=s.proposed, new=s.new, duplicates=s.duplicates, invalid=s.invalid, calibrated=s.calibrated,
-            failed=s.failed, pending=s.pending, metric=s.metric, best_score=s.best_score, best_hash=s.best_hash,
+            run_id=self.run_id,
+            status=status,
+            stop_reason=self.stop_reason,
+            elapsed_seconds=elapsed,
+            proposed=s.proposed,
+            new=s.new,
+            duplicates=s.duplicates,
+            invalid=s.invalid,
+            calibrated=s.calibrated,
+            failed=s.failed,
+            pending=s.pending,
+            metric=s.metric,
+            best_score=s.best_score,
+            best_hash=s.best_hash,
             proposal_busy=self.proposal_meter.busy_seconds() / elapsed,
             calibration_busy=self.calibration_meter.busy_seconds() / elapsed,
-            proposal_requests=self.proposal_meter.operations, calibration_batches=counts.batches,
-            cost_usd=self.cost(), tokens=self.tokens(), earlier_cost_usd=self.earlier_cost,
-            store_path=str(self.store_path.resolve()), tracking_uri=self.tracking.tracking_uri,
+            proposal_requests=self.proposal_meter.operations,
+            calibration_batches=counts.batches,
+            cost_usd=self.cost(),
+            tokens=self.tokens(),
+            earlier_cost_usd=self.earlier_cost,
+            store_path=str(self.store_path.resolve()),
+            tracking_uri=self.tracking.tracking_uri,
             mlflow_run_id=self.tracking.parent_run_id or s.mlflow_run_id,
-            mlflow_experiment_id=self.tracking.experiment_id, logged_entries=self.logged_entries,
-            runner=self.runner_choice.describe(), workers=sorted(counts.workers), proposer=self.config.proposer,
-            model=self.config.model, crashed=s.crashed, timeout=s.timeout, retried_alone=counts.retried_alone,
-            worker_deaths=counts.worker_deaths, workers_replaced=counts.workers_replaced,
-            cancelled_at_deadline=self.cancelled_at_deadline, store_errors=s.store_errors + self.store_errors,
-            mlflow_error=self.tracking.error, seed=self.config.seed, dataset_fingerprint=self.library.fingerprint,
-            reused=s.reused, library_seeds=list(self.library.seeds), llm=llm_summary(self.proposer, s.new))
+            mlflow_experiment_id=self.tracking.experiment_id,
+            logged_entries=self.logged_entries,
+            runner=self.runner_choice.describe(),
+            workers=sorted(counts.workers),
+            proposer=self.config.proposer,
+            model=self.config.model,
+            crashed=s.crashed,
+            timeout=s.timeout,
+            retried_alone=counts.retried_alone,
+            worker_deaths=counts.worker_deaths,
+            workers_replaced=counts.workers_replaced,
+            cancelled_at_deadline=self.cancelled_at_deadline,
+            store_errors=s.store_errors + self.store_errors,
+            mlflow_error=self.tracking.error,
+            seed=self.config.seed,
+            dataset_fingerprint=self.library.fingerprint,
+            reused=s.reused,
+            library_seeds=list(self.library.seeds),
+            llm=llm_summary(self.proposer, s.new),
+        )
 
     def close(self) -> None:
         self.store.close()
 
 
 # ---------------------------------------------------------------------------- the Prefect flow
-def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None,
-                  logger: Any = None) -> DiscoveryReport:
+def run_discovery(
+    config: DiscoverConfig, budget: Budget, run_id: str | None = None, resume: str | None = None, logger: Any = None
+) -> DiscoveryReport:
     """The engine without Prefect's flow wrapper (the flow calls this). ``resume``: continue that run
     with its stored configuration (only the budget is new)."""
     if resume:
@@ -1135,8 +1300,9 @@ def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = N
                 stored = store.run_status(resume).config
         except StoreError as exc:
             raise DiscoveryError(f"cannot resume {resume!r}: {exc}") from exc
-        config = DiscoverConfig.from_dict({**stored, "folder": config.folder,
-                                           "tracking_uri": config.tracking_uri or stored.get("tracking_uri")})
+        config = DiscoverConfig.from_dict(
+            {**stored, "folder": config.folder, "tracking_uri": config.tracking_uri or stored.get("tracking_uri")}
+        )
     discovery = Discovery(config, budget, run_id=run_id, resume=resume, logger=logger)
     try:
         return discovery.run()
@@ -1144,8 +1310,15 @@ def run_discovery(config: DiscoverConfig, budget: Budget, run_id: str | None = N
         discovery.close()
 
 
-def _discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any] | None = None, *,
-              run_id: str | None = None, resume: str | None = None, **options: Any) -> dict[str, Any]:
+def _discover(
+    task: str = "enso",
+    proposer: str = "auto",
+    budget: dict[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    resume: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Discover model programs for ``task`` (a registered dataset, or ``data=FILE`` with x/y columns).
 
     ``proposer``: auto | mutation | llm | replay. ``budget``: {"minutes", "max_candidates",
@@ -1163,29 +1336,66 @@ def _discover(task: str = "enso", proposer: str = "auto", budget: dict[str, Any]
         config = dataclasses.replace(config, deployment=deployment)
         resume = killed_run_of(config.folder, deployment)
         if resume:
-            get_run_logger().warning("run %s of deployment %s was killed: this run continues it (its configuration, "
-                                     "this run's budget)", resume, deployment)
+            get_run_logger().warning(
+                "run %s of deployment %s was killed: this run continues it (its configuration, this run's budget)",
+                resume,
+                deployment,
+            )
     report = run_discovery(config, Budget(**(budget or {})), run_id=run_id, resume=resume, logger=get_run_logger())
     get_run_logger().info(
         "run %s %s (%s): %d proposed, %d new, %d calibrated (reused %d evaluations from earlier runs), best %s %s; "
-        "busy: proposal %.0f%%, calibration %.0f%%; seed %s", report.run_id, report.status, report.stop_reason,
-        report.proposed, report.new, report.calibrated, report.reused, report.metric, report.best_score,
-        100 * report.proposal_busy, 100 * report.calibration_busy, report.seed)
+        "busy: proposal %.0f%%, calibration %.0f%%; seed %s",
+        report.run_id,
+        report.status,
+        report.stop_reason,
+        report.proposed,
+        report.new,
+        report.calibrated,
+        report.reused,
+        report.metric,
+        report.best_score,
+        100 * report.proposal_busy,
+        100 * report.calibration_busy,
+        report.seed,
+    )
     return report.to_dict()
 
 
 # The flow's keyword arguments are the options (one list: discover_options()), so Prefect shows,
 # validates and coerces each of them (a deployment's parameters, the UI's run form).
 _discover.__signature__ = flow_signature(  # type: ignore[attr-defined]
-    list(discover_options()), leading=("task", "proposer"),
-    extra=[inspect.Parameter("budget", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                             annotation=dict[str, Any] | None),
-           inspect.Parameter("run_id", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str | None),
-           inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str | None)])
-_discover.__annotations__ = {**{p.name: p.annotation for p in _discover.__signature__.parameters.values()},
-                             "return": dict[str, Any]}
+    list(discover_options()),
+    leading=("task", "proposer"),
+    extra=[
+        inspect.Parameter(
+            "budget", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=dict[str, Any] | None
+        ),
+        inspect.Parameter("run_id", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str | None),
+        inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str | None),
+    ],
+)
+_discover.__annotations__ = {
+    **{p.name: p.annotation for p in _discover.__signature__.parameters.values()},
+    "return": dict[str, Any],
+}
 discover = flow(name="ndvm-discover", persist_result=False)(_discover)
 
 
-__all__ = ["LLM_MODEL_ENV", "PROPOSERS", "Budget", "DiscoverConfig", "Discovery", "DiscoveryError", "DiscoveryReport", "Progress", "StageMeter",
-           "add_progress_listener", "build_config", "discover", "discover_options", "resolve_proposer", "run_discovery", "status_path"]
+__all__ = [
+    "LLM_MODEL_ENV",
+    "PROPOSERS",
+    "Budget",
+    "DiscoverConfig",
+    "Discovery",
+    "DiscoveryError",
+    "DiscoveryReport",
+    "Progress",
+    "StageMeter",
+    "add_progress_listener",
+    "build_config",
+    "discover",
+    "discover_options",
+    "resolve_proposer",
+    "run_discovery",
+    "status_path",
+]

@@ -25,13 +25,15 @@ unset (one dictionary look-up per call). Do not set them outside tests.
     - ``logging``: the flow, after a leaderboard entry's nested MLflow run was created and before
       its contents are logged (a half-logged entry).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 CRASH_ENV = "NDVM_TEST_CRASH_HASHES"
 SLOW_ENV = "NDVM_TEST_SLOW_HASHES"
@@ -98,5 +100,14 @@ def checkpoint(stage: str, **details: Any) -> None:
         time.sleep(3600)
 
 
-__all__ = ["CRASH_ENV", "FaultHookError", "PAUSE_ENV", "PAUSE_FILE_ENV", "SLOW_ENV", "STAGES", "checkpoint",
-           "crash_if_marked", "sleep_if_marked"]
+__all__ = [
+    "CRASH_ENV",
+    "FaultHookError",
+    "PAUSE_ENV",
+    "PAUSE_FILE_ENV",
+    "SLOW_ENV",
+    "STAGES",
+    "checkpoint",
+    "crash_if_marked",
+    "sleep_if_marked",
+]

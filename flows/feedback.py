@@ -12,6 +12,7 @@ asking once ``max_stale_rounds`` rounds in a row gave nothing new.
 the best changes) for the LLM prompt; :func:`llm_summary` is the LLM spend for the run summary and
 MLflow (tokens, cached tokens, cost per new valid candidate).
 """
+
 from __future__ import annotations
 
 import collections
@@ -40,12 +41,13 @@ class RoundFeedback:
         self.last_duplicates: list[Any] = []
         self.max_named = max_named
         self._repeats: collections.Counter[str] = collections.Counter()  # stored hash -> times proposed again
-        self._latest: dict[str, Any] = {}                                # stored hash -> its latest duplicate
+        self._latest: dict[str, Any] = {}  # stored hash -> its latest duplicate
         self.stale_rounds = 0
         self.rounds = 0
 
-    def record(self, store: Any, run_id: str, proposals: list[Any], new_sources: set[str],
-               duplicates: list[Any] | None = None) -> None:
+    def record(
+        self, store: Any, run_id: str, proposals: list[Any], new_sources: set[str], duplicates: list[Any] | None = None
+    ) -> None:
         """One round's outcome: ``proposals`` were offered to the store, ``new_sources`` became
         candidates. ``duplicates``: the round's :class:`proposers.Duplicate` records when the caller
         has them (then the store is not asked)."""
@@ -131,24 +133,35 @@ def llm_summary(proposer: Any, new: int) -> dict[str, Any] | None:
     if usage is None:
         return None
     cost = float(usage.cost_usd) if usage.cost_known else None
-    return {"requests": int(usage.calls), "tokens_in": int(usage.tokens_in),
-            "tokens_cached": int(getattr(usage, "tokens_cached", 0)), "tokens_out": int(usage.tokens_out),
-            "cached_share": usage.tokens_cached / usage.tokens_in if usage.tokens_in else 0.0,
-            "cost_usd": cost, "new_candidates": int(new),
-            "cost_per_new_usd": cost / new if cost is not None and new else None,
-            "tokens_per_new": (usage.tokens_in + usage.tokens_out) / new if new else None}
+    return {
+        "requests": int(usage.calls),
+        "tokens_in": int(usage.tokens_in),
+        "tokens_cached": int(getattr(usage, "tokens_cached", 0)),
+        "tokens_out": int(usage.tokens_out),
+        "cached_share": usage.tokens_cached / usage.tokens_in if usage.tokens_in else 0.0,
+        "cost_usd": cost,
+        "new_candidates": int(new),
+        "cost_per_new_usd": cost / new if cost is not None and new else None,
+        "tokens_per_new": (usage.tokens_in + usage.tokens_out) / new if new else None,
+    }
 
 
 def llm_summary_line(summary: dict[str, Any] | None) -> str | None:
     """The run summary's line about this session's LLM requests (None when there were none)."""
     if not summary or not summary["requests"]:
         return None
-    per_new = (f"${summary['cost_per_new_usd']:.4f} per new valid candidate" if summary["cost_per_new_usd"] is not None
-               else "cost per new valid candidate unknown" if summary["cost_usd"] is None or summary["new_candidates"]
-               else "no new valid candidate")
-    return (f"LLM requests: {summary['requests']}, {summary['tokens_in']} prompt tokens "
-            f"({summary['tokens_cached']} from the provider's prompt cache, {100 * summary['cached_share']:.0f}%), "
-            f"{summary['tokens_out']} completion tokens; {summary['new_candidates']} new valid candidates, {per_new}")
+    per_new = (
+        f"${summary['cost_per_new_usd']:.4f} per new valid candidate"
+        if summary["cost_per_new_usd"] is not None
+        else "cost per new valid candidate unknown"
+        if summary["cost_usd"] is None or summary["new_candidates"]
+        else "no new valid candidate"
+    )
+    return (
+        f"LLM requests: {summary['requests']}, {summary['tokens_in']} prompt tokens "
+        f"({summary['tokens_cached']} from the provider's prompt cache, {100 * summary['cached_share']:.0f}%), "
+        f"{summary['tokens_out']} completion tokens; {summary['new_candidates']} new valid candidates, {per_new}"
+    )
 
 
 def log_llm_summary(tracker: Any, summary: dict[str, Any] | None) -> None:
@@ -163,8 +176,11 @@ def log_llm_summary(tracker: Any, summary: dict[str, Any] | None) -> None:
     import mlflow
 
     stamp = int(time.time() * 1000)
-    metrics = [mlflow.entities.Metric(f"llm_{key}", float(value), stamp, 0) for key, value in summary.items()
-               if value is not None and key not in ("cost_usd", "tokens_in", "tokens_out")]
+    metrics = [
+        mlflow.entities.Metric(f"llm_{key}", float(value), stamp, 0)
+        for key, value in summary.items()
+        if value is not None and key not in ("cost_usd", "tokens_in", "tokens_out")
+    ]
     tracker.client.log_batch(tracker.parent_run_id, metrics=metrics)
 
 
@@ -184,15 +200,24 @@ def _duplicates(store: Any, run_id: str, proposals: list[Any]) -> list[Any]:
         with store._lock:  # the store's connection is shared by threads: its lock, as its methods do
             rows = store._con.sql(
                 "SELECT outcome, duplicate_of FROM proposals WHERE run_id = $1 AND source = $2 "
-                "ORDER BY id DESC LIMIT 1", params=[run_id, source]).fetchall()
+                "ORDER BY id DESC LIMIT 1",
+                params=[run_id, source],
+            ).fetchall()
             row = rows[0] if rows else None
             if row is None or not str(row[0]).startswith("duplicate") or row[1] is None:
                 continue  # invalid or not stored: the proposer's failures say why
-            scores = store._con.sql("SELECT score FROM leaderboard WHERE run_id = $1 AND hash = $2",
-                                    params=[run_id, row[1]]).fetchall()
+            scores = store._con.sql(
+                "SELECT score FROM leaderboard WHERE run_id = $1 AND hash = $2", params=[run_id, row[1]]
+            ).fetchall()
             scored = scores[0] if scores else None
-        out.append(Duplicate(source, row[1], None if scored is None or scored[0] is None else float(scored[0]),
-                             semantic=row[0] == "duplicate_semantic"))
+        out.append(
+            Duplicate(
+                source,
+                row[1],
+                None if scored is None or scored[0] is None else float(scored[0]),
+                semantic=row[0] == "duplicate_semantic",
+            )
+        )
     return out
 
 

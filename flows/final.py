@@ -11,6 +11,7 @@ run's end replaces the rows); ``log_test_scores`` puts them on MLflow as ``test_
 
 Nothing here writes to what the search reads (evaluations, the leaderboard order, the run's best).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,22 +45,35 @@ def score_final(store: Any, run_id: str, task: Any, options: CalibrationOptions,
             parameters = json.loads(row["parameters"] or "{}")
             validation = json.loads(row["heldout_metrics"] or "{}")
             try:
-                fit = task.prepare_test_fit(task.restore_fit(row["source"], parameters, name=row["hash"]),
-                                            **calibrate_kwargs)
+                fit = task.prepare_test_fit(
+                    task.restore_fit(row["source"], parameters, name=row["hash"]), **calibrate_kwargs
+                )
                 metrics, error = _metrics(task, task.score(fit, TEST))
                 if fit.ok:  # held-out groups fitted at test time: keep their parameters with the score
                     parameters = task.flat_parameters(fit.params)
             except Exception as exc:  # a candidate failing on the test years is reported, not fatal
                 metrics, error = {}, f"{type(exc).__name__}: {exc}"[:2000]
-            rows.append(FinalTestScore(row["hash"], "candidate", metrics, validation, parameters=parameters,
-                                       validation_rank=int(row["rank"]), status="error" if error else "ok",
-                                       error=error))
+            rows.append(
+                FinalTestScore(
+                    row["hash"],
+                    "candidate",
+                    metrics,
+                    validation,
+                    parameters=parameters,
+                    validation_rank=int(row["rank"]),
+                    status="error" if error else "ok",
+                    error=error,
+                )
+            )
         by_name = {r["model"]: r for r in task.score_references(VALIDATION)}
         for ref in task.score_references(TEST):
             metrics, error = _metrics(task, ref)
             validation, _ = _metrics(task, by_name[ref["model"]])
-            rows.append(FinalTestScore(ref["model"], "reference", metrics, validation,
-                                       status="error" if error else "ok", error=error))
+            rows.append(
+                FinalTestScore(
+                    ref["model"], "reference", metrics, validation, status="error" if error else "ok", error=error
+                )
+            )
     store.record_test_scores(run_id, rows)
     return rows
 
@@ -87,10 +101,12 @@ def log_test_scores(tracker: Any, store: Any, run_id: str) -> int:
             continue
         validation = json.loads(row["validation_metrics"] or "{}")
         parent += [Metric(f"ref_{row['entry']}_test_{name}", float(v), stamp, 0) for name, v in test.items()]
-        parent += [Metric(f"ref_{row['entry']}_validation_{name}", float(v), stamp, 0) for name, v in validation.items()]
+        parent += [
+            Metric(f"ref_{row['entry']}_validation_{name}", float(v), stamp, 0) for name, v in validation.items()
+        ]
     if parent and tracker.parent_run_id is not None:
         for start in range(0, len(parent), 500):  # MLflow takes at most 1000 metrics per batch
-            tracker.client.log_batch(tracker.parent_run_id, metrics=parent[start:start + 500])
+            tracker.client.log_batch(tracker.parent_run_id, metrics=parent[start : start + 500])
         count += len(parent)
     return count
 

@@ -11,17 +11,19 @@ The candidate store (DuckDB) is the record of a run; MLflow is a view of it. So 
   (``log_stored_run``). It is idempotent: the parent run is found by its ``ndvm.run_id`` tag,
   entries already logged are skipped, half-logged ones are replaced (``Tracker.log_leaderboard``).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 log = logging.getLogger("ndvm.mlflow")
 
-CONNECT_SECONDS = 30.0   # the start of a run waits at most this long for MLflow
-FINISH_SECONDS = 180.0   # the end of a run waits at most this long for the final logging
+CONNECT_SECONDS = 30.0  # the start of a run waits at most this long for MLflow
+FINISH_SECONDS = 180.0  # the end of a run waits at most this long for the final logging
 
 
 class LogRunError(RuntimeError):
@@ -53,9 +55,19 @@ class RunTracking:
     """The MLflow side of one discovery run (see the module docstring). ``error`` holds the last
     failure, ``None`` once everything was logged."""
 
-    def __init__(self, store: Any, run_id: str, *, tracking_uri: str | None, folder: str | Path,
-                 config: Mapping[str, Any], budget: Mapping[str, Any], names: Mapping[str, Any],
-                 entry_hook: Callable[[str], None] | None = None, logger: Any = None):
+    def __init__(
+        self,
+        store: Any,
+        run_id: str,
+        *,
+        tracking_uri: str | None,
+        folder: str | Path,
+        config: Mapping[str, Any],
+        budget: Mapping[str, Any],
+        names: Mapping[str, Any],
+        entry_hook: Callable[[str], None] | None = None,
+        logger: Any = None,
+    ):
         self.store, self.run_id = store, run_id
         self.configured_uri, self.folder = tracking_uri, Path(folder)
         self.config, self.budget, self.names = dict(config), dict(budget), dict(names)
@@ -90,8 +102,9 @@ class RunTracking:
         tracker = Tracker(self.configured_uri, run_folder=self.folder, experiment=experiment)
         tracker.entry_hook = self.entry_hook
         status = self.store.run_status(self.run_id)
-        parent = tracker.start_run(self.run_id, config=self.config, budget=self.budget,
-                                   mlflow_run_id=status.mlflow_run_id, **self.names)
+        parent = tracker.start_run(
+            self.run_id, config=self.config, budget=self.budget, mlflow_run_id=status.mlflow_run_id, **self.names
+        )
         if parent != status.mlflow_run_id:
             self.store.set_mlflow_run(self.run_id, parent)
         self._log_dataset(tracker, status)
@@ -122,8 +135,12 @@ class RunTracking:
             return True
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {str(exc)[:500]}"
-            self.log.warning("MLflow at %s is unavailable (%s); the run goes on, results stay in the store; "
-                             "logging is retried at the end", self.tracking_uri, self.error)
+            self.log.warning(
+                "MLflow at %s is unavailable (%s); the run goes on, results stay in the store; "
+                "logging is retried at the end",
+                self.tracking_uri,
+                self.error,
+            )
             return False
 
     def log_during_run(self, status: Any, leaderboard: Callable[[Any, int], Any], k: int) -> None:
@@ -139,10 +156,12 @@ class RunTracking:
             self.error = f"{type(exc).__name__}: {str(exc)[:500]}"
             self.log.warning("MLflow logging failed (retried at the end): %s", self.error)
 
-    def finish(self, leaderboard: Callable[[Any, int], Any], k: int, mlflow_status: str,
-               seconds: float = FINISH_SECONDS) -> bool:
+    def finish(
+        self, leaderboard: Callable[[Any, int], Any], k: int, mlflow_status: str, seconds: float = FINISH_SECONDS
+    ) -> bool:
         """The final leaderboard, the last progress snapshot and the parent's end status; retried
         once on failure. False (``error`` says why) when MLflow still fails: ``ndvm log`` later."""
+
         def final() -> None:
             if not self.connect(seconds=seconds / 2):
                 raise ConnectionError(self.error)
@@ -164,8 +183,11 @@ class RunTracking:
             except Exception as exc:
                 self.error = f"{type(exc).__name__}: {str(exc)[:500]}"
                 self.log.warning("final MLflow logging failed (attempt %d of 2): %s", attempt, self.error)
-        self.log.warning("the run's results are in the store; log them to MLflow later with "
-                         "`ndvm log --run %s --folder %s`", self.run_id, self.folder)
+        self.log.warning(
+            "the run's results are in the store; log them to MLflow later with `ndvm log --run %s --folder %s`",
+            self.run_id,
+            self.folder,
+        )
         return False
 
 
@@ -185,12 +207,17 @@ def _log_end_of_run_extras(tracker: Any, store: Any, run_id: str, folder: Path) 
 
             log_report(tracker, store, run_id, json.loads(card.read_text()))
     except Exception as exc:
-        log.warning("ndvm log: the test scores or the report card of %s were not logged: %s: %s", run_id,
-                    type(exc).__name__, exc)
+        log.warning(
+            "ndvm log: the test scores or the report card of %s were not logged: %s: %s",
+            run_id,
+            type(exc).__name__,
+            exc,
+        )
 
 
-def log_stored_run(run_id: str | None, folder: str | Path = "runs", tracking_uri: str | None = None,
-                   top_k: int | None = None) -> dict[str, Any]:
+def log_stored_run(
+    run_id: str | None, folder: str | Path = "runs", tracking_uri: str | None = None, top_k: int | None = None
+) -> dict[str, Any]:
     """Log a stored run's results to MLflow (``ndvm log``): its parent run with the configuration
     and final counters, and its top-k leaderboard as nested runs. Safe to repeat: nothing is
     logged twice. ``tracking_uri``: default the run's own (stored) tracking URI."""
@@ -213,8 +240,10 @@ def log_stored_run(run_id: str | None, folder: str | Path = "runs", tracking_uri
         except StoreError as exc:
             raise LogRunError(str(exc)) from exc
         if status.status == "running":
-            raise LogRunError(f"run {run_id} is marked running: it is still going (or was killed; "
-                              f"finish it first with `ndvm discover --resume {run_id}`)")
+            raise LogRunError(
+                f"run {run_id} is marked running: it is still going (or was killed; "
+                f"finish it first with `ndvm discover --resume {run_id}`)"
+            )
         config = status.config
         k = top_k if top_k is not None else int(config.get("top_k", 10))
         problem = ProblemSpec(**config.get("problem", {}))
@@ -229,19 +258,31 @@ def log_stored_run(run_id: str | None, folder: str | Path = "runs", tracking_uri
             _log_end_of_run_extras(tracker, store, run_id, Path(folder))
             return done
 
-        tracking = RunTracking(store, run_id, tracking_uri=tracking_uri or config.get("tracking_uri"), folder=folder,
-                               config=config, budget=status.budget,
-                               names=dict(dataset=problem.label, task=status.task, proposer=status.proposer,
-                                          model=status.model))
+        tracking = RunTracking(
+            store,
+            run_id,
+            tracking_uri=tracking_uri or config.get("tracking_uri"),
+            folder=folder,
+            config=config,
+            budget=status.budget,
+            names=dict(dataset=problem.label, task=status.task, proposer=status.proposer, model=status.model),
+        )
         before = set(store.logged(run_id))
-        mlflow_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(status.status, "FINISHED")
+        mlflow_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(
+            status.status, "FINISHED"
+        )
         if not tracking.finish(leaderboard, k, mlflow_status):
             raise LogRunError(f"MLflow at {tracking.tracking_uri} failed: {tracking.error}")
         after = store.logged(run_id)
-        return {"run_id": run_id, "tracking_uri": tracking.tracking_uri, "mlflow_run_id": tracking.parent_run_id,
-                "experiment_id": tracking.experiment_id, "entries": len(after),
-                "newly_logged": len(set(after) - before),
-                "champion": None if tracking.champion is None else tracking.champion.reason}
+        return {
+            "run_id": run_id,
+            "tracking_uri": tracking.tracking_uri,
+            "mlflow_run_id": tracking.parent_run_id,
+            "experiment_id": tracking.experiment_id,
+            "entries": len(after),
+            "newly_logged": len(set(after) - before),
+            "champion": None if tracking.champion is None else tracking.champion.reason,
+        }
 
 
 __all__ = ["CONNECT_SECONDS", "FINISH_SECONDS", "LogRunError", "RunTracking", "log_stored_run"]

@@ -9,6 +9,7 @@ Two small hooks of the discover flow (``flows/discover.py``), kept here so the f
   the store, and the library of earlier runs on it (``storage.library``): their evaluations are
   reused and their best programs seed the run, unless the run is ``fresh``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,17 @@ def with_seed(config: Any) -> Any:
     return dataclasses.replace(config, seed=seed, calibration=calibration)
 
 
-def open_run_library(store: Any, run_id: str, dataset: Any, task: Any, config: Any, *, resumed: bool,
-                     program_source: Any = None, log: Any = None) -> tuple[Any, list[BatchItem]]:
+def open_run_library(
+    store: Any,
+    run_id: str,
+    dataset: Any,
+    task: Any,
+    config: Any,
+    *,
+    resumed: bool,
+    program_source: Any = None,
+    log: Any = None,
+) -> tuple[Any, list[BatchItem]]:
     """Record the run's seed and dataset fingerprint, and (a new run, not ``config.fresh``) seed it
     with the library's best programs. Returns the library (``reuse`` for each accepted batch) and
     the seeds still to calibrate (normally none: they reuse their evaluations)."""
@@ -47,16 +57,30 @@ def open_run_library(store: Any, run_id: str, dataset: Any, task: Any, config: A
     from storage.library import open_library
 
     fingerprint = dataset_fingerprint(dataset, task, asdict(config.calibration))
-    library = open_library(store, run_id, fingerprint=fingerprint.value, parts=fingerprint.parts, seed=config.seed,
-                           enabled=not config.fresh, new_run=not resumed)
+    library = open_library(
+        store,
+        run_id,
+        fingerprint=fingerprint.value,
+        parts=fingerprint.parts,
+        seed=config.seed,
+        enabled=not config.fresh,
+        new_run=not resumed,
+    )
     left = [] if resumed else library.seed_run(program_source)
     if log is not None:
         if config.fresh:
-            log.info("run %s: --fresh: no evaluation reused, no seed from earlier runs (dataset fingerprint %s)",
-                     run_id, library.fingerprint)
+            log.info(
+                "run %s: --fresh: no evaluation reused, no seed from earlier runs (dataset fingerprint %s)",
+                run_id,
+                library.fingerprint,
+            )
         elif not resumed:
-            log.info("run %s: dataset fingerprint %s; started from %d programs of earlier runs", run_id,
-                     library.fingerprint, len(library.seeds))
+            log.info(
+                "run %s: dataset fingerprint %s; started from %d programs of earlier runs",
+                run_id,
+                library.fingerprint,
+                len(library.seeds),
+            )
     return library, [BatchItem(c.hash, c.source, c.program_source or c.source) for c in left]
 
 

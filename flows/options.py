@@ -15,6 +15,7 @@ signature, so Prefect shows and validates them), and ``build_config`` (keywords 
 Adding an option is one edit: a field with ``option(...)`` metadata in DiscoverConfig (or in the
 nested part it belongs to). Nothing else lists the options.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,9 @@ import dataclasses
 import inspect
 import types
 import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 META_KEY = "ndvm_option"
 
@@ -48,14 +50,14 @@ class OptionMeta:
 
     help: str
     group: str = "execution"
-    flag: str | None = None           # default: --field-name (dashes)
-    name: str | None = None           # the keyword (flow, build_config); default: the field's name
+    flag: str | None = None  # default: --field-name (dashes)
+    name: str | None = None  # the keyword (flow, build_config); default: the field's name
     metavar: str | None = None
     choices: tuple[Any, ...] | None = None
-    default: Any = None               # the flow's and the command line's default (with has_default)
+    default: Any = None  # the flow's and the command line's default (with has_default)
     has_default: bool = False
-    cli: bool = True                  # False: a keyword of the flow only
-    add_cli: Callable[[Any, Any], None] | None = None       # (parser, group): several flags for one field
+    cli: bool = True  # False: a keyword of the flow only
+    add_cli: Callable[[Any, Any], None] | None = None  # (parser, group): several flags for one field
     from_args: Callable[[argparse.Namespace], Any] | None = None  # the field's value from those flags
 
 
@@ -75,7 +77,7 @@ class Option:
 
     name: str
     path: tuple[str, ...]  # ("proposer",), ("problem", "dataset"), ("budget", "minutes"), ...
-    type: Any              # the field's annotation (resolved)
+    type: Any  # the field's annotation (resolved)
     default: Any
     meta: OptionMeta
 
@@ -115,14 +117,17 @@ def _walk(cls: type, prefix: tuple[str, ...], extra: dict[type, dict[str, dict[s
     return out
 
 
-def collect_options(config_cls: type, budget_cls: type, extra: dict[type, dict[str, Any]] | None = None) -> list[Option]:
+def collect_options(
+    config_cls: type, budget_cls: type, extra: dict[type, dict[str, Any]] | None = None
+) -> list[Option]:
     """Every option of ``config_cls`` (nested parts included) and of ``budget_cls`` (under "budget")."""
     options = _walk(config_cls, (), extra or {}) + _walk(budget_cls, ("budget",), extra or {})
     seen: dict[str, Option] = {}
     for o in options:
         if o.name in seen:
-            raise OptionError(f"option {o.name!r} is declared twice: {'.'.join(seen[o.name].path)} and "
-                              f"{'.'.join(o.path)}")
+            raise OptionError(
+                f"option {o.name!r} is declared twice: {'.'.join(seen[o.name].path)} and {'.'.join(o.path)}"
+            )
         seen[o.name] = o
     return options
 
@@ -160,11 +165,18 @@ def flow_signature(options: list[Option], leading: Iterable[str], extra: list[in
     ``extra`` (e.g. budget), the other options keyword-only."""
     by_name = {o.name: o for o in options}
     lead = list(leading)
-    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=by_name[n].default,
-                                annotation=by_name[n].type) for n in lead]
+    params = [
+        inspect.Parameter(
+            n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=by_name[n].default, annotation=by_name[n].type
+        )
+        for n in lead
+    ]
     params += [p for p in extra if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
-    params += [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=o.type)
-               for o in options if o.name not in lead and o.path[0] != "budget"]
+    params += [
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=o.type)
+        for o in options
+        if o.name not in lead and o.path[0] != "budget"
+    ]
     params += [p for p in extra if p.kind is inspect.Parameter.KEYWORD_ONLY]
     return inspect.Signature(params)
 
@@ -184,8 +196,12 @@ def _is_bool(kind: Any) -> bool:
     return kind is bool
 
 
-def add_arguments(parser: argparse.ArgumentParser, options: list[Option], groups: Iterable[str] | None = None,
-                  defaults: dict[str, Any] | None = None) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    options: list[Option],
+    groups: Iterable[str] | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> None:
     """Add the command-line options of ``options`` (those of ``groups``; all by default) to
     ``parser``, grouped, with each option's help text and default. ``defaults`` overrides the
     default of named options for this parser (e.g. ``--seed 0`` for ``ndvm calibrate``)."""
@@ -216,8 +232,9 @@ def add_arguments(parser: argparse.ArgumentParser, options: list[Option], groups
             g.add_argument(o.flag, **kwargs)
 
 
-def values_from_args(args: argparse.Namespace, options: list[Option], groups: Iterable[str] | None = None
-                     ) -> dict[str, Any]:
+def values_from_args(
+    args: argparse.Namespace, options: list[Option], groups: Iterable[str] | None = None
+) -> dict[str, Any]:
     """The keywords of ``options`` (those of ``groups``) from parsed command-line arguments."""
     wanted = set(groups) if groups is not None else set(GROUPS)
     out: dict[str, Any] = {}
@@ -228,5 +245,16 @@ def values_from_args(args: argparse.Namespace, options: list[Option], groups: It
     return out
 
 
-__all__ = ["GROUPS", "Option", "OptionError", "OptionMeta", "add_arguments", "collect_options", "flow_signature",
-           "nested_values", "option", "split_keywords", "values_from_args"]
+__all__ = [
+    "GROUPS",
+    "Option",
+    "OptionError",
+    "OptionMeta",
+    "add_arguments",
+    "collect_options",
+    "flow_signature",
+    "nested_values",
+    "option",
+    "split_keywords",
+    "values_from_args",
+]

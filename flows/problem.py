@@ -7,6 +7,7 @@
 leaderboard entry beyond the store's rows: plots, an input example and the program the pyfunc
 model runs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,14 +21,14 @@ class ProblemSpec:
     """What a run works on, as stored in the run's configuration (plain values)."""
 
     dataset: str = "enso"
-    data: str | None = None      # a CSV/Parquet/PSL file instead of a registered dataset
+    data: str | None = None  # a CSV/Parquet/PSL file instead of a registered dataset
     x: str | None = None
     y: str | None = None
     group: str | None = None
     task_kind: str | None = None  # "curve" | "forecast"; None: the dataset's default task
-    train_fraction: float | None = None       # user files and battery data; None: the manifest or default
+    train_fraction: float | None = None  # user files and battery data; None: the manifest or default
     validation_fraction: float | None = None  # the next fraction of each series validates the search
-    options: dict[str, Any] | None = None     # options of a registered dataset (--option KEY=VALUE, --refresh)
+    options: dict[str, Any] | None = None  # options of a registered dataset (--option KEY=VALUE, --refresh)
 
     @property
     def label(self) -> str:
@@ -39,12 +40,17 @@ def load_problem(spec: ProblemSpec) -> tuple[Any, Any]:
     import datasets
     from datasets.tasks import make_task
 
-    fractions = {k: v for k, v in (("train_fraction", spec.train_fraction),
-                                   ("validation_fraction", spec.validation_fraction)) if v is not None}
+    fractions = {
+        k: v
+        for k, v in (("train_fraction", spec.train_fraction), ("validation_fraction", spec.validation_fraction))
+        if v is not None
+    }
     if spec.data:
         if spec.options:
-            raise datasets.DatasetError(f"--option applies to registered datasets (--task NAME), not to a file; "
-                                        f"got {sorted(spec.options)} with --data {spec.data}")
+            raise datasets.DatasetError(
+                f"--option applies to registered datasets (--task NAME), not to a file; "
+                f"got {sorted(spec.options)} with --data {spec.data}"
+            )
         options = {k: v for k, v in (("x", spec.x), ("y", spec.y), ("group", spec.group)) if v}
         dataset = datasets.load(spec.data, **options, **fractions)
     else:
@@ -54,8 +60,10 @@ def load_problem(spec: ProblemSpec) -> tuple[Any, Any]:
         accepted = dataset_options.options_of(datasets.definition(spec.dataset))
         refused = [k for k in fractions if k not in accepted]
         if refused:
-            raise datasets.SplitError(f"dataset {spec.dataset!r} does not take {refused} (its split is by periods; "
-                                      "see `ndvm datasets`); fractions apply to curve data and files")
+            raise datasets.SplitError(
+                f"dataset {spec.dataset!r} does not take {refused} (its split is by periods; "
+                "see `ndvm datasets`); fractions apply to curve data and files"
+            )
         extra = dict(spec.options or {})
         dataset_options.check(datasets.definition(spec.dataset), extra)  # unknown names: an error listing the valid
         dataset = datasets.load(spec.dataset, **fractions, **extra)
@@ -72,13 +80,24 @@ def task_spec(dataset: Any, task: Any):
     from proposers import Column, TaskSpec
 
     units = {c.name: c for c in dataset.columns}
-    columns = [Column(name, units[name].unit if name in units else "", units[name].description if name in units else "")
-               for name in dataset.frame.columns if name != "split"]
+    columns = [
+        Column(name, units[name].unit if name in units else "", units[name].description if name in units else "")
+        for name in dataset.frame.columns
+        if name != "split"
+    ]
     rows = dataset.train.head(5).drop("split").to_dicts()
-    return TaskSpec(dataset=dataset.name, description=dataset.describe(), inputs=task.proposer_inputs(),
-                    contract=task.contract_text(), columns=columns, sample_rows=rows,
-                    score_label=metric_label(task), seed_programs=task.seed_programs(),
-                    program_source=task.program_source, data_card=task.data_card())
+    return TaskSpec(
+        dataset=dataset.name,
+        description=dataset.describe(),
+        inputs=task.proposer_inputs(),
+        contract=task.contract_text(),
+        columns=columns,
+        sample_rows=rows,
+        score_label=metric_label(task),
+        seed_programs=task.seed_programs(),
+        program_source=task.program_source,
+        data_card=task.data_card(),
+    )
 
 
 def probe_inputs(task: Any) -> dict[str, np.ndarray]:

@@ -25,18 +25,17 @@ Everything that depends on the kind of task comes from the task (``datasets.task
 ``test_errors``, ``reference_test_errors``, ``references_to_refit``, ``error_breakdown``,
 ``paired_test``, ``verdict`` and their Markdown), so this module never branches on the kind.
 """
+
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from datasets.tasks import CurveTask, Errors, ForecastTask, task_class
-from datasets.tasks.base import SIGNIFICANCE as ALPHA
 from datasets.tasks.base import format_number as _num
 
 
@@ -48,8 +47,9 @@ class ReportError(RuntimeError):
 # What is kind-specific (the errors' structure, the per-lead or per-group breakdown, which paired
 # test, the verdict's wording, their Markdown) belongs to the task classes (datasets/tasks): this
 # module only asks the task, and has no branch on its kind.
-def model_errors(task: Any, source: str, parameters: dict, name: str, split: str,
-                 calibrate_options: dict | None = None) -> Errors:
+def model_errors(
+    task: Any, source: str, parameters: dict, name: str, split: str, calibrate_options: dict | None = None
+) -> Errors:
     """Errors of a stored candidate (source + stored parameters) on ``split``."""
     return task.test_errors(source, parameters, name, split, **(calibrate_options or {}))
 
@@ -111,8 +111,10 @@ def _stderr_of(task: Any, source: str, parameters: dict) -> dict[str, Any]:
                 # a program-computed training loss: standard errors need it to be a mean of n squared errors
                 count = task.value_loss_squared_errors()
                 if count is None:
-                    return {"error": "standard errors need a squared-error training loss (this task fits "
-                                     f"{getattr(task, 'loss', loss)})"}
+                    return {
+                        "error": "standard errors need a squared-error training loss (this task fits "
+                        f"{getattr(task, 'loss', loss)})"
+                    }
                 fit.loss = float(program.evaluate([[params[n] for n in names]], inputs)[0])
                 se = ndvm.stderr(fit, inputs, None, "value", value_scale="mse", n=count)
             else:
@@ -123,9 +125,17 @@ def _stderr_of(task: Any, source: str, parameters: dict) -> dict[str, Any]:
             continue
         out[str(group)] = se.to_dict()
         if loss == "value":  # overlapping multi-step errors are correlated: the errors are optimistic
-            out[str(group)]["note"] = "; ".join(x for x in (out[str(group)]["note"], (
-                "the multi-step training errors overlap and are correlated, treated here as independent: "
-                "these standard errors are optimistic")) if x)
+            out[str(group)]["note"] = "; ".join(
+                x
+                for x in (
+                    out[str(group)]["note"],
+                    (
+                        "the multi-step training errors overlap and are correlated, treated here as independent: "
+                        "these standard errors are optimistic"
+                    ),
+                )
+                if x
+            )
     return out
 
 
@@ -135,8 +145,14 @@ def _front(store: Any, run_id: str, tolerance: float) -> list[dict[str, Any]]:
     out = []
     for entry in run_front(store, run_id, tolerance):
         row = entry.extra
-        out.append({**entry.to_dict(), "rank": int(row["rank"]), "source": row["source"],
-                    "parameters": json.loads(row["parameters"] or "{}")})
+        out.append(
+            {
+                **entry.to_dict(),
+                "rank": int(row["rank"]),
+                "source": row["source"],
+                "parameters": json.loads(row["parameters"] or "{}"),
+            }
+        )
     return out
 
 
@@ -147,9 +163,16 @@ def _formula(source: str, parameters: dict) -> dict[str, Any]:
     return render(source, plain).to_dict()
 
 
-def build_report(store: Any, run_id: str | None = None, task: Any = None, *, tolerance: float | None = None,
-                 replicates: int = 2000, split: str = "test",
-                 calibrate_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_report(
+    store: Any,
+    run_id: str | None = None,
+    task: Any = None,
+    *,
+    tolerance: float | None = None,
+    replicates: int = 2000,
+    split: str = "test",
+    calibrate_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The report card of ``run_id`` (default: the latest run) as a JSON-ready dict."""
     from storage.parsimony import DEFAULT_TOLERANCE
     from storage.stats import spearman
@@ -176,25 +199,47 @@ def build_report(store: Any, run_id: str | None = None, task: Any = None, *, tol
     references = reference_errors(task, split, only=only)
     usable = [r for r in references if not r.error]
     report: dict[str, Any] = {
-        "run_id": run_id, "dataset": status.dataset, "task": status.task, "kind": champion.kind,
-        "split": split, "metric": status.metric,
-        "counts": {"proposed": status.proposed, "new": status.new, "calibrated": status.calibrated,
-                   "failed": status.failed},
-        "champion": {"hash": champ["hash"], "source": champ["source"], "parameters": parameters,
-                     "validation_score": champ["score"], "test_score": champion.primary(),
-                     "error": champion.error, "formula": _formula(champ["source"], parameters),
-                     "complexity": store.complexities([champ["hash"]]).get(champ["hash"])},
+        "run_id": run_id,
+        "dataset": status.dataset,
+        "task": status.task,
+        "kind": champion.kind,
+        "split": split,
+        "metric": status.metric,
+        "counts": {
+            "proposed": status.proposed,
+            "new": status.new,
+            "calibrated": status.calibrated,
+            "failed": status.failed,
+        },
+        "champion": {
+            "hash": champ["hash"],
+            "source": champ["source"],
+            "parameters": parameters,
+            "validation_score": champ["score"],
+            "test_score": champion.primary(),
+            "error": champion.error,
+            "formula": _formula(champ["source"], parameters),
+            "complexity": store.complexities([champ["hash"]]).get(champ["hash"]),
+        },
         "references": [{"name": r.name, "test_score": r.primary(), "error": r.error} for r in references],
     }
     if only is not None:  # the others as the end-of-run scoring stored them
-        report["references"] += [{"name": k, "test_score": v if v is not None else math.inf,
-                                  "error": None if v is not None else "failed at the end-of-run scoring"}
-                                 for k, v in sorted(stored.items()) if k not in only]
+        report["references"] += [
+            {
+                "name": k,
+                "test_score": v if v is not None else math.inf,
+                "error": None if v is not None else "failed at the end-of-run scoring",
+            }
+            for k, v in sorted(stored.items())
+            if k not in only
+        ]
     report["champion"]["stderr"] = _stderr_of(task, champ["source"], parameters)
     kind = task_class(champion.kind)
     if not champion.error:
-        report[kind.breakdown_key] = {"champion": kind.error_breakdown(champion),
-                                      **{r.name: kind.error_breakdown(r) for r in usable}}
+        report[kind.breakdown_key] = {
+            "champion": kind.error_breakdown(champion),
+            **{r.name: kind.error_breakdown(r) for r in usable},
+        }
     if usable and not champion.error:
         best = min(usable, key=lambda r: r.primary())
         test = kind.paired_test(champion, best, replicates=replicates)
@@ -202,25 +247,33 @@ def build_report(store: Any, run_id: str | None = None, task: Any = None, *, tol
         report["paired_test"] = test
         report["verdict"] = kind.verdict(champion, best, test)
         report["versus_each_reference"] = [
-            {"reference": r.name, **kind.paired_test(champion, r, replicates=replicates)["overall"]} for r in usable]
+            {"reference": r.name, **kind.paired_test(champion, r, replicates=replicates)["overall"]} for r in usable
+        ]
     else:
-        report["verdict"] = (f"No paired test: {champion.error}" if champion.error
-                             else "No paired test: no reference model could be scored.")
+        report["verdict"] = (
+            f"No paired test: {champion.error}"
+            if champion.error
+            else "No paired test: no reference model could be scored."
+        )
     tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
     front = _front(store, run_id, tol)
     for entry in front:
         entry["formula"] = _formula(entry["source"], entry["parameters"])
     report["pareto_front"] = front
-    report["pareto_rule"] = (f"recommended: the largest drop of log(validation {status.metric}) per unit of complexity "
-                             f"from the previous front entry, among front entries within {tol:.0%} of the best")
+    report["pareto_rule"] = (
+        f"recommended: the largest drop of log(validation {status.metric}) per unit of complexity "
+        f"from the previous front entry, among front entries within {tol:.0%} of the best"
+    )
     report["recommended"] = next((e["hash"] for e in front if e["recommended"]), None)
     try:
         scored = store.test_scores(run_id)
         cand = scored.filter(scored["entry_kind"] == "candidate") if not scored.is_empty() else scored
         if cand.height >= 3:
             report["validation_test_spearman"] = {
-                "n": cand.height, "rho": spearman(cand["validation_score"].to_list(), cand["test_score"].to_list()),
-                "over": "the final top k scored on test at the end of the run"}
+                "n": cand.height,
+                "rho": spearman(cand["validation_score"].to_list(), cand["test_score"].to_list()),
+                "over": "the final top k scored on test at the end of the run",
+            }
     except Exception:  # a store without test scores (older runs): the report goes on without it
         pass
     return report
@@ -232,27 +285,45 @@ def _stored_reference_scores(store: Any, run_id: str) -> dict[str, float | None]
         rows = store.test_scores(run_id)
     except Exception:  # a store from before the test_scores table
         return {}
-    return {r["entry"]: (r["test_score"] if r["status"] == "ok" else None)
-            for r in rows.iter_rows(named=True) if r["entry_kind"] == "reference"}
+    return {
+        r["entry"]: (r["test_score"] if r["status"] == "ok" else None)
+        for r in rows.iter_rows(named=True)
+        if r["entry_kind"] == "reference"
+    }
 
 
 # ---------------------------------------------------------------------------- rendering
 def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
     """The report card as Markdown (what ``ndvm report`` prints and report.md holds)."""
     c = report["champion"]
-    lines = [f"# Report card: {report['run_id']}", "",
-             f"{report['dataset']} / {report['task']}; metric {report['metric']} (lower is better); "
-             f"{report['counts']['calibrated']} candidates calibrated. Scores below are on the **{report['split']}** split "
-             "(never seen by the search); the champion is the best on validation.", "",
-             "## Verdict", "", report["verdict"], "",
-             "## Champion", "", f"`{c['hash']}`, complexity {c['complexity']}, validation {_num(c['validation_score'])}, "
-             f"test {_num(c['test_score'])}", ""]
+    lines = [
+        f"# Report card: {report['run_id']}",
+        "",
+        f"{report['dataset']} / {report['task']}; metric {report['metric']} (lower is better); "
+        f"{report['counts']['calibrated']} candidates calibrated. Scores below are on the **{report['split']}** split "
+        "(never seen by the search); the champion is the best on validation.",
+        "",
+        "## Verdict",
+        "",
+        report["verdict"],
+        "",
+        "## Champion",
+        "",
+        f"`{c['hash']}`, complexity {c['complexity']}, validation {_num(c['validation_score'])}, "
+        f"test {_num(c['test_score'])}",
+        "",
+    ]
     f = c["formula"]
-    lines += ([f"    {f['text']}", "", f"LaTeX: `{f['latex']}`", ""] if f["ok"] else [f"({f['reason']})", ""])
+    lines += [f"    {f['text']}", "", f"LaTeX: `{f['latex']}`", ""] if f["ok"] else [f"({f['reason']})", ""]
     lines += ["```scheme", c["source"].strip(), "```", ""]
     lines += _stderr_markdown(c["stderr"])
-    lines += ["## Test scores", "", "| model | test " + report["metric"] + " |", "|---|--:|",
-              f"| champion | {_num(c['test_score'])} |"]
+    lines += [
+        "## Test scores",
+        "",
+        "| model | test " + report["metric"] + " |",
+        "|---|--:|",
+        f"| champion | {_num(c['test_score'])} |",
+    ]
     for r in report["references"]:
         lines.append(f"| {r['name']} | {_num(r['test_score']) if not r['error'] else 'failed: ' + r['error']} |")
     lines.append("")
@@ -263,19 +334,31 @@ def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
         t = report["paired_test"]
         lines += ["## Paired test against the best reference (" + report["best_reference"] + ")", "", t["test"], ""]
         lines += kind.paired_test_markdown(t)
-        lines += ["Against every reference (overall):", "",
-                  "| reference | statistic | p (two-sided) | interval |", "|---|--:|--:|---|"]
+        lines += [
+            "Against every reference (overall):",
+            "",
+            "| reference | statistic | p (two-sided) | interval |",
+            "|---|--:|--:|---|",
+        ]
         lines += [kind.versus_row_markdown(row) for row in report["versus_each_reference"]]
         lines.append("")
     if report.get("validation_test_spearman"):
         s = report["validation_test_spearman"]
         lines += [f"Validation vs test (Spearman, {s['over']}, n = {s['n']}): rho = {_num(s['rho'], '.3f')}.", ""]
-    lines += ["## Pareto front (complexity vs validation " + report["metric"] + ")", "", report["pareto_rule"], "",
-              "| complexity | validation | score | | hash | formula |", "|--:|--:|--:|---|---|---|"]
+    lines += [
+        "## Pareto front (complexity vs validation " + report["metric"] + ")",
+        "",
+        report["pareto_rule"],
+        "",
+        "| complexity | validation | score | | hash | formula |",
+        "|--:|--:|--:|---|---|---|",
+    ]
     for e in report["pareto_front"]:
         formula = e["formula"]["text"] if e["formula"]["ok"] else e["formula"]["reason"]
-        lines.append(f"| {e['complexity']} | {_num(e['loss'])} | {_num(e['score'], '.3g')} | "
-                     f"{'**recommended**' if e['recommended'] else ''} | `{e['hash']}` | {formula.replace('|', '/')} |")
+        lines.append(
+            f"| {e['complexity']} | {_num(e['loss'])} | {_num(e['score'], '.3g')} | "
+            f"{'**recommended**' if e['recommended'] else ''} | `{e['hash']}` | {formula.replace('|', '/')} |"
+        )
     lines.append("")
     return "\n".join(lines)
 
@@ -295,16 +378,25 @@ def _stderr_markdown(se: dict[str, Any]) -> list[str]:
         for name, est in s["estimates"].items():
             flag = "" if s["identifiable"][name] else "not identifiable"
             lines.append(f"| {name} | {_num(est)} | {_num(s['stderr'][name], '.3g')} | {flag} |")
-        lines += ["", f"({s['method']}; condition number {_num(s['condition'], '.3g')}" + (f"; {s['note']}" if s["note"] else "")
-                  + ")", ""]
+        lines += [
+            "",
+            f"({s['method']}; condition number {_num(s['condition'], '.3g')}"
+            + (f"; {s['note']}" if s["note"] else "")
+            + ")",
+            "",
+        ]
         return lines
     # one fit per group: a summary per parameter
     ok = [s for s in se.values() if "error" not in s]
     if not ok:
         return ["Standard errors: not computed for any group.", ""]
-    lines += [f"Standard errors per group ({len(ok)} of {len(groups)} groups computed): median estimate, "
-              "median standard error, groups where the parameter is not identifiable.", "",
-              "| parameter | median estimate | median std. error | not identifiable |", "|---|--:|--:|--:|"]
+    lines += [
+        f"Standard errors per group ({len(ok)} of {len(groups)} groups computed): median estimate, "
+        "median standard error, groups where the parameter is not identifiable.",
+        "",
+        "| parameter | median estimate | median std. error | not identifiable |",
+        "|---|--:|--:|--:|",
+    ]
     for name in ok[0]["estimates"]:
         est = [s["estimates"][name] for s in ok]
         errs = [s["stderr"][name] for s in ok if s["stderr"][name] is not None]
@@ -372,14 +464,18 @@ def log_report(tracker: Any, store: Any, run_id: str, report: dict[str, Any]) ->
                     if not isinstance(se, dict) or "stderr" not in se:
                         continue
                     prefix = "stderr_" if group == "None" else f"stderr_{group}_"
-                    metrics += [Metric(f"{prefix}{name}", float(v), stamp, 0) for name, v in se["stderr"].items()
-                                if v is not None and math.isfinite(v)]
+                    metrics += [
+                        Metric(f"{prefix}{name}", float(v), stamp, 0)
+                        for name, v in se["stderr"].items()
+                        if v is not None and math.isfinite(v)
+                    ]
                 for start in range(0, len(metrics), 500):
-                    client.log_batch(nested, metrics=metrics[start:start + 500])
+                    client.log_batch(nested, metrics=metrics[start : start + 500])
 
 
-def finish_report(store: Any, run_id: str, task: Any, folder: str | Path, log: Any,
-                  calibrate_options: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def finish_report(
+    store: Any, run_id: str, task: Any, folder: str | Path, log: Any, calibrate_options: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """The end of a finished run: build the report card and write it under ``folder/reports/<run>``.
     A report that cannot be built is a warning, never a failed run (the results are in the store)."""
     import time
@@ -389,8 +485,12 @@ def finish_report(store: Any, run_id: str, task: Any, folder: str | Path, log: A
         report = build_report(store, run_id, task=task, calibrate_options=calibrate_options)
         md, _ = write_report(report, folder)
     except Exception as exc:
-        log.warning("the report card could not be built: %s: %s (retry with `ndvm report --run %s`)",
-                    type(exc).__name__, exc, run_id)
+        log.warning(
+            "the report card could not be built: %s: %s (retry with `ndvm report --run %s`)",
+            type(exc).__name__,
+            exc,
+            run_id,
+        )
         return None
     log.info("report card %s in %.1f s: %s", md, time.monotonic() - started, report["verdict"])
     return report
@@ -406,5 +506,19 @@ def write_report(report: dict[str, Any], folder: str | Path) -> tuple[Path, Path
     return md, js
 
 
-__all__ = ["build_report", "finish_report", "report_markdown", "report_json", "log_report", "write_report", "ReportError",
-           "Errors", "model_errors", "reference_errors", "paired_test", "paired_forecast_test", "paired_curve_test", "verdict"]
+__all__ = [
+    "build_report",
+    "finish_report",
+    "report_markdown",
+    "report_json",
+    "log_report",
+    "write_report",
+    "ReportError",
+    "Errors",
+    "model_errors",
+    "reference_errors",
+    "paired_test",
+    "paired_forecast_test",
+    "paired_curve_test",
+    "verdict",
+]

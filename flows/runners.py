@@ -14,13 +14,15 @@
 
 Every runner returns the workers' results to the flow's process, the only writer of the store.
 """
+
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions, calibrate_batch
 from flows.options import option
@@ -47,8 +49,14 @@ def dask_batch_task() -> Any:
     from prefect import task
     from prefect.cache_policies import NO_CACHE
 
-    return task(calibrate_batch_on_worker, name="calibrate-on-dask", cache_policy=NO_CACHE, retries=0,
-                persist_result=False, log_prints=False)
+    return task(
+        calibrate_batch_on_worker,
+        name="calibrate-on-dask",
+        cache_policy=NO_CACHE,
+        retries=0,
+        persist_result=False,
+        log_prints=False,
+    )
 
 
 class RunnerError(ValueError):
@@ -57,15 +65,25 @@ class RunnerError(ValueError):
 
 @dataclass(frozen=True)
 class RunnerChoice:
-    kind: str = field(default="threads", metadata=option(
-        "where batches run: in-process threads (one supervised worker on every core), worker processes, or Dask",
-        group="execution", flag="--runner", name="runner", choices=RUNNERS))
-    workers: int | None = field(default=None, metadata=option("worker processes (processes/dask runners)",
-                                                              group="execution"))
-    dask_address: str | None = field(default=None, metadata=option(
-        "calibrate on this Dask cluster (prefect-dask)", group="execution", metavar="tcp://HOST:PORT"))
+    kind: str = field(
+        default="threads",
+        metadata=option(
+            "where batches run: in-process threads (one supervised worker on every core), worker processes, or Dask",
+            group="execution",
+            flag="--runner",
+            name="runner",
+            choices=RUNNERS,
+        ),
+    )
+    workers: int | None = field(
+        default=None, metadata=option("worker processes (processes/dask runners)", group="execution")
+    )
+    dask_address: str | None = field(
+        default=None,
+        metadata=option("calibrate on this Dask cluster (prefect-dask)", group="execution", metavar="tcp://HOST:PORT"),
+    )
 
-    def check(self) -> "RunnerChoice":
+    def check(self) -> RunnerChoice:
         kind = "dask" if self.dask_address else self.kind
         if kind not in RUNNERS:
             raise RunnerError(f"unknown runner {self.kind!r}; use one of {', '.join(RUNNERS)}")
@@ -90,8 +108,9 @@ class RunnerChoice:
         return None  # a remote cluster: the worker's own cores
 
     @contextlib.contextmanager
-    def backend(self, task_obj: Any, options: CalibrationOptions,
-                api_url: str | None = None) -> Iterator[tuple[Any, Any]]:
+    def backend(
+        self, task_obj: Any, options: CalibrationOptions, api_url: str | None = None
+    ) -> Iterator[tuple[Any, Any]]:
         """(backend, isolation factory) for ``flows.supervisor.CalibrationSupervisor``: a
         ``WorkerPool`` (threads, processes), or a ``PrefectBackend`` on Dask with a factory of a
         local one-worker pool for the candidates retried alone."""
@@ -106,8 +125,10 @@ class RunnerChoice:
             return
         alone = CalibrationOptions(**{**options.__dict__, "threads": None})
         with self.make(api_url) as runner:
-            yield PrefectBackend(runner, task_obj, options, self.batches_in_flight()), \
-                lambda: WorkerPool(task_obj, alone, workers=1)
+            yield (
+                PrefectBackend(runner, task_obj, options, self.batches_in_flight()),
+                lambda: WorkerPool(task_obj, alone, workers=1),
+            )
 
     def make(self, api_url: str | None = None) -> Any:
         """The Prefect task runner of the dask runner (use as a context manager, then ``submit``).
@@ -119,8 +140,12 @@ class RunnerChoice:
 
         if self.dask_address:
             return DaskTaskRunner(address=self.dask_address)
-        cluster = {"n_workers": self.batches_in_flight(), "threads_per_worker": 1, "processes": True,
-                   "dashboard_address": None}
+        cluster = {
+            "n_workers": self.batches_in_flight(),
+            "threads_per_worker": 1,
+            "processes": True,
+            "dashboard_address": None,
+        }
         if api_url:
             cluster["env"] = {"PREFECT_API_URL": api_url}
         return DaskTaskRunner(cluster_kwargs=cluster)
@@ -170,5 +195,13 @@ def submit_batch(runner: Any, task_obj: Any, items: list[BatchItem], options: Ca
     return runner.submit(dask_batch_task(), parameters={"task": task_obj, "items": items, "options": options})
 
 
-__all__ = ["RUNNERS", "RunnerChoice", "RunnerError", "dask_batch_task", "submit_batch", "BatchResult", "worker_api_url",
-           "worker_environment"]
+__all__ = [
+    "RUNNERS",
+    "RunnerChoice",
+    "RunnerError",
+    "dask_batch_task",
+    "submit_batch",
+    "BatchResult",
+    "worker_api_url",
+    "worker_environment",
+]

@@ -4,6 +4,7 @@ Prefect reads a cron string in UTC unless the schedule names a zone, so ``--cron
 at 02:00 UTC on a machine in Berlin. ``serve`` now always passes an explicit IANA zone: the one the
 user gives with ``--timezone``, else the machine's own zone resolved to an IANA name.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,7 +31,8 @@ def check_timezone(name: str) -> str:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise UnknownTimezoneError(
-            f"unknown time zone {name!r} for --timezone (give an IANA name, e.g. Europe/Berlin or UTC)") from exc
+            f"unknown time zone {name!r} for --timezone (give an IANA name, e.g. Europe/Berlin or UTC)"
+        ) from exc
     return name
 
 
@@ -64,8 +66,9 @@ def local_timezone() -> LocalZone:
             return LocalZone(check_timezone(name), None)
         except UnknownTimezoneError:
             continue
-    return LocalZone("UTC", "could not resolve this machine's time zone to an IANA name; using UTC "
-                            "(give --timezone to choose)")
+    return LocalZone(
+        "UTC", "could not resolve this machine's time zone to an IANA name; using UTC (give --timezone to choose)"
+    )
 
 
 def cron_schedule(cron: str, timezone: str):

@@ -18,6 +18,7 @@ own results). A candidate that kills its worker again when alone is ``crashed``;
 past ``--candidate-seconds`` alone is ``timeout``. Both are recorded like any result, so a
 resumed run never calibrates them again.
 """
+
 from __future__ import annotations
 
 import collections
@@ -29,9 +30,10 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_for
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions
 
@@ -75,6 +77,7 @@ def batch_seconds(candidate_seconds: float | None, n: int, threads: int | None) 
 # ---------------------------------------------------------------------------- the worker process
 def _exit_with_parent(parent_pid: int) -> None:
     """A worker outlives a killed flow otherwise (kill -9 runs no clean-up): poll the parent."""
+
     def watch() -> None:
         while True:
             time.sleep(0.5)
@@ -90,6 +93,7 @@ def _worker_main(conn: Any, task_blob: bytes, options: CalibrationOptions, paren
     import cloudpickle  # noqa: F401  (unpickles what cloudpickle wrote: lambdas of curve tasks)
 
     import ndvm  # noqa: F401  (a runtime that does not import kills the worker before it is ready:
+
     #              the pool reports that, instead of every candidate failing one by one)
     from flows import faults
     from flows.calibration import calibrate_batch, worker_identity
@@ -124,9 +128,9 @@ class Job:
     id: int
     items: list[BatchItem]
     alone: bool
-    seconds: float | None          # time limit once started; None: no limit
-    started: float | None = None   # monotonic time it reached a ready worker
-    handle: Any = None             # the backend's own reference (worker, future)
+    seconds: float | None  # time limit once started; None: no limit
+    started: float | None = None  # monotonic time it reached a ready worker
+    handle: Any = None  # the backend's own reference (worker, future)
 
     def overdue(self, now: float) -> bool:
         return self.seconds is not None and self.started is not None and now - self.started > self.seconds
@@ -147,8 +151,12 @@ class Outcome:
 class _Worker:
     def __init__(self, ctx: Any, task_blob: bytes, options: CalibrationOptions, index: int):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, task_blob, options, os.getpid()),
-                                   name=f"ndvm-calibrate-{index}", daemon=True)
+        self.process = ctx.Process(
+            target=_worker_main,
+            args=(child, task_blob, options, os.getpid()),
+            name=f"ndvm-calibrate-{index}",
+            daemon=True,
+        )
         self.process.start()
         child.close()
         self.identity = ""
@@ -229,8 +237,14 @@ class WorkerPool:
             if job is not None and job.overdue(now):
                 worker.kill()
                 self._workers.remove(worker)
-                outcomes.append(Outcome(job, "timeout", detail=f"still running after {job.seconds:.3g} s; "
-                                                               "its worker process was killed", worker=worker.identity))
+                outcomes.append(
+                    Outcome(
+                        job,
+                        "timeout",
+                        detail=f"still running after {job.seconds:.3g} s; its worker process was killed",
+                        worker=worker.identity,
+                    )
+                )
                 self.replaced += 1
                 self._start_worker()
         return outcomes
@@ -266,16 +280,24 @@ class WorkerPool:
         if not worker.ready:
             self._startup_failures += 1
             if self._startup_failures >= STARTUP_FAILURES:
-                raise CalibrationPoolError(f"calibration worker processes die while starting ({describe_exit(code)}, "
-                                           f"{self._startup_failures} in a row); see the messages above")
+                raise CalibrationPoolError(
+                    f"calibration worker processes die while starting ({describe_exit(code)}, "
+                    f"{self._startup_failures} in a row); see the messages above"
+                )
         if job is not None and job.started is None:  # never reached the worker: hand it to the replacement
             replacement = self._start_worker()
             replacement.job, job.handle = job, replacement
             self.replaced += 1
             return
         if job is not None:
-            outcomes.append(Outcome(job, "crashed", detail=f"worker process {worker.identity or worker.process.pid} "
-                                                           f"{describe_exit(code)}", worker=worker.identity))
+            outcomes.append(
+                Outcome(
+                    job,
+                    "crashed",
+                    detail=f"worker process {worker.identity or worker.process.pid} {describe_exit(code)}",
+                    worker=worker.identity,
+                )
+            )
         self.replaced += 1
         self._start_worker()
 
@@ -351,7 +373,9 @@ class PrefectBackend:
                 elif job.overdue(now):
                     self._jobs.remove(job)
                     self._cancel(job)
-                    outcomes.append(Outcome(job, "timeout", detail=f"still running after {job.seconds:.3g} s; cancelled"))
+                    outcomes.append(
+                        Outcome(job, "timeout", detail=f"still running after {job.seconds:.3g} s; cancelled")
+                    )
             if outcomes or time.monotonic() >= deadline:
                 return outcomes
             time.sleep(0.05)
@@ -377,11 +401,11 @@ class PrefectBackend:
 # ---------------------------------------------------------------------------- the supervisor
 @dataclass
 class SupervisorCounts:
-    batches: int = 0          # batches submitted (not counting candidates retried alone)
-    retried_alone: int = 0    # candidates retried alone after their batch failed
-    crashed: int = 0          # candidates marked crashed
-    timeout: int = 0          # candidates marked timeout
-    worker_deaths: int = 0    # jobs whose worker process died
+    batches: int = 0  # batches submitted (not counting candidates retried alone)
+    retried_alone: int = 0  # candidates retried alone after their batch failed
+    crashed: int = 0  # candidates marked crashed
+    timeout: int = 0  # candidates marked timeout
+    worker_deaths: int = 0  # jobs whose worker process died
     workers_replaced: int = 0
     workers: set[str] = field(default_factory=set)
 
@@ -391,8 +415,16 @@ class CalibrationSupervisor:
     what happened into results to record. ``isolation`` makes the backend for the retries alone
     when ``backend`` cannot stop a single job itself (Dask); by default the backend is used."""
 
-    def __init__(self, backend: Any, *, candidate_seconds: float | None = None, threads: int | None = None,
-                 isolation: Callable[[], Any] | None = None, meter: Any = None, log: Any = None):
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        candidate_seconds: float | None = None,
+        threads: int | None = None,
+        isolation: Callable[[], Any] | None = None,
+        meter: Any = None,
+        log: Any = None,
+    ):
         self.backend = backend
         self.candidate_seconds = candidate_seconds
         self.threads = threads
@@ -470,34 +502,50 @@ class CalibrationSupervisor:
         if outcome.kind == "done":
             results = outcome.results or []
             for result in results:  # an evaluation stopped by the runtime's wall clock: over the limit
-                if self.candidate_seconds is not None and result.status == "error" and \
-                        WALL_CLOCK_ERROR in (result.error or ""):
+                if (
+                    self.candidate_seconds is not None
+                    and result.status == "error"
+                    and WALL_CLOCK_ERROR in (result.error or "")
+                ):
                     self.counts.timeout += 1
                     result.status = "timeout"
-                    result.error = (f"one evaluation alone took over {self.candidate_seconds:g} s "
-                                    f"(--candidate-seconds, the runtime's Limits.max_seconds): {result.error}")[:2000]
+                    result.error = (
+                        f"one evaluation alone took over {self.candidate_seconds:g} s "
+                        f"(--candidate-seconds, the runtime's Limits.max_seconds): {result.error}"
+                    )[:2000]
             return results
-        what = {"crashed": "its worker died", "timeout": "it ran past its time limit",
-                "error": "its worker raised an error"}[outcome.kind]
+        what = {
+            "crashed": "its worker died",
+            "timeout": "it ran past its time limit",
+            "error": "its worker raised an error",
+        }[outcome.kind]
         last_line = (outcome.detail.strip().splitlines() or [""])[-1][:300]
         if not job.alone:  # split the batch: every member gets one try alone
             reason = f"batch of {len(job.items)}: {what} ({last_line})"
             if self.log is not None:
-                self.log.warning("calibration batch of %d failed (%s: %s); retrying each candidate alone",
-                                 len(job.items), outcome.kind, last_line)
+                self.log.warning(
+                    "calibration batch of %d failed (%s: %s); retrying each candidate alone",
+                    len(job.items),
+                    outcome.kind,
+                    last_line,
+                )
             self.alone.extend((item, reason) for item in job.items)
             return []
         [item] = job.items
         if outcome.kind == "crashed":
             self.counts.crashed += 1
             status = "crashed"
-            error = (f"calibration killed its worker process twice: in its {why}; then alone ({outcome.detail}). "
-                     "Marked crashed, never retried")
+            error = (
+                f"calibration killed its worker process twice: in its {why}; then alone ({outcome.detail}). "
+                "Marked crashed, never retried"
+            )
         elif outcome.kind == "timeout":
             self.counts.timeout += 1
             status = "timeout"
-            error = (f"calibration and scoring alone took over {self.candidate_seconds:g} s (--candidate-seconds; "
-                     f"after its {why}); stopped")
+            error = (
+                f"calibration and scoring alone took over {self.candidate_seconds:g} s (--candidate-seconds; "
+                f"after its {why}); stopped"
+            )
         else:
             status = "error"
             error = f"worker error when calibrated alone: {outcome.detail.strip()[-1500:]}"
@@ -529,5 +577,14 @@ class CalibrationSupervisor:
             self._isolation_backend = None
 
 
-__all__ = ["CalibrationPoolError", "CalibrationSupervisor", "Job", "Outcome", "PrefectBackend", "SupervisorCounts",
-           "WorkerPool", "batch_seconds", "describe_exit"]
+__all__ = [
+    "CalibrationPoolError",
+    "CalibrationSupervisor",
+    "Job",
+    "Outcome",
+    "PrefectBackend",
+    "SupervisorCounts",
+    "WorkerPool",
+    "batch_seconds",
+    "describe_exit",
+]

@@ -8,16 +8,18 @@
 
 ``ndvm`` alone is a complete library: it imports none of the pipeline (Prefect, MLflow, litellm).
 """
+
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 from typing import Any
 
-from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
-from .program import DEFAULT_LIMITS, Limits, Param, Program, compile
-from .calibrate import Fit, calibrate, calibrate_many
 from . import language
+from .calibrate import Fit, calibrate, calibrate_many
+from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
 from .language import read
+from .program import DEFAULT_LIMITS, Limits, Param, Program, compile
 from .stderr import StdErr, stderr
 from .values import Pair, Procedure, Symbol, to_scheme
 
@@ -35,7 +37,27 @@ def build_info() -> dict[str, Any]:
 
 
 __all__ = [
-    "compile", "Program", "Param", "Limits", "DEFAULT_LIMITS", "calibrate", "calibrate_many", "Fit", "stderr", "StdErr",
-    "NDVMError", "ParseError", "CheckError", "EvalError", "LimitError", "Symbol", "Pair", "Procedure",
-    "to_scheme", "read", "language", "build_info", "__version__",
+    "compile",
+    "Program",
+    "Param",
+    "Limits",
+    "DEFAULT_LIMITS",
+    "calibrate",
+    "calibrate_many",
+    "Fit",
+    "stderr",
+    "StdErr",
+    "NDVMError",
+    "ParseError",
+    "CheckError",
+    "EvalError",
+    "LimitError",
+    "Symbol",
+    "Pair",
+    "Procedure",
+    "to_scheme",
+    "read",
+    "language",
+    "build_info",
+    "__version__",
 ]

@@ -4,18 +4,19 @@ Restarts are lanes: one walk of the program evaluates every restart at once, and
 ``steps`` iterations runs in C++ (Adam, L-BFGS with a backtracking line search, or gradient
 descent) in unconstrained coordinates (softplus for ``positive``, logistic for ``between``).
 """
+
 from __future__ import annotations
 
 import functools
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from . import _native
-from . import errors
+from . import _native, errors
 from .errors import EvalError, NDVMError
 from .program import Limits, Param, Program, _inputs, _lane_inputs, _natural, _unconstrained, compile
 
@@ -66,8 +67,9 @@ class Fit:
             raise EvalError(f"this fit has no program and no parameters: {self.error}")
         return np.array([[self.params[n] for n in self.program.param_names]], dtype=np.float64)
 
-    def predict(self, inputs: Mapping[str, Any] | None = None,
-                lane_inputs: Mapping[str, Any] | None = None) -> np.float64 | np.ndarray:
+    def predict(
+        self, inputs: Mapping[str, Any] | None = None, lane_inputs: Mapping[str, Any] | None = None
+    ) -> np.float64 | np.ndarray:
         """Evaluates the fitted program on (new) inputs; returns the result of the best restart
         (a scalar for a scalar-valued program, else an array)."""
         if self.program is None or self.status == "error":
@@ -75,7 +77,7 @@ class Fit:
         values = self.program.evaluate(self.theta, inputs, lane_inputs)  # [1] or [1, ...]: one row
         return cast("np.float64 | np.ndarray", values[0])
 
-    def raise_for_error(self) -> "Fit":
+    def raise_for_error(self) -> Fit:
         if self.error is not None:
             raise (self.error_type or EvalError)(self.error)
         return self
@@ -112,7 +114,9 @@ def _declared_starts(params: tuple[Param, ...], restarts: int, seed: int, jitter
     return theta
 
 
-def initial_theta(program: Program, restarts: int, seed: int, init: Any = "declared", jitter: float = 0.5) -> np.ndarray:
+def initial_theta(
+    program: Program, restarts: int, seed: int, init: Any = "declared", jitter: float = 0.5
+) -> np.ndarray:
     """[restarts, P] starting points in natural units.
 
     ``"declared"``: restart 0 starts at the declared inits, the others at the inits jittered by
@@ -131,10 +135,15 @@ def initial_theta(program: Program, restarts: int, seed: int, init: Any = "decla
     return np.ascontiguousarray(arr)
 
 
-def _spec(optimizer: str, steps: int, lr: float, tol: float | None, loss: str, target: Any,
-          lane_target: Any) -> dict[str, Any]:
+def _spec(
+    optimizer: str, steps: int, lr: float, tol: float | None, loss: str, target: Any, lane_target: Any
+) -> dict[str, Any]:
     return {
-        "optimizer": optimizer, "steps": int(steps), "lr": float(lr), "tol": float(tol or 0.0), "loss": loss,
+        "optimizer": optimizer,
+        "steps": int(steps),
+        "lr": float(lr),
+        "tol": float(tol or 0.0),
+        "loss": loss,
         "target": None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
         "lane_target": None if lane_target is None else np.ascontiguousarray(np.asarray(lane_target, dtype=np.float64)),
     }
@@ -145,16 +154,28 @@ def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
     # plain Python on the few restarts' losses (numpy calls on tiny arrays cost more than the
     # arithmetic), so that it does not cap the multicore speedup.
     if res["error"] is not None:
-        return Fit(program=program, status="error", error=res["error"],
-                   error_type=_ERROR_TYPES.get(res["error_kind"], EvalError), seconds=seconds)
+        return Fit(
+            program=program,
+            status="error",
+            error=res["error"],
+            error_type=_ERROR_TYPES.get(res["error_kind"], EvalError),
+            seconds=seconds,
+        )
     losses = res["best_loss"]
     loss_list = losses.tolist()
     ranked = [v if math.isfinite(v) else math.inf for v in loss_list]
     best = min(range(len(ranked)), key=ranked.__getitem__)  # the first of equal losses, as argmin
     steps = int(res["steps_done"])
-    fit = Fit(program=program, all_params=res["best_theta"], all_losses=losses, history=res["history"][:steps, best],
-              lane_status=[_LANE_STATUS[s] for s in res["status"]], seconds=seconds,
-              steps=steps, evaluations=int(res["evaluations"]))
+    fit = Fit(
+        program=program,
+        all_params=res["best_theta"],
+        all_losses=losses,
+        history=res["history"][:steps, best],
+        lane_status=[_LANE_STATUS[s] for s in res["status"]],
+        seconds=seconds,
+        steps=steps,
+        evaluations=int(res["evaluations"]),
+    )
     if ranked[best] == math.inf:  # no restart produced a finite loss
         fit.history = np.zeros(0)
         fit.status = "nonfinite"
@@ -168,16 +189,30 @@ def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
     return fit
 
 
-def _problem_of(inputs: Mapping[str, Any] | None, target: Any, loss: str, lane_inputs: Mapping[str, Any] | None,
-                lane_target: Any) -> dict[str, Any]:
+def _problem_of(
+    inputs: Mapping[str, Any] | None, target: Any, loss: str, lane_inputs: Mapping[str, Any] | None, lane_target: Any
+) -> dict[str, Any]:
     """What a calibration fitted, kept on its Fit (``Fit._problem``) for ``fit.stderr``."""
     return {"inputs": inputs, "target": target, "loss": loss, "lane_inputs": lane_inputs, "lane_target": lane_target}
 
 
-def calibrate(prog: Program | str, inputs: Mapping[str, Any] | None = None, target: Any = None, loss: str = "mse",
-              optimizer: str = "adam", steps: int = 200, lr: float = 0.05, restarts: int = 32, seed: int = 0,
-              lane_inputs: Mapping[str, Any] | None = None, init: Any = "declared", tol: float | None = None,
-              threads: int | None = None, lane_target: Any = None, jitter: float = 0.5) -> Fit:
+def calibrate(
+    prog: Program | str,
+    inputs: Mapping[str, Any] | None = None,
+    target: Any = None,
+    loss: str = "mse",
+    optimizer: str = "adam",
+    steps: int = 200,
+    lr: float = 0.05,
+    restarts: int = 32,
+    seed: int = 0,
+    lane_inputs: Mapping[str, Any] | None = None,
+    init: Any = "declared",
+    tol: float | None = None,
+    threads: int | None = None,
+    lane_target: Any = None,
+    jitter: float = 0.5,
+) -> Fit:
     """Fits ``prog`` to data; see the module docstring. Raises on malformed programs or options."""
     program = compile(prog) if isinstance(prog, str) else prog
     _check_options(loss, optimizer, steps, restarts, lr)
@@ -186,18 +221,38 @@ def calibrate(prog: Program | str, inputs: Mapping[str, Any] | None = None, targ
     theta0 = initial_theta(program, restarts, seed, init, jitter)
     spec = _spec(optimizer, steps, lr, tol, loss, target, lane_target)
     t0 = time.perf_counter()
-    res = _native.calibrate(program._native, theta0, _inputs(inputs), _lane_inputs(lane_inputs), spec,
-                            program.limits.native(), int(threads or 0))
+    res = _native.calibrate(
+        program._native,
+        theta0,
+        _inputs(inputs),
+        _lane_inputs(lane_inputs),
+        spec,
+        program.limits.native(),
+        int(threads or 0),
+    )
     fit = _fit_from(program, res, time.perf_counter() - t0)
     fit._problem = _problem_of(inputs, target, loss, lane_inputs, lane_target)
     return fit
 
 
-def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] | None = None, target: Any = None,
-                   loss: str = "mse", optimizer: str = "adam", steps: int = 200, lr: float = 0.05, restarts: int = 32,
-                   seed: int = 0, lane_inputs: Mapping[str, Any] | None = None, init: Any = "declared",
-                   tol: float | None = None, threads: int | None = None, lane_target: Any = None,
-                   jitter: float = 0.5, limits: Limits | None = None) -> list[Fit]:
+def calibrate_many(
+    programs: Sequence[Program | str],
+    inputs: Mapping[str, Any] | None = None,
+    target: Any = None,
+    loss: str = "mse",
+    optimizer: str = "adam",
+    steps: int = 200,
+    lr: float = 0.05,
+    restarts: int = 32,
+    seed: int = 0,
+    lane_inputs: Mapping[str, Any] | None = None,
+    init: Any = "declared",
+    tol: float | None = None,
+    threads: int | None = None,
+    lane_target: Any = None,
+    jitter: float = 0.5,
+    limits: Limits | None = None,
+) -> list[Fit]:
     """Calibrates many programs on the native thread pool (GIL released). One ``Fit`` per program, in
     order; a program that fails to compile or run gives ``fit.error`` instead of an exception.
     ``threads`` defaults to the cores available; results are identical to a serial run.
@@ -210,8 +265,12 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
     natives, thetas, where, compiled = [], [], [], []
     for i, p in enumerate(programs):
         if not isinstance(p, (str, Program)) and not hasattr(p, "_native"):
-            fits[i] = Fit(program=None, status="error", error_type=EvalError,
-                          error=f"item {i} is a {type(p).__name__}, not a program or source text")
+            fits[i] = Fit(
+                program=None,
+                status="error",
+                error_type=EvalError,
+                error=f"item {i} is a {type(p).__name__}, not a program or source text",
+            )
             continue
         try:
             program = compile(p, limits=limits) if isinstance(p, str) else p
@@ -236,9 +295,15 @@ def calibrate_many(programs: Sequence[Program | str], inputs: Mapping[str, Any] 
             groups.setdefault(program.limits, []).append(k)
         for group_limits, members in groups.items():
             t0 = time.perf_counter()
-            results = _native.calibrate_many([natives[k] for k in members], [thetas[k] for k in members],
-                                             native_inputs, native_lane_inputs, spec, group_limits.native(),
-                                             int(threads or 0))
+            results = _native.calibrate_many(
+                [natives[k] for k in members],
+                [thetas[k] for k in members],
+                native_inputs,
+                native_lane_inputs,
+                spec,
+                group_limits.native(),
+                int(threads or 0),
+            )
             seconds = (time.perf_counter() - t0) / len(members)
             for k, res in zip(members, results):
                 fit = _fit_from(compiled[k], res, seconds)

@@ -1,5 +1,6 @@
 """The ``ndvm`` command line: the runtime's own commands (version, run, check) and those other
 packages register through the ``ndvm.commands`` entry point (bench, the pipeline's)."""
+
 from __future__ import annotations
 
 import argparse
@@ -68,7 +69,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     prog = ndvm.compile(_read_source(args.file))
     print(f"{args.file}: ok")
     for p in prog.params:
-        c = "free" if p.constraint is None else p.constraint if isinstance(p.constraint, str) else f"between {p.constraint[1]} {p.constraint[2]}"
+        c = (
+            "free"
+            if p.constraint is None
+            else p.constraint
+            if isinstance(p.constraint, str)
+            else f"between {p.constraint[1]} {p.constraint[2]}"
+        )
         print(f"  param {p.name} = {p.init} ({c})")
     for name in prog.inputs:
         print(f"  input {name}")
@@ -92,8 +99,10 @@ def _register_plugins(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ndvm", description="NDVM discovery: a native differentiable VM and the "
-                                     "model-discovery pipeline around it.")
+    parser = argparse.ArgumentParser(
+        prog="ndvm",
+        description="NDVM discovery: a native differentiable VM and the model-discovery pipeline around it.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("version", help="package and native build information")

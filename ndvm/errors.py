@@ -3,6 +3,7 @@
 The native runtime raises them with a message and, where the failing form is known, the 1-based
 ``line`` and ``column`` of that form in the source.
 """
+
 from __future__ import annotations
 
 

@@ -20,6 +20,7 @@ literals, quasiquote) raises :class:`ndvm.ParseError` with the 1-based line and 
 The printer (:func:`to_str`, :func:`to_source`, :func:`format_number`) writes a tree back so that it
 reads as the same tree: numbers keep their value and exactness.
 """
+
 from __future__ import annotations
 
 import math
@@ -71,8 +72,9 @@ def read(text: str, max_nesting: int | None = None) -> list[Node]:
     """
     if not isinstance(text, str):
         raise TypeError(f"ndvm.read expects source text (str), got {type(text).__name__}")
-    if max_nesting is not None and (isinstance(max_nesting, bool) or not isinstance(max_nesting, int)
-                                    or not 0 < max_nesting <= MAX_NESTING):
+    if max_nesting is not None and (
+        isinstance(max_nesting, bool) or not isinstance(max_nesting, int) or not 0 < max_nesting <= MAX_NESTING
+    ):
         raise ValueError(f"max_nesting must be an integer from 1 to {MAX_NESTING}, got {max_nesting!r}")
     try:
         return _native.read(text, max_nesting or 0)
@@ -91,12 +93,16 @@ def surrogate_error(text: str) -> ParseError | None:
     except UnicodeEncodeError as exc:
         line = text.count("\n", 0, exc.start) + 1
         column = exc.start - (text.rfind("\n", 0, exc.start) + 1) + 1
-        return ParseError(f"unreadable character U+{ord(text[exc.start]):04X} (a lone surrogate, not valid "
-                          "Unicode text)", line, column)
+        return ParseError(
+            f"unreadable character U+{ord(text[exc.start]):04X} (a lone surrogate, not valid Unicode text)",
+            line,
+            column,
+        )
     return None
 
 
 # ---- printing ---------------------------------------------------------------------------------
+
 
 def format_number(value: int | float) -> str:
     """Print a number so that it reads back as the same value and the same exactness."""
@@ -135,5 +141,17 @@ def to_source(forms: list[Node]) -> str:
     return "\n".join(to_str(f) for f in forms)
 
 
-__all__ = ["Symbol", "Dotted", "Node", "Arity", "PRIMITIVES", "SPECIAL_FORMS", "RESERVED_FORMS", "MAX_NESTING",
-           "read", "format_number", "to_str", "to_source"]
+__all__ = [
+    "Symbol",
+    "Dotted",
+    "Node",
+    "Arity",
+    "PRIMITIVES",
+    "SPECIAL_FORMS",
+    "RESERVED_FORMS",
+    "MAX_NESTING",
+    "read",
+    "format_number",
+    "to_str",
+    "to_source",
+]

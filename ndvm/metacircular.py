@@ -22,6 +22,7 @@ Example::
     prog.run(inputs={"x": 2.0})                      # 2.0
     values, grads = prog.value_and_grad(theta, inputs={"x": 2.0})
 """
+
 from __future__ import annotations
 
 import re
@@ -89,16 +90,18 @@ def host_source(source: str, params: list[Any], inputs: list[str]) -> str:
     clashes = sorted(set(names) & EVALUATOR_NAMES)
     if clashes:
         raise CheckError(
-            "metacircular: parameter or input names clash with the evaluator's own definitions: "
-            + ", ".join(clashes))
+            "metacircular: parameter or input names clash with the evaluator's own definitions: " + ", ".join(clashes)
+        )
     declarations = "\n".join(_declaration(p) for p in params)
     bindings = " ".join(f"(cons '{name} {name})" for name in names)
     # The user text goes inside the quote verbatim; the newline before the closing parenthesis
     # keeps a final line comment from swallowing it.
-    return (f"{evaluator_source()}\n"
-            f";; the interpreted program's parameters, declared again in the host\n"
-            f"{declarations}\n"
-            f"(mc-run '(\n{source}\n)\n  (list {bindings}))\n")
+    return (
+        f"{evaluator_source()}\n"
+        f";; the interpreted program's parameters, declared again in the host\n"
+        f"{declarations}\n"
+        f"(mc-run '(\n{source}\n)\n  (list {bindings}))\n"
+    )
 
 
 class MetacircularProgram:
@@ -143,22 +146,28 @@ class MetacircularProgram:
         """One lane: the program's value as a Python value (like ``ndvm.Program.run``)."""
         return self.host.run(params, inputs)
 
-    def evaluate(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
-                 lane_inputs: Mapping[str, Any] | None = None) -> np.ndarray:
+    def evaluate(
+        self, theta: Any = None, inputs: Mapping[str, Any] | None = None, lane_inputs: Mapping[str, Any] | None = None
+    ) -> np.ndarray:
         """Values for a population ``theta [B, P]`` (like ``ndvm.Program.evaluate``)."""
         return self.host.evaluate(theta, inputs=inputs, lane_inputs=lane_inputs)
 
-    def value_and_grad(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
-                       lane_inputs: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def value_and_grad(
+        self, theta: Any = None, inputs: Mapping[str, Any] | None = None, lane_inputs: Mapping[str, Any] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Values ``[B]`` and gradients ``[B, P]`` through the interpreter."""
         return self.host.value_and_grad(theta, inputs=inputs, lane_inputs=lane_inputs)
 
-    def loss_and_grad(self, theta: Any, inputs: Mapping[str, Any] | None = None, target: Any = None,
-                      loss: str = "mse", lane_inputs: Mapping[str, Any] | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+    def loss_and_grad(
+        self,
+        theta: Any,
+        inputs: Mapping[str, Any] | None = None,
+        target: Any = None,
+        loss: str = "mse",
+        lane_inputs: Mapping[str, Any] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Per-lane loss against ``target`` and its gradient (like ``ndvm.Program.loss_and_grad``)."""
-        return self.host.loss_and_grad(theta, inputs=inputs, target=target, loss=loss,
-                                       lane_inputs=lane_inputs)
+        return self.host.loss_and_grad(theta, inputs=inputs, target=target, loss=loss, lane_inputs=lane_inputs)
 
     def theta(self, params: Mapping[str, float] | None = None, lanes: int = 1) -> np.ndarray:
         """A ``[lanes, P]`` array of the declared initial values, overridden by ``params``."""
@@ -176,8 +185,7 @@ class MetacircularProgram:
         return self.host.limits
 
     def __repr__(self) -> str:
-        return (f"MetacircularProgram(params={self.param_names}, inputs={self.inputs}, "
-                f"dtype={self.dtype!r})")
+        return f"MetacircularProgram(params={self.param_names}, inputs={self.inputs}, dtype={self.dtype!r})"
 
 
 def compile(source: str, dtype: str = "float64", limits: Limits | None = None) -> MetacircularProgram:  # noqa: A001 (mirrors ndvm.compile)
@@ -190,12 +198,13 @@ def compile(source: str, dtype: str = "float64", limits: Limits | None = None) -
     ``ndvm.Limits``, default the runtime's) bound the host's evaluation.
     """
     direct = ndvm.compile(source, dtype=dtype, limits=limits)
-    host = ndvm.compile(host_source(source, list(direct.params), list(direct.inputs)), dtype=dtype,
-                        limits=limits)
+    host = ndvm.compile(host_source(source, list(direct.params), list(direct.inputs)), dtype=dtype, limits=limits)
     if list(host.param_names) != list(direct.param_names):
-        raise CheckError(f"metacircular: host parameters {host.param_names} differ from the "
-                         f"program's {direct.param_names}")
+        raise CheckError(
+            f"metacircular: host parameters {host.param_names} differ from the program's {direct.param_names}"
+        )
     if set(host.inputs) != set(direct.inputs):
-        raise CheckError(f"metacircular: host inputs {sorted(host.inputs)} differ from the "
-                         f"program's {sorted(direct.inputs)}")
+        raise CheckError(
+            f"metacircular: host inputs {sorted(host.inputs)} differ from the program's {sorted(direct.inputs)}"
+        )
     return MetacircularProgram(source, dtype, direct, host)

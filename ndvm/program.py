@@ -1,10 +1,12 @@
 """``ndvm.compile`` and the ``Program`` it returns: the Python face of a compiled program."""
+
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -12,8 +14,9 @@ import numpy.typing as npt
 try:
     from . import _native
 except ImportError as exc:  # a source tree without the compiled extension
-    raise ImportError("ndvm's native extension (ndvm._native) is not built: run `make build` "
-                      "(or `pip install -e .`) first") from exc
+    raise ImportError(
+        "ndvm's native extension (ndvm._native) is not built: run `make build` (or `pip install -e .`) first"
+    ) from exc
 from .errors import EvalError
 
 
@@ -68,18 +71,25 @@ class Limits:
         if not isinstance(self.replay, (bool, np.bool_)):
             raise ValueError(f"Limits.replay must be True or False, got {self.replay!r}")
         if self.max_seconds is not None:
-            ok = isinstance(self.max_seconds, (int, float, np.integer, np.floating)) and not isinstance(self.max_seconds, bool)
+            ok = isinstance(self.max_seconds, (int, float, np.integer, np.floating)) and not isinstance(
+                self.max_seconds, bool
+            )
             if not ok or not math.isfinite(self.max_seconds) or self.max_seconds <= 0:
-                raise ValueError(f"Limits.max_seconds must be a positive number of seconds or None, got {self.max_seconds!r}")
+                raise ValueError(
+                    f"Limits.max_seconds must be a positive number of seconds or None, got {self.max_seconds!r}"
+                )
 
-    def native(self) -> "_native.Limits":
+    def native(self) -> _native.Limits:
         """The runtime's struct with these values (native/src/program.h), as the native calls take it;
         built on first use and kept (a Limits is immutable)."""
         native = self.__dict__.get("_native")
         if native is None:
             native = _native.Limits()
-            native.max_steps, native.max_depth, native.max_bytes = (int(self.max_steps), int(self.max_depth),
-                                                                    int(self.max_bytes))
+            native.max_steps, native.max_depth, native.max_bytes = (
+                int(self.max_steps),
+                int(self.max_depth),
+                int(self.max_bytes),
+            )
             native.replay, native.max_work = bool(self.replay), int(self.max_work)
             native.max_seconds = 0.0 if self.max_seconds is None else float(self.max_seconds)
             self.__dict__["_native"] = native  # a cache, not a field: equality and hashing ignore it
@@ -120,7 +130,6 @@ def _natural(p: Param, u: Reals) -> Reals:
     return u
 
 
-
 def as_array(value: Any, name: str) -> np.ndarray:
     """Converts an input value (number, sequence, numpy, polars or torch) to a float64 array."""
     if hasattr(value, "detach"):  # torch tensor
@@ -153,7 +162,7 @@ def _lane_inputs(lane_inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]
 class Program:
     """A compiled program: immutable, shareable across threads, cheap to evaluate many times."""
 
-    def __init__(self, native: "_native.Program", limits: Limits = DEFAULT_LIMITS):
+    def __init__(self, native: _native.Program, limits: Limits = DEFAULT_LIMITS):
         self._native = native
         self.limits = limits
         self.params: list[Param] = [Param(n, float(i), c) for n, i, c in native.params]
@@ -214,28 +223,37 @@ class Program:
         row = self.theta(params)[0]
         return self._native.run(row, _inputs(inputs), self.limits.native())
 
-    def evaluate(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
-                 lane_inputs: Mapping[str, Any] | None = None) -> np.ndarray:
+    def evaluate(
+        self, theta: Any = None, inputs: Mapping[str, Any] | None = None, lane_inputs: Mapping[str, Any] | None = None
+    ) -> np.ndarray:
         """Evaluates B parameter vectors in one walk: ``theta`` [B, P] -> values [B] or [B, ...]."""
         th = self._theta(theta)
         return self._native.evaluate(th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native())
 
-    def value_and_grad(self, theta: Any = None, inputs: Mapping[str, Any] | None = None,
-                       lane_inputs: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def value_and_grad(
+        self, theta: Any = None, inputs: Mapping[str, Any] | None = None, lane_inputs: Mapping[str, Any] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """For a scalar-valued program: (values [B], d value / d theta [B, P])."""
         th = self._theta(theta)
         values, _, grads, _ = self._native.value_and_grad(
-            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native(), [], "value", None)
+            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native(), [], "value", None
+        )
         return values, grads
 
-    def loss_and_grad(self, theta: Any, inputs: Mapping[str, Any] | None = None, target: Any = None,
-                      loss: str = "mse", lane_inputs: Mapping[str, Any] | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+    def loss_and_grad(
+        self,
+        theta: Any,
+        inputs: Mapping[str, Any] | None = None,
+        target: Any = None,
+        loss: str = "mse",
+        lane_inputs: Mapping[str, Any] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Per-lane loss of the output against ``target`` and its gradient: (losses [B], grads [B, P])."""
         th = self._theta(theta)
         tgt = None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel())
         _, losses, grads, _ = self._native.value_and_grad(
-            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native(), [], loss, tgt)
+            th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native(), [], loss, tgt
+        )
         return losses, grads
 
 

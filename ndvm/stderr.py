@@ -22,11 +22,13 @@
    identifiable (flat or nearly flat directions of the loss). Their standard error is NaN, and the
    others are computed with the flagged ones held fixed (the inverse of the remaining block).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -65,13 +67,18 @@ class StdErr:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: estimates, standard errors (None for NaN), flags, condition, method, note."""
+
         def num(v: float) -> float | None:
             return None if not math.isfinite(v) else float(v)
 
-        return {"estimates": {k: num(v) for k, v in self.estimates.items()},
-                "stderr": {k: num(v) for k, v in self.values.items()},
-                "identifiable": dict(self.identifiable), "condition": num(self.condition),
-                "method": self.method, "note": self.note}
+        return {
+            "estimates": {k: num(v) for k, v in self.estimates.items()},
+            "stderr": {k: num(v) for k, v in self.values.items()},
+            "identifiable": dict(self.identifiable),
+            "condition": num(self.condition),
+            "method": self.method,
+            "note": self.note,
+        }
 
 
 def _du_dtheta_jacobian(params: list[Param], theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -88,8 +95,17 @@ def _natural_rows(params: list[Param], u_rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def stderr(fit: Any, inputs: Mapping[str, Any] | None = None, target: Any = None, loss: str | None = None, *,
-           value_scale: str = "nll", n: int | None = None, step: float = 1e-4, rcond: float = RCOND) -> StdErr:
+def stderr(
+    fit: Any,
+    inputs: Mapping[str, Any] | None = None,
+    target: Any = None,
+    loss: str | None = None,
+    *,
+    value_scale: str = "nll",
+    n: int | None = None,
+    step: float = 1e-4,
+    rcond: float = RCOND,
+) -> StdErr:
     """Standard errors of ``fit``'s parameters; see the module docstring.
 
     ``inputs``, ``target`` and ``loss`` default to those the fit was calibrated with (``calibrate``
@@ -98,8 +114,10 @@ def stderr(fit: Any, inputs: Mapping[str, Any] | None = None, target: Any = None
     """
     problem = getattr(fit, "_problem", None) or {}
     if problem.get("lane_inputs") or problem.get("lane_target") is not None:
-        raise EvalError("stderr: this fit used lane_inputs/lane_target (one series per lane); "
-                        "calibrate each group separately to get its standard errors")
+        raise EvalError(
+            "stderr: this fit used lane_inputs/lane_target (one series per lane); "
+            "calibrate each group separately to get its standard errors"
+        )
     inputs = problem.get("inputs") if inputs is None else inputs
     target = problem.get("target") if target is None else target
     loss = loss or problem.get("loss")
@@ -148,8 +166,10 @@ def stderr(fit: Any, inputs: Mapping[str, Any] | None = None, target: Any = None
     if loss in ("mse", "gaussian_nll") or value_scale == "mse":
         n_points = int(n if n is not None else np.asarray(target).size if target is not None else 0)
         if n_points <= P:
-            raise EvalError(f"stderr: {n_points} data points for {P} parameters: no degrees of freedom left "
-                            "(pass n= for a 'value' loss that is a mean of squared errors)")
+            raise EvalError(
+                f"stderr: {n_points} data points for {P} parameters: no degrees of freedom left "
+                "(pass n= for a 'value' loss that is a mean of squared errors)"
+            )
     # information = c * H; an exact fit (zero residual variance) has infinite c and zero covariance
     if loss == "mse" or (loss == "value" and value_scale == "mse"):
         assert n_points is not None  # a mean of squared errors: its points were counted above
@@ -181,13 +201,24 @@ def stderr(fit: Any, inputs: Mapping[str, Any] | None = None, target: Any = None
     se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
     note = ""
     if flagged:
-        note = ("not identifiable (flat direction of the loss): " + ", ".join(names[i] for i in sorted(flagged))
-                + "; the others are computed with these held fixed")
+        note = (
+            "not identifiable (flat direction of the loss): "
+            + ", ".join(names[i] for i in sorted(flagged))
+            + "; the others are computed with these held fixed"
+        )
     if loss == "value" and value_scale == "nll":
         note = (note + "; " if note else "") + "assumes the program's value is a negative log-likelihood"
-    return StdErr(names, dict(zip(names, theta.tolist())), dict(zip(names, se.tolist())),
-                  {nm: i not in flagged for i, nm in enumerate(names)}, cov, condition, method, note,
-                  extra={"sigma2": sigma2, "n": n_points, "hessian_u": hess})
+    return StdErr(
+        names,
+        dict(zip(names, theta.tolist())),
+        dict(zip(names, se.tolist())),
+        {nm: i not in flagged for i, nm in enumerate(names)},
+        cov,
+        condition,
+        method,
+        note,
+        extra={"sigma2": sigma2, "n": n_points, "hessian_u": hess},
+    )
 
 
 def _jac_at(p: Param, u: np.ndarray) -> np.ndarray:

@@ -12,9 +12,11 @@ drive NDVM like any other differentiable module:
         loss.backward()
         opt.step()
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping, cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -26,8 +28,15 @@ from .program import Program, _inputs, _lane_inputs
 class _ProgramFunction(torch.autograd.Function):
     # ctx is torch's FunctionCtx, typed Any as torch types it: forward stores its own fields on it.
     @staticmethod
-    def forward(ctx: Any, theta: torch.Tensor, prog: Program, inputs: dict[str, np.ndarray],
-                lane_inputs: dict[str, np.ndarray], names: list[str], *tensor_inputs: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        theta: torch.Tensor,
+        prog: Program,
+        inputs: dict[str, np.ndarray],
+        lane_inputs: dict[str, np.ndarray],
+        names: list[str],
+        *tensor_inputs: torch.Tensor,
+    ) -> torch.Tensor:
         th = theta.detach().to(torch.float64).cpu().numpy()
         th = np.ascontiguousarray(th if th.ndim == 2 else th[None, :])
         shared = dict(inputs)
@@ -50,8 +59,9 @@ class _ProgramFunction(torch.autograd.Function):
         grads = np.zeros_like(ctx.th)
         input_grads = {n: np.zeros_like(ctx.shared[n]) for n in want_inputs}
         if g.shape[1] == 1:
-            _, _, gth, gin = prog._native.value_and_grad(ctx.th, ctx.shared, ctx.lane, prog.limits.native(),
-                                                         want_inputs, "value", None)
+            _, _, gth, gin = prog._native.value_and_grad(
+                ctx.th, ctx.shared, ctx.lane, prog.limits.native(), want_inputs, "value", None
+            )
             grads = gth * g
             if want_inputs:  # input grads are summed over lanes: weight each lane by its cotangent
                 if np.allclose(g, g[0]):
@@ -59,9 +69,15 @@ class _ProgramFunction(torch.autograd.Function):
                         input_grads[n] = gi * g[0, 0]
                 else:
                     for lane in range(B):
-                        _, _, _, gl = prog._native.value_and_grad(ctx.th[lane:lane + 1], ctx.shared,
-                                                                  {k: v[lane:lane + 1] for k, v in ctx.lane.items()},
-                                                                  prog.limits.native(), want_inputs, "value", None)
+                        _, _, _, gl = prog._native.value_and_grad(
+                            ctx.th[lane : lane + 1],
+                            ctx.shared,
+                            {k: v[lane : lane + 1] for k, v in ctx.lane.items()},
+                            prog.limits.native(),
+                            want_inputs,
+                            "value",
+                            None,
+                        )
                         for n, gi in zip(want_inputs, gl):
                             input_grads[n] += gi * g[lane, 0]
         else:
@@ -71,10 +87,15 @@ class _ProgramFunction(torch.autograd.Function):
             n = values.shape[1]
             for lane in range(B):
                 target = values[lane] - g[lane] * n / 2.0
-                _, _, gth, gin = prog._native.value_and_grad(ctx.th[lane:lane + 1], ctx.shared,
-                                                             {k: v[lane:lane + 1] for k, v in ctx.lane.items()},
-                                                             prog.limits.native(), want_inputs, "mse",
-                                                             np.ascontiguousarray(target))
+                _, _, gth, gin = prog._native.value_and_grad(
+                    ctx.th[lane : lane + 1],
+                    ctx.shared,
+                    {k: v[lane : lane + 1] for k, v in ctx.lane.items()},
+                    prog.limits.native(),
+                    want_inputs,
+                    "mse",
+                    np.ascontiguousarray(target),
+                )
                 grads[lane] = gth[0]
                 for name, gi in zip(want_inputs, gin):
                     input_grads[name] += gi
@@ -85,8 +106,12 @@ class _ProgramFunction(torch.autograd.Function):
         return (theta_grad, None, None, None, None, *in_grads)
 
 
-def apply(prog: Program, theta: torch.Tensor, inputs: Mapping[str, Any] | None = None,
-          lane_inputs: Mapping[str, Any] | None = None) -> torch.Tensor:
+def apply(
+    prog: Program,
+    theta: torch.Tensor,
+    inputs: Mapping[str, Any] | None = None,
+    lane_inputs: Mapping[str, Any] | None = None,
+) -> torch.Tensor:
     """Evaluates ``prog`` at ``theta`` [B, P] (a tensor); differentiable in ``theta`` and in any
     tensor-valued shared input that requires grad."""
     if not isinstance(theta, torch.Tensor):
@@ -102,5 +127,6 @@ def apply(prog: Program, theta: torch.Tensor, inputs: Mapping[str, Any] | None =
             plain[str(k)] = v
     # torch declares Function.apply without annotations (it returns what forward returns: a tensor)
     out = _ProgramFunction.apply(  # type: ignore[no-untyped-call]
-        theta, prog, _inputs(plain), _lane_inputs(lane_inputs), names, *tensors)
+        theta, prog, _inputs(plain), _lane_inputs(lane_inputs), names, *tensors
+    )
     return cast(torch.Tensor, out)

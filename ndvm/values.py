@@ -3,6 +3,7 @@
 Numbers come back as ``int`` (exact) or ``float``, booleans as ``bool``, proper lists as ``list``,
 vectors and matrices as ``numpy.ndarray``. The three types below cover the rest.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """The ``ndvm bench`` command, registered with the ``ndvm`` command line through the
 ``ndvm.commands`` entry point (pyproject.toml): ndvm/cli.py imports no benchmark code."""
+
 from __future__ import annotations
 
 import argparse

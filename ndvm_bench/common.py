@@ -1,4 +1,5 @@
 """Shared pieces of the benchmark suites: configuration, timing, results, machine facts."""
+
 from __future__ import annotations
 
 import math
@@ -7,9 +8,10 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +42,14 @@ class SuiteResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"title": self.title, "columns": self.columns, "rows": _jsonable(self.rows),
-                "notes": self.notes, "data": _jsonable(self.data), "seconds": self.seconds}
+        return {
+            "title": self.title,
+            "columns": self.columns,
+            "rows": _jsonable(self.rows),
+            "notes": self.notes,
+            "data": _jsonable(self.data),
+            "seconds": self.seconds,
+        }
 
 
 @dataclass
@@ -61,8 +69,9 @@ class Timing:
         return {"median_s": self.median, "best_s": self.best, "reps": self.reps}
 
 
-def time_call(fn: Callable[[], Any], min_time: float = 0.5, max_reps: int = 10_000, min_reps: int = 3,
-              warmup: int = 1) -> Timing:
+def time_call(
+    fn: Callable[[], Any], min_time: float = 0.5, max_reps: int = 10_000, min_reps: int = 3, warmup: int = 1
+) -> Timing:
     """Median wall time of ``fn()`` over repeated calls: at least ``min_reps`` calls, then more until
     ``min_time`` seconds have been spent or ``max_reps`` calls made. Calls much shorter than the
     timer's resolution are grouped so that each sample lasts at least ~50 microseconds."""
@@ -147,8 +156,12 @@ def find_data_dir(config: BenchConfig) -> Path | None:
 
 
 def machine_info() -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(),
-            "cpu_count": os.cpu_count(), "processor": platform.processor()}
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor(),
+    }
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
         for line in out.splitlines():
@@ -159,6 +172,7 @@ def machine_info() -> dict:
         pass
     try:
         import torch
+
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
     except ImportError:
@@ -184,5 +198,17 @@ def _jsonable(x):
     return x
 
 
-__all__ = ["BenchConfig", "SuiteResult", "SuiteSkipped", "Timing", "find_data_dir", "fmt_num", "fmt_ratio",
-           "fmt_time", "machine_info", "ratio", "require_ndvm", "time_call"]
+__all__ = [
+    "BenchConfig",
+    "SuiteResult",
+    "SuiteSkipped",
+    "Timing",
+    "find_data_dir",
+    "fmt_num",
+    "fmt_ratio",
+    "fmt_time",
+    "machine_info",
+    "ratio",
+    "require_ndvm",
+    "time_call",
+]

@@ -6,6 +6,7 @@ compiler (``$CXX`` or ``c++``) and the runtime's own flags (``-O3``, no ``-ffast
 program reads the observations and the lanes' parameters on stdin and prints one JSON object
 (timing, values, gradients), so no Python binding is needed.
 """
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ target y = exp(-0.3 x) cos(2 x) + 0.02 N(0, 1) on 64 points of [0.1, 6], a rando
 (seed 0), 50 Adam steps at lr 0.05 on the training MSE from inits 0.3 N(0, 1); a candidate
 succeeds when its held-out R^2 exceeds 0.9.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from ndvm_bench.baselines import tagged
-from ndvm_bench.baselines.calibrate import calibrate as baseline_calibrate, warm_up
-from ndvm_bench.common import (BenchConfig, SuiteResult, SuiteSkipped, find_data_dir, fmt_num, fmt_ratio,
-                               fmt_time, ratio, require_ndvm)
+from ndvm_bench.baselines.calibrate import calibrate as baseline_calibrate
+from ndvm_bench.baselines.calibrate import warm_up
+from ndvm_bench.common import (
+    BenchConfig,
+    SuiteResult,
+    SuiteSkipped,
+    find_data_dir,
+    fmt_num,
+    fmt_ratio,
+    fmt_time,
+    ratio,
+    require_ndvm,
+)
 
 STEPS, LR, SUCCESS_R2 = 50, 0.05, 0.9
 
@@ -37,8 +48,10 @@ def load_task(config: BenchConfig, seed: int = 0) -> CosearchTask:
     data = find_data_dir(config)
     path = data / "ndvm_corpora" / "cosearch_candidates_valid.jsonl" if data else None
     if path is None or not path.exists():
-        raise SuiteSkipped("the co-search corpus (ndvm_corpora/cosearch_candidates_valid.jsonl) was not found; "
-                           "set NDVM_DATA_DIR to the shared data folder")
+        raise SuiteSkipped(
+            "the co-search corpus (ndvm_corpora/cosearch_candidates_valid.jsonl) was not found; "
+            "set NDVM_DATA_DIR to the shared data folder"
+        )
     rng = np.random.default_rng(seed)
     x = np.linspace(0.1, 6.0, 64)
     y = np.exp(-0.3 * x) * np.cos(2.0 * x) + 0.02 * rng.normal(size=64)
@@ -73,8 +86,17 @@ def replay_ndvm(task: CosearchTask, budget_s: float = math.inf) -> dict:
             break
         try:
             prog = ndvm.compile(src)
-            fit = ndvm.calibrate(prog, {"x": task.x_train}, target=task.y_train, loss="mse", optimizer="adam",
-                                 steps=STEPS, lr=LR, restarts=1, threads=1)
+            fit = ndvm.calibrate(
+                prog,
+                {"x": task.x_train},
+                target=task.y_train,
+                loss="mse",
+                optimizer="adam",
+                steps=STEPS,
+                lr=LR,
+                restarts=1,
+                threads=1,
+            )
             r2 = r_squared(fit.predict({"x": task.x_test}), task.y_test) if fit.error is None else -math.inf
         except ndvm.NDVMError:
             r2 = -math.inf
@@ -84,8 +106,14 @@ def replay_ndvm(task: CosearchTask, budget_s: float = math.inf) -> dict:
         if first_success is None and r2 > SUCCESS_R2:
             first_success = time.perf_counter() - t0
     total = time.perf_counter() - t0
-    return {"calibrations": done, "failed": failed, "seconds": total, "per_second": done / total,
-            "first_success_s": first_success, "best_r2": best}
+    return {
+        "calibrations": done,
+        "failed": failed,
+        "seconds": total,
+        "per_second": done / total,
+        "first_success_s": first_success,
+        "best_r2": best,
+    }
 
 
 def replay_tagged(task: CosearchTask, budget_s: float) -> dict:
@@ -108,8 +136,14 @@ def replay_tagged(task: CosearchTask, budget_s: float) -> dict:
         if first_success is None and r2 > SUCCESS_R2:
             first_success = time.perf_counter() - t0
     total = time.perf_counter() - t0
-    return {"calibrations": done, "failed": failed, "seconds": total, "per_second": done / total,
-            "first_success_s": first_success, "best_r2": best}
+    return {
+        "calibrations": done,
+        "failed": failed,
+        "seconds": total,
+        "per_second": done / total,
+        "first_success_s": first_success,
+        "best_r2": best,
+    }
 
 
 def run_cosearch(config: BenchConfig) -> SuiteResult:
@@ -120,9 +154,16 @@ def run_cosearch(config: BenchConfig) -> SuiteResult:
     tagged_res = replay_tagged(task, tagged_budget)
     rows = []
     for name, res in (("NDVM", ndvm_res), ("tagged", tagged_res)):
-        rows.append([name, res["calibrations"], fmt_time(res["seconds"]), fmt_num(res["per_second"]),
-                     fmt_time(res["first_success_s"]) if res["first_success_s"] is not None else "not reached",
-                     fmt_num(res["best_r2"])])
+        rows.append(
+            [
+                name,
+                res["calibrations"],
+                fmt_time(res["seconds"]),
+                fmt_num(res["per_second"]),
+                fmt_time(res["first_success_s"]) if res["first_success_s"] is not None else "not reached",
+                fmt_num(res["best_r2"]),
+            ]
+        )
     speed = ratio(ndvm_res["per_second"], tagged_res["per_second"])
     rows.append(["NDVM/tagged", "", "", fmt_ratio(speed), "", ""])
     notes = [
@@ -133,9 +174,14 @@ def run_cosearch(config: BenchConfig) -> SuiteResult:
         "its 'first R^2 > 0.9' and 'best R^2' are within that budget.",
         "Targets (calibration issue): at least 500 calibrations per second per core; first success under 1 s.",
     ]
-    return SuiteResult("cosearch", "Co-search replay (247 LLM-proposed candidates)",
-                       ["runtime", "calibrations", "time", "calibrations/s", "first R^2>0.9", "best R^2"],
-                       rows, notes, {"ndvm": ndvm_res, "tagged": tagged_res, "ndvm_over_tagged": speed})
+    return SuiteResult(
+        "cosearch",
+        "Co-search replay (247 LLM-proposed candidates)",
+        ["runtime", "calibrations", "time", "calibrations/s", "first R^2>0.9", "best R^2"],
+        rows,
+        notes,
+        {"ndvm": ndvm_res, "tagged": tagged_res, "ndvm_over_tagged": speed},
+    )
 
 
 def run_multicore(config: BenchConfig) -> SuiteResult:
@@ -152,8 +198,17 @@ def run_multicore(config: BenchConfig) -> SuiteResult:
         runs, fits = [], None
         for _ in range(config.pick(3, 1)):
             c0, t0 = os.times(), time.perf_counter()
-            fits = ndvm.calibrate_many(programs, {"x": task.x_train}, target=task.y_train, loss="mse",
-                                       optimizer="adam", steps=STEPS, lr=LR, restarts=1, threads=threads)
+            fits = ndvm.calibrate_many(
+                programs,
+                {"x": task.x_train},
+                target=task.y_train,
+                loss="mse",
+                optimizer="adam",
+                steps=STEPS,
+                lr=LR,
+                restarts=1,
+                threads=threads,
+            )
             wall, c1 = time.perf_counter() - t0, os.times()
             runs.append((wall, (c1.user - c0.user) + (c1.system - c0.system)))
         t, cpu = min(runs)  # best of the runs: the load of other processes only adds time
@@ -164,20 +219,41 @@ def run_multicore(config: BenchConfig) -> SuiteResult:
         speedup = base_time / t
         # CPU seconds per wall second: how many cores the process actually obtained. At 2 threads a
         # value near 1 means the machine was too busy to give it a second core.
-        data[threads] = {"seconds": t, "cpu_seconds": cpu, "cores_obtained": cpu / t,
-                         "calibrations_per_s": len(programs) / t, "speedup": speedup,
-                         "identical_to_1_thread": identical}
-        rows.append([threads, len(programs), fmt_time(t), fmt_num(len(programs) / t), fmt_ratio(speedup),
-                     f"{speedup / threads:.0%}", f"{cpu / t:.2f}", "yes" if identical else "NO"])
-    notes = [f"calibrate_many over the co-search corpus x{repeat} ({len(programs)} calibrations, 50 Adam steps each); "
-             f"machine has {cores} cores; best of {config.pick(3, 1)} runs.",
-             "identical: the final losses equal the 1-thread run bit for bit. cores obtained: process CPU "
-             "seconds / wall seconds (below the thread count when other processes hold the cores).",
-             "Target (calibration issue): at least 1.8x on 2 cores."]
-    return SuiteResult("multicore", "calibrate_many scaling with threads",
-                       ["threads", "calibrations", "time", "calibrations/s", "speedup", "efficiency", "cores obtained",
-                        "identical"],
-                       rows, notes, data)
+        data[threads] = {
+            "seconds": t,
+            "cpu_seconds": cpu,
+            "cores_obtained": cpu / t,
+            "calibrations_per_s": len(programs) / t,
+            "speedup": speedup,
+            "identical_to_1_thread": identical,
+        }
+        rows.append(
+            [
+                threads,
+                len(programs),
+                fmt_time(t),
+                fmt_num(len(programs) / t),
+                fmt_ratio(speedup),
+                f"{speedup / threads:.0%}",
+                f"{cpu / t:.2f}",
+                "yes" if identical else "NO",
+            ]
+        )
+    notes = [
+        f"calibrate_many over the co-search corpus x{repeat} ({len(programs)} calibrations, 50 Adam steps each); "
+        f"machine has {cores} cores; best of {config.pick(3, 1)} runs.",
+        "identical: the final losses equal the 1-thread run bit for bit. cores obtained: process CPU "
+        "seconds / wall seconds (below the thread count when other processes hold the cores).",
+        "Target (calibration issue): at least 1.8x on 2 cores.",
+    ]
+    return SuiteResult(
+        "multicore",
+        "calibrate_many scaling with threads",
+        ["threads", "calibrations", "time", "calibrations/s", "speedup", "efficiency", "cores obtained", "identical"],
+        rows,
+        notes,
+        data,
+    )
 
 
 __all__ = ["CosearchTask", "load_task", "r_squared", "replay_ndvm", "replay_tagged", "run_cosearch", "run_multicore"]

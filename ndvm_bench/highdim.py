@@ -16,6 +16,7 @@ The comparison, at an equal number of program evaluations: gradient-based calibr
 and in the tagged and eager baselines (the tagged one measured on a few filter steps and scaled
 to T, as labelled).
 """
+
 from __future__ import annotations
 
 import csv
@@ -26,8 +27,17 @@ from pathlib import Path
 import numpy as np
 
 from ndvm_bench.baselines import eager, tagged
-from ndvm_bench.common import (BenchConfig, SuiteResult, find_data_dir, fmt_num, fmt_ratio, fmt_time, ratio,
-                               require_ndvm, time_call)
+from ndvm_bench.common import (
+    BenchConfig,
+    SuiteResult,
+    find_data_dir,
+    fmt_num,
+    fmt_ratio,
+    fmt_time,
+    ratio,
+    require_ndvm,
+    time_call,
+)
 
 
 def highdim_param_names(D: int) -> list[str]:
@@ -91,8 +101,8 @@ def enso_series(data_dir: Path, D: int, T: int, last: tuple[int, int] = (2023, 9
     b = np.array([soi[m] for m in months])
     cols = []
     for k in range(lags):
-        cols.append(a[len(a) - T - k:len(a) - k])
-        cols.append(b[len(b) - T - k:len(b) - k])
+        cols.append(a[len(a) - T - k : len(a) - k])
+        cols.append(b[len(b) - T - k : len(b) - k])
     Y = np.stack(cols, axis=1)
     return (Y - Y.mean(axis=0)) / Y.std(axis=0)
 
@@ -109,8 +119,16 @@ def simulated_series(D: int, T: int, seed: int = 7) -> np.ndarray:
     return Y
 
 
-def differential_evolution(objective, x0: np.ndarray, evaluations: int, pop: int, seed: int = 0,
-                           scale: float = 0.1, F: float = 0.5, CR: float = 0.9) -> tuple[np.ndarray, float, list]:
+def differential_evolution(
+    objective,
+    x0: np.ndarray,
+    evaluations: int,
+    pop: int,
+    seed: int = 0,
+    scale: float = 0.1,
+    F: float = 0.5,
+    CR: float = 0.9,
+) -> tuple[np.ndarray, float, list]:
     """DE/rand/1/bin, population ``pop`` around ``x0`` (Gaussian jitter ``scale``); ``objective`` takes a
     population [pop, P] and returns [pop] (non-finite counts as +inf). Stops after ``evaluations``."""
     rng = np.random.default_rng(seed)
@@ -141,8 +159,9 @@ def run_highdim(config: BenchConfig) -> SuiteResult:
     data_dir = find_data_dir(config)
     try:
         ys = enso_series(data_dir, D, T) if data_dir else None
-        data_label = (f"ENSO: Niño 3.4 anomaly (ERSSTv5 CPC) and SOI (CPC), lags 0..{D // 2 - 1}, "
-                      f"last {T} months to 2023-09")
+        data_label = (
+            f"ENSO: Niño 3.4 anomaly (ERSSTv5 CPC) and SOI (CPC), lags 0..{D // 2 - 1}, last {T} months to 2023-09"
+        )
     except (OSError, ValueError) as e:
         ys = None
         data_label = f"ENSO data unavailable ({e})"
@@ -161,25 +180,29 @@ def run_highdim(config: BenchConfig) -> SuiteResult:
     nll0 = float(prog.evaluate(theta0, inputs=inputs)[0])
     vg = time_call(lambda: prog.value_and_grad(theta0, inputs=inputs), min_time=config.pick(1.0, 0.1), min_reps=3)
     t0 = time.perf_counter()
-    fit = ndvm.calibrate(prog, inputs, loss="value", optimizer="adam", steps=steps, lr=lr, restarts=restarts,
-                         seed=0, threads=1)
+    fit = ndvm.calibrate(
+        prog, inputs, loss="value", optimizer="adam", steps=steps, lr=lr, restarts=restarts, seed=0, threads=1
+    )
     t_grad = time.perf_counter() - t0
 
     pop = config.pick(64, 16)
     t0 = time.perf_counter()
-    _, de_best, de_hist = differential_evolution(lambda th: prog.evaluate(th, inputs=inputs), theta0[0],
-                                                 evaluations, pop, seed=0)
+    _, de_best, de_hist = differential_evolution(
+        lambda th: prog.evaluate(th, inputs=inputs), theta0[0], evaluations, pop, seed=0
+    )
     t_de = time.perf_counter() - t0
     # DE again with ten times the evaluations: does a larger budget rescue gradient-free search?
     t0 = time.perf_counter()
-    _, de10_best, de10_hist = differential_evolution(lambda th: prog.evaluate(th, inputs=inputs), theta0[0],
-                                                     10 * evaluations, pop, seed=0)
+    _, de10_best, de10_hist = differential_evolution(
+        lambda th: prog.evaluate(th, inputs=inputs), theta0[0], 10 * evaluations, pop, seed=0
+    )
     t_de10 = time.perf_counter() - t0
 
     # one value-and-gradient in the baselines (tagged: a few steps, scaled to T)
     e_prog = eager.compile(source)
-    vg_eager = time_call(lambda: e_prog.value_and_grad(theta0, inputs), min_time=config.pick(1.0, 0.1),
-                         min_reps=config.pick(3, 1)).value
+    vg_eager = time_call(
+        lambda: e_prog.value_and_grad(theta0, inputs), min_time=config.pick(1.0, 0.1), min_reps=config.pick(3, 1)
+    ).value
     # The tagged interpreter needs seconds per filter step at D = 20: time 1 and 2 steps, and scale the
     # per-step difference to T (the set-up: boxing the parameters, building F, L and Q, counted once).
     t_prog = tagged.compile(source)
@@ -192,34 +215,61 @@ def run_highdim(config: BenchConfig) -> SuiteResult:
     vg_tagged = step_times[0] + (T - 1) * per_step
     tagged_steps = 2
 
-    data.update({
-        "nll_at_init": nll0,
-        "ndvm_value_and_grad_s": vg.value, "eager_value_and_grad_s": vg_eager,
-        "tagged_value_and_grad_s": vg_tagged, "tagged_measured_steps": tagged_steps,
-        "tagged_step_times_s": step_times,
-        "gradient": {"optimizer": "adam", "steps": steps, "restarts": restarts, "lr": lr, "best_nll": fit.loss,
-                     "seconds": t_grad, "all_losses": np.asarray(fit.all_losses).tolist()},
-        "de": {"population": pop, "best_nll": de_best, "seconds": t_de, "history": de_hist},
-        "de_10x": {"population": pop, "evaluations": 10 * evaluations, "best_nll": de10_best, "seconds": t_de10,
-                   "history": de10_hist},
-    })
+    data.update(
+        {
+            "nll_at_init": nll0,
+            "ndvm_value_and_grad_s": vg.value,
+            "eager_value_and_grad_s": vg_eager,
+            "tagged_value_and_grad_s": vg_tagged,
+            "tagged_measured_steps": tagged_steps,
+            "tagged_step_times_s": step_times,
+            "gradient": {
+                "optimizer": "adam",
+                "steps": steps,
+                "restarts": restarts,
+                "lr": lr,
+                "best_nll": fit.loss,
+                "seconds": t_grad,
+                "all_losses": np.asarray(fit.all_losses).tolist(),
+            },
+            "de": {"population": pop, "best_nll": de_best, "seconds": t_de, "history": de_hist},
+            "de_10x": {
+                "population": pop,
+                "evaluations": 10 * evaluations,
+                "best_nll": de10_best,
+                "seconds": t_de10,
+                "history": de10_hist,
+            },
+        }
+    )
     improvement_grad = nll0 - fit.loss
     improvement_de = nll0 - de_best
     rows = [
         ["NLL at the declared init", fmt_num(nll0, 6), "", ""],
-        [f"NDVM Adam ({restarts} restarts x {steps} steps)", fmt_num(fit.loss, 6), fmt_num(improvement_grad, 6),
-         fmt_time(t_grad)],
-        [f"differential evolution (pop {pop}, {evaluations} evaluations)", fmt_num(de_best, 6),
-         fmt_num(improvement_de, 6), fmt_time(t_de)],
-        [f"differential evolution, 10x budget ({10 * evaluations} evaluations)", fmt_num(de10_best, 6),
-         fmt_num(nll0 - de10_best, 6), fmt_time(t_de10)],
+        [
+            f"NDVM Adam ({restarts} restarts x {steps} steps)",
+            fmt_num(fit.loss, 6),
+            fmt_num(improvement_grad, 6),
+            fmt_time(t_grad),
+        ],
+        [
+            f"differential evolution (pop {pop}, {evaluations} evaluations)",
+            fmt_num(de_best, 6),
+            fmt_num(improvement_de, 6),
+            fmt_time(t_de),
+        ],
+        [
+            f"differential evolution, 10x budget ({10 * evaluations} evaluations)",
+            fmt_num(de10_best, 6),
+            fmt_num(nll0 - de10_best, 6),
+            fmt_time(t_de10),
+        ],
     ]
     tag_how = f"1 and 2 steps measured, scaled to T={T}"
     timing_rows = [
         ["value+gradient, NDVM (B=1)", fmt_time(vg.value), "", ""],
         ["value+gradient, eager", fmt_time(vg_eager), fmt_ratio(ratio(vg_eager, vg.value)), "vs NDVM"],
-        [f"value+gradient, tagged ({tag_how})", fmt_time(vg_tagged), fmt_ratio(ratio(vg_tagged, vg.value)),
-         "vs NDVM"],
+        [f"value+gradient, tagged ({tag_how})", fmt_time(vg_tagged), fmt_ratio(ratio(vg_tagged, vg.value)), "vs NDVM"],
     ]
     notes = [
         f"D = {D}, {n_params} parameters, T = {T}; data: {data_label}.",
@@ -229,10 +279,21 @@ def run_highdim(config: BenchConfig) -> SuiteResult:
         "initial NLL should be a small fraction of the gradient fit's). DE/rand/1/bin, F 0.5, CR 0.9, population "
         "jittered around the declared init (sd 0.1); NLL omits the constant log(2 pi) terms.",
     ]
-    return SuiteResult("kalman-highdim", f"{D}-dimensional state-space MLE ({n_params} parameters)",
-                       ["method", "NLL / time", "improvement", "wall time"], rows + [["", "", "", ""]] + timing_rows,
-                       notes, data)
+    return SuiteResult(
+        "kalman-highdim",
+        f"{D}-dimensional state-space MLE ({n_params} parameters)",
+        ["method", "NLL / time", "improvement", "wall time"],
+        rows + [["", "", "", ""]] + timing_rows,
+        notes,
+        data,
+    )
 
 
-__all__ = ["differential_evolution", "enso_series", "highdim_param_names", "highdim_source", "run_highdim",
-           "simulated_series"]
+__all__ = [
+    "differential_evolution",
+    "enso_series",
+    "highdim_param_names",
+    "highdim_source",
+    "run_highdim",
+    "simulated_series",
+]

@@ -1,5 +1,6 @@
 """The overhead of the meta-circular evaluator (:mod:`ndvm.metacircular`) over direct runs, on the
 benchmark's regime programs: ``python -m ndvm_bench.metacircular`` (docs/metacircular.md)."""
+
 from __future__ import annotations
 
 import ndvm
@@ -13,8 +14,9 @@ TAIL_LOOP_SOURCE = """\
 """
 
 
-def measure_overhead(names: list[str] | None = None, lanes: int = 64, repeats: int = 200,
-                     spread: float = 0.1) -> list[dict]:
+def measure_overhead(
+    names: list[str] | None = None, lanes: int = 64, repeats: int = 200, spread: float = 0.1
+) -> list[dict]:
     """Times ``value_and_grad`` at ``lanes`` lanes of each benchmark program (``ndvm_bench``'s
     regime programs) directly and through the evaluator: ``repeats`` calls after one warm-up
     call, alternating direct and meta-circular; the best call (the one least disturbed by other
@@ -56,15 +58,22 @@ def measure_overhead(names: list[str] | None = None, lanes: int = 64, repeats: i
             direct_times.append(timed(run_direct))
             meta_times.append(timed(run_meta))
         direct_s, meta_s = min(direct_times), min(meta_times)
-        rows.append({
-            "program": name, "regime": bench.regime, "lanes": lanes,
-            "direct_s": direct_s, "metacircular_s": meta_s, "overhead": meta_s / direct_s,
-            "direct_median_s": statistics.median(direct_times),
-            "metacircular_median_s": statistics.median(meta_times),
-            "direct_compile_s": direct_compile, "metacircular_compile_s": meta_compile,
-            "values_equal": bool(np.array_equal(values_direct, values_meta)),
-            "max_grad_rel_diff": float(np.max(np.abs(grads_meta - grads_direct) / scale)),
-        })
+        rows.append(
+            {
+                "program": name,
+                "regime": bench.regime,
+                "lanes": lanes,
+                "direct_s": direct_s,
+                "metacircular_s": meta_s,
+                "overhead": meta_s / direct_s,
+                "direct_median_s": statistics.median(direct_times),
+                "metacircular_median_s": statistics.median(meta_times),
+                "direct_compile_s": direct_compile,
+                "metacircular_compile_s": meta_compile,
+                "values_equal": bool(np.array_equal(values_direct, values_meta)),
+                "max_grad_rel_diff": float(np.max(np.abs(grads_meta - grads_direct) / scale)),
+            }
+        )
     return rows
 
 
@@ -73,24 +82,32 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(description="Overhead of the meta-circular evaluator on NDVM "
-                                                 "(value_and_grad, meta-circular vs direct)")
+    parser = argparse.ArgumentParser(
+        description="Overhead of the meta-circular evaluator on NDVM (value_and_grad, meta-circular vs direct)"
+    )
     parser.add_argument("--lanes", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--repeats", type=int, default=200)
-    parser.add_argument("--programs", nargs="+", default=None,
-                        help="ndvm_bench regime programs, or tail_loop_100k (default: the regimes)")
+    parser.add_argument(
+        "--programs",
+        nargs="+",
+        default=None,
+        help="ndvm_bench regime programs, or tail_loop_100k (default: the regimes)",
+    )
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
-    rows = [row for lanes in args.lanes
-            for row in measure_overhead(args.programs, lanes=lanes, repeats=args.repeats)]
-    print("value_and_grad per call, best of %d (median in parentheses)" % args.repeats)
-    print(f"{'program':<20} {'lanes':>5} {'direct':>20} {'meta-circular':>22} {'overhead':>9} "
-          f"{'values':>7} {'grad rel diff':>14}")
+    rows = [row for lanes in args.lanes for row in measure_overhead(args.programs, lanes=lanes, repeats=args.repeats)]
+    print(f"value_and_grad per call, best of {args.repeats} (median in parentheses)")
+    print(
+        f"{'program':<20} {'lanes':>5} {'direct':>20} {'meta-circular':>22} {'overhead':>9} "
+        f"{'values':>7} {'grad rel diff':>14}"
+    )
     for row in rows:
         direct = f"{row['direct_s'] * 1e6:.1f}us ({row['direct_median_s'] * 1e6:.1f})"
         meta = f"{row['metacircular_s'] * 1e6:.1f}us ({row['metacircular_median_s'] * 1e6:.1f})"
-        print(f"{row['program']:<20} {row['lanes']:>5} {direct:>20} {meta:>22} {row['overhead']:>8.1f}x "
-              f"{'equal' if row['values_equal'] else 'DIFFER':>7} {row['max_grad_rel_diff']:>14.1e}")
+        print(
+            f"{row['program']:<20} {row['lanes']:>5} {direct:>20} {meta:>22} {row['overhead']:>8.1f}x "
+            f"{'equal' if row['values_equal'] else 'DIFFER':>7} {row['max_grad_rel_diff']:>14.1e}"
+        )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)

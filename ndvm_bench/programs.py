@@ -4,6 +4,7 @@ Each :class:`BenchProgram` holds NDVM source text, the inputs it needs and the p
 at which gradients are compared and timed. The Kalman observations are simulated from a known
 local-level model with a fixed seed, so every run (and every baseline) sees the same numbers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,8 +50,9 @@ KALMAN_TRUE_R = 0.5
 KALMAN_SEED = 20260101
 
 
-def kalman_observations(T: int = 80, q: float = KALMAN_TRUE_Q, r: float = KALMAN_TRUE_R,
-                        seed: int = KALMAN_SEED) -> np.ndarray:
+def kalman_observations(
+    T: int = 80, q: float = KALMAN_TRUE_Q, r: float = KALMAN_TRUE_R, seed: int = KALMAN_SEED
+) -> np.ndarray:
     """``[T, 2]`` observations of a 2-D local-level model: x_t = x_{t-1} + N(0, q I), y_t = x_t + N(0, r I),
     x_0 = 0. Simulated (not measured) data, from a fixed seed."""
     rng = np.random.default_rng(seed)
@@ -64,21 +66,32 @@ def kalman_observations(T: int = 80, q: float = KALMAN_TRUE_Q, r: float = KALMAN
 
 def _build() -> dict[str, BenchProgram]:
     programs = [
-        BenchProgram("scalar_mul_add", "scalar",
-                     "(param a 0.5)\n(param b 0.3)\n(+ (* a x) b)\n",
-                     {"x": 1.7}, (0.5, 0.3)),
-        BenchProgram("michaelis_menten", "scalar",
-                     "(param Vmax 1.2)\n(param Km 0.4)\n(/ (* Vmax S) (+ Km S))\n",
-                     {"S": 0.8}, (1.2, 0.4)),
-        BenchProgram("damped_oscillator", "transcendental",
-                     "(param A 1.1)\n(param b 0.3)\n(param w 2.0)\n(* A (* (exp (- 0.0 (* b t))) (cos (* w t))))\n",
-                     {"t": 1.3}, (1.1, 0.3, 2.0)),
-        BenchProgram("logistic_map_loop", "recursive scalar",
-                     "(param r 3.2)\n(param x0 0.4)\n"
-                     "(loop ((i 0) (x x0))\n  (if (= i 16) x (recur (+ i 1) (* r x (- 1.0 x)))))\n",
-                     {}, (3.2, 0.4)),
-        BenchProgram("kalman2d_T80", "matrix rollout", KALMAN_SOURCE,
-                     {"ys": kalman_observations(80)}, (0.3, 0.3)),
+        BenchProgram(
+            "scalar_mul_add", "scalar", "(param a 0.5)\n(param b 0.3)\n(+ (* a x) b)\n", {"x": 1.7}, (0.5, 0.3)
+        ),
+        BenchProgram(
+            "michaelis_menten",
+            "scalar",
+            "(param Vmax 1.2)\n(param Km 0.4)\n(/ (* Vmax S) (+ Km S))\n",
+            {"S": 0.8},
+            (1.2, 0.4),
+        ),
+        BenchProgram(
+            "damped_oscillator",
+            "transcendental",
+            "(param A 1.1)\n(param b 0.3)\n(param w 2.0)\n(* A (* (exp (- 0.0 (* b t))) (cos (* w t))))\n",
+            {"t": 1.3},
+            (1.1, 0.3, 2.0),
+        ),
+        BenchProgram(
+            "logistic_map_loop",
+            "recursive scalar",
+            "(param r 3.2)\n(param x0 0.4)\n"
+            "(loop ((i 0) (x x0))\n  (if (= i 16) x (recur (+ i 1) (* r x (- 1.0 x)))))\n",
+            {},
+            (3.2, 0.4),
+        ),
+        BenchProgram("kalman2d_T80", "matrix rollout", KALMAN_SOURCE, {"ys": kalman_observations(80)}, (0.3, 0.3)),
     ]
     return {p.name: p for p in programs}
 

@@ -1,4 +1,5 @@
 """``ndvm bench``: run the benchmark suites, print their tables, write JSON."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,9 +7,10 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 from ndvm_bench.common import BenchConfig, SuiteResult, SuiteSkipped, machine_info
 
@@ -26,10 +28,16 @@ def _suites() -> dict[str, Callable[[BenchConfig], SuiteResult]]:
     from ndvm_bench.highdim import run_highdim
     from ndvm_bench.regimes import run_amortization, run_regimes
     from ndvm_bench.staging import run_staging
+
     suites: dict[str, Callable[[BenchConfig], SuiteResult]] = {
-        "regimes": run_regimes, "amortization": run_amortization, "staging": run_staging,
-        "calibration": run_calibration, "cosearch": run_cosearch, "multicore": run_multicore,
-        "kalman-highdim": run_highdim}
+        "regimes": run_regimes,
+        "amortization": run_amortization,
+        "staging": run_staging,
+        "calibration": run_calibration,
+        "cosearch": run_cosearch,
+        "multicore": run_multicore,
+        "kalman-highdim": run_highdim,
+    }
     for name, ep in _pipeline_suites().items():
         suites[name] = _loaded_on_run(ep)
     return suites
@@ -56,9 +64,14 @@ EXPLICIT_SUITES = list(_pipeline_suites())
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ndvm bench", description="Benchmark NDVM against its baselines.")
-    ap.add_argument("--suite", action="append", choices=SUITE_NAMES + EXPLICIT_SUITES, metavar="S",
-                    help=f"suite to run (repeatable; default: all but {', '.join(EXPLICIT_SUITES)}): "
-                         f"{', '.join(SUITE_NAMES + EXPLICIT_SUITES)}")
+    ap.add_argument(
+        "--suite",
+        action="append",
+        choices=SUITE_NAMES + EXPLICIT_SUITES,
+        metavar="S",
+        help=f"suite to run (repeatable; default: all but {', '.join(EXPLICIT_SUITES)}): "
+        f"{', '.join(SUITE_NAMES + EXPLICIT_SUITES)}",
+    )
     ap.add_argument("--json", metavar="PATH", help="write every measurement to this JSON file")
     ap.add_argument("--quick", action="store_true", help="CI-size runs: fewer repetitions, smaller problems")
     ap.add_argument("--data-dir", metavar="DIR", help="the shared data folder (default: ../shared/data)")
@@ -117,9 +130,12 @@ def run(names: list[str], config: BenchConfig, console=None) -> dict:
     # that the native runtime is not given.
     torch.set_num_threads(1)
     suites = _suites()
-    doc = {"machine": machine_info(), "quick": config.quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                         time.gmtime()),
-           "suites": {}}
+    doc = {
+        "machine": machine_info(),
+        "quick": config.quick,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "suites": {},
+    }
     for name in names:
         t0 = time.perf_counter()
         load = _load_average()
@@ -129,6 +145,7 @@ def run(names: list[str], config: BenchConfig, console=None) -> dict:
             doc["suites"][name] = {"skipped": str(e)}
             if console:
                 from rich.markup import escape
+
                 console.print(f"[yellow]{name}: skipped: {escape(str(e))}[/yellow]\n")
             continue
         result.seconds = time.perf_counter() - t0

@@ -6,6 +6,7 @@ gives both costs, the steady-state time of one gradient step in each, and the cr
 number of gradient steps after which staging has paid for itself (never, when NDVM's step is
 also faster). JAX is optional; without it the suite reports NDVM's compile times only.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,7 @@ import statistics
 import numpy as np
 
 from ndvm_bench.baselines import jax_baseline
-from ndvm_bench.common import (BenchConfig, SuiteResult, SuiteSkipped, fmt_num, fmt_time, require_ndvm,
-                               time_call)
+from ndvm_bench.common import BenchConfig, SuiteResult, SuiteSkipped, fmt_num, fmt_time, require_ndvm, time_call
 from ndvm_bench.programs import PROGRAMS, REGIME_ORDER
 
 
@@ -33,6 +33,7 @@ def run_staging(config: BenchConfig) -> SuiteResult:
     # the compile-time target of the runtime issue: median over the co-search corpus
     try:
         from ndvm_bench.cosearch import load_task
+
         task = load_task(config)
     except SuiteSkipped as e:
         task = None
@@ -43,9 +44,11 @@ def run_staging(config: BenchConfig) -> SuiteResult:
         data["corpus_compile_median_s"] = statistics.median(times)
         data["corpus_compile_p90_s"] = float(np.percentile(times, 90))
         data["corpus_programs"] = len(sources)
-        notes.append(f"NDVM compile over {len(sources)} co-search candidates: median "
-                     f"{fmt_time(data['corpus_compile_median_s'])}, p90 {fmt_time(data['corpus_compile_p90_s'])} "
-                     "(target: median at most 20 µs).")
+        notes.append(
+            f"NDVM compile over {len(sources)} co-search candidates: median "
+            f"{fmt_time(data['corpus_compile_median_s'])}, p90 {fmt_time(data['corpus_compile_p90_s'])} "
+            "(target: median at most 20 µs)."
+        )
 
     have_jax = jax_baseline.available()
     if not have_jax:
@@ -64,17 +67,21 @@ def run_staging(config: BenchConfig) -> SuiteResult:
 
     for name, source, inputs, target in cases:
         entry = {}
-        entry["ndvm_compile_s"] = time_call(lambda: ndvm.compile(source), min_time=config.pick(0.2, 0.02),
-                                            min_reps=5).value
+        entry["ndvm_compile_s"] = time_call(
+            lambda: ndvm.compile(source), min_time=config.pick(0.2, 0.02), min_reps=5
+        ).value
         prog = ndvm.compile(source)
         theta = np.array([[p.init for p in prog.params]])
         if target is None:
-            step = time_call(lambda: prog.value_and_grad(theta, inputs=inputs),
-                             min_time=config.pick(0.5, 0.05)).value
+            step = time_call(lambda: prog.value_and_grad(theta, inputs=inputs), min_time=config.pick(0.5, 0.05)).value
         else:  # vector-valued model: the MSE gradient step inside the native calibration loop
             steps = 50
-            t = time_call(lambda: ndvm.calibrate(prog, inputs, target=target, loss="mse", steps=steps, lr=0.05,
-                                                 restarts=1, threads=1), min_time=config.pick(0.5, 0.05)).value
+            t = time_call(
+                lambda: ndvm.calibrate(
+                    prog, inputs, target=target, loss="mse", steps=steps, lr=0.05, restarts=1, threads=1
+                ),
+                min_time=config.pick(0.5, 0.05),
+            ).value
             step = t / steps
         entry["ndvm_step_s"] = step
         entry["jax_stage_s"] = entry["jax_step_s"] = entry["crossover_steps"] = None
@@ -82,24 +89,36 @@ def run_staging(config: BenchConfig) -> SuiteResult:
             staged = jax_baseline.stage(source, inputs, target)
             staged.value_and_grad(theta)
             entry["jax_stage_s"] = staged.staging_seconds
-            entry["jax_step_s"] = time_call(lambda: staged.value_and_grad(theta),
-                                            min_time=config.pick(0.5, 0.05)).value
-            entry["crossover_steps"] = crossover_steps(entry["ndvm_compile_s"], step, entry["jax_stage_s"],
-                                                       entry["jax_step_s"])
+            entry["jax_step_s"] = time_call(lambda: staged.value_and_grad(theta), min_time=config.pick(0.5, 0.05)).value
+            entry["crossover_steps"] = crossover_steps(
+                entry["ndvm_compile_s"], step, entry["jax_stage_s"], entry["jax_step_s"]
+            )
         data["programs"][name] = entry
         cross = entry["crossover_steps"]
-        rows.append([name, fmt_time(entry["ndvm_compile_s"]), fmt_time(entry["jax_stage_s"]), fmt_time(step),
-                     fmt_time(entry["jax_step_s"]),
-                     ("never" if cross is None else fmt_num(math.ceil(cross))) if have_jax else "—"])
+        rows.append(
+            [
+                name,
+                fmt_time(entry["ndvm_compile_s"]),
+                fmt_time(entry["jax_stage_s"]),
+                fmt_time(step),
+                fmt_time(entry["jax_step_s"]),
+                ("never" if cross is None else fmt_num(math.ceil(cross))) if have_jax else "—",
+            ]
+        )
     notes += [
         "Gradient step: one value-and-gradient at B=1 (regime programs, through the Python API) or one Adam step "
         "on the training MSE inside ndvm.calibrate (co-search candidates); JAX: one call of the staged function.",
         "crossover: gradient steps after which JAX's staging is repaid by faster steps ('never' when NDVM's step "
         "is not slower).",
     ]
-    return SuiteResult("staging", "Per new program: NDVM compile vs JAX staging",
-                       ["program", "NDVM compile", "JAX staging", "NDVM step", "JAX step", "crossover (steps)"],
-                       rows, notes, data)
+    return SuiteResult(
+        "staging",
+        "Per new program: NDVM compile vs JAX staging",
+        ["program", "NDVM compile", "JAX staging", "NDVM step", "JAX step", "crossover (steps)"],
+        rows,
+        notes,
+        data,
+    )
 
 
 __all__ = ["crossover_steps", "run_staging"]

@@ -6,8 +6,22 @@ Every proposer has ``propose(context, n) -> list[Proposal]`` and ``async apropos
 ``LLMProposer`` is imported lazily: litellm takes seconds to import and the offline proposers
 do not need it.
 """
-from .base import (Budget, Column, Duplicate, Failure, Origin, Proposal, ProposalContext, Proposer, ScoredProgram,
-                   TaskSpec, load_prompt, proposal_record, write_jsonl)
+
+from .base import (
+    Budget,
+    Column,
+    Duplicate,
+    Failure,
+    Origin,
+    Proposal,
+    ProposalContext,
+    Proposer,
+    ScoredProgram,
+    TaskSpec,
+    load_prompt,
+    proposal_record,
+    write_jsonl,
+)
 from .mutation import MutationProposer, MutationStats
 from .replay import ReplayProposer, with_declarations
 from .validate import Validation, canonical_hash, runtime_available, validate_source, validate_static
@@ -23,6 +37,28 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'proposers' has no attribute {name!r}")
 
 
-__all__ = ["Budget", "Column", "Duplicate", "Failure", "Origin", "Proposal", "ProposalContext", "Proposer", "ScoredProgram",
-           "TaskSpec", "load_prompt", "proposal_record", "write_jsonl", "MutationProposer", "MutationStats", "ReplayProposer", "with_declarations",
-           "Validation", "canonical_hash", "runtime_available", "validate_source", "validate_static", *sorted(_LAZY)]
+__all__ = [
+    "Budget",
+    "Column",
+    "Duplicate",
+    "Failure",
+    "Origin",
+    "Proposal",
+    "ProposalContext",
+    "Proposer",
+    "ScoredProgram",
+    "TaskSpec",
+    "load_prompt",
+    "proposal_record",
+    "write_jsonl",
+    "MutationProposer",
+    "MutationStats",
+    "ReplayProposer",
+    "with_declarations",
+    "Validation",
+    "canonical_hash",
+    "runtime_available",
+    "validate_source",
+    "validate_static",
+    *sorted(_LAZY),
+]

@@ -8,6 +8,7 @@
 Seeds (``--seeds``) are a JSONL file in the replay format (``src`` and optional ``params``) or a
 ``.scm`` file of programs separated by blank lines. Failures go to stderr, one JSON object a line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--inputs", nargs="*", default=["x"], help="the task's input names (default: x)")
         p.add_argument("--dataset", default="task", help="dataset name shown to the proposer")
         p.add_argument("--description", default="", help="what to model, in words")
-        p.add_argument("--contract", default="the program's value is one prediction per data point",
-                       help="what the program must compute")
+        p.add_argument(
+            "--contract",
+            default="the program's value is one prediction per data point",
+            help="what the program must compute",
+        )
         p.add_argument("--seeds", help="seed programs: .jsonl (src, params) or .scm (blank-line separated)")
         p.add_argument("--out", help="JSONL output (default: stdout)")
         p.add_argument("--no-validate", action="store_true", help="skip ndvm.compile (static checks only)")
@@ -71,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     seeds = read_seeds(args.seeds) if args.seeds else []
-    task = TaskSpec(args.dataset, args.description, {name: "input" for name in args.inputs}, args.contract,
-                    seed_programs=seeds)
+    task = TaskSpec(
+        args.dataset, args.description, {name: "input" for name in args.inputs}, args.contract, seed_programs=seeds
+    )
     from .validate import validate_static
 
     validator = validate_static if args.no_validate else None
@@ -87,9 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from .llm import LLMProposer
 
-        proposer = LLMProposer(args.model, args.temperature, args.concurrency, args.timeout, args.max_retries,
-                               args.max_repairs, args.api_base, api_key_env=args.api_key_env,
-                               per_request=args.per_request, validator=validator)
+        proposer = LLMProposer(
+            args.model,
+            args.temperature,
+            args.concurrency,
+            args.timeout,
+            args.max_retries,
+            args.max_repairs,
+            args.api_base,
+            api_key_env=args.api_key_env,
+            per_request=args.per_request,
+            validator=validator,
+        )
     proposals = proposer.propose(ProposalContext(task), args.n)
     out = open(args.out, "a") if args.out else sys.stdout
     try:

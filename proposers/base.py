@@ -7,13 +7,15 @@ naturally synchronous (mutation, replay) implements ``propose`` and inherits an 
 runs it in a worker thread; the LLM proposer implements ``apropose`` and inherits a ``propose`` that
 drives the event loop.
 """
+
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 PROMPTS_DIR = Path(__file__).with_name("prompts")
 
@@ -48,7 +50,7 @@ class TaskSpec:
 
     dataset: str
     description: str
-    inputs: dict[str, str]                      # input name -> shape, units, meaning
+    inputs: dict[str, str]  # input name -> shape, units, meaning
     contract: str
     columns: list[Column] = field(default_factory=list)
     sample_rows: list[dict[str, Any]] = field(default_factory=list)
@@ -67,7 +69,7 @@ class ScoredProgram:
     source: str
     score: float
     canonical_hash: str | None = None
-    params: dict[str, float] | None = None      # fitted parameter values, shown to LLMs
+    params: dict[str, float] | None = None  # fitted parameter values, shown to LLMs
 
 
 @dataclass(frozen=True)
@@ -106,10 +108,10 @@ class Duplicate:
     same values on the probe inputs (``semantic``) as the stored program ``duplicate_of``."""
 
     source: str
-    duplicate_of: str                     # canonical hash of the stored program
-    score: float | None = None            # its validation score, when it is calibrated
+    duplicate_of: str  # canonical hash of the stored program
+    score: float | None = None  # its validation score, when it is calibrated
     semantic: bool = False
-    times: int = 1                        # how many times in the run it was proposed again
+    times: int = 1  # how many times in the run it was proposed again
 
     def brief(self, max_source: int = 300) -> str:
         src = self.source.strip()
@@ -144,14 +146,14 @@ class ProposalContext:
     """Everything a proposer may use to propose the next candidates."""
 
     task: TaskSpec
-    best: list[ScoredProgram] = field(default_factory=list)   # best first
-    failures: list[Failure] = field(default_factory=list)     # most recent last
+    best: list[ScoredProgram] = field(default_factory=list)  # best first
+    failures: list[Failure] = field(default_factory=list)  # most recent last
     budget: Budget = field(default_factory=Budget)
-    language_reference: str | None = None   # None: the packaged compact reference (prompts/language.md)
+    language_reference: str | None = None  # None: the packaged compact reference (prompts/language.md)
     # What came of the previous proposals (the discover flow fills these; see docs/proposers.md):
     duplicates: list[Duplicate] = field(default_factory=list)  # the previous round's duplicates
-    duplicate_rate: float = 0.0             # share of the recent proposals that were duplicates, 0..1
-    stale_rounds: int = 0                   # rounds in a row that gave nothing new
+    duplicate_rate: float = 0.0  # share of the recent proposals that were duplicates, 0..1
+    stale_rounds: int = 0  # rounds in a row that gave nothing new
     # Where the current best program fails on validation (``Task.validation_residuals``), "" if unknown
     residuals: str = ""
 
@@ -163,10 +165,10 @@ class ProposalContext:
 class Origin:
     """Where a proposal came from."""
 
-    proposer: str                         # "llm", "mutation", "replay"
-    model: str | None = None              # the litellm model, for LLM proposals
-    parent_hashes: tuple[str, ...] = ()   # canonical hashes of the programs it was derived from
-    operator: str | None = None           # mutation operator, "repair", "replay:<file>:<line>"...
+    proposer: str  # "llm", "mutation", "replay"
+    model: str | None = None  # the litellm model, for LLM proposals
+    parent_hashes: tuple[str, ...] = ()  # canonical hashes of the programs it was derived from
+    operator: str | None = None  # mutation operator, "repair", "replay:<file>:<line>"...
 
 
 @dataclass
@@ -180,7 +182,7 @@ class Proposal:
     tokens_in: int | None = None
     tokens_out: int | None = None
     cost_usd: float | None = None
-    repairs: int = 0                      # LLM repair rounds this candidate needed
+    repairs: int = 0  # LLM repair rounds this candidate needed
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -261,5 +263,19 @@ class Proposer:
         return await asyncio.to_thread(self.propose, context, n)
 
 
-__all__ = ["Column", "TaskSpec", "ScoredProgram", "Failure", "Duplicate", "Budget", "ProposalContext", "Origin",
-           "Proposal", "Proposer", "load_prompt", "PROMPTS_DIR", "proposal_record", "write_jsonl"]
+__all__ = [
+    "Column",
+    "TaskSpec",
+    "ScoredProgram",
+    "Failure",
+    "Duplicate",
+    "Budget",
+    "ProposalContext",
+    "Origin",
+    "Proposal",
+    "Proposer",
+    "load_prompt",
+    "PROMPTS_DIR",
+    "proposal_record",
+    "write_jsonl",
+]

@@ -13,10 +13,12 @@ numbers are printed with 3 significant digits, long lists are cut to the most te
 - :func:`forecast_residual_lines`, :func:`group_residual_lines`: where the current best model
   fails on validation (by lead and calendar month; by group and x range).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +50,10 @@ def column_lines(columns: Sequence[Any], values: dict[str, np.ndarray]) -> list[
             if finite.size == 0:
                 lines.append(f"- {column.name}{unit}: no finite values")
                 continue
-            lines.append(f"- {column.name}{unit}: {num(finite.min())}..{num(finite.max())}, "
-                         f"mean {num(finite.mean())}, sd {num(finite.std())}")
+            lines.append(
+                f"- {column.name}{unit}: {num(finite.min())}..{num(finite.max())}, "
+                f"mean {num(finite.mean())}, sd {num(finite.std())}"
+            )
         else:
             lines.append(f"- {column.name}{unit}: {len(set(data.tolist()))} distinct values")
     return lines
@@ -105,23 +109,35 @@ def spread_line(label: str, values: list[float]) -> str:
     if finite.size == 0:
         return f"- {label}: not defined"
     q = np.percentile(finite, [0, 25, 50, 75, 100])
-    return (f"- {label}: min {num(q[0])}, quartiles {num(q[1])} / {num(q[2])} / {num(q[3])}, "
-            f"max {num(q[4])} (over {finite.size})")
+    return (
+        f"- {label}: min {num(q[0])}, quartiles {num(q[1])} / {num(q[2])} / {num(q[3])}, "
+        f"max {num(q[4])} (over {finite.size})"
+    )
 
 
-def group_spread_lines(groups: dict[Any, tuple[np.ndarray, np.ndarray]], *, group_label: str, x_label: str,
-                       y_label: str, x_per_unit: float, thresholds: Sequence[float] = (0.8,)) -> list[str]:
+def group_spread_lines(
+    groups: dict[Any, tuple[np.ndarray, np.ndarray]],
+    *,
+    group_label: str,
+    x_label: str,
+    y_label: str,
+    x_per_unit: float,
+    thresholds: Sequence[float] = (0.8,),
+) -> list[str]:
     """How the groups differ, over the rows the card may use (``groups``: group -> (x, y), x in the
     dataset's own units, sorted). Per group: y at its first row, the last x, the fade rate
     (least-squares slope of y per ``x_per_unit`` of x), and for each of ``thresholds`` the x at
     which y first falls below that fraction of its start (its life; groups that stay above it in
     these rows are counted)."""
     kept = [(x, y) for x, y in groups.values() if y.size]
-    lines = [f"Spread across the {len(kept)} {group_label} groups (training and validation rows):",
-             spread_line(f"{y_label} at the first row", [float(y[0]) for _, y in kept]),
-             spread_line(f"last {x_label} seen", [float(x[-1]) for x, _ in kept]),
-             spread_line(f"fade rate, change of {y_label} per {x_per_unit:g} {x_label}",
-                         [_slope(x / x_per_unit, y) for x, y in kept])]
+    lines = [
+        f"Spread across the {len(kept)} {group_label} groups (training and validation rows):",
+        spread_line(f"{y_label} at the first row", [float(y[0]) for _, y in kept]),
+        spread_line(f"last {x_label} seen", [float(x[-1]) for x, _ in kept]),
+        spread_line(
+            f"fade rate, change of {y_label} per {x_per_unit:g} {x_label}", [_slope(x / x_per_unit, y) for x, y in kept]
+        ),
+    ]
     for threshold in thresholds:
         lives = []
         for x, y in kept:
@@ -139,7 +155,7 @@ def _rmse_bias(errors: np.ndarray) -> tuple[float, float]:
     errors = errors[np.isfinite(errors)]
     if errors.size == 0:
         return float("nan"), float("nan")
-    return float(np.sqrt(np.mean(errors ** 2))), float(np.mean(errors))
+    return float(np.sqrt(np.mean(errors**2))), float(np.mean(errors))
 
 
 def forecast_residual_lines(errors: np.ndarray, target_months: np.ndarray | None) -> list[str]:
@@ -148,8 +164,10 @@ def forecast_residual_lines(errors: np.ndarray, target_months: np.ndarray | None
     where the target is outside the split); ``target_months``: the same shape, 1-12."""
     errors = np.asarray(errors, dtype=float)
     leads = [_rmse_bias(errors[:, k]) for k in range(errors.shape[1])]
-    lines = ["RMSE by lead: " + " ".join(f"{k + 1}:{num(r)}" for k, (r, _) in enumerate(leads)),
-             "bias (forecast - observed) by lead: " + " ".join(f"{k + 1}:{num(b)}" for k, (_, b) in enumerate(leads))]
+    lines = [
+        "RMSE by lead: " + " ".join(f"{k + 1}:{num(r)}" for k, (r, _) in enumerate(leads)),
+        "bias (forecast - observed) by lead: " + " ".join(f"{k + 1}:{num(b)}" for k, (_, b) in enumerate(leads)),
+    ]
     if target_months is not None:
         months = np.asarray(target_months)
         by_month = []
@@ -157,16 +175,26 @@ def forecast_residual_lines(errors: np.ndarray, target_months: np.ndarray | None
             mask = (months == m) & np.isfinite(errors)
             if mask.any():
                 by_month.append((m, *_rmse_bias(errors[mask])))
-        lines.append("RMSE by target calendar month (all leads): "
-                     + " ".join(f"{MONTHS[m - 1]} {num(r)}" for m, r, _ in by_month))
+        lines.append(
+            "RMSE by target calendar month (all leads): "
+            + " ".join(f"{MONTHS[m - 1]} {num(r)}" for m, r, _ in by_month)
+        )
         worst = sorted(by_month, key=lambda t: -t[1])[:3]
-        lines.append("worst target months: " + ", ".join(
-            f"{MONTHS[m - 1]} (RMSE {num(r)}, bias {num(b)})" for m, r, b in worst))
+        lines.append(
+            "worst target months: " + ", ".join(f"{MONTHS[m - 1]} (RMSE {num(r)}, bias {num(b)})" for m, r, b in worst)
+        )
     return lines
 
 
-def group_residual_lines(errors: dict[Any, np.ndarray], x: dict[Any, np.ndarray], *, group_label: str,
-                         x_label: str, bins: int = 4, worst: int = 5) -> list[str]:
+def group_residual_lines(
+    errors: dict[Any, np.ndarray],
+    x: dict[Any, np.ndarray],
+    *,
+    group_label: str,
+    x_label: str,
+    bins: int = 4,
+    worst: int = 5,
+) -> list[str]:
     """Where a per-group curve fails: the worst groups by RMSE (with their bias), the spread of the
     per-group RMSE, and RMSE and bias by range of x (quantile bins of the pooled x)."""
     per_group = {g: _rmse_bias(e) for g, e in errors.items()}
@@ -175,8 +203,9 @@ def group_residual_lines(errors: dict[Any, np.ndarray], x: dict[Any, np.ndarray]
     lines = []
     if len(per_group) > 1:
         lines.append(spread_line(f"RMSE per {group_label}", rmses)[2:])
-        lines.append(f"worst {group_label}s: " + ", ".join(
-            f"{g} (RMSE {num(r)}, bias {num(b)})" for g, (r, b) in ranked[:worst]))
+        lines.append(
+            f"worst {group_label}s: " + ", ".join(f"{g} (RMSE {num(r)}, bias {num(b)})" for g, (r, b) in ranked[:worst])
+        )
     pooled_x = np.concatenate([np.asarray(x[g], dtype=float) for g in errors])
     pooled_e = np.concatenate([np.asarray(errors[g], dtype=float) for g in errors])
     if pooled_x.size:
@@ -193,5 +222,15 @@ def group_residual_lines(errors: dict[Any, np.ndarray], x: dict[Any, np.ndarray]
     return lines
 
 
-__all__ = ["MONTHS", "autocorrelation", "column_lines", "forecast_residual_lines", "group_residual_lines",
-           "group_spread_lines", "lag_line", "num", "seasonal_lines", "spread_line"]
+__all__ = [
+    "MONTHS",
+    "autocorrelation",
+    "column_lines",
+    "forecast_residual_lines",
+    "group_residual_lines",
+    "group_spread_lines",
+    "lag_line",
+    "num",
+    "seasonal_lines",
+    "spread_line",
+]

@@ -17,6 +17,7 @@ loop counters), ``data`` (broadcasts elementwise with the data-point vectors, e.
 ``scalar`` and ``data`` sites, which keeps shapes compatible in closed-form and iterated-map
 programs and leaves the matrix plumbing of state-space models alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,18 +33,44 @@ PRIMITIVES = frozenset(PRIMITIVE_ARITY)
 
 # Elementwise numeric primitives: their arguments and results are numbers or broadcast arrays.
 NUMERIC_VARIADIC = frozenset({"+", "-", "*", "/", "min", "max"})
-NUMERIC_UNARY = frozenset({"abs", "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
-                           "tanh", "square", "sigmoid", "logistic", "softplus", "floor", "ceiling", "round",
-                           "truncate", "exact->inexact", "inexact"})
+NUMERIC_UNARY = frozenset(
+    {
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "tanh",
+        "square",
+        "sigmoid",
+        "logistic",
+        "softplus",
+        "floor",
+        "ceiling",
+        "round",
+        "truncate",
+        "exact->inexact",
+        "inexact",
+    }
+)
 NUMERIC_BINARY = frozenset({"expt", "quotient", "remainder", "modulo"})
 NUMERIC_OPS = NUMERIC_VARIADIC | NUMERIC_UNARY | NUMERIC_BINARY
 # Primitives whose result is one number whatever the shape of their arguments.
-SCALAR_REDUCERS = frozenset({"dot", "logdet", "det", "trace", "vsum", "norm", "rows", "cols", "size",
-                             "length"})
+SCALAR_REDUCERS = frozenset({"dot", "logdet", "det", "trace", "vsum", "norm", "rows", "cols", "size", "length"})
 COMPARISONS = frozenset({"=", "<", ">", "<=", ">=", "zero?", "positive?", "negative?", "even?", "odd?"})
 # (primitive, argument indices that are integer counts or indices, not model quantities)
 INDEX_ARGS: dict[str, tuple[int, ...]] = {
-    "ref": (1, 2), "list-ref": (1,), "list-tail": (1,), "eye": (0,), "zeros": (0, 1), "ones": (0, 1),
+    "ref": (1, 2),
+    "list-ref": (1,),
+    "list-tail": (1,),
+    "eye": (0,),
+    "zeros": (0, 1),
+    "ones": (0, 1),
 }
 
 # The runtime's special-form keywords (native/src/forms.h, reserved ones included, so a program
@@ -72,12 +99,12 @@ class ParamDecl:
 class Site:
     """One expression position of a program."""
 
-    path: tuple[int, ...]      # index of the top-level form, then child indices
+    path: tuple[int, ...]  # index of the top-level form, then child indices
     node: Node
-    env: dict[str, str]        # local names in scope -> value class ("proc" for procedures)
-    context: str               # "value" | "numeric" | "test" | "index" | "head"
-    klass: str                 # value class of the node
-    binds: str | None = None   # the variable this expression initialises (let/loop binding), if any
+    env: dict[str, str]  # local names in scope -> value class ("proc" for procedures)
+    context: str  # "value" | "numeric" | "test" | "index" | "head"
+    klass: str  # value class of the node
+    binds: str | None = None  # the variable this expression initialises (let/loop binding), if any
     in_loop_control: bool = False  # True when the node is part of loop control (see analyze)
 
 
@@ -85,7 +112,7 @@ class Site:
 class Analysis:
     forms: list[Node]
     params: dict[str, ParamDecl]
-    free: set[str]                      # free names that are not params nor primitives: inputs
+    free: set[str]  # free names that are not params nor primitives: inputs
     sites: list[Site]
     control_vars: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
@@ -103,7 +130,8 @@ def _formal_names(formals: Node) -> list[str]:
         return [str(f) for f in formals if isinstance(f, Sym)]
     if isinstance(formals, Dotted):
         return [str(f) for f in formals.items if isinstance(f, Sym)] + (
-            [str(formals.tail)] if isinstance(formals.tail, Sym) else [])
+            [str(formals.tail)] if isinstance(formals.tail, Sym) else []
+        )
     return []
 
 
@@ -193,8 +221,9 @@ class _Walker:
             return
         self.free.add(name)
 
-    def body(self, exprs: list[Node], base_path: tuple[int, ...], start: int, env: dict[str, str],
-             context: str) -> None:
+    def body(
+        self, exprs: list[Node], base_path: tuple[int, ...], start: int, env: dict[str, str], context: str
+    ) -> None:
         """A lambda/let body: internal defines first (letrec* scope), then expressions."""
         env = dict(env)
         for expr in exprs:
@@ -213,8 +242,9 @@ class _Walker:
             self.problems.append("empty body")
 
     def bindings(self, spec: Node, where: str) -> list[list]:
-        if not isinstance(spec, list) or not all(isinstance(b, list) and len(b) >= 1 and isinstance(b[0], Sym)
-                                                 for b in spec):
+        if not isinstance(spec, list) or not all(
+            isinstance(b, list) and len(b) >= 1 and isinstance(b[0], Sym) for b in spec
+        ):
             self.problems.append(f"malformed binding list in {where}")
             return []
         return spec
@@ -263,8 +293,7 @@ class _Walker:
                 if n < lo or (hi is not None and n > hi):
                     want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
                     self.problems.append(f"'{name}' takes {want} argument(s), got {n}")
-                arg_context = ("numeric" if name in NUMERIC_OPS else
-                               "test" if name in COMPARISONS else "value")
+                arg_context = "numeric" if name in NUMERIC_OPS else "test" if name in COMPARISONS else "value"
                 index_args = INDEX_ARGS.get(name, ())
                 for k, arg in enumerate(node[1:], start=1):
                     self.expr(arg, path + (k,), env, "index" if (k - 1) in index_args else arg_context)
@@ -464,8 +493,7 @@ class _Walker:
                     if names:
                         top_env[names[0]] = "proc"
         # classes of top-level value defines, in order (a define of a numeric expression is usable)
-        body_forms = [(path, f) for path, f in forms
-                      if not (isinstance(f, list) and f and _is_sym(f[0], "param"))]
+        body_forms = [(path, f) for path, f in forms if not (isinstance(f, list) and f and _is_sym(f[0], "param"))]
         if not body_forms and self.require_expression:
             self.problems.append("the program has no expression to compute")
         for k, (path, form) in enumerate(body_forms):
@@ -480,8 +508,12 @@ class _Walker:
                 self.expr(form, path, top_env, "value")
 
     def param(self, form: list, index: int) -> None:
-        if len(form) not in (3, 4) or not isinstance(form[1], Sym) or isinstance(form[2], bool) \
-                or not isinstance(form[2], (int, float)):
+        if (
+            len(form) not in (3, 4)
+            or not isinstance(form[1], Sym)
+            or isinstance(form[2], bool)
+            or not isinstance(form[2], (int, float))
+        ):
             self.problems.append(f"malformed parameter declaration {form!r}: use (param name init [constraint])")
             return
         name = str(form[1])
@@ -513,8 +545,7 @@ def analyze(forms: list[Node], data_inputs: set[str] | None = None, require_expr
             or (site.binds is not None and site.binds in control)
             or (isinstance(parent, list) and any(isinstance(x, Sym) and str(x) in control for x in parent[1:]))
         )
-    return Analysis(forms, walker.params, walker.free, walker.sites, control, walker.problems,
-                    walker.used_params)
+    return Analysis(forms, walker.params, walker.free, walker.sites, control, walker.problems, walker.used_params)
 
 
 def _collect_locals(node: Node, env: dict[str, str], out: set[str]) -> None:
@@ -537,16 +568,31 @@ def static_problems(forms: list[Node], inputs: set[str] | None = None, require_e
     problems = list(result.problems)
     if inputs is not None:
         for name in sorted(result.free - set(inputs)):
-            problems.append(f"undeclared name '{name}': declare it with (param {name} <init>) "
-                            f"or use only the inputs {sorted(inputs)}")
+            problems.append(
+                f"undeclared name '{name}': declare it with (param {name} <init>) "
+                f"or use only the inputs {sorted(inputs)}"
+            )
     for name in sorted(set(result.params) - result.used_params):
         problems.append(f"parameter {name} is declared but never used")
     return problems
 
 
-__all__ = ["PRIMITIVE_ARITY", "PRIMITIVES", "NUMERIC_OPS", "NUMERIC_UNARY", "NUMERIC_VARIADIC",
-           "SCALAR_REDUCERS", "SPECIAL_FORMS", "ParamDecl", "Site", "Analysis", "analyze",
-           "static_problems", "join_class", "structure_key"]
+__all__ = [
+    "PRIMITIVE_ARITY",
+    "PRIMITIVES",
+    "NUMERIC_OPS",
+    "NUMERIC_UNARY",
+    "NUMERIC_VARIADIC",
+    "SCALAR_REDUCERS",
+    "SPECIAL_FORMS",
+    "ParamDecl",
+    "Site",
+    "Analysis",
+    "analyze",
+    "static_problems",
+    "join_class",
+    "structure_key",
+]
 
 
 def structure_key(forms: list[Node]) -> str:

@@ -19,6 +19,7 @@ API keys come only from the environment: either the provider's own variable that
 (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``...) or the variable named by ``api_key_env``. They are
 never stored on the proposer, and error messages are redacted before being logged or recorded.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,9 +29,10 @@ import os
 import random
 import re
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from string import Template
-from typing import Any, Callable
+from typing import Any
 
 # litellm fetches a model price list from the internet at import unless told not to; on a network
 # that drops packets that hangs. A value set by the user wins.
@@ -86,9 +88,9 @@ class Usage:
     retries: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-    tokens_cached: int = 0    # prompt tokens the provider served from its prompt cache (part of tokens_in)
+    tokens_cached: int = 0  # prompt tokens the provider served from its prompt cache (part of tokens_in)
     cost_usd: float = 0.0
-    cost_known: bool = True   # False as soon as one call's cost could not be computed
+    cost_known: bool = True  # False as soon as one call's cost could not be computed
     seconds: float = 0.0
 
 
@@ -121,8 +123,9 @@ class _Cost:
 
 def _no_code(text: str, proposer: str, model: str) -> Failure:
     start = " ".join(text.split())[:160]
-    return Failure("extract", f"no program in a fenced ```scheme block in the reply (it began: {start!r})",
-                   None, proposer, model)
+    return Failure(
+        "extract", f"no program in a fenced ```scheme block in the reply (it began: {start!r})", None, proposer, model
+    )
 
 
 @dataclass
@@ -130,8 +133,8 @@ class _Round:
     """State shared by the requests of one ``apropose`` call."""
 
     semaphore: asyncio.Semaphore
-    cost_limit: float | None   # USD this round may spend (the context's budget), None: unlimited
-    cost_start: float          # proposer.usage.cost_usd when the round started
+    cost_limit: float | None  # USD this round may spend (the context's budget), None: unlimited
+    cost_start: float  # proposer.usage.cost_usd when the round started
     temperature: float | None = None  # sent when the user fixed none (raised as duplicates rise)
 
     def over_budget(self, usage: Usage) -> bool:
@@ -182,9 +185,17 @@ def needs_cache_markers(model: str) -> bool:
     return provider == "anthropic" or (provider in ("bedrock", "vertex_ai", "vertex_ai_beta") and "claude" in model)
 
 
-def prompt_parts(context: ProposalContext, n: int, *, max_best: int = 5, max_failures: int = 8,
-                 hint: str | None = None, system_template: str | None = None, task_template: str | None = None,
-                 user_template: str | None = None) -> tuple[str, str, str]:
+def prompt_parts(
+    context: ProposalContext,
+    n: int,
+    *,
+    max_best: int = 5,
+    max_failures: int = 8,
+    hint: str | None = None,
+    system_template: str | None = None,
+    task_template: str | None = None,
+    user_template: str | None = None,
+) -> tuple[str, str, str]:
     """(system, task, request): the prompt in the order it is sent.
 
     ``system`` (system text + language reference) and ``task`` (description, columns, sample rows,
@@ -197,9 +208,14 @@ def prompt_parts(context: ProposalContext, n: int, *, max_best: int = 5, max_fai
     system = Template(system_template or load_prompt("system.md")).substitute(language=context.reference().strip())
     columns = ""
     if task.columns:
-        columns = "Columns:\n" + "\n".join(
-            f"- {c.name}" + (f" [{c.unit}]" if c.unit else "") + (f": {c.description}" if c.description else "")
-            for c in task.columns) + "\n"
+        columns = (
+            "Columns:\n"
+            + "\n".join(
+                f"- {c.name}" + (f" [{c.unit}]" if c.unit else "") + (f": {c.description}" if c.description else "")
+                for c in task.columns
+            )
+            + "\n"
+        )
     fixed = Template(task_template or load_prompt("task.md")).substitute(
         dataset=task.dataset,
         description=task.description.strip(),
@@ -222,26 +238,42 @@ def prompt_parts(context: ProposalContext, n: int, *, max_best: int = 5, max_fai
         best = "\n".join(parts) + "\n\n"
     residuals = ""
     if context.residuals.strip():
-        residuals = ("Where the best program fails on the validation data (propose a mechanism for it):\n"
-                     + context.residuals.strip() + "\n\n")
+        residuals = (
+            "Where the best program fails on the validation data (propose a mechanism for it):\n"
+            + context.residuals.strip()
+            + "\n\n"
+        )
     failures = ""
     if context.failures:
         recent = context.failures[-max_failures:]
         failures = "Recent failures (avoid these mistakes):\n" + "\n".join(f"- {f.brief()}" for f in recent) + "\n\n"
     if context.duplicates:  # each one cost a request and taught nothing: say so, with the stored twin
-        failures += ("Your previous proposals that were duplicates of programs already stored (nothing new; do not "
-                     "propose these again or a renaming of them):\n"
-                     + "\n".join(f"- {d.brief()}" for d in context.duplicates[-max_failures:]) + "\n\n")
+        failures += (
+            "Your previous proposals that were duplicates of programs already stored (nothing new; do not "
+            "propose these again or a renaming of them):\n"
+            + "\n".join(f"- {d.brief()}" for d in context.duplicates[-max_failures:])
+            + "\n\n"
+        )
     request = Template(user_template or load_prompt("propose.md")).substitute(
-        best=best, residuals=residuals, failures=failures, budget=context.budget.describe(), n=n)
+        best=best, residuals=residuals, failures=failures, budget=context.budget.describe(), n=n
+    )
     if hint:
         request += f"\nSuggestion for this request (ignore it if it does not fit the contract): {hint}\n"
     return system, fixed, request
 
 
-def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_failures: int = 8,
-                   hint: str | None = None, system_template: str | None = None, task_template: str | None = None,
-                   user_template: str | None = None, cache_markers: bool = False) -> list[dict]:
+def build_messages(
+    context: ProposalContext,
+    n: int,
+    *,
+    max_best: int = 5,
+    max_failures: int = 8,
+    hint: str | None = None,
+    system_template: str | None = None,
+    task_template: str | None = None,
+    user_template: str | None = None,
+    cache_markers: bool = False,
+) -> list[dict]:
     """The chat messages asking for ``n`` programs (templates from ``proposers/prompts/``): the
     system text, then one user message that starts with the run's fixed task text and ends with
     this request's part (see :func:`prompt_parts`).
@@ -251,12 +283,21 @@ def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_f
     two content blocks, the fixed one with ``cache_control`` (providers that cache only marked
     prefixes; see :func:`needs_cache_markers`); otherwise plain strings, the fixed text first.
     """
-    system, fixed, request = prompt_parts(context, n, max_best=max_best, max_failures=max_failures, hint=hint,
-                                          system_template=system_template, task_template=task_template,
-                                          user_template=user_template)
+    system, fixed, request = prompt_parts(
+        context,
+        n,
+        max_best=max_best,
+        max_failures=max_failures,
+        hint=hint,
+        system_template=system_template,
+        task_template=task_template,
+        user_template=user_template,
+    )
     if cache_markers:
-        user: Any = [{"type": "text", "text": fixed, "cache_control": {"type": "ephemeral"}},
-                     {"type": "text", "text": request}]
+        user: Any = [
+            {"type": "text", "text": fixed, "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": request},
+        ]
     else:
         user = fixed + "\n" + request
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -265,7 +306,8 @@ def build_messages(context: ProposalContext, n: int, *, max_best: int = 5, max_f
 def repair_message(failure: Failure) -> dict:
     where = f", line {failure.line}, column {failure.column}" if failure.line else ""
     text = Template(load_prompt("repair.md")).substitute(
-        source=(failure.source or "").strip(), kind=failure.kind, where=where, message=failure.message)
+        source=(failure.source or "").strip(), kind=failure.kind, where=where, message=failure.message
+    )
     return {"role": "user", "content": text}
 
 
@@ -349,14 +391,32 @@ class LLMProposer(Proposer):
 
     name = "llm"
 
-    def __init__(self, model: str, temperature: float | None = None, concurrency: int = 8, timeout: float = 60.0,
-                 max_retries: int = 3, max_repairs: int = 2, api_base: str | None = None, *,
-                 api_key_env: str | None = None, per_request: int = 4, max_tokens: int | None = None,
-                 hints: bool = True, diverge_at: float = 0.5, max_temperature: float = 1.3,
-                 backoff: float = 1.0, max_backoff: float = 30.0, max_best: int = 5, max_failures: int = 8,
-                 completion_kwargs: dict[str, Any] | None = None,
-                 validator: Callable[..., Validation] | None = None, seed: int | None = None,
-                 price_per_token: tuple[float, float] | None = None, cache_markers: bool | None = None):
+    def __init__(
+        self,
+        model: str,
+        temperature: float | None = None,
+        concurrency: int = 8,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        max_repairs: int = 2,
+        api_base: str | None = None,
+        *,
+        api_key_env: str | None = None,
+        per_request: int = 4,
+        max_tokens: int | None = None,
+        hints: bool = True,
+        diverge_at: float = 0.5,
+        max_temperature: float = 1.3,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        max_best: int = 5,
+        max_failures: int = 8,
+        completion_kwargs: dict[str, Any] | None = None,
+        validator: Callable[..., Validation] | None = None,
+        seed: int | None = None,
+        price_per_token: tuple[float, float] | None = None,
+        cache_markers: bool | None = None,
+    ):
         super().__init__()
         if price_per_token is not None and (len(price_per_token) != 2 or min(price_per_token) < 0):
             raise ValueError(f"price_per_token must be (input, output) USD per token, both >= 0; got {price_per_token}")
@@ -390,13 +450,16 @@ class LLMProposer(Proposer):
         self.cache_markers = needs_cache_markers(model) if cache_markers is None else bool(cache_markers)
         self.validator = validator or validate_source
         self.usage = Usage()
-        self.price_per_token = None if price_per_token is None else (float(price_per_token[0]),
-                                                                     float(price_per_token[1]))
+        self.price_per_token = (
+            None if price_per_token is None else (float(price_per_token[0]), float(price_per_token[1]))
+        )
         self._jitter = random.Random(seed)
 
     def __repr__(self) -> str:
-        return (f"LLMProposer(model={self.model!r}, concurrency={self.concurrency}, timeout={self.timeout}, "
-                f"api_base={self.api_base!r})")
+        return (
+            f"LLMProposer(model={self.model!r}, concurrency={self.concurrency}, timeout={self.timeout}, "
+            f"api_base={self.api_base!r})"
+        )
 
     # -- one call with retries -------------------------------------------------------------
     def _key(self) -> str | None:
@@ -409,8 +472,9 @@ class LLMProposer(Proposer):
 
     async def _call(self, messages: list[dict], round_: _Round) -> _Reply | None:
         """One completion with retries; None (and a recorded failure) when it could not be had."""
-        kwargs: dict[str, Any] = dict(model=self.model, messages=messages, timeout=self.timeout, max_retries=0,
-                                      num_retries=0)
+        kwargs: dict[str, Any] = dict(
+            model=self.model, messages=messages, timeout=self.timeout, max_retries=0, num_retries=0
+        )
         temperature = self.temperature if self.temperature is not None else round_.temperature
         if temperature is not None:
             kwargs["temperature"] = temperature
@@ -448,12 +512,13 @@ class LLMProposer(Proposer):
                 if fatal is not None:
                     raise LLMFatalError(f"{self.model}: {fatal}; the provider said: {message[:500]}") from None
                 last = (kind, message[:500])
-                log.warning("model call failed (%s, attempt %d/%d): %s", kind, attempt + 1,
-                            self.max_retries + 1, last[1][:200])
+                log.warning(
+                    "model call failed (%s, attempt %d/%d): %s", kind, attempt + 1, self.max_retries + 1, last[1][:200]
+                )
                 if not retry or attempt == self.max_retries:
                     break
                 self.usage.retries += 1
-                delay = min(self.max_backoff, self.backoff * (2 ** attempt)) * (0.5 + self._jitter.random())
+                delay = min(self.max_backoff, self.backoff * (2**attempt)) * (0.5 + self._jitter.random())
                 hinted = _retry_after(exc)
                 if hinted is not None:
                     delay = min(max(hinted, 0.0), self.max_backoff)
@@ -506,12 +571,13 @@ class LLMProposer(Proposer):
             litellm.cost_per_token(model=self.model, prompt_tokens=1, completion_tokens=1)
             return None
         except Exception:  # litellm raises its own "not mapped" errors for unknown models
-            return (f"litellm has no price for {self.model!r}, so the cost limit cannot be enforced; give the "
-                    "prices (--input-price / --output-price, USD per million tokens)")
+            return (
+                f"litellm has no price for {self.model!r}, so the cost limit cannot be enforced; give the "
+                "prices (--input-price / --output-price, USD per million tokens)"
+            )
 
     # -- one request: ask, extract, validate, repair ------------------------------------------
-    async def _request(self, messages: list[dict], k: int, task: TaskSpec,
-                       round_: _Round) -> list[Proposal]:
+    async def _request(self, messages: list[dict], k: int, task: TaskSpec, round_: _Round) -> list[Proposal]:
         reply = await self._call(messages, round_)
         if reply is None:
             return []
@@ -520,8 +586,10 @@ class LLMProposer(Proposer):
         while not programs and rounds < self.max_repairs:  # ask again once the model forgot the fences
             self.record_failure(_no_code(reply.text, self.name, self.model))
             rounds += 1
-            retry = messages + [{"role": "assistant", "content": reply.text},
-                                {"role": "user", "content": Template(load_prompt("no_code.md")).substitute(n=k)}]
+            retry = messages + [
+                {"role": "assistant", "content": reply.text},
+                {"role": "user", "content": Template(load_prompt("no_code.md")).substitute(n=k)},
+            ]
             reply = await self._call(retry, round_)
             if reply is None:
                 return []
@@ -534,15 +602,17 @@ class LLMProposer(Proposer):
         tasks = [self._validate_and_repair(src, messages, reply, share, task, round_) for src in programs]
         return [p for p in await asyncio.gather(*tasks) if p is not None]
 
-    async def _validate_and_repair(self, source: str, messages: list[dict], reply: _Reply, share: int,
-                                   task: TaskSpec, round_: _Round) -> Proposal | None:
+    async def _validate_and_repair(
+        self, source: str, messages: list[dict], reply: _Reply, share: int, task: TaskSpec, round_: _Round
+    ) -> Proposal | None:
         cost = _Cost()
         cost.add(reply, share)
         conversation = messages + [{"role": "assistant", "content": reply.text}]
         for repair in range(self.max_repairs + 1):
             # validation compiles the program: cheap (microseconds to milliseconds), done inline
-            result = self.validator(source, set(task.inputs), proposer=self.name, model=self.model,
-                                    program_source=task.program_source)
+            result = self.validator(
+                source, set(task.inputs), proposer=self.name, model=self.model, program_source=task.program_source
+            )
             if result.ok:
                 return Proposal(
                     source=source,
@@ -574,11 +644,18 @@ class LLMProposer(Proposer):
         if n <= 0:
             return []
         diverging = context.duplicate_rate >= self.diverge_at
-        round_ = _Round(asyncio.Semaphore(self.concurrency), context.budget.cost_left_usd, self.usage.cost_usd,
-                        self._diverge_temperature(context.duplicate_rate) if diverging else None)
+        round_ = _Round(
+            asyncio.Semaphore(self.concurrency),
+            context.budget.cost_left_usd,
+            self.usage.cost_usd,
+            self._diverge_temperature(context.duplicate_rate) if diverging else None,
+        )
         if round_.over_budget(self.usage):
-            self.record_failure(Failure("budget", f"no cost budget left ({context.budget.cost_left_usd} USD)", None,
-                                        self.name, self.model))
+            self.record_failure(
+                Failure(
+                    "budget", f"no cost budget left ({context.budget.cost_left_usd} USD)", None, self.name, self.model
+                )
+            )
             return []
         requests = math.ceil(n / self.per_request)
         sizes = [min(self.per_request, n - i * self.per_request) for i in range(requests)]
@@ -589,8 +666,14 @@ class LLMProposer(Proposer):
             if hints:  # rotate across calls too, so every hint gets used over a run
                 hint = hints[self._next_hint % len(hints)]
                 self._next_hint += 1
-            messages = build_messages(context, k, max_best=self.max_best, max_failures=self.max_failures, hint=hint,
-                                      cache_markers=self.cache_markers)
+            messages = build_messages(
+                context,
+                k,
+                max_best=self.max_best,
+                max_failures=self.max_failures,
+                hint=hint,
+                cache_markers=self.cache_markers,
+            )
             tasks.append(asyncio.ensure_future(self._request(messages, k, context.task, round_)))
         try:
             batches = await asyncio.gather(*tasks)
@@ -608,10 +691,22 @@ class LLMProposer(Proposer):
                     continue
                 seen.add(key)
                 out.append(proposal)
-        log.info("%s: %d proposals from %d requests (%d failures so far)", self.model, len(out), requests,
-                 len(self.failures))
+        log.info(
+            "%s: %d proposals from %d requests (%d failures so far)", self.model, len(out), requests, len(self.failures)
+        )
         return out[:n]
 
 
-__all__ = ["LLMFatalError", "LLMProposer", "Usage", "accepts_temperature", "build_messages", "cached_tokens",
-           "extract_programs", "needs_cache_markers", "prompt_parts", "repair_message", "redact"]
+__all__ = [
+    "LLMFatalError",
+    "LLMProposer",
+    "Usage",
+    "accepts_temperature",
+    "build_messages",
+    "cached_tokens",
+    "extract_programs",
+    "needs_cache_markers",
+    "prompt_parts",
+    "repair_message",
+    "redact",
+]

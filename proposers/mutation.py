@@ -22,25 +22,31 @@ After each edit the parameter declarations are made consistent (unused ones remo
 declared), then the program must pass the static checks and, when ``validate`` is on,
 ``ndvm.compile``; an edit that fails is retried with another operator.
 """
+
 from __future__ import annotations
 
 import copy
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
-from .language import (NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, analyze, static_problems,
-                       structure_key)
+from .language import NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, analyze, static_problems, structure_key
 from .niches import NicheArchive, rank_weights
 from .sexpr import Node, SexprError, Sym, count_nodes, read_all, symbols_in, to_source
 from .simplify import simplify as simplify_forms
 from .validate import require_compile
 
 DEFAULT_WEIGHTS: dict[str, float] = {
-    "subtree": 2.0, "crossover": 1.5, "swap": 1.5, "constant": 0.5, "insert_term": 2.0,
-    "insert_param": 1.0, "wrap": 1.5, "hoist": 1.0,
+    "subtree": 2.0,
+    "crossover": 1.5,
+    "swap": 1.5,
+    "constant": 0.5,
+    "insert_term": 2.0,
+    "insert_param": 1.0,
+    "wrap": 1.5,
+    "hoist": 1.0,
 }
 SWAP_BINARY = ("+", "-", "*", "/")
 SWAP_UNARY = ("sin", "cos", "tanh", "sigmoid", "softplus", "exp", "square", "abs")
@@ -55,9 +61,9 @@ class MutationStats:
 
     attempts: int = 0
     produced: int = 0
-    no_site: int = 0          # the operator found nothing to edit in that parent
-    size_rejects: int = 0     # too many nodes or parameters, or no parameter left
-    lost_inputs: int = 0      # the edit removed every use of the task's inputs
+    no_site: int = 0  # the operator found nothing to edit in that parent
+    size_rejects: int = 0  # too many nodes or parameters, or no parameter left
+    lost_inputs: int = 0  # the edit removed every use of the task's inputs
     static_rejects: int = 0
     compile_rejects: int = 0
     duplicates: int = 0
@@ -81,7 +87,7 @@ class _Edit:
         self.rng = rng
         self.reserved = reserved | symbols_in(self.forms)
         self.new_params: list[tuple[str, float]] = []
-        self.imported_params: list[list] = []   # full (param ...) forms from a crossover donor
+        self.imported_params: list[list] = []  # full (param ...) forms from a crossover donor
 
     def fresh_param(self, init: float) -> Sym:
         k = 1
@@ -127,8 +133,13 @@ def _prune_dead_bindings(node: Node) -> Node:
     if not isinstance(node, list):
         return node
     node = [_prune_dead_bindings(x) for x in node]
-    if (len(node) >= 3 and isinstance(node[0], Sym) and node[0] in ("let", "let*")
-            and isinstance(node[1], list) and all(isinstance(b, list) and len(b) == 2 for b in node[1])):
+    if (
+        len(node) >= 3
+        and isinstance(node[0], Sym)
+        and node[0] in ("let", "let*")
+        and isinstance(node[1], list)
+        and all(isinstance(b, list) and len(b) == 2 for b in node[1])
+    ):
         bindings, body = node[1], node[2:]
         kept: list = []
         used = set().union(*(symbols_in(x) for x in body)) if body else set()
@@ -179,11 +190,22 @@ class MutationProposer(Proposer):
 
     name = "mutation"
 
-    def __init__(self, seed: int = 0, seed_programs: list[str] | tuple[str, ...] = (), *,
-                 inputs: list[str] | None = None, data_inputs: list[str] | None = None,
-                 weights: dict[str, float] | None = None, max_nodes: int = 80, max_params: int = 8,
-                 min_params: int = 1,
-                 validate: bool = True, dedup: bool = True, attempts: int = 30, simplify: bool = True):
+    def __init__(
+        self,
+        seed: int = 0,
+        seed_programs: list[str] | tuple[str, ...] = (),
+        *,
+        inputs: list[str] | None = None,
+        data_inputs: list[str] | None = None,
+        weights: dict[str, float] | None = None,
+        max_nodes: int = 80,
+        max_params: int = 8,
+        min_params: int = 1,
+        validate: bool = True,
+        dedup: bool = True,
+        attempts: int = 30,
+        simplify: bool = True,
+    ):
         super().__init__()
         unknown = set(weights or {}) - set(DEFAULT_WEIGHTS)
         if unknown:
@@ -208,8 +230,9 @@ class MutationProposer(Proposer):
         self._compile = require_compile() if validate else None
 
     # -- parents ---------------------------------------------------------------------------
-    def _parent(self, source: str, weight: float, known_hash: str | None,
-                wrapper: Callable[[str], str] | None) -> _Parent | None:
+    def _parent(
+        self, source: str, weight: float, known_hash: str | None, wrapper: Callable[[str], str] | None
+    ) -> _Parent | None:
         if source not in self._parent_cache:
             try:
                 forms = read_all(source)
@@ -217,8 +240,9 @@ class MutationProposer(Proposer):
                 self.record_failure(Failure("parse", f"parent not readable: {exc}", source, self.name))
                 self._parent_cache[source] = None
                 return None
-            self._parent_cache[source] = _Parent(source, forms, analyze(forms), known_hash or self._hash(source, wrapper),
-                                                 weight)
+            self._parent_cache[source] = _Parent(
+                source, forms, analyze(forms), known_hash or self._hash(source, wrapper), weight
+            )
         parent = self._parent_cache[source]
         if parent is None:
             return None
@@ -279,8 +303,7 @@ class MutationProposer(Proposer):
         input_set, data_set = set(inputs), set(data)
         wrapper = context.task.program_source if context is not None else None
         # re-analyse parents with the data inputs known, so value classes are right
-        parents = [_Parent(p.source, p.forms, analyze(p.forms, data_set), p.canonical_hash, p.weight)
-                   for p in parents]
+        parents = [_Parent(p.source, p.forms, analyze(p.forms, data_set), p.canonical_hash, p.weight) for p in parents]
         for p in parents:
             if p.canonical_hash:
                 self._seen.add(p.canonical_hash)
@@ -294,8 +317,9 @@ class MutationProposer(Proposer):
         return out
 
     # -- one proposal ----------------------------------------------------------------------
-    def _one(self, parents: list[_Parent], inputs: set[str], data: set[str],
-             wrapper: Callable[[str], str] | None) -> Proposal | None:
+    def _one(
+        self, parents: list[_Parent], inputs: set[str], data: set[str], wrapper: Callable[[str], str] | None
+    ) -> Proposal | None:
         ops = list(self.weights)
         op_weights = [self.weights[o] for o in ops]
         for _ in range(self.attempts):
@@ -355,8 +379,7 @@ class MutationProposer(Proposer):
             self.stats.by_operator[op] = self.stats.by_operator.get(op, 0) + 1
             return Proposal(
                 source=source,
-                origin=Origin(self.name, None, tuple(p.canonical_hash for p in used_parents if p.canonical_hash),
-                              op),
+                origin=Origin(self.name, None, tuple(p.canonical_hash for p in used_parents if p.canonical_hash), op),
                 canonical_hash=chash,
                 param_names=names or [str(f[1]) for f in forms if isinstance(f, list) and f and f[0] == "param"],
             )
@@ -365,11 +388,15 @@ class MutationProposer(Proposer):
     # -- site selection --------------------------------------------------------------------
     @staticmethod
     def _editable(site: Site) -> bool:
-        return (site.klass in ("scalar", "data") and site.context in ("numeric", "value")
-                and not site.in_loop_control and len(site.path) >= 1
-                # exact integers are structure (counts, sizes, keys), as in ndvm's canonical form
-                and not (isinstance(site.node, int) and not isinstance(site.node, bool))
-                and not (isinstance(site.node, list) and site.node and site.node[0] == "quote"))
+        return (
+            site.klass in ("scalar", "data")
+            and site.context in ("numeric", "value")
+            and not site.in_loop_control
+            and len(site.path) >= 1
+            # exact integers are structure (counts, sizes, keys), as in ndvm's canonical form
+            and not (isinstance(site.node, int) and not isinstance(site.node, bool))
+            and not (isinstance(site.node, list) and site.node and site.node[0] == "quote")
+        )
 
     def _targets(self, parent: _Parent) -> list[Site]:
         return [s for s in parent.analysis.sites if self._editable(s)]
@@ -440,13 +467,19 @@ class MutationProposer(Proposer):
         r = self.rng.random()
         if r < 0.45:
             op = self.rng.choice(("+", "-", "*", "*", "/"))
-            return [Sym(op), self._term(edit, data_names, scalars, depth - 1),
-                    self._term(edit, data_names, scalars, depth - 1)]
+            return [
+                Sym(op),
+                self._term(edit, data_names, scalars, depth - 1),
+                self._term(edit, data_names, scalars, depth - 1),
+            ]
         if r < 0.75:
             return [Sym(self.rng.choice(GEN_UNARY)), self._term(edit, data_names, scalars, depth - 1)]
         # a scaled term: the most useful shape for a model (p * f(...))
-        return [Sym("*"), edit.fresh_param(self.rng.choice((0.1, 0.5, 1.0))),
-                self._term(edit, data_names, scalars, depth - 1)]
+        return [
+            Sym("*"),
+            edit.fresh_param(self.rng.choice((0.1, 0.5, 1.0))),
+            self._term(edit, data_names, scalars, depth - 1),
+        ]
 
     def _wrap(self, edit: _Edit, node: Node) -> Node:
         kind = self.rng.choice(WRAPPERS)
@@ -475,8 +508,9 @@ class MutationProposer(Proposer):
         if site is None:
             return False
         # a donor sub-expression must not depend on the donor's local variables
-        candidates = [s for s in self._targets(donor)
-                      if not (symbols_in(s.node) & (set(s.env) | donor.analysis.control_vars))]
+        candidates = [
+            s for s in self._targets(donor) if not (symbols_in(s.node) & (set(s.env) | donor.analysis.control_vars))
+        ]
         visible_locals = set(site.env)
         candidates = [s for s in candidates if not (symbols_in(s.node) & visible_locals)]
         # shapes: a data site takes a piece that uses the same data; a scalar site off an
@@ -505,10 +539,19 @@ class MutationProposer(Proposer):
         return True
 
     def _op_swap(self, edit, parent, parents, data, used) -> bool:
-        sites = [s for s in self._targets(parent)
-                 if isinstance(s.node, list) and s.node and isinstance(s.node[0], Sym)
-                 and (s.node[0] in SWAP_BINARY and len(s.node) >= 3 or s.node[0] in SWAP_UNARY + ("log", "sqrt")
-                      or s.node[0] in ("min", "max"))]
+        sites = [
+            s
+            for s in self._targets(parent)
+            if isinstance(s.node, list)
+            and s.node
+            and isinstance(s.node[0], Sym)
+            and (
+                s.node[0] in SWAP_BINARY
+                and len(s.node) >= 3
+                or s.node[0] in SWAP_UNARY + ("log", "sqrt")
+                or s.node[0] in ("min", "max")
+            )
+        ]
         site = self._pick(sites)
         if site is None:
             return False
@@ -530,8 +573,9 @@ class MutationProposer(Proposer):
         if literals and (not params or self.rng.random() < 0.5):
             site = self.rng.choice(literals)
             value = site.node
-            edit.set(site.path, _round(value * math.exp(self.rng.gauss(0, 0.5)) if value != 0
-                                       else self.rng.gauss(0, 0.5)))
+            edit.set(
+                site.path, _round(value * math.exp(self.rng.gauss(0, 0.5)) if value != 0 else self.rng.gauss(0, 0.5))
+            )
             return True
         decl = self.rng.choice(params)
         form = edit.forms[decl.form_index]
@@ -603,15 +647,23 @@ class MutationProposer(Proposer):
 
     def _op_hoist(self, edit, parent, parents, data, used) -> bool:
         targets = self._targets(parent)
-        calls = [s for s in targets if isinstance(s.node, list) and s.node
-                 and isinstance(s.node[0], Sym) and s.node[0] in NUMERIC_OPS]
+        calls = [
+            s
+            for s in targets
+            if isinstance(s.node, list) and s.node and isinstance(s.node[0], Sym) and s.node[0] in NUMERIC_OPS
+        ]
         site = self._pick(calls)
         if site is None:
             return False
         n = len(site.path)
-        inner = [s for s in targets if len(s.path) > n and s.path[:n] == site.path
-                 and set(s.env) == set(site.env)  # same scope: no variable escapes its binder
-                 and (s.klass == site.klass or self._elementwise_path(site, parent))]
+        inner = [
+            s
+            for s in targets
+            if len(s.path) > n
+            and s.path[:n] == site.path
+            and set(s.env) == set(site.env)  # same scope: no variable escapes its binder
+            and (s.klass == site.klass or self._elementwise_path(site, parent))
+        ]
         choice = self._pick(inner)
         if choice is None:
             return False

@@ -35,6 +35,7 @@ the same seed and the same sequence of calls give the same parents.
 Everything here ranks by the validation score only (the store's leaderboard order); the test
 split never reaches it.
 """
+
 from __future__ import annotations
 
 import random
@@ -52,16 +53,81 @@ COMPLEXITY_EDGES: tuple[int, ...] = (8, 16, 32, 64)
 # feature -> the primitives or special forms whose use marks it (recursion has its own rules too).
 FEATURES: dict[str, frozenset[str]] = {
     "recursion": frozenset({"letrec", "letrec*", "do", "loop", "recur", "named-lambda"}),
-    "state": frozenset({"list", "cons", "car", "cdr", "caar", "cadr", "cdar", "cddr", "caddr", "cdddr",
-                        "cadddr", "list-ref", "list-tail", "vec", "ref", "vec->list", "list->vec", "append"}),
-    "linalg": frozenset({"mat", "dot", "outer", "matvec", "matmul", "transpose", "trace", "eye", "zeros", "ones",
-                         "vsum", "norm", "inv", "solve", "det", "logdet", "cholesky"}),
+    "state": frozenset(
+        {
+            "list",
+            "cons",
+            "car",
+            "cdr",
+            "caar",
+            "cadr",
+            "cdar",
+            "cddr",
+            "caddr",
+            "cdddr",
+            "cadddr",
+            "list-ref",
+            "list-tail",
+            "vec",
+            "ref",
+            "vec->list",
+            "list->vec",
+            "append",
+        }
+    ),
+    "linalg": frozenset(
+        {
+            "mat",
+            "dot",
+            "outer",
+            "matvec",
+            "matmul",
+            "transpose",
+            "trace",
+            "eye",
+            "zeros",
+            "ones",
+            "vsum",
+            "norm",
+            "inv",
+            "solve",
+            "det",
+            "logdet",
+            "cholesky",
+        }
+    ),
     "trig": frozenset({"sin", "cos", "tan", "asin", "acos", "atan"}),
     "exp_log": frozenset({"exp", "log", "expt", "sqrt"}),
     "saturating": frozenset({"tanh", "sigmoid", "logistic", "softplus"}),
-    "conditional": frozenset({"if", "cond", "case", "when", "unless", "and", "or", "<", ">", "<=", ">=", "=",
-                              "zero?", "positive?", "negative?", "min", "max", "abs", "floor", "ceiling", "round",
-                              "truncate", "modulo", "remainder", "quotient"}),
+    "conditional": frozenset(
+        {
+            "if",
+            "cond",
+            "case",
+            "when",
+            "unless",
+            "and",
+            "or",
+            "<",
+            ">",
+            "<=",
+            ">=",
+            "=",
+            "zero?",
+            "positive?",
+            "negative?",
+            "min",
+            "max",
+            "abs",
+            "floor",
+            "ceiling",
+            "round",
+            "truncate",
+            "modulo",
+            "remainder",
+            "quotient",
+        }
+    ),
 }
 FEATURE_ORDER: tuple[str, ...] = tuple(FEATURES)
 
@@ -78,7 +144,7 @@ class Niche:
     compile alone (a task may accept text that needs its driver): such candidates share one cell."""
 
     complexity_bin: int | None
-    features: tuple[str, ...]   # in FEATURE_ORDER
+    features: tuple[str, ...]  # in FEATURE_ORDER
 
     def label(self) -> str:
         """Short and stable, e.g. ``c2:state+trig`` or ``c0:plain``."""
@@ -193,18 +259,26 @@ class NicheArchive:
             self._cache[key] = niche
         return niche
 
-    def cells(self, programs: Iterable[T], source: Callable[[T], str] = lambda p: p.source,
-              digest: Callable[[T], str | None] = lambda p: getattr(p, "canonical_hash", None)
-              ) -> dict[Niche, list[T]]:
+    def cells(
+        self,
+        programs: Iterable[T],
+        source: Callable[[T], str] = lambda p: p.source,
+        digest: Callable[[T], str | None] = lambda p: getattr(p, "canonical_hash", None),
+    ) -> dict[Niche, list[T]]:
         """Niche -> its members in the given (rank) order; niches in the order of their elites."""
         out: dict[Niche, list[T]] = {}
         for program in programs:
             out.setdefault(self.niche_of(source(program), digest(program)), []).append(program)
         return out
 
-    def select(self, programs: Sequence[T], k: int, explore: float = 0.0,
-               source: Callable[[T], str] = lambda p: p.source,
-               digest: Callable[[T], str | None] = lambda p: getattr(p, "canonical_hash", None)) -> list[T]:
+    def select(
+        self,
+        programs: Sequence[T],
+        k: int,
+        explore: float = 0.0,
+        source: Callable[[T], str] = lambda p: p.source,
+        digest: Callable[[T], str | None] = lambda p: getattr(p, "canonical_hash", None),
+    ) -> list[T]:
         """Up to ``k`` parents from ``programs`` (best first): the best, then one elite per other
         niche (see the module docstring), returned in the given rank order.
 
@@ -250,15 +324,21 @@ def store_programs(store: Any, run_id: str, limit: int | None = None) -> list[An
 
     from .base import ScoredProgram
 
-    rows = store.top(limit if limit is not None else 10 ** 9, run_id=run_id)
-    return [ScoredProgram(row["source"], float(row["score"]), canonical_hash=row["hash"],
-                          params=json.loads(row["parameters"] or "{}")) for row in rows.iter_rows(named=True)]
+    rows = store.top(limit if limit is not None else 10**9, run_id=run_id)
+    return [
+        ScoredProgram(
+            row["source"], float(row["score"]), canonical_hash=row["hash"], params=json.loads(row["parameters"] or "{}")
+        )
+        for row in rows.iter_rows(named=True)
+    ]
 
 
-def niche_summary(programs: Sequence[T], archive: NicheArchive | None = None,
-                  source: Callable[[T], str] = lambda p: p.source,
-                  digest: Callable[[T], str | None] = lambda p: getattr(p, "canonical_hash", None)
-                  ) -> list[tuple[Niche, int, T]]:
+def niche_summary(
+    programs: Sequence[T],
+    archive: NicheArchive | None = None,
+    source: Callable[[T], str] = lambda p: p.source,
+    digest: Callable[[T], str | None] = lambda p: getattr(p, "canonical_hash", None),
+) -> list[tuple[Niche, int, T]]:
     """(niche, members, elite) per filled niche, in the rank order of the elites."""
     cells = (archive or NicheArchive()).cells(programs, source, digest)
     return [(niche, len(members), members[0]) for niche, members in cells.items()]

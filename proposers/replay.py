@@ -10,11 +10,12 @@ Replay goes through the file in order; each ``propose(context, n)`` returns the 
 candidates (invalid lines are recorded as failures and skipped). ``cycle=True`` starts again at the
 end of the file; otherwise the proposer is exhausted there and returns fewer (or none).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
 from .sexpr import SexprError, format_number, read_all
@@ -53,8 +54,15 @@ class ReplayProposer(Proposer):
 
     name = "replay"
 
-    def __init__(self, path: str | Path, *, default_init: float = 0.1, validate: bool = True, cycle: bool = False,
-                 validator: Callable[..., Validation] | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        default_init: float = 0.1,
+        validate: bool = True,
+        cycle: bool = False,
+        validator: Callable[..., Validation] | None = None,
+    ):
         super().__init__()
         self.path = Path(path)
         if not self.path.is_file():
@@ -90,8 +98,9 @@ class ReplayProposer(Proposer):
             return None
         params = record.get("params")
         if params is not None and not isinstance(params, (list, dict)):
-            self.record_failure(Failure("replay", f"{where}: 'params' must be a list or an object",
-                                        text[:200], self.name))
+            self.record_failure(
+                Failure("replay", f"{where}: 'params' must be a list or an object", text[:200], self.name)
+            )
             return None
         return with_declarations(record["src"], params, self.default_init), record
 
@@ -122,8 +131,11 @@ class ReplayProposer(Proposer):
             if not result.ok:
                 self.record_failure(result.failure)
                 continue
-            out.append(Proposal(source, origin, canonical_hash=result.canonical_hash,
-                                param_names=result.param_names, meta=meta))
+            out.append(
+                Proposal(
+                    source, origin, canonical_hash=result.canonical_hash, param_names=result.param_names, meta=meta
+                )
+            )
             fruitless = 0
         return out
 

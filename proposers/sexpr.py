@@ -7,6 +7,7 @@ raises :class:`SexprError`, a :class:`ndvm.ParseError`, so that callers can tell
 proposers cannot read from one the runtime rejects later. The data shapes (``Sym``, ``Dotted``,
 numbers, booleans, lists) and the printer are :mod:`ndvm.language`'s.
 """
+
 from __future__ import annotations
 
 from ndvm.errors import ParseError
@@ -60,5 +61,16 @@ def symbols_in(node: Node) -> set[str]:
     return set()
 
 
-__all__ = ["Sym", "Dotted", "Node", "SexprError", "MAX_NESTING", "read_all", "to_str", "to_source",
-           "format_number", "count_nodes", "symbols_in"]
+__all__ = [
+    "Sym",
+    "Dotted",
+    "Node",
+    "SexprError",
+    "MAX_NESTING",
+    "read_all",
+    "to_str",
+    "to_source",
+    "format_number",
+    "count_nodes",
+    "symbols_in",
+]

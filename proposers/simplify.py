@@ -27,6 +27,7 @@ The result carries ``changes`` (what was done) and ``param_map``: for each rewri
 the expression of the old parameters it stands for, so ``map_params`` turns old parameter values
 into new ones (the tests check values before and after at random parameters this way).
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,11 +38,40 @@ from typing import Any
 
 from .sexpr import Dotted, Node, Sym, symbols_in, to_str
 
-FOLDABLE = frozenset({"+", "-", "*", "/", "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
-                      "tanh", "square", "sigmoid", "logistic", "softplus", "abs", "expt", "min", "max"})
+FOLDABLE = frozenset(
+    {
+        "+",
+        "-",
+        "*",
+        "/",
+        "exp",
+        "log",
+        "sqrt",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "tanh",
+        "square",
+        "sigmoid",
+        "logistic",
+        "softplus",
+        "abs",
+        "expt",
+        "min",
+        "max",
+    }
+)
 RANGE_CONSTRAINT: dict[str, Node] = {
-    "exp": Sym("positive"), "softplus": Sym("positive"), "sigmoid": Sym("unit"), "logistic": Sym("unit"),
-    "sin": [Sym("between"), -1, 1], "cos": [Sym("between"), -1, 1], "tanh": [Sym("between"), -1, 1],
+    "exp": Sym("positive"),
+    "softplus": Sym("positive"),
+    "sigmoid": Sym("unit"),
+    "logistic": Sym("unit"),
+    "sin": [Sym("between"), -1, 1],
+    "cos": [Sym("between"), -1, 1],
+    "tanh": [Sym("between"), -1, 1],
 }
 BINDERS = frozenset({"let", "let*", "letrec", "letrec*", "lambda", "define", "do", "loop"})
 
@@ -152,8 +182,13 @@ def _pure_params(node: Node, params: set[str], shadowed: set[str]) -> set[str] |
         return {str(node)} if str(node) in params else None
     if _is_num(node):
         return set()
-    if isinstance(node, list) and node and isinstance(node[0], Sym) and node[0] in FOLDABLE \
-            and str(node[0]) not in shadowed:
+    if (
+        isinstance(node, list)
+        and node
+        and isinstance(node[0], Sym)
+        and node[0] in FOLDABLE
+        and str(node[0]) not in shadowed
+    ):
         out: set[str] = set()
         for x in node[1:]:
             sub = _pure_params(x, params, shadowed)
@@ -187,8 +222,7 @@ def _substitute(node: Node, mapping: dict[str, Node]) -> Node:
     return node
 
 
-def _lone_parameter(forms: list[Node], shadowed: set[str], changes: list[str],
-                    param_map: dict[str, Node]) -> bool:
+def _lone_parameter(forms: list[Node], shadowed: set[str], changes: list[str], param_map: dict[str, Node]) -> bool:
     """Rewrite the outermost pure expression E of parameters that occur nowhere outside E into
     one parameter (the first of them in declaration order); the others become unused."""
     decls = {str(f[1]): k for k, f in enumerate(forms) if _is_param_decl(f) and str(f[1]) not in shadowed}
@@ -211,9 +245,12 @@ def _lone_parameter(forms: list[Node], shadowed: set[str], changes: list[str],
             else:
                 value = _evaluate(to_str(_substitute(expr, inits)))
                 constraint = RANGE_CONSTRAINT.get(str(expr[0]))
-                if value is None or (constraint == Sym("positive") and not value > 0) or (
-                        constraint == Sym("unit") and not 0 < value < 1) or (
-                        isinstance(constraint, list) and not -1 < value < 1):
+                if (
+                    value is None
+                    or (constraint == Sym("positive") and not value > 0)
+                    or (constraint == Sym("unit") and not 0 < value < 1)
+                    or (isinstance(constraint, list) and not -1 < value < 1)
+                ):
                     continue
                 name = min(used, key=lambda p: decls[p])
                 before = to_str(expr)
@@ -223,8 +260,13 @@ def _lone_parameter(forms: list[Node], shadowed: set[str], changes: list[str],
                     param_map.pop(p, None)
                 _set(forms, path, Sym(name))
                 forms[decls[name]] = [Sym("param"), Sym(name), value] + (
-                    [copy.deepcopy(constraint)] if constraint is not None else [])
-                what = "lone parameter" if len(used) == 1 else "parameters " + ", ".join(sorted(used)) + " (used nowhere else)"
+                    [copy.deepcopy(constraint)] if constraint is not None else []
+                )
+                what = (
+                    "lone parameter"
+                    if len(used) == 1
+                    else "parameters " + ", ".join(sorted(used)) + " (used nowhere else)"
+                )
                 changes.append(f"{before} of the {what} became the parameter {name}")
                 return True
     return False

@@ -2,10 +2,11 @@
 adds what compile accepts but a discovery run cannot use (a name that is neither declared nor a
 task input, a declared parameter that is never used).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .base import Failure
 from .language import static_problems
@@ -27,8 +28,9 @@ def require_compile():
         raise RuntimeMissing(f"cannot import ndvm: {exc}") from exc
     compile_fn = getattr(ndvm, "compile", None)
     if compile_fn is None:
-        raise RuntimeMissing("ndvm.compile is not available: the native runtime is not built/installed "
-                             "(run `make build`)")
+        raise RuntimeMissing(
+            "ndvm.compile is not available: the native runtime is not built/installed (run `make build`)"
+        )
     return compile_fn
 
 
@@ -50,8 +52,9 @@ class Validation:
     failure: Failure | None = None
 
 
-def _wrap(source: str, program_source: Callable[[str], str] | None, proposer: str,
-          model: str | None) -> tuple[str | None, Failure | None]:
+def _wrap(
+    source: str, program_source: Callable[[str], str] | None, proposer: str, model: str | None
+) -> tuple[str | None, Failure | None]:
     """The text to compile: the candidate itself, or what the task's wrapper makes of it."""
     if program_source is None:
         return source, None
@@ -61,8 +64,13 @@ def _wrap(source: str, program_source: Callable[[str], str] | None, proposer: st
         return None, Failure("contract", str(exc), source, proposer, model)
 
 
-def validate_source(source: str, inputs: set[str] | None = None, proposer: str = "",
-                    model: str | None = None, program_source: Callable[[str], str] | None = None) -> Validation:
+def validate_source(
+    source: str,
+    inputs: set[str] | None = None,
+    proposer: str = "",
+    model: str | None = None,
+    program_source: Callable[[str], str] | None = None,
+) -> Validation:
     """Compile ``source`` with ndvm and run the static checks.
 
     ``inputs``: the task's input names; other free names are reported as undeclared.
@@ -81,20 +89,40 @@ def validate_source(source: str, inputs: set[str] | None = None, proposer: str =
         program = compile_fn(text)
     except ndvm.NDVMError as exc:
         kind = _KINDS.get(type(exc).__name__, "check")
-        return Validation(False, source, failure=Failure(kind, getattr(exc, "message", str(exc)), source,
-                                                          proposer, model, getattr(exc, "line", None),
-                                                          getattr(exc, "column", None)))
+        return Validation(
+            False,
+            source,
+            failure=Failure(
+                kind,
+                getattr(exc, "message", str(exc)),
+                source,
+                proposer,
+                model,
+                getattr(exc, "line", None),
+                getattr(exc, "column", None),
+            ),
+        )
     try:
         forms = read_all(source)
     except SexprError as exc:
         # ndvm accepted what our reader rejects: report it as ours, it is a proposer-side limitation
-        return Validation(False, source, failure=Failure("static", f"proposers reader: {exc.message}", source,
-                                                          proposer, model, exc.line, exc.column))
+        return Validation(
+            False,
+            source,
+            failure=Failure(
+                "static", f"proposers reader: {exc.message}", source, proposer, model, exc.line, exc.column
+            ),
+        )
     problems = static_problems(forms, inputs, require_expression=program_source is None)
     if problems:
         return Validation(False, source, failure=Failure("static", "; ".join(problems), source, proposer, model))
-    return Validation(True, source, canonical_hash=getattr(program, "canonical_hash", None),
-                      param_names=list(program.param_names), inputs=list(program.inputs))
+    return Validation(
+        True,
+        source,
+        canonical_hash=getattr(program, "canonical_hash", None),
+        param_names=list(program.param_names),
+        inputs=list(program.inputs),
+    )
 
 
 def canonical_hash(source: str) -> str | None:
@@ -108,12 +136,16 @@ def canonical_hash(source: str) -> str | None:
         return None
 
 
-__all__ = ["Validation", "validate_source", "canonical_hash", "require_compile", "runtime_available",
-           "RuntimeMissing"]
+__all__ = ["Validation", "validate_source", "canonical_hash", "require_compile", "runtime_available", "RuntimeMissing"]
 
 
-def validate_static(source: str, inputs: set[str] | None = None, proposer: str = "",
-                    model: str | None = None, program_source: Callable[[str], str] | None = None) -> Validation:
+def validate_static(
+    source: str,
+    inputs: set[str] | None = None,
+    proposer: str = "",
+    model: str | None = None,
+    program_source: Callable[[str], str] | None = None,
+) -> Validation:
     """The proposers' own checks only (the runtime's reader, scopes, primitive arities, parameters),
     without compiling.
 
@@ -124,8 +156,9 @@ def validate_static(source: str, inputs: set[str] | None = None, proposer: str =
     try:
         forms = read_all(source)
     except SexprError as exc:
-        return Validation(False, source, failure=Failure("parse", exc.message, source, proposer, model,
-                                                          exc.line, exc.column))
+        return Validation(
+            False, source, failure=Failure("parse", exc.message, source, proposer, model, exc.line, exc.column)
+        )
     _, failure = _wrap(source, program_source, proposer, model)
     if failure is not None:
         return Validation(False, source, failure=failure)

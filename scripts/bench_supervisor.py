@@ -7,6 +7,7 @@ in this process, then through a one-worker ``flows.supervisor.WorkerPool`` (the 
 prints the worker's start-up time (spawn, imports, the task object) and the per-batch times and
 their ratio (pipe round trip and pickling of the items and results included).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,11 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=8)
     args = parser.parse_args()
 
+    import ndvm
     from flows.calibration import BatchItem, CalibrationOptions, calibrate_batch
     from flows.problem import ProblemSpec, load_problem, task_spec
     from flows.supervisor import Job, WorkerPool
     from proposers import MutationProposer, ProposalContext
-
-    import ndvm
 
     dataset, task = load_problem(ProblemSpec(dataset="enso"))
     proposer, context = MutationProposer(seed=0), ProposalContext(task_spec(dataset, task))
@@ -39,7 +39,7 @@ def main() -> None:
             if digest not in seen:
                 seen.add(digest)
                 items.append(BatchItem(digest, proposal.source, wrapped))
-    batches = [items[i * args.batch_size:(i + 1) * args.batch_size] for i in range(args.batches)]
+    batches = [items[i * args.batch_size : (i + 1) * args.batch_size] for i in range(args.batches)]
     options = CalibrationOptions(steps=args.steps, restarts=args.restarts)
 
     calibrate_batch(task, batches[0][:2], options)  # warm caches of this process too
@@ -69,8 +69,10 @@ def main() -> None:
         pool.close()
     a, b = statistics.median(in_process), statistics.median(supervised)
     print(f"worker start-up (spawn, imports, task object): {startup:.2f} s")
-    print(f"batch of {args.batch_size}, {args.steps} steps x {args.restarts} restarts, median of {args.batches}: "
-          f"in-process {a:.3f} s, supervised worker {b:.3f} s, ratio {b / a:.3f}")
+    print(
+        f"batch of {args.batch_size}, {args.steps} steps x {args.restarts} restarts, median of {args.batches}: "
+        f"in-process {a:.3f} s, supervised worker {b:.3f} s, ratio {b / a:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Usage:
     python scripts/gen_conformance_fixtures.py            # regenerate expected.jsonl
     python scripts/gen_conformance_fixtures.py --check    # compare Guile's answers with the fixture
 """
+
 from __future__ import annotations
 
 import argparse
@@ -108,7 +109,9 @@ def run_guile(program: Program, guile: str, timeout_s: float = 30.0) -> str:
         prog_file.write_text(program.source)
         proc = subprocess.run(
             [guile, "--no-auto-compile", "-s", str(driver), str(prog_file)],
-            capture_output=True, text=True, timeout=timeout_s,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
     if proc.returncode != 0:
         raise ConformanceSetupError(f"{program.name}: guile failed: {proc.stderr.strip()[-800:]}")
@@ -137,8 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     records = generate(load_programs(), guile)
     if args.check:
         old = {r["name"]: r for r in map(json.loads, FIXTURE.read_text().splitlines())}
-        bad = [r["name"] for r in records
-               if r["name"] not in old or (old[r["name"]]["source"], old[r["name"]]["expected"]) != (r["source"], r["expected"])]
+        bad = [
+            r["name"]
+            for r in records
+            if r["name"] not in old
+            or (old[r["name"]]["source"], old[r["name"]]["expected"]) != (r["source"], r["expected"])
+        ]
         bad += [name for name in old if name not in {r["name"] for r in records}]
         print(f"{len(records)} programs, {len(bad)} differ from the fixture: {bad}")
         return 1 if bad else 0

@@ -6,6 +6,7 @@ and the best validation score.
 
 Used for the "Diverse parents" figures in BENCHMARKS.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,25 +30,40 @@ def report(folder: str) -> dict:
     cells = niche_summary(programs, archive)
     top10 = {archive.niche_of(p.source, p.canonical_hash) for p in programs[:10]}
     top50 = {archive.niche_of(p.source, p.canonical_hash) for p in programs[:50]}
-    return {"folder": folder, "run_id": run_id, "calibrated": len(programs), "proposed": status.proposed,
-            "new": status.new, "niches": len(cells), "top10_niches": len(top10), "top50_niches": len(top50),
-            "best": status.best_score, "metric": status.metric,
-            "elite_niches": [(n.label(), size) for n, size, _ in cells[:8]]}
+    return {
+        "folder": folder,
+        "run_id": run_id,
+        "calibrated": len(programs),
+        "proposed": status.proposed,
+        "new": status.new,
+        "niches": len(cells),
+        "top10_niches": len(top10),
+        "top50_niches": len(top50),
+        "best": status.best_score,
+        "metric": status.metric,
+        "elite_niches": [(n.label(), size) for n, size, _ in cells[:8]],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", help="run folders (each holding candidates.duckdb)")
     args = parser.parse_args(argv)
-    print("| run folder | proposed | new | calibrated | niches filled | niches in top 10 | in top 50 | best validation |")
+    print(
+        "| run folder | proposed | new | calibrated | niches filled | niches in top 10 | in top 50 | best validation |"
+    )
     print("|---|--:|--:|--:|--:|--:|--:|--:|")
     rows = [report(folder) for folder in args.folders]
     for r in rows:
-        print(f"| {r['folder']} | {r['proposed']} | {r['new']} | {r['calibrated']} | {r['niches']} | "
-              f"{r['top10_niches']} | {r['top50_niches']} | {r['metric']} {r['best']:.5g} |")
+        print(
+            f"| {r['folder']} | {r['proposed']} | {r['new']} | {r['calibrated']} | {r['niches']} | "
+            f"{r['top10_niches']} | {r['top50_niches']} | {r['metric']} {r['best']:.5g} |"
+        )
     for r in rows:
-        print(f"{r['folder']}: best niches (elite rank order, members): "
-              + ", ".join(f"{label} ({size})" for label, size in r["elite_niches"]))
+        print(
+            f"{r['folder']}: best niches (elite rank order, members): "
+            + ", ".join(f"{label} ({size})" for label, size in r["elite_niches"])
+        )
     return 0
 
 

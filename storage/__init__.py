@@ -3,14 +3,31 @@
 ``CandidateStore`` (DuckDB, no MLflow import) is imported eagerly; ``Tracker`` and the rest of
 ``storage.tracking`` load MLflow (about a second), so they are imported on first use.
 """
-from storage.store import (OUTCOMES, Candidate, CandidateStore, EvaluationResult, FinalTestScore,
-                           MetricDirectionError, RunStatus, StoreError, StoreLockedError, default_store_path, metric_higher_is_better,
-                           redact)
+
+from storage.store import (
+    OUTCOMES,
+    Candidate,
+    CandidateStore,
+    EvaluationResult,
+    FinalTestScore,
+    MetricDirectionError,
+    RunStatus,
+    StoreError,
+    StoreLockedError,
+    default_store_path,
+    metric_higher_is_better,
+    redact,
+)
 
 _LAZY = {
-    "Tracker": "storage.tracking", "LeaderboardEntry": "storage.tracking", "entry_from_store": "storage.tracking",
-    "default_tracking_uri": "storage.tracking", "NDVMProgramModel": "storage.pyfunc_model",
-    "show_leaderboard": "storage.leaderboard", "FitPlot": "storage.plots", "ForecastPlot": "storage.plots",
+    "Tracker": "storage.tracking",
+    "LeaderboardEntry": "storage.tracking",
+    "entry_from_store": "storage.tracking",
+    "default_tracking_uri": "storage.tracking",
+    "NDVMProgramModel": "storage.pyfunc_model",
+    "show_leaderboard": "storage.leaderboard",
+    "FitPlot": "storage.plots",
+    "ForecastPlot": "storage.plots",
 }
 
 
@@ -22,5 +39,18 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'storage' has no attribute {name!r}")
 
 
-__all__ = ["CandidateStore", "Candidate", "EvaluationResult", "FinalTestScore", "RunStatus", "StoreError", "StoreLockedError",
-           "MetricDirectionError", "metric_higher_is_better", "redact", "default_store_path", "OUTCOMES", *_LAZY]
+__all__ = [
+    "CandidateStore",
+    "Candidate",
+    "EvaluationResult",
+    "FinalTestScore",
+    "RunStatus",
+    "StoreError",
+    "StoreLockedError",
+    "MetricDirectionError",
+    "metric_higher_is_better",
+    "redact",
+    "default_store_path",
+    "OUTCOMES",
+    *_LAZY,
+]

@@ -17,14 +17,16 @@ the resulting output vectors, a choice that does not depend on the declaration o
 programs are still deduplicated by their canonical hash, and semantically only when their
 parameters are declared in the same roles).
 """
+
 from __future__ import annotations
 
 import functools
 import hashlib
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -106,7 +108,7 @@ def _probe_theta(keys: tuple[tuple, ...]) -> tuple[np.ndarray, int]:
     for row_values in values:
         for combo in combos:
             theta = np.empty(len(keys))
-            for (key, members), perm, group_values in zip(group_list, combo, row_values):
+            for (_key, members), perm, group_values in zip(group_list, combo, row_values):
                 for slot, member in enumerate(members):
                     theta[member] = group_values[perm[slot]]
             rows.append(theta)
@@ -220,8 +222,10 @@ def dataset_fingerprint(dataset: Any, task: Any, calibration: Mapping[str, Any])
 
     missing = [name for name in RESULT_SETTINGS if name not in calibration]
     if missing:
-        raise ValueError(f"dataset fingerprint: calibration settings lack {missing} "
-                         f"(needs {list(RESULT_SETTINGS)}, got {sorted(calibration)})")
+        raise ValueError(
+            f"dataset fingerprint: calibration settings lack {missing} "
+            f"(needs {list(RESULT_SETTINGS)}, got {sorted(calibration)})"
+        )
     parts = {
         "version": DATASET_FINGERPRINT_VERSION,
         "data": data_digest(dataset.frame),

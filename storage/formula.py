@@ -15,10 +15,12 @@ Programs that cannot be written as a closed formula (loops, recursion, named ``l
 list processing beyond fixed-length states, matrices) give ``Formula(ok=False, reason=...)``
 saying why, never an exception.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 FORECAST_FUNCTIONS = ("init", "predict", "update")
 
@@ -30,14 +32,13 @@ class NotRenderable(Exception):
 @dataclass(frozen=True)
 class Formula:
     ok: bool
-    text: str = ""          # fitted values substituted, rounded
+    text: str = ""  # fitted values substituted, rounded
     latex: str = ""
-    symbolic: str = ""      # with the parameter names
-    reason: str = ""        # why it could not be rendered (ok=False)
+    symbolic: str = ""  # with the parameter names
+    reason: str = ""  # why it could not be rendered (ok=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "text": self.text, "latex": self.latex, "symbolic": self.symbolic,
-                "reason": self.reason}
+        return {"ok": self.ok, "text": self.text, "latex": self.latex, "symbolic": self.symbolic, "reason": self.reason}
 
 
 class _Fn:
@@ -64,7 +65,8 @@ class _Renderer:
 
     # ---- evaluation --------------------------------------------------------------------
     def ev(self, node: Any, env: dict) -> Any:
-        from ndvm.language import Dotted, Symbol as Sym
+        from ndvm.language import Dotted
+        from ndvm.language import Symbol as Sym
 
         sp = self.sp
         if isinstance(node, bool):
@@ -89,8 +91,10 @@ class _Renderer:
             raise NotRenderable("a computed function call")
         name = str(head)
         special = getattr(self, "sf_" + name.replace("*", "_star").replace("-", "_"), None)
-        if name in ("let", "let*", "if", "cond", "when", "unless", "begin", "lambda", "and", "or", "quote") \
-                and special is not None:
+        if (
+            name in ("let", "let*", "if", "cond", "when", "unless", "begin", "lambda", "and", "or", "quote")
+            and special is not None
+        ):
             return special(args, env)
         if name in ("loop", "recur", "do", "letrec", "letrec*"):
             raise NotRenderable(f"a loop ({name})")
@@ -131,7 +135,8 @@ class _Renderer:
         return isinstance(form, list) and len(form) >= 3 and isinstance(form[0], Sym) and form[0] == "define"
 
     def define(self, form: list, env: dict) -> None:
-        from ndvm.language import Dotted, Symbol as Sym
+        from ndvm.language import Dotted
+        from ndvm.language import Symbol as Sym
 
         target = form[1]
         if isinstance(target, list):
@@ -224,15 +229,38 @@ class _Renderer:
     # ---- primitives ----------------------------------------------------------------------
     def prim(self, name: str, v: list) -> Any:
         sp = self.sp
-        if any(isinstance(x, tuple) for x in v) and name not in ("car", "cdr", "cadr", "caddr", "cadddr", "ref",
-                                                                  "list-ref", "list", "vec", "cons"):
+        if any(isinstance(x, tuple) for x in v) and name not in (
+            "car",
+            "cdr",
+            "cadr",
+            "caddr",
+            "cadddr",
+            "ref",
+            "list-ref",
+            "list",
+            "vec",
+            "cons",
+        ):
             raise NotRenderable(f"{name} of a list or vector")
         table: dict[str, Callable[..., Any]] = {
-            "exp": sp.exp, "sqrt": sp.sqrt, "sin": sp.sin, "cos": sp.cos, "tan": sp.tan, "tanh": sp.tanh,
-            "asin": sp.asin, "acos": sp.acos, "abs": sp.Abs, "square": lambda a: a ** 2,
-            "sigmoid": lambda a: 1 / (1 + sp.exp(-a)), "logistic": lambda a: 1 / (1 + sp.exp(-a)),
-            "softplus": lambda a: sp.log(1 + sp.exp(a)), "expt": lambda a, b: a ** b,
-            "exact->inexact": lambda a: a, "inexact": lambda a: a, "floor": sp.floor, "ceiling": sp.ceiling,
+            "exp": sp.exp,
+            "sqrt": sp.sqrt,
+            "sin": sp.sin,
+            "cos": sp.cos,
+            "tan": sp.tan,
+            "tanh": sp.tanh,
+            "asin": sp.asin,
+            "acos": sp.acos,
+            "abs": sp.Abs,
+            "square": lambda a: a**2,
+            "sigmoid": lambda a: 1 / (1 + sp.exp(-a)),
+            "logistic": lambda a: 1 / (1 + sp.exp(-a)),
+            "softplus": lambda a: sp.log(1 + sp.exp(a)),
+            "expt": lambda a, b: a**b,
+            "exact->inexact": lambda a: a,
+            "inexact": lambda a: a,
+            "floor": sp.floor,
+            "ceiling": sp.ceiling,
         }
         if name in table:
             return table[name](*v)
@@ -285,7 +313,8 @@ def _fmt(sp, expr: Any, values: dict | None, digits: int) -> tuple[str, str]:
 def render(source: str, params: dict[str, float] | None = None, digits: int = 4) -> Formula:
     """The formula of ``source`` (see the module docstring); ``params`` are the fitted values."""
     from ndvm.errors import ParseError
-    from ndvm.language import Symbol as Sym, read
+    from ndvm.language import Symbol as Sym
+    from ndvm.language import read
 
     try:
         sp = _sympy()
@@ -333,8 +362,7 @@ def _render_forecast(r: _Renderer, sp, env: dict, values: dict, digits: int) -> 
     update = r.call(env["update"], [state, y])
     if isinstance(predict, tuple):
         raise NotRenderable("predict returns a list")
-    if isinstance(update, tuple) != isinstance(init, tuple) or (
-            isinstance(update, tuple) and len(update) != len(init)):
+    if isinstance(update, tuple) != isinstance(init, tuple) or (isinstance(update, tuple) and len(update) != len(init)):
         raise NotRenderable("update returns a state of another shape than init")
 
     def fmt(expr):
@@ -347,11 +375,16 @@ def _render_forecast(r: _Renderer, sp, env: dict, values: dict, digits: int) -> 
         return "(" + ", ".join(sp.sstr(e) for e in expr) + ")" if isinstance(expr, tuple) else sp.sstr(expr)
 
     (i_t, i_l), (p_t, p_l), (u_t, u_l) = fmt(init), fmt(predict), fmt(update)
-    s_latex = (r"\left(" + ", ".join(f"s_{{{i}}}" for i in range(len(init))) + r"\right)"
-               if isinstance(init, tuple) else "s")
+    s_latex = (
+        r"\left(" + ", ".join(f"s_{{{i}}}" for i in range(len(init))) + r"\right)" if isinstance(init, tuple) else "s"
+    )
     text = f"state {state_text}; init = {i_t}; predict(s) = {p_t}; update(s, y) = {u_t}"
-    latex = (r"\begin{aligned}" f"s_{{\\mathrm{{init}}}} &= {i_l}\\\\ \\hat y(s) &= {p_l}\\\\ "
-             f"\\mathrm{{update}}({s_latex}, y) &= {u_l}" r"\end{aligned}")
+    latex = (
+        r"\begin{aligned}"
+        f"s_{{\\mathrm{{init}}}} &= {i_l}\\\\ \\hat y(s) &= {p_l}\\\\ "
+        f"\\mathrm{{update}}({s_latex}, y) &= {u_l}"
+        r"\end{aligned}"
+    )
     symbolic = f"init = {sym(init)}; predict(s) = {sym(predict)}; update(s, y) = {sym(update)}"
     return Formula(True, text, latex, symbolic)
 

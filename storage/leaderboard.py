@@ -9,6 +9,7 @@ The CLI calls ``show_leaderboard(store_path, run_id=..., k=..., metric=...)`` (t
 defaults to ``storage.default_store_path()``, ``runs/candidates.duckdb``); it opens the store
 read-only, so it fails with a clear message while a discovery run still holds the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,14 +47,21 @@ def _add_rows_fitting(table: Table, rows: list[list[str]], width: int | None) ->
         table.add_row(*r)
 
 
-def leaderboard_table(top: pl.DataFrame, status: RunStatus, metric: str | None = None,
-                      complexities: dict[str, int | None] | None = None, width: int | None = None) -> Table:
+def leaderboard_table(
+    top: pl.DataFrame,
+    status: RunStatus,
+    metric: str | None = None,
+    complexities: dict[str, int | None] | None = None,
+    width: int | None = None,
+) -> Table:
     """Render ``CandidateStore.top`` rows of a run as a rich Table."""
     metric_name = metric or status.metric
-    title = (f"run {status.run_id} ({status.status}) · {status.dataset or '?'} / {status.task or '?'} · "
-             f"{status.proposed} proposed, {status.new} new, {status.duplicates} duplicates, "
-             f"{status.invalid} invalid, {status.calibrated} calibrated, {status.failed} failed, "
-             f"{status.pending} pending")
+    title = (
+        f"run {status.run_id} ({status.status}) · {status.dataset or '?'} / {status.task or '?'} · "
+        f"{status.proposed} proposed, {status.new} new, {status.duplicates} duplicates, "
+        f"{status.invalid} invalid, {status.calibrated} calibrated, {status.failed} failed, "
+        f"{status.pending} pending"
+    )
     table = Table(title=title, title_justify="left", expand=width is not None)  # the title keeps the full width
     table.add_column("#", justify="right")
     table.add_column("hash", no_wrap=True, min_width=16)
@@ -68,14 +76,24 @@ def leaderboard_table(top: pl.DataFrame, status: RunStatus, metric: str | None =
     for row in top.iter_rows(named=True):
         size = complexities.get(row["hash"])
         test = row.get("test_score")
-        rows.append([str(row["rank"]), row["hash"], f"{row['score']:.6g}", "-" if test is None else f"{test:.6g}",
-                     "-" if size is None else str(size),
-                     _short(row["origin"] or "", 24), _formula_or_program(row["source"], row["parameters"])])
+        rows.append(
+            [
+                str(row["rank"]),
+                row["hash"],
+                f"{row['score']:.6g}",
+                "-" if test is None else f"{test:.6g}",
+                "-" if size is None else str(size),
+                _short(row["origin"] or "", 24),
+                _formula_or_program(row["source"], row["parameters"]),
+            ]
+        )
     _add_rows_fitting(table, rows, width)
     if metric is None:
-        table.caption = (f"ranked by validation {status.metric} ({'higher' if status.higher_is_better else 'lower'} "
-                         f"is better); test: {status.metric} on the test split, scored once when the run finished "
-                         "(final top k only), never used to rank")
+        table.caption = (
+            f"ranked by validation {status.metric} ({'higher' if status.higher_is_better else 'lower'} "
+            f"is better); test: {status.metric} on the test split, scored once when the run finished "
+            "(final top k only), never used to rank"
+        )
     else:
         table.caption = f"ranked by {metric}"
     return table
@@ -89,8 +107,13 @@ def _run_and_status(store: CandidateStore, store_path: str | Path, run_id: str |
     return run_id, store.run_status(run_id)
 
 
-def show_leaderboard(store_path: str | Path | None = None, run_id: str | None = None, k: int = 10, metric: str | None = None,
-                     console: Console | None = None) -> pl.DataFrame:
+def show_leaderboard(
+    store_path: str | Path | None = None,
+    run_id: str | None = None,
+    k: int = 10,
+    metric: str | None = None,
+    console: Console | None = None,
+) -> pl.DataFrame:
     """Print the top ``k`` candidates of ``run_id`` (default: the latest run) and return them."""
     store_path = default_store_path() if store_path is None else store_path
     with CandidateStore(store_path, read_only=True) as store:
@@ -99,7 +122,9 @@ def show_leaderboard(store_path: str | Path | None = None, run_id: str | None = 
         complexities = store.complexities(top.get_column("hash").to_list()) if not top.is_empty() else {}
     console = console or Console()
     if top.is_empty():
-        console.print(f"run {run_id}: no calibrated candidate yet ({status.proposed} proposed, {status.pending} pending)")
+        console.print(
+            f"run {run_id}: no calibrated candidate yet ({status.proposed} proposed, {status.pending} pending)"
+        )
     else:
         console.print(leaderboard_table(top, status, metric, complexities, width=console.width))
     return top
@@ -107,8 +132,10 @@ def show_leaderboard(store_path: str | Path | None = None, run_id: str | None = 
 
 def pareto_table(front: list, status: RunStatus, tolerance: float, width: int | None = None) -> Table:
     """The Pareto front (``storage.parsimony.pareto_front`` entries whose ``extra`` is a top() row)."""
-    table = Table(title=f"run {status.run_id} · Pareto front of complexity vs validation {status.metric} "
-                        f"({len(front)} models)", title_justify="left")
+    table = Table(
+        title=f"run {status.run_id} · Pareto front of complexity vs validation {status.metric} ({len(front)} models)",
+        title_justify="left",
+    )
     table.add_column("size", justify="right")
     table.add_column("validation", justify="right")
     table.add_column("score", justify="right")
@@ -116,16 +143,35 @@ def pareto_table(front: list, status: RunStatus, tolerance: float, width: int | 
     table.add_column("rank", justify="right")
     table.add_column("hash", no_wrap=True)
     table.add_column("formula or program", no_wrap=True)
-    _add_rows_fitting(table, [[str(e.complexity), f"{e.loss:.6g}", f"{e.score:.3g}", "recommended" if e.recommended else "",
-                               str(e.extra["rank"]), e.hash[:10], _formula_or_program(e.extra["source"], e.extra["parameters"])]
-                              for e in front], width)
-    table.caption = (f"score: drop of log(loss) per unit of complexity from the previous entry; recommended: "
-                     f"the highest score within {tolerance:.0%} of the best loss (storage/parsimony.py)")
+    _add_rows_fitting(
+        table,
+        [
+            [
+                str(e.complexity),
+                f"{e.loss:.6g}",
+                f"{e.score:.3g}",
+                "recommended" if e.recommended else "",
+                str(e.extra["rank"]),
+                e.hash[:10],
+                _formula_or_program(e.extra["source"], e.extra["parameters"]),
+            ]
+            for e in front
+        ],
+        width,
+    )
+    table.caption = (
+        f"score: drop of log(loss) per unit of complexity from the previous entry; recommended: "
+        f"the highest score within {tolerance:.0%} of the best loss (storage/parsimony.py)"
+    )
     return table
 
 
-def show_pareto(store_path: str | Path | None = None, run_id: str | None = None, tolerance: float | None = None,
-                console: Console | None = None) -> list:
+def show_pareto(
+    store_path: str | Path | None = None,
+    run_id: str | None = None,
+    tolerance: float | None = None,
+    console: Console | None = None,
+) -> list:
     """Print the Pareto front of a run (default: the latest) and return its entries."""
     from storage.parsimony import DEFAULT_TOLERANCE, run_front
 

@@ -21,12 +21,14 @@ A run with ``fresh`` (``ndvm discover --fresh``) does neither; its own results s
 library for later runs. The queries work on the store's own connection under its lock: this
 module is part of the store, split out because the store itself knows nothing of datasets.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from storage.store import FINAL_STATES, Candidate, CandidateStore, StoreError
 
@@ -71,8 +73,7 @@ class ProgramLibrary:
         reused = reuse_evaluations(self.store, self.run_id, self.fingerprint, [c.hash for c in candidates])
         return [c for c in candidates if c.hash not in reused]
 
-    def seed_run(self, program_source: Callable[[str], str] | None = None,
-                 k: int = DEFAULT_SEEDS) -> list[Candidate]:
+    def seed_run(self, program_source: Callable[[str], str] | None = None, k: int = DEFAULT_SEEDS) -> list[Candidate]:
         """Add the library's ``k`` best programs to the run (origin ``library``) and reuse their
         evaluations. Returns the candidates still to calibrate (normally none: only a program whose
         evaluation could not be matched again, e.g. after the task's wrapper changed its hash)."""
@@ -81,14 +82,25 @@ class ProgramLibrary:
         programs = self.best_programs(k)
         if not programs:
             return []
-        added = self.store.add([{"source": p.source, "origin": LIBRARY_ORIGIN, "parents": []} for p in programs],
-                               self.run_id, program_source=program_source)
+        added = self.store.add(
+            [{"source": p.source, "origin": LIBRARY_ORIGIN, "parents": []} for p in programs],
+            self.run_id,
+            program_source=program_source,
+        )
         self.seeds = [c.hash for c in added]
         return self.reuse(added)
 
 
-def open_library(store: CandidateStore, run_id: str, *, fingerprint: str, parts: dict[str, Any] | None,
-                 seed: int | None, enabled: bool, new_run: bool) -> ProgramLibrary:
+def open_library(
+    store: CandidateStore,
+    run_id: str,
+    *,
+    fingerprint: str,
+    parts: dict[str, Any] | None,
+    seed: int | None,
+    enabled: bool,
+    new_run: bool,
+) -> ProgramLibrary:
     """The library of ``run_id``. A new run records its seed and fingerprint; a resumed run keeps
     the fingerprint it started with (a store written before the library existed gets it now) and
     the seeds it started from."""
@@ -97,8 +109,12 @@ def open_library(store: CandidateStore, run_id: str, *, fingerprint: str, parts:
         return ProgramLibrary(store, run_id, fingerprint, enabled)
     status = store.run_status(run_id)
     if status.dataset_fingerprint is None:
-        store.set_run_library(run_id, seed=status.seed if status.seed is not None else seed,
-                              dataset_fingerprint=fingerprint, fingerprint_parts=parts)
+        store.set_run_library(
+            run_id,
+            seed=status.seed if status.seed is not None else seed,
+            dataset_fingerprint=fingerprint,
+            fingerprint_parts=parts,
+        )
     else:
         fingerprint = status.dataset_fingerprint
     return ProgramLibrary(store, run_id, fingerprint, enabled, seeds=seeded_hashes(store, run_id))
@@ -130,7 +146,7 @@ def reuse_evaluations(store: CandidateStore, run_id: str, fingerprint: str, hash
         unknown = [h for h in hashes if h not in store._run_index(run_id).hashes]
         if unknown:
             raise StoreError(f"candidate {unknown[0]!r} was not added to run {run_id!r}")
-        now = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
+        now = _dt.datetime.now(_dt.UTC).replace(tzinfo=None)
         states = " ".join(f"WHEN '{status}' THEN '{state}'" for status, state in FINAL_STATES.items())
         params = {"fingerprint": fingerprint, "run_id": run_id, "hashes": list(hashes)}
         with store._transaction():
@@ -143,7 +159,9 @@ def reuse_evaluations(store: CandidateStore, run_id: str, fingerprint: str, hash
                        score, loss_history, seconds, status, error, $now, origin_run
                 FROM ({_SOURCE_EVALUATIONS}) AS source
                 RETURNING candidate, status
-                """, {**params, "dataset": run["dataset"], "task": run["task"], "now": now}).fetchall()
+                """,
+                {**params, "dataset": run["dataset"], "task": run["task"], "now": now},
+            ).fetchall()
             reused = dict(rows)
             if reused:
                 store._con.execute(
@@ -153,13 +171,16 @@ def reuse_evaluations(store: CandidateStore, run_id: str, fingerprint: str, hash
                     WHERE e.run_id = run_candidates.run_id AND e.candidate = run_candidates.hash
                       AND e.reused_from IS NOT NULL AND run_candidates.run_id = $run_id
                       AND list_contains($hashes, run_candidates.hash)
-                    """, {"run_id": run_id, "hashes": list(reused)})
+                    """,
+                    {"run_id": run_id, "hashes": list(reused)},
+                )
                 store._touch(run_id, now)
     return reused
 
 
-def best_programs(store: CandidateStore, fingerprint: str, k: int = DEFAULT_SEEDS,
-                  exclude_run: str | None = None) -> list[LibraryProgram]:
+def best_programs(
+    store: CandidateStore, fingerprint: str, k: int = DEFAULT_SEEDS, exclude_run: str | None = None
+) -> list[LibraryProgram]:
     """The ``k`` best validated programs on ``fingerprint`` over every run of the store (but
     ``exclude_run``): each program's best ``ok`` validation score, best first (ties by hash)."""
     with store._lock:
@@ -176,26 +197,42 @@ def best_programs(store: CandidateStore, fingerprint: str, k: int = DEFAULT_SEED
             SELECT ranked.hash, c.source, ranked.score, ranked.parameters, ranked.origin_run
             FROM ranked JOIN candidates c ON c.hash = ranked.hash
             ORDER BY ranked.sort_key, ranked.hash LIMIT $k
-            """, {"fingerprint": fingerprint, "exclude": exclude_run, "k": int(k)}).fetchall()
-    return [LibraryProgram(h, source, float(score), json.loads(parameters or "{}"), origin)
-            for h, source, score, parameters, origin in rows]
+            """,
+            {"fingerprint": fingerprint, "exclude": exclude_run, "k": int(k)},
+        ).fetchall()
+    return [
+        LibraryProgram(h, source, float(score), json.loads(parameters or "{}"), origin)
+        for h, source, score, parameters, origin in rows
+    ]
 
 
 def seeded_hashes(store: CandidateStore, run_id: str) -> list[str]:
     """The library programs ``run_id`` started from, in the order they were added."""
     with store._lock:
-        rows = store._con.execute("SELECT hash FROM proposals WHERE run_id = $1 AND origin = $2 AND outcome = 'new' "
-                                  "ORDER BY id", [run_id, LIBRARY_ORIGIN]).fetchall()
+        rows = store._con.execute(
+            "SELECT hash FROM proposals WHERE run_id = $1 AND origin = $2 AND outcome = 'new' ORDER BY id",
+            [run_id, LIBRARY_ORIGIN],
+        ).fetchall()
     return [r[0] for r in rows]
 
 
 def library_runs(store: CandidateStore, fingerprint: str) -> list[str]:
     """The runs of the store on ``fingerprint``, oldest first."""
     with store._lock:
-        rows = store._con.execute("SELECT run_id FROM runs WHERE dataset_fingerprint = $1 ORDER BY created, run_id",
-                                  [fingerprint]).fetchall()
+        rows = store._con.execute(
+            "SELECT run_id FROM runs WHERE dataset_fingerprint = $1 ORDER BY created, run_id", [fingerprint]
+        ).fetchall()
     return [r[0] for r in rows]
 
 
-__all__ = ["DEFAULT_SEEDS", "LIBRARY_ORIGIN", "LibraryProgram", "ProgramLibrary", "best_programs", "library_runs",
-           "open_library", "reuse_evaluations", "seeded_hashes"]
+__all__ = [
+    "DEFAULT_SEEDS",
+    "LIBRARY_ORIGIN",
+    "LibraryProgram",
+    "ProgramLibrary",
+    "best_programs",
+    "library_runs",
+    "open_library",
+    "reuse_evaluations",
+    "seeded_hashes",
+]

@@ -18,12 +18,14 @@ simplest entry); among the front entries whose loss is within ``tolerance`` (def
 best loss, the one with the highest score is recommended (ties: the simpler). It picks the model
 after which extra complexity stops paying for itself in loss.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 _TOKEN = re.compile(r"[()]|[^\s()]+")
 DEFAULT_TOLERANCE = 0.10
@@ -75,9 +77,9 @@ class FrontEntry:
     hash: str
     complexity: int
     loss: float
-    score: float          # -d log(loss) / d complexity from the previous front entry (0 for the first)
+    score: float  # -d log(loss) / d complexity from the previous front entry (0 for the first)
     recommended: bool = False
-    extra: Any = None     # the caller's row (source, parameters, ...), passed through
+    extra: Any = None  # the caller's row (source, parameters, ...), passed through
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -114,19 +116,29 @@ def pareto_front(rows: Iterable[tuple[str, int, float, Any]], tolerance: float =
     best_loss = front[-1].loss
     eligible = [i for i, e in enumerate(front) if e.loss <= best_loss * (1 + tolerance) or e.loss == best_loss]
     pick = max(eligible, key=lambda i: (front[i].score, -front[i].complexity))
-    front[pick] = FrontEntry(front[pick].hash, front[pick].complexity, front[pick].loss, front[pick].score, True,
-                             front[pick].extra)
+    front[pick] = FrontEntry(
+        front[pick].hash, front[pick].complexity, front[pick].loss, front[pick].score, True, front[pick].extra
+    )
     return front
 
 
 def run_front(store: Any, run_id: str, tolerance: float = DEFAULT_TOLERANCE) -> list[FrontEntry]:
     """The front of a run's calibrated candidates in a ``storage.CandidateStore`` (validation
     score as the loss, stored complexity); each entry's ``extra`` is its ``store.top`` row."""
-    rows = store.top(10 ** 9, run_id=run_id)
+    rows = store.top(10**9, run_id=run_id)
     complexities = store.complexities(rows.get_column("hash").to_list()) if not rows.is_empty() else {}
-    return pareto_front([(r["hash"], complexities.get(r["hash"]), r["score"], r) for r in rows.iter_rows(named=True)],
-                        tolerance=tolerance)
+    return pareto_front(
+        [(r["hash"], complexities.get(r["hash"]), r["score"], r) for r in rows.iter_rows(named=True)],
+        tolerance=tolerance,
+    )
 
 
-__all__ = ["complexity", "candidate_complexity", "complexity_of_canonical", "pareto_front", "run_front", "FrontEntry",
-           "DEFAULT_TOLERANCE"]
+__all__ = [
+    "complexity",
+    "candidate_complexity",
+    "complexity_of_canonical",
+    "pareto_front",
+    "run_front",
+    "FrontEntry",
+    "DEFAULT_TOLERANCE",
+]

@@ -1,10 +1,11 @@
 """PNG plots logged with each leaderboard entry: the fit (held-out region marked), the forecast
 (time series) and the loss curve. Matplotlib runs on the Agg backend: no display is needed."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -94,8 +95,9 @@ def plot_forecast(data: ForecastPlot, path: str | Path) -> Path:
     ax.plot(t, obs, color="tab:blue", lw=1.0, label="observed")
     ax.plot(t, fc, color="black", lw=1.2, label=data.label)
     if data.lower is not None and data.upper is not None:
-        ax.fill_between(t, np.asarray(data.lower, float), np.asarray(data.upper, float), color="gray", alpha=0.25,
-                        label="interval")
+        ax.fill_between(
+            t, np.asarray(data.lower, float), np.asarray(data.upper, float), color="gray", alpha=0.25, label="interval"
+        )
     ax.axvline(data.split, color="tab:orange", lw=1.0)
     ax.set_xlabel(data.time_label)
     ax.set_ylabel(data.y_label)

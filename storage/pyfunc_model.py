@@ -14,6 +14,7 @@ Two shapes of model share the class:
   the fly from its own rows that carry a y value (a new cell's early cycles), with the calibration
   settings of the discovery run, and then predicted on all of its rows (the rest of its life).
 """
+
 from __future__ import annotations
 
 import json
@@ -88,8 +89,10 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             elif name in self._static:
                 inputs[name] = self._static[name]
             else:
-                raise ValueError(f"input {name!r} is neither a column of the DataFrame "
-                                 f"({sorted(columns)}) nor a static input of the model")
+                raise ValueError(
+                    f"input {name!r} is neither a column of the DataFrame "
+                    f"({sorted(columns)}) nor a static input of the model"
+                )
         out = None
         try:
             out = np.asarray(self._program.evaluate(theta if theta.shape[1] else None, inputs))[0]
@@ -113,8 +116,10 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         group_col, x_col, y_col = spec["column"], spec["x"], spec.get("y")
         absent = [c for c in (group_col, x_col) if c not in frame.columns]
         if absent:
-            raise ValueError(f"the DataFrame lacks the column(s) {absent}: this model predicts from the group "
-                             f"column {group_col!r} and the raw {x_col!r} (columns given: {list(frame.columns)})")
+            raise ValueError(
+                f"the DataFrame lacks the column(s) {absent}: this model predicts from the group "
+                f"column {group_col!r} and the raw {x_col!r} (columns given: {list(frame.columns)})"
+            )
         keys = frame[group_col].astype(str).to_numpy()
         x = np.asarray(frame[x_col], dtype=np.float64) / float(spec["x_scale"])
         y = np.asarray(frame[y_col], dtype=np.float64) if y_col and y_col in frame.columns else None
@@ -138,17 +143,24 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             raise UnknownGroupError(
                 f"unknown {spec['column']} {group!r}: the model has parameters for {len(self._group_theta)} "
                 f"{spec['column']} values: {known}. To predict a new one, give its early rows with the "
-                f"{y_col!r} column filled in: the model calibrates it on them and predicts its other rows")
+                f"{y_col!r} column filled in: the model calibrates it on them and predicts its other rows"
+            )
         seen = np.isfinite(y)
         n_params = len(self._program.param_names)
         if seen.sum() <= n_params:
             raise UnknownGroupError(
                 f"new {spec['column']} {group!r}: {int(seen.sum())} rows with {y_col!r} cannot determine "
-                f"{n_params} parameters; give more than {n_params} (known {spec['column']} values: {known})")
+                f"{n_params} parameters; give more than {n_params} (known {spec['column']} values: {known})"
+            )
         order = np.argsort(x[seen], kind="stable")  # the task fits each group in x order
         settings = dict(spec.get("calibration") or {})
-        fit = ndvm.calibrate(self._program, {spec["input"]: x[seen][order]}, target=y[seen][order],
-                             loss=spec.get("loss", "mse"), **settings)
+        fit = ndvm.calibrate(
+            self._program,
+            {spec["input"]: x[seen][order]},
+            target=y[seen][order],
+            loss=spec.get("loss", "mse"),
+            **settings,
+        )
         if fit.error:
             raise ValueError(f"calibrating the new {spec['column']} {group!r} failed: {fit.error}")
         return np.array([[float(fit.params[name]) for name in self._program.param_names]])

@@ -12,11 +12,13 @@
 
 Every function raises :class:`StatsError` on malformed input instead of returning a silent number.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +62,9 @@ def _as_errors(name: str, values: Any) -> np.ndarray:
     return arr
 
 
-def diebold_mariano(errors_a: Sequence[float], errors_b: Sequence[float], h: int = 1,
-                    loss: str = "squared") -> DMResult:
+def diebold_mariano(
+    errors_a: Sequence[float], errors_b: Sequence[float], h: int = 1, loss: str = "squared"
+) -> DMResult:
     """Diebold-Mariano test with the Harvey-Leybourne-Newbold small-sample correction.
 
     ``errors_a`` and ``errors_b`` are the two models' forecast errors for the same targets in time
@@ -129,8 +132,15 @@ class BootstrapResult:
         return asdict(self)
 
 
-def paired_bootstrap_rmse(errors_a: Any, errors_b: Any, *, replicates: int = 2000, level: float = 0.95,
-                          block: int | None = None, seed: int = 0) -> BootstrapResult:
+def paired_bootstrap_rmse(
+    errors_a: Any,
+    errors_b: Any,
+    *,
+    replicates: int = 2000,
+    level: float = 0.95,
+    block: int | None = None,
+    seed: int = 0,
+) -> BootstrapResult:
     """Percentile interval of RMSE(a) - RMSE(b), resampling a and b together.
 
     ``errors_a`` / ``errors_b``: either two sequences of errors of one series (moving-block
@@ -179,8 +189,9 @@ def paired_bootstrap_rmse(errors_a: Any, errors_b: Any, *, replicates: int = 200
     tail = (1 - level) / 2
     low, high = np.quantile(draws, [tail, 1 - tail])
     p = float(min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0))))
-    return BootstrapResult(float(estimate), float(low), float(high), float(level), int(replicates), scheme,
-                           blk, int(units), p)
+    return BootstrapResult(
+        float(estimate), float(low), float(high), float(level), int(replicates), scheme, blk, int(units), p
+    )
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -196,4 +207,12 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(stats.spearmanr(xa[keep], ya[keep]).statistic)
 
 
-__all__ = ["StatsError", "DMResult", "BootstrapResult", "diebold_mariano", "dm_from_differential", "paired_bootstrap_rmse", "spearman"]
+__all__ = [
+    "StatsError",
+    "DMResult",
+    "BootstrapResult",
+    "diebold_mariano",
+    "dm_from_differential",
+    "paired_bootstrap_rmse",
+    "spearman",
+]

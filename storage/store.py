@@ -23,6 +23,7 @@ Sources that do not compile are recorded as ``invalid`` with their typed error a
 Every proposal is logged with its outcome, so a run's counters are derived from the tables and a
 reopened store reports exactly what the crashed process had committed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,9 +31,10 @@ import datetime as _dt
 import json
 import threading
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -121,15 +123,32 @@ class EvaluationResult:
     loss_history: list[float] | None = None
 
     @classmethod
-    def from_fit(cls, fit: Any, *, candidate: str, run_id: str, dataset: str, task: str, split: str,
-                 train_metrics: Mapping[str, float], heldout_metrics: Mapping[str, float]) -> "EvaluationResult":
+    def from_fit(
+        cls,
+        fit: Any,
+        *,
+        candidate: str,
+        run_id: str,
+        dataset: str,
+        task: str,
+        split: str,
+        train_metrics: Mapping[str, float],
+        heldout_metrics: Mapping[str, float],
+    ) -> EvaluationResult:
         """Build a result from an ``ndvm.Fit`` and the task's metrics."""
         history = getattr(fit, "history", None)
         return cls(
-            candidate=candidate, run_id=run_id, dataset=dataset, task=task, split=split,
+            candidate=candidate,
+            run_id=run_id,
+            dataset=dataset,
+            task=task,
+            split=split,
             parameters={k: float(v) for k, v in (fit.params or {}).items()},
-            train_metrics=dict(train_metrics), heldout_metrics=dict(heldout_metrics),
-            seconds=float(fit.seconds), status="ok" if fit.error is None else "error", error=fit.error,
+            train_metrics=dict(train_metrics),
+            heldout_metrics=dict(heldout_metrics),
+            seconds=float(fit.seconds),
+            status="ok" if fit.error is None else "error",
+            error=fit.error,
             loss_history=None if history is None else [float(v) for v in np.asarray(history).ravel()],
         )
 
@@ -178,19 +197,19 @@ class RunStatus:
     calibrated: int = 0
     failed: int = 0
     pending: int = 0
-    crashed: int = 0        # killed its worker process, then again alone: never retried
-    timeout: int = 0        # over the run's per-candidate time limit alone
-    store_errors: int = 0   # proposals the store could not write (recorded with the error)
+    crashed: int = 0  # killed its worker process, then again alone: never retried
+    timeout: int = 0  # over the run's per-candidate time limit alone
+    store_errors: int = 0  # proposals the store could not write (recorded with the error)
     best_score: float | None = None
     best_hash: str | None = None
     llm_cost_usd: float | None = None  # all sessions of the run together (None: no LLM cost recorded)
     llm_tokens_in: int | None = None
     llm_tokens_out: int | None = None
     llm_tokens_cached: int | None = None  # of llm_tokens_in, served from the provider's prompt cache
-    seed: int | None = None                 # the run's seed (drawn unless given), None before it was recorded
+    seed: int | None = None  # the run's seed (drawn unless given), None before it was recorded
     dataset_fingerprint: str | None = None  # storage/fingerprint.dataset_fingerprint, None: not recorded
-    reused: int = 0         # evaluations copied from earlier runs on the same fingerprint (storage/library.py)
-    seeded: int = 0         # earlier runs' best programs the run started from (origin "library")
+    reused: int = 0  # evaluations copied from earlier runs on the same fingerprint (storage/library.py)
+    seeded: int = 0  # earlier runs' best programs the run started from (origin "library")
 
     @property
     def duplicates(self) -> int:
@@ -211,8 +230,12 @@ def redact(config: Any) -> Any:
     """A copy of ``config`` with the values of secret-looking keys (api_key, token, ...) replaced by
     "***": configurations are stored and logged, secrets must never be."""
     if isinstance(config, Mapping):
-        return {k: "***" if k not in _NOT_SECRET and any(w in str(k).lower() for w in _SECRET_WORDS)
-                and v not in (None, "") else redact(v) for k, v in config.items()}
+        return {
+            k: "***"
+            if k not in _NOT_SECRET and any(w in str(k).lower() for w in _SECRET_WORDS) and v not in (None, "")
+            else redact(v)
+            for k, v in config.items()
+        }
     if isinstance(config, (list, tuple)):
         return [redact(v) for v in config]
     return config
@@ -224,7 +247,7 @@ def default_store_path(run_folder: str | Path = "runs") -> Path:
 
 
 def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
+    return _dt.datetime.now(_dt.UTC).replace(tzinfo=None)
 
 
 def _encode_inputs(inputs: Mapping[str, Any] | None) -> str | None:
@@ -403,15 +426,63 @@ LEFT JOIN test_scores t ON t.run_id = b.run_id AND t.entry_kind = 'candidate' AN
 """
 
 
-_PROPOSAL_COLUMNS = ("run_id", "created", "source", "origin", "parents", "outcome", "hash", "duplicate_of",
-                     "error_kind", "error", "error_line", "error_column")
-_CANDIDATE_COLUMNS = ("hash", "canonical_form", "source", "program_source", "origin", "parents", "param_names", "inputs", "created",
-                      "complexity")
+_PROPOSAL_COLUMNS = (
+    "run_id",
+    "created",
+    "source",
+    "origin",
+    "parents",
+    "outcome",
+    "hash",
+    "duplicate_of",
+    "error_kind",
+    "error",
+    "error_line",
+    "error_column",
+)
+_CANDIDATE_COLUMNS = (
+    "hash",
+    "canonical_form",
+    "source",
+    "program_source",
+    "origin",
+    "parents",
+    "param_names",
+    "inputs",
+    "created",
+    "complexity",
+)
 _MEMBER_COLUMNS = ("run_id", "hash", "fingerprint", "probe_note", "state", "added", "mlflow_run_id")
-_TEST_SCORE_COLUMNS = ("run_id", "entry", "entry_kind", "validation_rank", "parameters", "validation_metrics",
-                       "validation_score", "test_metrics", "test_score", "status", "error", "created")
-_EVALUATION_COLUMNS = ("candidate", "run_id", "dataset", "task", "split", "parameters", "train_metrics",
-                       "heldout_metrics", "score", "loss_history", "seconds", "status", "error", "created")
+_TEST_SCORE_COLUMNS = (
+    "run_id",
+    "entry",
+    "entry_kind",
+    "validation_rank",
+    "parameters",
+    "validation_metrics",
+    "validation_score",
+    "test_metrics",
+    "test_score",
+    "status",
+    "error",
+    "created",
+)
+_EVALUATION_COLUMNS = (
+    "candidate",
+    "run_id",
+    "dataset",
+    "task",
+    "split",
+    "parameters",
+    "train_metrics",
+    "heldout_metrics",
+    "score",
+    "loss_history",
+    "seconds",
+    "status",
+    "error",
+    "created",
+)
 
 
 @dataclass
@@ -456,7 +527,7 @@ class CandidateStore:
         with self._lock:
             self._con.close()
 
-    def __enter__(self) -> "CandidateStore":
+    def __enter__(self) -> CandidateStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -474,11 +545,20 @@ class CandidateStore:
         self._con.commit()
 
     # ---- runs ------------------------------------------------------------------------------
-    def start_run(self, run_id: str | None = None, *, dataset: str | None = None, task: str | None = None,
-                  proposer: str | None = None, model: str | None = None,
-                  config: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None,
-                  metric: str = "rmse", higher_is_better: bool | None = None,
-                  probe_inputs: Mapping[str, Any] | None = None) -> str:
+    def start_run(
+        self,
+        run_id: str | None = None,
+        *,
+        dataset: str | None = None,
+        task: str | None = None,
+        proposer: str | None = None,
+        model: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        budget: Mapping[str, Any] | None = None,
+        metric: str = "rmse",
+        higher_is_better: bool | None = None,
+        probe_inputs: Mapping[str, Any] | None = None,
+    ) -> str:
         """Create a run and return its id (a new uuid-based id when none is given).
 
         ``metric`` is the held-out metric the leaderboard ranks by; its direction comes from its
@@ -497,8 +577,19 @@ class CandidateStore:
                 "INSERT INTO runs (run_id, status, created, updated, dataset, task, proposer, model, config, budget, "
                 "metric, higher_is_better, probe_inputs, mlflow_run_id) "
                 "VALUES ($1, 'running', $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL)",
-                params=[run_id, now, dataset, task, proposer, model, json.dumps(redact(dict(config or {})), default=str),
-                        json.dumps(redact(dict(budget or {})), default=str), metric, higher_is_better, _encode_inputs(probe_inputs)],
+                params=[
+                    run_id,
+                    now,
+                    dataset,
+                    task,
+                    proposer,
+                    model,
+                    json.dumps(redact(dict(config or {})), default=str),
+                    json.dumps(redact(dict(budget or {})), default=str),
+                    metric,
+                    higher_is_better,
+                    _encode_inputs(probe_inputs),
+                ],
             )
         return run_id
 
@@ -507,8 +598,7 @@ class CandidateStore:
         then lists the candidates it accepted but never calibrated."""
         with self._lock:
             self._require_run(run_id)
-            self._con.sql("UPDATE runs SET status = 'running', updated = $2 WHERE run_id = $1",
-                          params=[run_id, _now()])
+            self._con.sql("UPDATE runs SET status = 'running', updated = $2 WHERE run_id = $1", params=[run_id, _now()])
             return self.run_status(run_id)
 
     def set_run_status(self, run_id: str, status: str) -> None:
@@ -517,29 +607,49 @@ class CandidateStore:
             raise StoreError(f"unknown run status {status!r}")
         with self._lock:
             self._require_run(run_id)
-            self._con.sql("UPDATE runs SET status = $2, updated = $3 WHERE run_id = $1",
-                          params=[run_id, status, _now()])
+            self._con.sql(
+                "UPDATE runs SET status = $2, updated = $3 WHERE run_id = $1", params=[run_id, status, _now()]
+            )
 
-    def set_llm_usage(self, run_id: str, cost_usd: float | None, tokens_in: int | None = None,
-                      tokens_out: int | None = None, tokens_cached: int | None = None) -> None:
+    def set_llm_usage(
+        self,
+        run_id: str,
+        cost_usd: float | None,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        tokens_cached: int | None = None,
+    ) -> None:
         """Store the run's LLM spend so far (totals over all its sessions, not increments);
         ``tokens_cached``: the prompt tokens the provider served from its prompt cache."""
         with self._lock:
             self._require_run(run_id)
-            self._con.sql("UPDATE runs SET llm_cost_usd = $2, llm_tokens_in = $3, llm_tokens_out = $4, "
-                          "llm_tokens_cached = $5 WHERE run_id = $1",
-                          params=[run_id, cost_usd, tokens_in, tokens_out, tokens_cached])
+            self._con.sql(
+                "UPDATE runs SET llm_cost_usd = $2, llm_tokens_in = $3, llm_tokens_out = $4, "
+                "llm_tokens_cached = $5 WHERE run_id = $1",
+                params=[run_id, cost_usd, tokens_in, tokens_out, tokens_cached],
+            )
 
-    def set_run_library(self, run_id: str, *, seed: int | None, dataset_fingerprint: str | None,
-                        fingerprint_parts: Mapping[str, Any] | None = None) -> None:
+    def set_run_library(
+        self,
+        run_id: str,
+        *,
+        seed: int | None,
+        dataset_fingerprint: str | None,
+        fingerprint_parts: Mapping[str, Any] | None = None,
+    ) -> None:
         """Record the run's seed and its dataset fingerprint (what storage/library.py matches
         earlier runs by; ``fingerprint_parts``: what went into it, kept to explain a non-match)."""
         with self._lock:
             self._require_run(run_id)
-            self._con.sql("UPDATE runs SET seed = $2, dataset_fingerprint = $3, fingerprint_parts = $4 "
-                          "WHERE run_id = $1", params=[run_id, seed, dataset_fingerprint,
-                                                       None if fingerprint_parts is None
-                                                       else json.dumps(dict(fingerprint_parts), default=str)])
+            self._con.sql(
+                "UPDATE runs SET seed = $2, dataset_fingerprint = $3, fingerprint_parts = $4 WHERE run_id = $1",
+                params=[
+                    run_id,
+                    seed,
+                    dataset_fingerprint,
+                    None if fingerprint_parts is None else json.dumps(dict(fingerprint_parts), default=str),
+                ],
+            )
 
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
         """Remember the run's MLflow parent run, so a resumed run keeps logging into it."""
@@ -550,21 +660,27 @@ class CandidateStore:
     def mark_logged(self, run_id: str, candidate: str, mlflow_run_id: str) -> None:
         """Remember that a leaderboard entry was logged as a nested MLflow run."""
         with self._lock:
-            self._con.sql("UPDATE run_candidates SET mlflow_run_id = $3 WHERE run_id = $1 AND hash = $2",
-                          params=[run_id, candidate, mlflow_run_id])
+            self._con.sql(
+                "UPDATE run_candidates SET mlflow_run_id = $3 WHERE run_id = $1 AND hash = $2",
+                params=[run_id, candidate, mlflow_run_id],
+            )
 
     def logged(self, run_id: str) -> dict[str, str]:
         """candidate hash -> nested MLflow run id, for the run's entries already logged."""
         with self._lock:
-            rows = self._con.sql("SELECT hash, mlflow_run_id FROM run_candidates WHERE run_id = $1 "
-                                 "AND mlflow_run_id IS NOT NULL", params=[run_id]).fetchall()
+            rows = self._con.sql(
+                "SELECT hash, mlflow_run_id FROM run_candidates WHERE run_id = $1 AND mlflow_run_id IS NOT NULL",
+                params=[run_id],
+            ).fetchall()
         return dict(rows)
 
     def runs(self) -> pl.DataFrame:
         """All runs, newest first."""
         with self._lock:
-            return self._con.sql("SELECT run_id, status, created, updated, dataset, task, proposer, model, "
-                                 "metric FROM runs ORDER BY created DESC").pl()
+            return self._con.sql(
+                "SELECT run_id, status, created, updated, dataset, task, proposer, model, "
+                "metric FROM runs ORDER BY created DESC"
+            ).pl()
 
     def latest_run(self) -> str | None:
         with self._lock:
@@ -599,44 +715,79 @@ class CandidateStore:
         """The run's configuration and its counters, computed from what was committed."""
         with self._lock:
             row = self._require_run(run_id)
-            outcomes = dict(self._con.sql("SELECT outcome, count(*) FROM proposals WHERE run_id = $1 GROUP BY outcome",
-                                          params=[run_id]).fetchall())
-            states = dict(self._con.sql("SELECT state, count(*) FROM run_candidates WHERE run_id = $1 GROUP BY state",
-                                        params=[run_id]).fetchall())
-            best = self._con.sql("SELECT score, hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 1",
-                                 params=[run_id]).fetchall()
-            reused = (self._con.sql("SELECT count(*) FROM evaluations WHERE run_id = $1 AND reused_from IS NOT NULL",
-                                    params=[run_id]).fetchall()[0][0] if self._has_column("evaluations", "reused_from")
-                      else 0)
-            seeded = self._con.sql("SELECT count(*) FROM proposals WHERE run_id = $1 AND outcome = 'new' "
-                                   "AND origin = 'library'", params=[run_id]).fetchall()[0][0]
+            outcomes = dict(
+                self._con.sql(
+                    "SELECT outcome, count(*) FROM proposals WHERE run_id = $1 GROUP BY outcome", params=[run_id]
+                ).fetchall()
+            )
+            states = dict(
+                self._con.sql(
+                    "SELECT state, count(*) FROM run_candidates WHERE run_id = $1 GROUP BY state", params=[run_id]
+                ).fetchall()
+            )
+            best = self._con.sql(
+                "SELECT score, hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 1", params=[run_id]
+            ).fetchall()
+            reused = (
+                self._con.sql(
+                    "SELECT count(*) FROM evaluations WHERE run_id = $1 AND reused_from IS NOT NULL", params=[run_id]
+                ).fetchall()[0][0]
+                if self._has_column("evaluations", "reused_from")
+                else 0
+            )
+            seeded = self._con.sql(
+                "SELECT count(*) FROM proposals WHERE run_id = $1 AND outcome = 'new' AND origin = 'library'",
+                params=[run_id],
+            ).fetchall()[0][0]
         return RunStatus(
-            run_id=run_id, status=row["status"], created=row["created"], updated=row["updated"],
-            dataset=row["dataset"], task=row["task"], proposer=row["proposer"], model=row["model"],
-            metric=row["metric"], higher_is_better=row["higher_is_better"],
-            config=json.loads(row["config"] or "{}"), budget=json.loads(row["budget"] or "{}"),
-            semantic_dedup=row["probe_inputs"] is not None, mlflow_run_id=row["mlflow_run_id"],
-            proposed=sum(outcomes.values()), new=outcomes.get("new", 0),
-            duplicate_hash=outcomes.get("duplicate_hash", 0), duplicate_semantic=outcomes.get("duplicate_semantic", 0),
-            invalid=outcomes.get("invalid", 0), calibrated=states.get("calibrated", 0),
-            failed=states.get("failed", 0), pending=states.get("pending", 0),
-            crashed=states.get("crashed", 0), timeout=states.get("timeout", 0),
+            run_id=run_id,
+            status=row["status"],
+            created=row["created"],
+            updated=row["updated"],
+            dataset=row["dataset"],
+            task=row["task"],
+            proposer=row["proposer"],
+            model=row["model"],
+            metric=row["metric"],
+            higher_is_better=row["higher_is_better"],
+            config=json.loads(row["config"] or "{}"),
+            budget=json.loads(row["budget"] or "{}"),
+            semantic_dedup=row["probe_inputs"] is not None,
+            mlflow_run_id=row["mlflow_run_id"],
+            proposed=sum(outcomes.values()),
+            new=outcomes.get("new", 0),
+            duplicate_hash=outcomes.get("duplicate_hash", 0),
+            duplicate_semantic=outcomes.get("duplicate_semantic", 0),
+            invalid=outcomes.get("invalid", 0),
+            calibrated=states.get("calibrated", 0),
+            failed=states.get("failed", 0),
+            pending=states.get("pending", 0),
+            crashed=states.get("crashed", 0),
+            timeout=states.get("timeout", 0),
             store_errors=outcomes.get("store_error", 0),
-            best_score=best[0][0] if best else None, best_hash=best[0][1] if best else None,
+            best_score=best[0][0] if best else None,
+            best_hash=best[0][1] if best else None,
             # .get: a store opened read-only may predate these columns
-            llm_cost_usd=row.get("llm_cost_usd"), llm_tokens_in=row.get("llm_tokens_in"),
-            llm_tokens_out=row.get("llm_tokens_out"), llm_tokens_cached=row.get("llm_tokens_cached"),
+            llm_cost_usd=row.get("llm_cost_usd"),
+            llm_tokens_in=row.get("llm_tokens_in"),
+            llm_tokens_out=row.get("llm_tokens_out"),
+            llm_tokens_cached=row.get("llm_tokens_cached"),
             seed=row.get("seed"),
-            dataset_fingerprint=row.get("dataset_fingerprint"), reused=reused, seeded=seeded,
+            dataset_fingerprint=row.get("dataset_fingerprint"),
+            reused=reused,
+            seeded=seeded,
         )
 
     def _has_column(self, table: str, column: str) -> bool:
         """Whether the file has this column (a store opened read-only may predate a migration)."""
         key = (table, column)
         if key not in self._columns:
-            self._columns[key] = bool(self._con.sql(
-                "SELECT count(*) FROM duckdb_columns() WHERE table_name = $1 AND column_name = $2",
-                params=[table, column]).fetchall()[0][0])
+            self._columns[key] = bool(
+                self._con.sql(
+                    "SELECT count(*) FROM duckdb_columns() WHERE table_name = $1 AND column_name = $2",
+                    params=[table, column],
+                ).fetchall()[0][0]
+            )
         return self._columns[key]
 
     # ---- candidates ------------------------------------------------------------------------
@@ -653,11 +804,30 @@ class CandidateStore:
         now = _now()
         with self._lock, self._transaction():
             self._touch(run_id, now)
-            self._insert("proposals", _PROPOSAL_COLUMNS, [[run_id, now, safe, origin, json.dumps(parents), "store_error",
-                                                           None, None, type(error).__name__, message, None, None]])
+            self._insert(
+                "proposals",
+                _PROPOSAL_COLUMNS,
+                [
+                    [
+                        run_id,
+                        now,
+                        safe,
+                        origin,
+                        json.dumps(parents),
+                        "store_error",
+                        None,
+                        None,
+                        type(error).__name__,
+                        message,
+                        None,
+                        None,
+                    ]
+                ],
+            )
 
-    def add(self, proposals: Iterable[Any], run_id: str,
-            program_source: Callable[[str], str] | None = None) -> list[Candidate]:
+    def add(
+        self, proposals: Iterable[Any], run_id: str, program_source: Callable[[str], str] | None = None
+    ) -> list[Candidate]:
         """Record proposals for a run; return only the new candidates, in proposal order.
 
         A proposal is a source string, a mapping with ``source`` (and optional ``origin``,
@@ -691,9 +861,18 @@ class CandidateStore:
             for source, origin, parents, program, error in compiled:
                 row = [run_id, now, source, origin, json.dumps(parents)]
                 if program is None:
-                    proposal_rows.append(row + ["invalid", None, None, type(error).__name__,
-                                                getattr(error, "message", str(error)),
-                                                getattr(error, "line", None), getattr(error, "column", None)])
+                    proposal_rows.append(
+                        row
+                        + [
+                            "invalid",
+                            None,
+                            None,
+                            type(error).__name__,
+                            getattr(error, "message", str(error)),
+                            getattr(error, "line", None),
+                            getattr(error, "column", None),
+                        ]
+                    )
                     continue
                 digest = program.canonical_hash
                 if digest in hashes:
@@ -706,15 +885,27 @@ class CandidateStore:
                     continue
                 proposal_rows.append(row + ["new", digest, None, None, None, None, None])
                 wrapped = None if program_source is None else program.source
-                candidate_rows.append([digest, program.canonical_form, source, wrapped, origin, json.dumps(parents),
-                                       json.dumps(list(program.param_names)), json.dumps(list(program.inputs)), now,
-                                       candidate_complexity(source, program, wrapped is not None)])
+                candidate_rows.append(
+                    [
+                        digest,
+                        program.canonical_form,
+                        source,
+                        wrapped,
+                        origin,
+                        json.dumps(parents),
+                        json.dumps(list(program.param_names)),
+                        json.dumps(list(program.inputs)),
+                        now,
+                        candidate_complexity(source, program, wrapped is not None),
+                    ]
+                )
                 member_rows.append([run_id, digest, fp.value, fp.note, "pending", now, None])
                 hashes.add(digest)
                 if fp.value is not None:
                     fingerprints[fp.value] = digest
-                new.append(Candidate(digest, source, program.canonical_form, origin, parents, fp.value, program,
-                                     wrapped))
+                new.append(
+                    Candidate(digest, source, program.canonical_form, origin, parents, fp.value, program, wrapped)
+                )
             with self._transaction():
                 self._touch(run_id, now)
                 self._insert("proposals", _PROPOSAL_COLUMNS, proposal_rows)
@@ -732,9 +923,13 @@ class CandidateStore:
 
         if not new:
             return new
-        stored = {h: (src, wrapped) for h, src, wrapped in self._con.sql(
-            "SELECT hash, source, program_source FROM candidates WHERE list_contains($1, hash)",
-            params=[[c.hash for c in new]]).fetchall()}
+        stored = {
+            h: (src, wrapped)
+            for h, src, wrapped in self._con.sql(
+                "SELECT hash, source, program_source FROM candidates WHERE list_contains($1, hash)",
+                params=[[c.hash for c in new]],
+            ).fetchall()
+        }
         out = []
         for c in new:
             source, wrapped = stored.get(c.hash, (c.source, c.program_source))
@@ -746,30 +941,49 @@ class CandidateStore:
                 except (ndvm.NDVMError, ValueError, TypeError):  # a runtime or wrapper that no longer takes it
                     program = None
                 if program is not None and program.canonical_hash == c.hash:
-                    c = Candidate(c.hash, source, c.canonical_form, c.origin, c.parents, c.fingerprint, program,
-                                  wrapped, proposed_source=c.source)
+                    c = Candidate(
+                        c.hash,
+                        source,
+                        c.canonical_form,
+                        c.origin,
+                        c.parents,
+                        c.fingerprint,
+                        program,
+                        wrapped,
+                        proposed_source=c.source,
+                    )
             out.append(c)
         return out
 
-    def _insert(self, table: str, columns: tuple[str, ...], rows: list[list[Any]], on_conflict: str | None = None,
-                chunk: int = 500) -> None:
+    def _insert(
+        self,
+        table: str,
+        columns: tuple[str, ...],
+        rows: list[list[Any]],
+        on_conflict: str | None = None,
+        chunk: int = 500,
+    ) -> None:
         """Insert rows with one multi-row VALUES statement per chunk (far faster than one per row)."""
         placeholders = "(" + ", ".join("?" * len(columns)) + ")"
         conflict = f" ON CONFLICT {on_conflict}" if on_conflict else ""
         for start in range(0, len(rows), chunk):
-            part = rows[start:start + chunk]
-            self._con.sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-                          + ", ".join([placeholders] * len(part)) + conflict,
-                          params=[value for row in part for value in row])
+            part = rows[start : start + chunk]
+            self._con.sql(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                + ", ".join([placeholders] * len(part))
+                + conflict,
+                params=[value for row in part for value in row],
+            )
 
-    def _run_index(self, run_id: str) -> "_RunIndex":
+    def _run_index(self, run_id: str) -> _RunIndex:
         """The run's accepted hashes and fingerprints, loaded once: this process is the only writer,
         so the copy in memory stays exact (and is only updated after a commit)."""
         index = self._indexes.get(run_id)
         if index is None:
             self._require_run(run_id)
-            rows = self._con.sql("SELECT hash, fingerprint FROM run_candidates WHERE run_id = $1 ORDER BY added",
-                                 params=[run_id]).fetchall()
+            rows = self._con.sql(
+                "SELECT hash, fingerprint FROM run_candidates WHERE run_id = $1 ORDER BY added", params=[run_id]
+            ).fetchall()
             index = _RunIndex({h for h, _ in rows}, {})
             for digest, value in rows:
                 if value is not None:
@@ -790,9 +1004,12 @@ class CandidateStore:
                 "SELECT c.hash, c.source, c.canonical_form, c.origin, c.parents, rc.fingerprint, c.program_source "
                 "FROM run_candidates rc JOIN candidates c ON c.hash = rc.hash "
                 "WHERE rc.run_id = $1 AND rc.state = 'pending' ORDER BY rc.added, c.hash",
-                params=[run_id]).fetchall()
-        return [Candidate(h, src, form, origin, json.loads(parents or "[]"), fp, ndvm.compile(wrapped or src), wrapped)
-                for h, src, form, origin, parents, fp, wrapped in rows]
+                params=[run_id],
+            ).fetchall()
+        return [
+            Candidate(h, src, form, origin, json.loads(parents or "[]"), fp, ndvm.compile(wrapped or src), wrapped)
+            for h, src, form, origin, parents, fp, wrapped in rows
+        ]
 
     def candidate(self, digest: str) -> dict[str, Any]:
         """One candidate row as a dict."""
@@ -826,23 +1043,39 @@ class CandidateStore:
                     if metric not in item.heldout_metrics:
                         raise StoreError(
                             f"result for {item.candidate!r} lacks held-out metric {metric!r}, which run "
-                            f"{item.run_id!r} ranks by (it has {sorted(item.heldout_metrics)})")
+                            f"{item.run_id!r} ranks by (it has {sorted(item.heldout_metrics)})"
+                        )
                     score = float(item.heldout_metrics[metric])
-                rows.append([item.candidate, item.run_id, item.dataset, item.task, item.split,
-                             json.dumps(item.parameters), json.dumps(item.train_metrics),
-                             json.dumps(item.heldout_metrics), score,
-                             None if item.loss_history is None else json.dumps(item.loss_history),
-                             float(item.seconds), item.status, item.error, now])
+                rows.append(
+                    [
+                        item.candidate,
+                        item.run_id,
+                        item.dataset,
+                        item.task,
+                        item.split,
+                        json.dumps(item.parameters),
+                        json.dumps(item.train_metrics),
+                        json.dumps(item.heldout_metrics),
+                        score,
+                        None if item.loss_history is None else json.dumps(item.loss_history),
+                        float(item.seconds),
+                        item.status,
+                        item.error,
+                        now,
+                    ]
+                )
                 states.append([item.run_id, item.candidate, FINAL_STATES.get(item.status, "failed")])
             with self._transaction():
                 self._insert("evaluations", _EVALUATION_COLUMNS, rows)
                 for start in range(0, len(states), 500):
-                    part = states[start:start + 500]
+                    part = states[start : start + 500]
                     self._con.sql(
                         "UPDATE run_candidates SET state = v.state FROM (VALUES "
                         + ", ".join(["(?, ?, ?)"] * len(part))
                         + ") AS v(run_id, hash, state) WHERE run_candidates.run_id = v.run_id "
-                        "AND run_candidates.hash = v.hash", params=[x for row in part for x in row])
+                        "AND run_candidates.hash = v.hash",
+                        params=[x for row in part for x in row],
+                    )
                 for run_id in {item.run_id for item in items}:
                     self._con.sql("UPDATE runs SET updated = $2 WHERE run_id = $1", params=[run_id, now])
         return len(items)
@@ -859,18 +1092,34 @@ class CandidateStore:
             rows = []
             for item in items:
                 if item.entry_kind not in ("candidate", "reference"):
-                    raise StoreError(f"test score {item.entry!r}: entry_kind must be 'candidate' or 'reference', "
-                                     f"got {item.entry_kind!r}")
+                    raise StoreError(
+                        f"test score {item.entry!r}: entry_kind must be 'candidate' or 'reference', "
+                        f"got {item.entry_kind!r}"
+                    )
                 if item.entry_kind == "candidate" and item.entry not in self._run_index(run_id).hashes:
                     raise StoreError(f"test score for {item.entry!r}: not a candidate of run {run_id!r}")
                 test_score = item.test_metrics.get(metric) if item.status == "ok" else None
                 if item.status == "ok" and test_score is None:
-                    raise StoreError(f"test score for {item.entry!r} lacks {metric!r}, which run {run_id!r} "
-                                     f"ranks by (it has {sorted(item.test_metrics)})")
-                rows.append([run_id, item.entry, item.entry_kind, item.validation_rank,
-                             json.dumps(item.parameters, default=str), json.dumps(item.validation_metrics),
-                             item.validation_metrics.get(metric), json.dumps(item.test_metrics),
-                             None if test_score is None else float(test_score), item.status, item.error, now])
+                    raise StoreError(
+                        f"test score for {item.entry!r} lacks {metric!r}, which run {run_id!r} "
+                        f"ranks by (it has {sorted(item.test_metrics)})"
+                    )
+                rows.append(
+                    [
+                        run_id,
+                        item.entry,
+                        item.entry_kind,
+                        item.validation_rank,
+                        json.dumps(item.parameters, default=str),
+                        json.dumps(item.validation_metrics),
+                        item.validation_metrics.get(metric),
+                        json.dumps(item.test_metrics),
+                        None if test_score is None else float(test_score),
+                        item.status,
+                        item.error,
+                        now,
+                    ]
+                )
             with self._transaction():
                 self._con.sql("DELETE FROM test_scores WHERE run_id = $1", params=[run_id])
                 self._insert("test_scores", _TEST_SCORE_COLUMNS, rows)
@@ -884,11 +1133,14 @@ class CandidateStore:
             self._require_run(run_id)
             return self._con.sql(
                 "SELECT * FROM test_scores WHERE run_id = $1 "
-                "ORDER BY entry_kind = 'reference', validation_rank NULLS LAST, entry", params=[run_id]).pl()
+                "ORDER BY entry_kind = 'reference', validation_rank NULLS LAST, entry",
+                params=[run_id],
+            ).pl()
 
     # ---- queries ---------------------------------------------------------------------------
-    def top(self, k: int = 10, metric: str | None = None, run_id: str | None = None,
-            higher_is_better: bool | None = None) -> pl.DataFrame:
+    def top(
+        self, k: int = 10, metric: str | None = None, run_id: str | None = None, higher_is_better: bool | None = None
+    ) -> pl.DataFrame:
         """The k best candidates: of one run (default: the latest run), by its ranking metric or
         by ``metric`` ("rmse", "heldout.r2" or "train.mse"; held-out when no prefix is given)."""
         with self._lock:
@@ -897,14 +1149,21 @@ class CandidateStore:
                 return self._con.sql("SELECT * FROM leaderboard LIMIT 0").pl()
             run = self._require_run(run_id)
             if metric is None or metric in (run["metric"], f"heldout.{run['metric']}"):
-                return self._con.sql("SELECT * FROM leaderboard WHERE run_id = $1 ORDER BY rank, hash LIMIT $2",
-                                     params=[run_id, int(k)]).pl()
+                return self._con.sql(
+                    "SELECT * FROM leaderboard WHERE run_id = $1 ORDER BY rank, hash LIMIT $2", params=[run_id, int(k)]
+                ).pl()
             split, _, name = metric.rpartition(".")
             if split == "test":
-                raise StoreError(f"metric {metric!r}: the leaderboard never ranks by the test split "
-                                 "(selection uses validation only); rank by 'validation.' or 'train.' metrics")
-            column = {"": "heldout_metrics", "heldout": "heldout_metrics", "validation": "heldout_metrics",
-                      "train": "train_metrics"}.get(split)
+                raise StoreError(
+                    f"metric {metric!r}: the leaderboard never ranks by the test split "
+                    "(selection uses validation only); rank by 'validation.' or 'train.' metrics"
+                )
+            column = {
+                "": "heldout_metrics",
+                "heldout": "heldout_metrics",
+                "validation": "heldout_metrics",
+                "train": "train_metrics",
+            }.get(split)
             if column is None:
                 raise StoreError(f"metric {metric!r}: prefix must be 'train.', 'validation.' or 'heldout.'")
             if higher_is_better is None:
@@ -949,7 +1208,9 @@ class CandidateStore:
                        CASE WHEN p.outcome = 'new' THEN l.seconds END AS seconds
                 FROM proposals p LEFT JOIN latest l ON l.candidate = p.hash
                 WHERE p.run_id = $1 ORDER BY p.id
-                """, params=[run_id]).pl()
+                """,
+                params=[run_id],
+            ).pl()
 
     def complexities(self, hashes: Iterable[str]) -> dict[str, int | None]:
         """hash -> complexity (storage/parsimony.py) of the given candidates."""
@@ -957,8 +1218,9 @@ class CandidateStore:
         if not hashes:
             return {}
         with self._lock:
-            rows = self._con.sql("SELECT hash, complexity FROM candidates WHERE list_contains($1, hash)",
-                                 params=[hashes]).fetchall()
+            rows = self._con.sql(
+                "SELECT hash, complexity FROM candidates WHERE list_contains($1, hash)", params=[hashes]
+            ).fetchall()
         return dict(rows)
 
     def evaluation(self, run_id: str, candidate: str) -> dict[str, Any]:
@@ -966,7 +1228,9 @@ class CandidateStore:
         with self._lock:
             rel = self._con.sql(
                 "SELECT e.* FROM evaluations e JOIN leaderboard l ON l.evaluation_id = e.id "
-                "WHERE l.run_id = $1 AND l.hash = $2", params=[run_id, candidate])
+                "WHERE l.run_id = $1 AND l.hash = $2",
+                params=[run_id, candidate],
+            )
             names, rows = rel.columns, rel.fetchall()
         if not rows:
             raise StoreError(f"candidate {candidate!r} has no successful evaluation in run {run_id!r}")
@@ -977,5 +1241,17 @@ class CandidateStore:
         return row
 
 
-__all__ = ["CandidateStore", "Candidate", "EvaluationResult", "RunStatus", "FinalTestScore", "StoreError", "StoreLockedError",
-           "MetricDirectionError", "metric_higher_is_better", "redact", "default_store_path", "OUTCOMES"]
+__all__ = [
+    "CandidateStore",
+    "Candidate",
+    "EvaluationResult",
+    "RunStatus",
+    "FinalTestScore",
+    "StoreError",
+    "StoreLockedError",
+    "MetricDirectionError",
+    "metric_higher_is_better",
+    "redact",
+    "default_store_path",
+    "OUTCOMES",
+]

@@ -24,6 +24,7 @@ The default store is a local sqlite database, ``sqlite:///<run folder>/mlflow.db
 in ``<run folder>/mlartifacts``; any MLflow tracking URI works (a server on 127.0.0.1, ...).
 The tracker uses MLflow's fluent API for model logging, so it sets the process-wide tracking URI.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -32,18 +33,19 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import mlflow
 import mlflow.pyfunc
 import numpy as np
 from mlflow.tracking import MlflowClient
 
-from storage.pyfunc_model import NDVMProgramModel
 from storage.plots import FitPlot, ForecastPlot, plot_fit, plot_forecast, plot_loss
+from storage.pyfunc_model import NDVMProgramModel
 from storage.store import RunStatus, redact
 
 # The models-from-code script logged with each entry; it builds an NDVMProgramModel.
@@ -89,7 +91,7 @@ def leaderboard_path(experiment_id: str) -> str:
 
 def default_tracking_uri(run_folder: str | Path = "runs") -> str:
     """``sqlite:////abs/<run folder>/mlflow.db`` (four slashes: an absolute path)."""
-    return "sqlite:///" + str((Path(run_folder).resolve() / "mlflow.db"))
+    return "sqlite:///" + str(Path(run_folder).resolve() / "mlflow.db")
 
 
 @dataclass
@@ -106,14 +108,14 @@ class LeaderboardEntry:
     loss_history: Sequence[float] | None = None
     fit_plot: FitPlot | None = None
     forecast_plot: ForecastPlot | None = None
-    input_example: Any = None          # pandas DataFrame (columns = input names): signature + example
+    input_example: Any = None  # pandas DataFrame (columns = input names): signature + example
     static_inputs: dict[str, Any] = field(default_factory=dict)  # inputs the model keeps (not columns)
-    model_source: str | None = None    # the program the pyfunc model runs, when not ``source`` itself
-                                       # (e.g. a forecast candidate with the task's forecasting driver)
+    model_source: str | None = None  # the program the pyfunc model runs, when not ``source`` itself
+    # (e.g. a forecast candidate with the task's forecasting driver)
     model_groups: dict[str, Any] | None = None  # per-group curves: every group's parameters, the columns
-                                                # and the x scaling (storage/pyfunc_model.py)
-    complexity: int | None = None      # atoms of the canonical form (storage/parsimony.py)
-    formula: str | None = None         # None: rendered from the source and parameters when logged
+    # and the x scaling (storage/pyfunc_model.py)
+    complexity: int | None = None  # atoms of the canonical form (storage/parsimony.py)
+    formula: str | None = None  # None: rendered from the source and parameters when logged
 
 
 @dataclass(frozen=True)
@@ -123,10 +125,10 @@ class ChampionDecision:
 
     model: str
     registered: bool
-    version: str | None          # the champion's version number after the decision (None: no champion)
-    previous: str | None         # the version number that holds ``previous`` after the decision
-    score: float | None          # this run's best validation score
-    champion_score: float | None # the champion's validation score before the decision
+    version: str | None  # the champion's version number after the decision (None: no champion)
+    previous: str | None  # the version number that holds ``previous`` after the decision
+    score: float | None  # this run's best validation score
+    champion_score: float | None  # the champion's validation score before the decision
     reason: str
 
     @property
@@ -143,10 +145,17 @@ def entry_from_store(store: Any, run_id: str, candidate: str, **extra: Any) -> L
     ranks = dict(zip(top["hash"].to_list(), top["rank"].to_list()))
     complexity = row.get("complexity")
     return LeaderboardEntry(
-        hash=candidate, source=row["source"], origin=row["origin"], rank=ranks.get(candidate),
-        parameters=evaluation["parameters"], train_metrics=evaluation["train_metrics"],
-        heldout_metrics=evaluation["heldout_metrics"], loss_history=evaluation["loss_history"],
-        complexity=None if complexity is None else int(complexity), **extra)
+        hash=candidate,
+        source=row["source"],
+        origin=row["origin"],
+        rank=ranks.get(candidate),
+        parameters=evaluation["parameters"],
+        train_metrics=evaluation["train_metrics"],
+        heldout_metrics=evaluation["heldout_metrics"],
+        loss_history=evaluation["loss_history"],
+        complexity=None if complexity is None else int(complexity),
+        **extra,
+    )
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
@@ -197,8 +206,9 @@ class Tracker:
     ``mlflow_run_id`` to continue a resumed run), then ``log_progress`` and ``log_entry`` as the
     run goes, and ``end_run`` at the end. Safe to call from several threads of one process."""
 
-    def __init__(self, tracking_uri: str | None = None, *, run_folder: str | Path = "runs",
-                 experiment: str = DEFAULT_EXPERIMENT):
+    def __init__(
+        self, tracking_uri: str | None = None, *, run_folder: str | Path = "runs", experiment: str = DEFAULT_EXPERIMENT
+    ):
         self.run_folder = Path(run_folder).resolve()
         if tracking_uri is None:
             self.run_folder.mkdir(parents=True, exist_ok=True)
@@ -212,8 +222,9 @@ class Tracker:
         self.experiment_name = experiment
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_location,
-                                                               tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
+            self.experiment_id = self.client.create_experiment(
+                experiment, artifact_location=artifact_location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING}
+            )
         else:
             self.experiment_id = found.experiment_id
             if found.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:  # made by an older version
@@ -232,10 +243,18 @@ class Tracker:
         self._last: tuple[float, int, int] | None = None  # (time, proposed, calibrations) at the last snapshot
 
     # ---- parent run ------------------------------------------------------------------------
-    def start_run(self, run_id: str, *, dataset: str | None = None, task: str | None = None,
-                  proposer: str | None = None, model: str | None = None,
-                  config: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None,
-                  mlflow_run_id: str | None = None) -> str:
+    def start_run(
+        self,
+        run_id: str,
+        *,
+        dataset: str | None = None,
+        task: str | None = None,
+        proposer: str | None = None,
+        model: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        budget: Mapping[str, Any] | None = None,
+        mlflow_run_id: str | None = None,
+    ) -> str:
         """Open the parent run of discovery run ``run_id`` and return its MLflow run id; with
         ``mlflow_run_id`` (a resumed run) reopen that run instead of creating one. A parent run
         already tagged with ``run_id`` in this experiment is reopened too (logging redone after a
@@ -244,8 +263,11 @@ class Tracker:
             self.dataset, self.task = dataset, task
             # the settings a pyfunc model calibrates a new group (battery cell) with, as the run did
             calibration = dict((config or {}).get("calibration") or {})
-            self.calibration = {k: calibration[k] for k in ("optimizer", "steps", "lr", "restarts", "seed")
-                                if calibration.get(k) is not None}
+            self.calibration = {
+                k: calibration[k]
+                for k in ("optimizer", "steps", "lr", "restarts", "seed")
+                if calibration.get(k) is not None
+            }
             existing = self._find_parent(run_id, mlflow_run_id)
             if existing is not None:
                 self.client.update_run(existing, status="RUNNING")
@@ -264,9 +286,16 @@ class Tracker:
             _flatten("config", config, params)
             items = [mlflow.entities.Param(key, value) for key, value in params.items()]
             for start in range(0, len(items), 100):  # MLflow's batch limit for params
-                self.client.log_batch(self.parent_run_id, params=items[start:start + 100])
-            whole = {"run_id": run_id, "dataset": dataset, "task": task, "proposer": proposer, "model": model,
-                     "budget": budget, "config": config}
+                self.client.log_batch(self.parent_run_id, params=items[start : start + 100])
+            whole = {
+                "run_id": run_id,
+                "dataset": dataset,
+                "task": task,
+                "proposer": proposer,
+                "model": model,
+                "budget": budget,
+                "config": config,
+            }
             self.client.log_dict(self.parent_run_id, json.loads(json.dumps(whole, default=str)), "config.json")
             return self.parent_run_id
 
@@ -278,9 +307,12 @@ class Tracker:
                     return mlflow_run_id
             except mlflow.exceptions.MlflowException:
                 pass  # not in this tracking store (another --tracking-uri): look it up by tag
-        found = self.client.search_runs([self.experiment_id], f"tags.`ndvm.run_id` = '{run_id}' and "
-                                        "tags.`ndvm.kind` = 'discovery'", order_by=["attributes.start_time ASC"],
-                                        max_results=1)
+        found = self.client.search_runs(
+            [self.experiment_id],
+            f"tags.`ndvm.run_id` = '{run_id}' and tags.`ndvm.kind` = 'discovery'",
+            order_by=["attributes.start_time ASC"],
+            max_results=1,
+        )
         return found[0].info.run_id if found else None
 
     def _require_parent(self) -> str:
@@ -315,10 +347,12 @@ class Tracker:
             }
             if status.best_score is not None:
                 metrics[f"best_heldout_{status.metric}"] = float(status.best_score)
-            created = status.created.replace(tzinfo=_dt.timezone.utc).timestamp()  # the store keeps naive UTC
+            created = status.created.replace(tzinfo=_dt.UTC).timestamp()  # the store keeps naive UTC
             step = int(max(now - created, 0))
             stamp = int(now * 1000)
-            self.client.log_batch(parent, metrics=[mlflow.entities.Metric(k, v, stamp, step) for k, v in metrics.items()])
+            self.client.log_batch(
+                parent, metrics=[mlflow.entities.Metric(k, v, stamp, step) for k, v in metrics.items()]
+            )
             return metrics
 
     def end_run(self, status: str = "FINISHED") -> None:
@@ -359,11 +393,26 @@ class Tracker:
         with self._lock:
             parent = self._require_parent()
             formula = entry.formula if entry.formula is not None else _formula(entry)
-            tags = {"mlflow.parentRunId": parent, "ndvm.hash": entry.hash, "ndvm.origin": entry.origin or "",
-                    "ndvm.kind": "candidate", "origin": entry.origin or "", "formula": formula[:_MAX_TAG]}
-            tags.update({k: str(v) for k, v in (("dataset", self.dataset), ("task", self.task),
-                                                 ("complexity", entry.complexity), ("ndvm.rank", entry.rank))
-                         if v is not None})
+            tags = {
+                "mlflow.parentRunId": parent,
+                "ndvm.hash": entry.hash,
+                "ndvm.origin": entry.origin or "",
+                "ndvm.kind": "candidate",
+                "origin": entry.origin or "",
+                "formula": formula[:_MAX_TAG],
+            }
+            tags.update(
+                {
+                    k: str(v)
+                    for k, v in (
+                        ("dataset", self.dataset),
+                        ("task", self.task),
+                        ("complexity", entry.complexity),
+                        ("ndvm.rank", entry.rank),
+                    )
+                    if v is not None
+                }
+            )
             run = self.client.create_run(self.experiment_id, run_name=entry.hash, tags=tags)
             run_id = run.info.run_id
             try:
@@ -379,8 +428,9 @@ class Tracker:
             self.client.set_terminated(run_id, status="FINISHED")
             return run_id, model_uri
 
-    def log_leaderboard(self, store: Any, run_id: str, k: int = 10,
-                        extras: Callable[[str], Mapping[str, Any]] | None = None) -> list[tuple[str, str]]:
+    def log_leaderboard(
+        self, store: Any, run_id: str, k: int = 10, extras: Callable[[str], Mapping[str, Any]] | None = None
+    ) -> list[tuple[str, str]]:
         """Log the run's top ``k`` candidates that are not logged yet, and remember them in the
         store; return [(candidate hash, nested run id)]. ``extras(hash)`` supplies what the store
         does not keep: ``fit_plot``, ``forecast_plot``, ``input_example``, ``static_inputs``,
@@ -425,10 +475,18 @@ class Tracker:
         metric = status.metric
         view = {
             "searchFilter": "tags.`ndvm.kind` = 'candidate'",
-            "orderByKey": f"metrics.`heldout_{metric}`", "orderByAsc": not status.higher_is_better,
-            "selectedColumns": ["attributes.`Dataset`", "attributes.`Models`", f"metrics.`heldout_{metric}`",
-                                f"metrics.`test_{metric}`", "tags.`formula`", "tags.`complexity`", "tags.`origin`",
-                                "tags.`ndvm.rank`"],
+            "orderByKey": f"metrics.`heldout_{metric}`",
+            "orderByAsc": not status.higher_is_better,
+            "selectedColumns": [
+                "attributes.`Dataset`",
+                "attributes.`Models`",
+                f"metrics.`heldout_{metric}`",
+                f"metrics.`test_{metric}`",
+                "tags.`formula`",
+                "tags.`complexity`",
+                "tags.`origin`",
+                "tags.`ndvm.rank`",
+            ],
         }
         text = json.dumps(view)
         if text != self._view:
@@ -438,8 +496,11 @@ class Tracker:
     def _reconcile(self, store: Any, run_id: str) -> dict[str, str]:
         """candidate hash -> nested run id of the entries this parent run already has, finished."""
         parent = self._require_parent()
-        children = self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{parent}' and "
-                                           "tags.`ndvm.kind` = 'candidate'", max_results=5000)
+        children = self.client.search_runs(
+            [self.experiment_id],
+            f"tags.mlflow.parentRunId = '{parent}' and tags.`ndvm.kind` = 'candidate'",
+            max_results=5000,
+        )
         done: dict[str, str] = {}
         for child in children:
             digest = child.data.tags.get("ndvm.hash")
@@ -459,14 +520,19 @@ class Tracker:
         stamp = int(time.time() * 1000)
         params = [mlflow.entities.Param(k, repr(float(v))) for k, v in entry.parameters.items()]
         for start in range(0, len(params), 100):  # MLflow's batch limit for params
-            self.client.log_batch(run_id, params=params[start:start + 100])
+            self.client.log_batch(run_id, params=params[start : start + 100])
         metrics = [mlflow.entities.Metric(f"train_{k}", float(v), stamp, 0) for k, v in entry.train_metrics.items()]
-        metrics += [mlflow.entities.Metric(f"heldout_{k}", float(v), stamp, 0) for k, v in entry.heldout_metrics.items()]
+        metrics += [
+            mlflow.entities.Metric(f"heldout_{k}", float(v), stamp, 0) for k, v in entry.heldout_metrics.items()
+        ]
         if entry.loss_history is not None:
-            metrics += [mlflow.entities.Metric("loss", float(v), stamp, i)
-                        for i, v in enumerate(np.asarray(entry.loss_history, float).ravel()) if np.isfinite(v)]
+            metrics += [
+                mlflow.entities.Metric("loss", float(v), stamp, i)
+                for i, v in enumerate(np.asarray(entry.loss_history, float).ravel())
+                if np.isfinite(v)
+            ]
         for start in range(0, len(metrics), 1000):  # MLflow's batch limit
-            self.client.log_batch(run_id, metrics=metrics[start:start + 1000])
+            self.client.log_batch(run_id, metrics=metrics[start : start + 1000])
 
         with tempfile.TemporaryDirectory(prefix="ndvm-entry-") as tmp:
             folder = Path(tmp)
@@ -489,18 +555,25 @@ class Tracker:
             if entry.fit_plot is not None:
                 self.client.log_artifact(run_id, str(plot_fit(entry.fit_plot, folder / "fit.png")), "plots")
             if entry.forecast_plot is not None:
-                self.client.log_artifact(run_id, str(plot_forecast(entry.forecast_plot, folder / "forecast.png")),
-                                         "plots")
+                self.client.log_artifact(
+                    run_id, str(plot_forecast(entry.forecast_plot, folder / "forecast.png")), "plots"
+                )
             if entry.loss_history is not None and len(entry.loss_history):
-                self.client.log_artifact(run_id, str(plot_loss(entry.loss_history, folder / "loss_curve.png")),
-                                         "plots")
+                self.client.log_artifact(run_id, str(plot_loss(entry.loss_history, folder / "loss_curve.png")), "plots")
             with mlflow.start_run(run_id=run_id, nested=True):
                 # "Models from code": the model is the script below, not a pickled object.
                 info = mlflow.pyfunc.log_model(
-                    name="model", python_model=str(MODEL_CODE),
-                    artifacts={"program": str(folder / "model_program.scm") if entry.model_source is not None
-                               else str(program), "fit": str(fitted)},
-                    input_example=entry.input_example, signature=signature, pip_requirements=_pip_requirements(),
+                    name="model",
+                    python_model=str(MODEL_CODE),
+                    artifacts={
+                        "program": str(folder / "model_program.scm")
+                        if entry.model_source is not None
+                        else str(program),
+                        "fit": str(fitted),
+                    },
+                    input_example=entry.input_example,
+                    signature=signature,
+                    pip_requirements=_pip_requirements(),
                 )
         return info.model_uri
 
@@ -527,8 +600,15 @@ class Tracker:
             def decision(registered: bool, reason: str, score: float | None = None) -> ChampionDecision:
                 now = self._alias_version(name, CHAMPION)
                 before = self._alias_version(name, PREVIOUS)
-                result = ChampionDecision(name, registered, None if now is None else str(now.version),
-                                          None if before is None else str(before.version), score, held, reason)
+                result = ChampionDecision(
+                    name,
+                    registered,
+                    None if now is None else str(now.version),
+                    None if before is None else str(before.version),
+                    score,
+                    held,
+                    reason,
+                )
                 if self.parent_run_id is not None:
                     self.client.set_tag(self.parent_run_id, "ndvm.champion", reason[:_MAX_TAG])
                 return result
@@ -538,22 +618,30 @@ class Tracker:
             digest, score = top["hash"][0], float(top["score"][0])
             nested = store.logged(run_id).get(digest)
             if nested is None:
-                raise ValueError(f"the best candidate {digest} of run {run_id} is not logged to MLflow: "
-                                 "log the leaderboard first")
+                raise ValueError(
+                    f"the best candidate {digest} of run {run_id} is not logged to MLflow: log the leaderboard first"
+                )
             mine = self.client.search_model_versions(f"name = '{name}' and tags.`ndvm.run_id` = '{run_id}'")
             if mine:  # a retried final logging, or `ndvm log` after the run had logged
-                return decision(False, f"run {run_id} already registered {name} version {mine[0].version}",
-                                score)
+                return decision(False, f"run {run_id} already registered {name} version {mine[0].version}", score)
             if current is not None:
                 if current.tags.get("ndvm.fingerprint") != fingerprint:
-                    return decision(False, f"{name}@{CHAMPION} (version {current.version}) was chosen on dataset "
-                                           f"fingerprint {current.tags.get('ndvm.fingerprint')}, this run on "
-                                           f"{fingerprint}: validation scores of different data are not "
-                                           "compared; the champion stays", score)
+                    return decision(
+                        False,
+                        f"{name}@{CHAMPION} (version {current.version}) was chosen on dataset "
+                        f"fingerprint {current.tags.get('ndvm.fingerprint')}, this run on "
+                        f"{fingerprint}: validation scores of different data are not "
+                        "compared; the champion stays",
+                        score,
+                    )
                 better = score > held if status.higher_is_better else score < held
                 if not better:
-                    return decision(False, f"validation {status.metric} {score:.6g} does not beat {name}@{CHAMPION} "
-                                           f"(version {current.version}, {held:.6g}): the champion stays", score)
+                    return decision(
+                        False,
+                        f"validation {status.metric} {score:.6g} does not beat {name}@{CHAMPION} "
+                        f"(version {current.version}, {held:.6g}): the champion stays",
+                        score,
+                    )
             model_uri = self.client.get_run(nested).data.tags.get("ndvm.model_uri")
             if not model_uri:
                 raise ValueError(f"the nested run {nested} of {digest} has no logged model (tag ndvm.model_uri)")
@@ -561,22 +649,34 @@ class Tracker:
                 self.client.get_registered_model(name)
             except mlflow.exceptions.MlflowException:
                 self.client.create_registered_model(
-                    name, tags={"dataset": status.dataset, "task": status.task},
+                    name,
+                    tags={"dataset": status.dataset, "task": status.task},
                     description=f"The best validated NDVM program for {status.dataset} ({status.task}); "
-                                f"load it with mlflow.pyfunc.load_model('models:/{name}@{CHAMPION}').")
-            tags = {"ndvm.fingerprint": fingerprint, "ndvm.validation_score": repr(score),
-                    "ndvm.metric": status.metric, "ndvm.run_id": run_id, "ndvm.hash": digest}
-            version = self.client.create_model_version(name, source=model_uri, run_id=nested, tags=tags,
-                                                       model_id=model_uri.removeprefix("models:/"))
+                    f"load it with mlflow.pyfunc.load_model('models:/{name}@{CHAMPION}').",
+                )
+            tags = {
+                "ndvm.fingerprint": fingerprint,
+                "ndvm.validation_score": repr(score),
+                "ndvm.metric": status.metric,
+                "ndvm.run_id": run_id,
+                "ndvm.hash": digest,
+            }
+            version = self.client.create_model_version(
+                name, source=model_uri, run_id=nested, tags=tags, model_id=model_uri.removeprefix("models:/")
+            )
             if current is not None:
                 self.client.set_registered_model_alias(name, PREVIOUS, current.version)
             self.client.set_registered_model_alias(name, CHAMPION, version.version)
             self.client.set_tag(nested, "ndvm.champion", f"{name} version {version.version}")
             if current is None:
-                reason = f"{name} version {version.version} is the first {CHAMPION} (validation {status.metric} {score:.6g})"
+                reason = (
+                    f"{name} version {version.version} is the first {CHAMPION} (validation {status.metric} {score:.6g})"
+                )
             else:
-                reason = (f"{name} version {version.version} is the new {CHAMPION}: validation {status.metric} "
-                          f"{score:.6g} beats version {current.version} ({held:.6g}), now {PREVIOUS}")
+                reason = (
+                    f"{name} version {version.version} is the new {CHAMPION}: validation {status.metric} "
+                    f"{score:.6g} beats version {current.version} ({held:.6g}), now {PREVIOUS}"
+                )
             return decision(True, reason, score)
 
     def _alias_version(self, name: str, alias: str) -> Any:
@@ -586,5 +686,16 @@ class Tracker:
             return None
 
 
-__all__ = ["Tracker", "LeaderboardEntry", "ChampionDecision", "NDVMProgramModel", "entry_from_store",
-           "default_tracking_uri", "experiment_name", "model_name", "leaderboard_path", "CHAMPION", "PREVIOUS"]
+__all__ = [
+    "Tracker",
+    "LeaderboardEntry",
+    "ChampionDecision",
+    "NDVMProgramModel",
+    "entry_from_store",
+    "default_tracking_uri",
+    "experiment_name",
+    "model_name",
+    "leaderboard_path",
+    "CHAMPION",
+    "PREVIOUS",
+]

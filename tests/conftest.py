@@ -9,6 +9,7 @@ and skips the data-dependent tests with a reason naming the missing file.
     @needs_shared("battery/nasa_pcoe.csv")
     def test_x(): path = shared_file("battery/nasa_pcoe.csv")
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,10 @@ def shared_path(relative: str | os.PathLike) -> Path:
 
 
 def _reason(missing: list[str]) -> str:
-    return (f"needs {', '.join(missing)} of the shared data, not found under {shared_data_dir()} "
-            f"(set {SHARED_ENV} to the folder that holds it)")
+    return (
+        f"needs {', '.join(missing)} of the shared data, not found under {shared_data_dir()} "
+        f"(set {SHARED_ENV} to the folder that holds it)"
+    )
 
 
 def shared_file(relative: str | os.PathLike) -> Path:
@@ -57,3 +60,39 @@ def shared_data() -> Path:
     if not folder.is_dir():
         pytest.skip(_reason(["the folder itself"]))
     return folder
+
+
+# ------------------------------------------------------------------ the flow tests' session fixtures
+# Defined here (not imported into each test module) so the session holds one Prefect server and one
+# shared discovery run, whichever flow test modules are collected.
+@pytest.fixture(scope="session")
+def prefect_api():
+    """The URL of the session's Prefect test server."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield str(PREFECT_API_URL.value())
+
+
+@pytest.fixture(scope="session")
+def enso_run(prefect_api, tmp_path_factory):
+    """(report, run folder) of one discovery run: enso, mutation proposer, 40 candidates."""
+    from test_flows_support import ENSO_RUN_BUDGET
+
+    from flows.discover import discover
+
+    folder = tmp_path_factory.mktemp("enso-run")
+    report = discover(
+        task="enso",
+        proposer="mutation",
+        budget=ENSO_RUN_BUDGET,
+        batch_size=16,
+        steps=60,
+        restarts=4,
+        top_k=3,
+        log_every=2.0,
+        folder=str(folder),
+        run_id="enso-e2e",
+    )
+    return report, folder

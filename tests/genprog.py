@@ -29,6 +29,7 @@ Types are tuples: ``REAL`` (inexact), ``INT`` (exact, small), ``BOOL``, ``SYM``,
 ``("list", elem, n)`` (proper list of known length n), ``("vec", n)``, ``("mat", n)`` (n x n),
 ``("fn", (arg types...), result)``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -180,7 +181,12 @@ class _Gen:
             (2, lambda: f"(sqrt (+ 0.5 (square {r()})))"),
             (2, lambda: f"(square {r()})"),
             (1, lambda: f"(abs {r()})"),
-            (1, lambda: f"(expt (+ 1.0 (abs {r()})) {self.rng.choice(['0.5', '1.5', '2.0', '-1.0', '(tanh ' + r() + ')'])})"),
+            (
+                1,
+                lambda: (
+                    f"(expt (+ 1.0 (abs {r()})) {self.rng.choice(['0.5', '1.5', '2.0', '-1.0', '(tanh ' + r() + ')'])})"
+                ),
+            ),
             (1, lambda: f"(atan {r()} (+ 1.0 (square {r()})))"),
             (2, lambda: f"({self.rng.choice(['min', 'max'])} {r()} {r()})"),
             (1, lambda: f"({self.rng.choice(['floor', 'ceiling', 'round', 'truncate'])} {r()})"),
@@ -236,10 +242,22 @@ class _Gen:
         return f"(loop (({i} 0) ({acc} {self.real(env, d)})) (if (>= {i} {n}) {acc} {recur}))"
 
     # R7RS tail contexts a `recur` (or any tail call) may sit in.
-    TAIL_CONTEXTS = ("{}", "(begin 0 {})", "(let ((z 1)) {})", "(let* ((z 1)) {})", "(letrec ((z 1)) {})",
-                     "(when #t {})", "(unless #f {})", "(cond (#f {acc}) (else {}))", "(and #t {})",
-                     "(or #f {})", "(case 1 ((1) {}) (else {acc}))", "(if #t {} {acc})",
-                     "(do ((k 0 (+ k 1))) ((= k 1) {}))", "(let lp ((z 0)) {})")
+    TAIL_CONTEXTS = (
+        "{}",
+        "(begin 0 {})",
+        "(let ((z 1)) {})",
+        "(let* ((z 1)) {})",
+        "(letrec ((z 1)) {})",
+        "(when #t {})",
+        "(unless #f {})",
+        "(cond (#f {acc}) (else {}))",
+        "(and #t {})",
+        "(or #f {})",
+        "(case 1 ((1) {}) (else {acc}))",
+        "(if #t {} {acc})",
+        "(do ((k 0 (+ k 1))) ((= k 1) {}))",
+        "(let lp ((z 0)) {})",
+    )
 
     def in_tail_context(self, call: str, acc: str) -> str:
         for _ in range(self.rng.randint(0, 2)):
@@ -260,7 +278,9 @@ class _Gen:
         i, acc = self.fresh("i"), self.fresh("acc")
         n = self.rng.randint(0, 5)
         inner = env + [(i, INT), (acc, REAL)]
-        return f"(do (({i} 0 (+ {i} 1)) ({acc} {self.real(env, d)} {self.real(inner, min(d, 2))})) ((>= {i} {n}) {acc}))"
+        return (
+            f"(do (({i} 0 (+ {i} 1)) ({acc} {self.real(env, d)} {self.real(inner, min(d, 2))})) ((>= {i} {n}) {acc}))"
+        )
 
     def list_reduce(self, env: list, d: int) -> str:
         n = self.rng.randint(1, 4)
@@ -271,15 +291,17 @@ class _Gen:
         if style == 1:
             return f"(apply {self.rng.choice(['max', 'min', '*'])} {self.real(env, 0)} {lst})"
         if style == 2:  # a fold written as a named let over the list
-            name, l, acc = self.fresh("fold"), self.fresh("l"), self.fresh("acc")
+            name, var, acc = self.fresh("fold"), self.fresh("l"), self.fresh("acc")
             head = self.fresh("h")
             inner = env + [(acc, REAL), (head, REAL)]
             body = self.real(inner, min(d, 2))
-            return (f"(let {name} (({l} {lst}) ({acc} {self.real_lit()})) (if (null? {l}) {acc} "
-                    f"(let (({head} (car {l}))) ({name} (cdr {l}) {body}))))")
+            return (
+                f"(let {name} (({var} {lst}) ({acc} {self.real_lit()})) (if (null? {var}) {acc} "
+                f"(let (({head} (car {var}))) ({name} (cdr {var}) {body}))))"
+            )
         # non-tail recursion over the list
-        f, l = self.fresh("sum"), self.fresh("l")
-        return f"(letrec (({f} (lambda ({l}) (if (null? {l}) 0.0 (+ (car {l}) ({f} (cdr {l}))))))) ({f} {lst}))"
+        f, var = self.fresh("sum"), self.fresh("l")
+        return f"(letrec (({f} (lambda ({var}) (if (null? {var}) 0.0 (+ (car {var}) ({f} (cdr {var}))))))) ({f} {lst}))"
 
     def list_access(self, t, env: list, d: int) -> str:
         n = self.rng.randint(1, 4)
@@ -304,21 +326,28 @@ class _Gen:
         d = depth - 1
         i = lambda: self.int_(env, d)  # noqa: E731
         divisor = lambda: self.rng.choice(["2", "3", "-2", "5", f"(+ 1 (abs {i()}))"])  # noqa: E731
-        return self.pick([
-            (4, lambda: f"(+ {i()} {i()})"),
-            (3, lambda: f"(- {i()} {i()})"),
-            (2, lambda: f"(* {i()} {self.int_lit(-3, 3)})"),
-            (1, lambda: f"(abs {i()})"),
-            (3, lambda: f"({self.rng.choice(['quotient', 'remainder', 'modulo'])} {i()} {divisor()})"),
-            (1, lambda: f"({self.rng.choice(['min', 'max'])} {i()} {i()})"),
-            (2, lambda: f"(length {self.list_(list_t(self.rng.choice([REAL, INT, SYM]), self.rng.randint(0, 4)), env, d)})"),
-            (3, lambda: f"(if {self.bool_(env, d)} {i()} {i()})"),
-            (1, lambda: self.case_form(INT, env, d)),
-            (2, lambda: self.let_form(INT, env, d)),
-            (1, lambda: self.call_fn(INT, env, d)),
-            (1, lambda: self.list_access(INT, env, d)),
-            (1, lambda: self.count_up()),
-        ])
+        return self.pick(
+            [
+                (4, lambda: f"(+ {i()} {i()})"),
+                (3, lambda: f"(- {i()} {i()})"),
+                (2, lambda: f"(* {i()} {self.int_lit(-3, 3)})"),
+                (1, lambda: f"(abs {i()})"),
+                (3, lambda: f"({self.rng.choice(['quotient', 'remainder', 'modulo'])} {i()} {divisor()})"),
+                (1, lambda: f"({self.rng.choice(['min', 'max'])} {i()} {i()})"),
+                (
+                    2,
+                    lambda: (
+                        f"(length {self.list_(list_t(self.rng.choice([REAL, INT, SYM]), self.rng.randint(0, 4)), env, d)})"
+                    ),
+                ),
+                (3, lambda: f"(if {self.bool_(env, d)} {i()} {i()})"),
+                (1, lambda: self.case_form(INT, env, d)),
+                (2, lambda: self.let_form(INT, env, d)),
+                (1, lambda: self.call_fn(INT, env, d)),
+                (1, lambda: self.list_access(INT, env, d)),
+                (1, lambda: self.count_up()),
+            ]
+        )
 
     def count_up(self) -> str:
         """A named let counting an exact integer up to a bound."""
@@ -354,8 +383,13 @@ class _Gen:
             (1, lambda: f"(equal? {self.list_(list_t(INT, 2), env, d)} {self.list_(list_t(INT, 2), env, d)})"),
             (1, lambda: f"(if (memv {i()} '({' '.join(self.int_lit() for _ in range(3))})) #t #f)"),
             (1, lambda: f"(if (member {self.sym(env, d)} '({' '.join(self.rng.sample(SYMBOLS, 2))})) #t #f)"),
-            (1, lambda: f"({self.rng.choice(['number?', 'boolean?', 'symbol?', 'procedure?', 'list?'])} "
-                        f"{self.expr(self.rng.choice([REAL, BOOL, SYM, list_t(INT, 1)]), env, d)})"),
+            (
+                1,
+                lambda: (
+                    f"({self.rng.choice(['number?', 'boolean?', 'symbol?', 'procedure?', 'list?'])} "
+                    f"{self.expr(self.rng.choice([REAL, BOOL, SYM, list_t(INT, 1)]), env, d)})"
+                ),
+            ),
         ]
         return self.pick(options)
 
@@ -367,13 +401,15 @@ class _Gen:
                 return self.rng.choice(vars_)
             return f"'{self.rng.choice(SYMBOLS)}"
         d = depth - 1
-        return self.pick([
-            (3, lambda: f"(if {self.bool_(env, d)} {self.sym(env, d)} {self.sym(env, d)})"),
-            (2, lambda: self.case_form(SYM, env, d)),
-            (2, lambda: self.list_access(SYM, env, d)),
-            (2, lambda: self.assoc_lookup(env, d)),
-            (1, lambda: self.let_form(SYM, env, d)),
-        ])
+        return self.pick(
+            [
+                (3, lambda: f"(if {self.bool_(env, d)} {self.sym(env, d)} {self.sym(env, d)})"),
+                (2, lambda: self.case_form(SYM, env, d)),
+                (2, lambda: self.list_access(SYM, env, d)),
+                (2, lambda: self.assoc_lookup(env, d)),
+                (1, lambda: self.let_form(SYM, env, d)),
+            ]
+        )
 
     def assoc_lookup(self, env: list, d: int) -> str:
         keys = self.rng.sample(SYMBOLS, 3)
@@ -408,7 +444,14 @@ class _Gen:
             ]
             if n >= 1:
                 k = self.rng.randint(0, n)
-                options.append((2, lambda: f"(append {self.list_(list_t(elem, k), env, d)} {self.list_(list_t(elem, n - k), env, d)})"))
+                options.append(
+                    (
+                        2,
+                        lambda: (
+                            f"(append {self.list_(list_t(elem, k), env, d)} {self.list_(list_t(elem, n - k), env, d)})"
+                        ),
+                    )
+                )
                 options.append((1, lambda: f"(list-tail {self.list_(list_t(elem, n + 1), env, d)} 1)"))
                 options.append((1, lambda: f"(cddr {self.list_(list_t(elem, n + 2), env, d)})"))
             if elem == REAL:
@@ -423,8 +466,10 @@ class _Gen:
             return f"(map (lambda ({a}) {body}) {self.list_(list_t(REAL, n), env, d)})"
         b = self.fresh("b")
         body = self.real(env + [(a, REAL), (b, INT)], min(d, 2))
-        return (f"(map (lambda ({a} {b}) {body}) {self.list_(list_t(REAL, n), env, d)} "
-                f"{self.list_(list_t(INT, n), env, d)})")
+        return (
+            f"(map (lambda ({a} {b}) {body}) {self.list_(list_t(REAL, n), env, d)} "
+            f"{self.list_(list_t(INT, n), env, d)})"
+        )
 
     # ---- VEC / MAT (model mode) ---------------------------------------------------------------
     def vec(self, n: int, env: list, depth: int) -> str:
@@ -468,21 +513,28 @@ class _Gen:
         d = max(depth - 1, 0)
         r = lambda: self.real(env, min(d, 1))  # noqa: E731
         if depth <= 0:
-            return self.rng.choice([f"(eye {n})", f"(* {r()} (eye {n}))",
-                                    f"(mat {' '.join('(vec ' + ' '.join(r() for _ in range(n)) + ')' for _ in range(n))})"])
+            return self.rng.choice(
+                [
+                    f"(eye {n})",
+                    f"(* {r()} (eye {n}))",
+                    f"(mat {' '.join('(vec ' + ' '.join(r() for _ in range(n)) + ')' for _ in range(n))})",
+                ]
+            )
         m = lambda: self.mat(n, env, d)  # noqa: E731
-        return self.pick([
-            (3, lambda: f"(mat {' '.join('(vec ' + ' '.join(r() for _ in range(n)) + ')' for _ in range(n))})"),
-            (1, lambda: f"(mat {' '.join('(list ' + ' '.join(r() for _ in range(n)) + ')' for _ in range(n))})"),
-            (2, lambda: f"(+ {m()} {m()})"),
-            (2, lambda: f"(* {r()} {m()})"),
-            (2, lambda: f"(matmul {m()} {m()})"),
-            (1, lambda: f"(transpose {m()})"),
-            (1, lambda: f"(outer {self.vec(n, env, d)} {self.vec(n, env, d)})"),
-            (1, lambda: f"(inv {self.spd(n, env, d)})"),
-            (1, lambda: f"(cholesky {self.spd(n, env, d)})"),
-            (1, lambda: f"(- {m()} (eye {n}))"),
-        ])
+        return self.pick(
+            [
+                (3, lambda: f"(mat {' '.join('(vec ' + ' '.join(r() for _ in range(n)) + ')' for _ in range(n))})"),
+                (1, lambda: f"(mat {' '.join('(list ' + ' '.join(r() for _ in range(n)) + ')' for _ in range(n))})"),
+                (2, lambda: f"(+ {m()} {m()})"),
+                (2, lambda: f"(* {r()} {m()})"),
+                (2, lambda: f"(matmul {m()} {m()})"),
+                (1, lambda: f"(transpose {m()})"),
+                (1, lambda: f"(outer {self.vec(n, env, d)} {self.vec(n, env, d)})"),
+                (1, lambda: f"(inv {self.spd(n, env, d)})"),
+                (1, lambda: f"(cholesky {self.spd(n, env, d)})"),
+                (1, lambda: f"(- {m()} (eye {n}))"),
+            ]
+        )
 
     def spd(self, n: int, env: list, d: int) -> str:
         """A symmetric positive definite matrix with eigenvalues >= 1: (+ (* c I) (M^T M))."""
@@ -492,23 +544,27 @@ class _Gen:
     def vec_to_real(self, env: list, d: int) -> str:
         n = X_LEN if self.chance(0.5) else self.rng.choice([2, 3])
         v = lambda: self.vec(n, env, d)  # noqa: E731
-        return self.pick([
-            (3, lambda: f"(vsum {v()})"),
-            (2, lambda: f"(dot {v()} {v()})"),
-            (1, lambda: f"(norm (+ {v()} (* 0.1 (ones {n}))))"),
-            (1, lambda: f"(ref {v()} {self.rng.randrange(n)})"),
-            (1, lambda: f"(exact->inexact (size {v()}))"),
-        ])
+        return self.pick(
+            [
+                (3, lambda: f"(vsum {v()})"),
+                (2, lambda: f"(dot {v()} {v()})"),
+                (1, lambda: f"(norm (+ {v()} (* 0.1 (ones {n}))))"),
+                (1, lambda: f"(ref {v()} {self.rng.randrange(n)})"),
+                (1, lambda: f"(exact->inexact (size {v()}))"),
+            ]
+        )
 
     def mat_to_real(self, env: list, d: int) -> str:
         n = self.rng.choice([2, 3])
-        return self.pick([
-            (2, lambda: f"(trace {self.mat(n, env, d)})"),
-            (1, lambda: f"(det {self.mat(n, env, d)})"),
-            (2, lambda: f"(logdet {self.spd(n, env, d)})"),
-            (2, lambda: f"(ref {self.mat(n, env, d)} {self.rng.randrange(n)} {self.rng.randrange(n)})"),
-            (1, lambda: f"(dot {self.vec(n, env, d)} (solve {self.spd(n, env, d)} {self.vec(n, env, d)}))"),
-        ])
+        return self.pick(
+            [
+                (2, lambda: f"(trace {self.mat(n, env, d)})"),
+                (1, lambda: f"(det {self.mat(n, env, d)})"),
+                (2, lambda: f"(logdet {self.spd(n, env, d)})"),
+                (2, lambda: f"(ref {self.mat(n, env, d)} {self.rng.randrange(n)} {self.rng.randrange(n)})"),
+                (1, lambda: f"(dot {self.vec(n, env, d)} (solve {self.spd(n, env, d)} {self.vec(n, env, d)}))"),
+            ]
+        )
 
     # ---- binding forms, functions -------------------------------------------------------------
     def let_form(self, t, env: list, d: int) -> str:
@@ -598,7 +654,9 @@ class _Gen:
                 n = self.fresh("n")
                 base = self.real(env, 1)
                 step = self.real(env + [(n, INT)], 2)
-                forms.append(f"(define ({name} {n}) (if (<= {n} 0) {base} (+ (* 0.5 {step}) ({name} (- (min {n} 6) 1)))))")
+                forms.append(
+                    f"(define ({name} {n}) (if (<= {n} 0) {base} (+ (* 0.5 {step}) ({name} (- (min {n} 6) 1)))))"
+                )
                 env.append((name, fn_t((INT,), REAL)))
             elif style == "hof":  # takes a procedure
                 g, y = self.fresh("fun"), self.fresh("y")
@@ -615,8 +673,10 @@ class _Gen:
             else:  # a function with internal defines and a closure over its argument
                 y, h, w = self.fresh("y"), self.fresh("h"), self.fresh("w")
                 inner = env + [(y, REAL)]
-                forms.append(f"(define ({name} {y}) (define {w} {self.real(inner, 2)}) "
-                             f"(define ({h} z) (+ z {w})) ({h} {self.real(inner + [(w, REAL)], 2)}))")
+                forms.append(
+                    f"(define ({name} {y}) (define {w} {self.real(inner, 2)}) "
+                    f"(define ({h} z) (+ z {w})) ({h} {self.real(inner + [(w, REAL)], 2)}))"
+                )
                 env.append((name, fn_t((REAL,), REAL)))
         return forms
 
@@ -627,14 +687,23 @@ class _Gen:
         if self.hofs:
             options.append(lambda: f"({self.rng.choice(self.hofs)} {self.fn(r1, env, 2)} {self.real(env, 2)})")
         if self.composers:
-            options.append(lambda: f"(({self.rng.choice(self.composers)} {self.fn(r1, env, 2)} {self.fn(r1, env, 2)}) {self.real(env, 2)})")
+            options.append(
+                lambda: (
+                    f"(({self.rng.choice(self.composers)} {self.fn(r1, env, 2)} {self.fn(r1, env, 2)}) {self.real(env, 2)})"
+                )
+            )
         if self.rest_fns:
-            options.append(lambda: f"({self.rng.choice(self.rest_fns)} {' '.join(self.real(env, 1) for _ in range(self.rng.randint(0, 3)))})")
+            options.append(
+                lambda: (
+                    f"({self.rng.choice(self.rest_fns)} {' '.join(self.real(env, 1) for _ in range(self.rng.randint(0, 3)))})"
+                )
+            )
         return self.rng.choice(options)() if options else None
 
 
-def generate(seed: int, mode: str = "r7rs", result: str | None = None, max_depth: int = 4,
-             arrays: bool = True) -> Generated:
+def generate(
+    seed: int, mode: str = "r7rs", result: str | None = None, max_depth: int = 4, arrays: bool = True
+) -> Generated:
     """One program for ``seed``. ``result``: in r7rs mode a type name (None: random); in model mode
     ``"scalar"`` (default) or ``"vector"`` (one value per point of the input x). ``arrays=False``
     (model mode) leaves out vectors, matrices and the input x, so that Guile can run the program
@@ -676,8 +745,20 @@ def generate(seed: int, mode: str = "r7rs", result: str | None = None, max_depth
     else:
         t = {None: None, "real": REAL, "int": INT, "bool": BOOL, "sym": SYM, "list": list_t(REAL, 2)}[result]
         if t is None:
-            t = rng.choice([REAL, REAL, REAL, INT, INT, BOOL, SYM, list_t(REAL, rng.randint(0, 3)),
-                            list_t(INT, rng.randint(1, 3)), list_t(SYM, 2)])
+            t = rng.choice(
+                [
+                    REAL,
+                    REAL,
+                    REAL,
+                    INT,
+                    INT,
+                    BOOL,
+                    SYM,
+                    list_t(REAL, rng.randint(0, 3)),
+                    list_t(INT, rng.randint(1, 3)),
+                    list_t(SYM, 2),
+                ]
+            )
         final = g.expr(t, env, max_depth)
         for _ in range(4):  # a bare literal or variable as the program's value checks little
             if final.startswith("(") and not final.startswith("(quote"):
@@ -688,8 +769,9 @@ def generate(seed: int, mode: str = "r7rs", result: str | None = None, max_depth
             if special is not None:
                 final = f"(+ {final} {special})"
     forms.append(final)
-    return Generated(source="\n".join(forms) + "\n", mode=mode, seed=seed, params=list(g.params),
-                     uses_x=g.uses_x, uses_u=g.uses_u)
+    return Generated(
+        source="\n".join(forms) + "\n", mode=mode, seed=seed, params=list(g.params), uses_x=g.uses_x, uses_u=g.uses_u
+    )
 
 
 def source_sha(source: str) -> str:
@@ -742,13 +824,14 @@ def guile_program(seed: int, mode: str) -> Generated:
     return generate(seed, "r7rs") if mode == "r7rs" else generate(seed, "model", arrays=False)
 
 
-def run_guile(seeds: list[int], guile: str = "guile", timeout_s: float = 600.0, mode: str = "r7rs",
-              batch_size: int = 2000) -> dict[int, str]:
+def run_guile(
+    seeds: list[int], guile: str = "guile", timeout_s: float = 600.0, mode: str = "r7rs", batch_size: int = 2000
+) -> dict[int, str]:
     """Guile's `write` of the value of each program (see guile_program), keyed by seed; one Guile
     process per batch of `batch_size` programs, each batch within `timeout_s`."""
     out: dict[int, str] = {}
     for start in range(0, len(seeds), batch_size):
-        out.update(_run_guile_batch(seeds[start:start + batch_size], guile, timeout_s, mode))
+        out.update(_run_guile_batch(seeds[start : start + batch_size], guile, timeout_s, mode))
     return out
 
 
@@ -760,8 +843,12 @@ def _run_guile_batch(seeds: list[int], guile: str, timeout_s: float, mode: str) 
         prelude.write_text(MODEL_PRELUDE)
         batch = Path(tmp) / "batch.scm"
         batch.write_text("".join(f"({seed} {mode}\n{guile_program(seed, mode).source})\n" for seed in seeds))
-        proc = subprocess.run([guile, "--no-auto-compile", "-s", str(driver), str(batch), str(prelude)],
-                              capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [guile, "--no-auto-compile", "-s", str(driver), str(batch), str(prelude)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"guile failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
     out: dict[int, str] = {}
@@ -783,8 +870,13 @@ def write_guile_fixture(guile: str = "guile") -> Path:
         for mode in ("r7rs", "model"):
             answers = run_guile(seeds, guile, mode=mode)
             for seed in seeds:
-                record = {"seed": seed, "mode": mode, "source_sha": source_sha(guile_program(seed, mode).source),
-                          "expected": answers[seed], "guile": version}
+                record = {
+                    "seed": seed,
+                    "mode": mode,
+                    "source_sha": source_sha(guile_program(seed, mode).source),
+                    "expected": answers[seed],
+                    "guile": version,
+                }
                 f.write(json.dumps(record) + "\n")
     return GUILE_FIXTURE
 
@@ -795,8 +887,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--result", default=None)
-    parser.add_argument("--write-guile-fixture", action="store_true",
-                        help=f"run seeds 0..{GUILE_FIXTURE_SEEDS - 1} (r7rs mode) through Guile into {GUILE_FIXTURE.name}")
+    parser.add_argument(
+        "--write-guile-fixture",
+        action="store_true",
+        help=f"run seeds 0..{GUILE_FIXTURE_SEEDS - 1} (r7rs mode) through Guile into {GUILE_FIXTURE.name}",
+    )
     args = parser.parse_args(argv)
     if args.write_guile_fixture:
         path = write_guile_fixture()

@@ -4,6 +4,7 @@ Values and gradients of every baseline (tagged, eager, compiled C++, JAX when in
 compared with NDVM's on the benchmark programs (float64, relative 1e-10); the baselines are also
 checked against each other and against finite differences, so they stay trustworthy on their own.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
+from ndvm.errors import EvalError, ParseError
 from ndvm_bench.baselines import eager, jax_baseline, tagged
 from ndvm_bench.baselines.calibrate import calibrate as baseline_calibrate
 from ndvm_bench.baselines.reader import Symbol, read_all
 from ndvm_bench.common import BenchConfig, time_call
 from ndvm_bench.programs import PROGRAMS, REGIME_ORDER, kalman_observations
-from ndvm.errors import EvalError, ParseError
 
 RTOL = 1e-10
 
@@ -163,6 +164,7 @@ def test_baseline_matches_ndvm(name, baseline):
 
 def test_highdim_program_matches_ndvm():
     from ndvm_bench.highdim import highdim_source, simulated_series
+
     ndvm = _ndvm()
     src, ys = highdim_source(3), simulated_series(3, 12)
     prog = ndvm.compile(src)
@@ -180,6 +182,7 @@ compiler = pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), 
 @compiler
 def test_compiled_kalman_matches_eager_baseline():
     from ndvm_bench import compiled
+
     p = PROGRAMS["kalman2d_T80"]
     theta = p.theta_batch(5, spread=0.2)
     out = compiled.run_kalman(p.inputs["ys"], theta, reps=2)
@@ -192,6 +195,7 @@ def test_compiled_kalman_matches_eager_baseline():
 @compiler
 def test_compiled_kalman_matches_ndvm():
     from ndvm_bench import compiled
+
     ndvm = _ndvm()
     p = PROGRAMS["kalman2d_T80"]
     theta = p.theta_batch(4, spread=0.2)
@@ -231,6 +235,7 @@ def test_kalman_data_are_deterministic():
 def test_highdim_program_has_611_parameters_at_d20():
     from ndvm_bench.baselines.interp import split_toplevel
     from ndvm_bench.highdim import highdim_param_names, highdim_source
+
     params, _ = split_toplevel(read_all(highdim_source(20)))
     assert len(params) == 611
     assert [p.name for p in params] == highdim_param_names(20)
@@ -238,7 +243,9 @@ def test_highdim_program_has_611_parameters_at_d20():
 
 def test_enso_series_from_shared_data():
     from conftest import shared_file
+
     from ndvm_bench.highdim import enso_series
+
     data = shared_file("enso").parent  # ../shared/data (or $NDVM_SHARED_DATA); skips when absent
     Y = enso_series(data, 20, 120)
     assert Y.shape == (120, 20)
@@ -249,14 +256,17 @@ def test_enso_series_from_shared_data():
 
 def test_differential_evolution_minimizes_a_quadratic():
     from ndvm_bench.highdim import differential_evolution
+
     target = np.array([1.0, -2.0, 0.5])
-    _, best, hist = differential_evolution(lambda X: np.sum((X - target) ** 2, axis=1), np.zeros(3),
-                                           evaluations=3000, pop=20, seed=1, scale=1.0)
+    _, best, hist = differential_evolution(
+        lambda X: np.sum((X - target) ** 2, axis=1), np.zeros(3), evaluations=3000, pop=20, seed=1, scale=1.0
+    )
     assert best < 1e-6 and hist[0] > hist[-1]
 
 
 def test_crossover_steps():
     from ndvm_bench.staging import crossover_steps
+
     assert crossover_steps(1e-5, 1e-4, 0.1, 1e-5) == pytest.approx((0.1 - 1e-5) / (1e-4 - 1e-5))
     assert crossover_steps(1e-5, 1e-6, 0.1, 1e-5) is None
 
@@ -269,6 +279,7 @@ def test_time_call_groups_fast_calls():
 # -- suites in --quick mode (need the runtime) -----------------------------------------------------
 def _suite(name):
     from ndvm_bench.runner import _suites
+
     _ndvm()
     torch.set_num_threads(1)
     return _suites()[name](BenchConfig(quick=True))
@@ -336,6 +347,7 @@ def test_bench_main_writes_json(tmp_path):
     if not hasattr(ndvm, "calibrate"):
         pytest.skip("ndvm.calibrate not available yet")
     from ndvm_bench import main
+
     out = tmp_path / "bench.json"
     assert main(["--quick", "--suite", "staging", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
@@ -345,9 +357,14 @@ def test_bench_main_writes_json(tmp_path):
 def test_markdown_tables_from_a_result_document():
     from ndvm_bench.common import SuiteResult
     from ndvm_bench.runner import to_markdown
+
     res = SuiteResult("demo", "A demo", ["name", "time"], [["a|b", "1.00 ms"]], ["a note"], seconds=1.5)
-    doc = {"suites": {"demo": {**res.to_json(), "load_average_before": [0.5, 0.4, 0.3]},
-                      "other": {"skipped": "JAX is not installed"}}}
+    doc = {
+        "suites": {
+            "demo": {**res.to_json(), "load_average_before": [0.5, 0.4, 0.3]},
+            "other": {"skipped": "JAX is not installed"},
+        }
+    }
     md = to_markdown(doc)
     assert "### demo: A demo" in md and "| a\\|b | 1.00 ms |" in md and "|---|--:|" in md
     assert "- a note" in md and "Skipped: JAX is not installed" in md

@@ -2,6 +2,7 @@
 MATLAB 7.3/HDF5 batch files (h5py, groups and object references as in the published files),
 served by a local HTTP server on 127.0.0.1 with Range support; and the download cache itself
 (resume, truncation, checksums). Nothing here talks to the outside network."""
+
 from __future__ import annotations
 
 import re
@@ -142,20 +143,27 @@ def nasa_cell_file(path: Path, cell: str, capacities: list[float], ambient: floa
     kinds = []
     for cap in capacities:
         kinds += [("charge", None), ("discharge", cap), ("impedance", None)]
-    ops = np.zeros((1, len(kinds)), dtype=[("type", "O"), ("ambient_temperature", "O"), ("time", "O"),
-                                          ("data", "O")])
+    ops = np.zeros((1, len(kinds)), dtype=[("type", "O"), ("ambient_temperature", "O"), ("time", "O"), ("data", "O")])
     for k, (kind, cap) in enumerate(kinds):
         ops[0, k]["type"] = kind
         ops[0, k]["ambient_temperature"] = float(ambient)
         ops[0, k]["time"] = np.array([[2008.0, 4.0, 2.0, 13.0, 8.0 + k % 50, 17.921 + k]])
         if kind == "discharge":
             v = np.linspace(4.19, 2.6 + 0.01 * k % 7, 30)
-            ops[0, k]["data"] = {"Voltage_measured": v, "Current_measured": np.full(30, -2.0) + 0.001 * k,
-                                 "Temperature_measured": np.linspace(24.0, 38.0 + k % 3, 30), "Time": np.arange(30.0),
-                                 "Capacity": np.array([]) if cap is None or np.isnan(cap) else cap}
+            ops[0, k]["data"] = {
+                "Voltage_measured": v,
+                "Current_measured": np.full(30, -2.0) + 0.001 * k,
+                "Temperature_measured": np.linspace(24.0, 38.0 + k % 3, 30),
+                "Time": np.arange(30.0),
+                "Capacity": np.array([]) if cap is None or np.isnan(cap) else cap,
+            }
         elif kind == "charge":
-            ops[0, k]["data"] = {"Voltage_measured": np.linspace(3.5, 4.2, 10), "Current_measured": np.full(10, 1.5),
-                                 "Temperature_measured": np.full(10, 25.0), "Time": np.arange(10.0)}
+            ops[0, k]["data"] = {
+                "Voltage_measured": np.linspace(3.5, 4.2, 10),
+                "Current_measured": np.full(10, 1.5),
+                "Temperature_measured": np.full(10, 25.0),
+                "Time": np.arange(10.0),
+            }
         else:
             ops[0, k]["data"] = {"Sense_current": np.ones(5), "Battery_impedance": np.ones(5)}
     savemat(path, {cell: {"cycle": ops}})
@@ -166,8 +174,10 @@ def nasa_archive(folder: Path) -> dict[str, list[float]]:
     import zipfile
 
     rng = np.random.default_rng(5)
-    cells = {c: list(1.9 - 0.004 * np.arange(n) + rng.normal(0, 0.002, n))
-             for c, n in (("B0005", 40), ("B0006", 36), ("B0033", 30))}
+    cells = {
+        c: list(1.9 - 0.004 * np.arange(n) + rng.normal(0, 0.002, n))
+        for c, n in (("B0005", 40), ("B0006", 36), ("B0033", 30))
+    }
     cells["B0006"][3] = float("nan")  # a discharge without a recorded capacity (empty array in the file)
     work = folder / "work"
     work.mkdir()
@@ -242,20 +252,31 @@ def severson_batch_file(path: Path, cells: list[dict]) -> None:
         refs = f.create_group("#refs#")
         batch = f.create_group("batch")
         batch.attrs["MATLAB_class"] = np.bytes_("struct")
-        columns = {k: [] for k in ("summary", "cycles", "cycle_life", "policy_readable", "barcode", "channel_id", "Vdlin")}
+        columns = {
+            k: [] for k in ("summary", "cycles", "cycle_life", "policy_readable", "barcode", "channel_id", "Vdlin")
+        }
         for i, cell in enumerate(cells):
             n = len(cell["qd"])
             summary = refs.create_group(f"s{i}")
             summary.attrs["MATLAB_class"] = np.bytes_("struct")
-            fields = {"cycle": np.arange(1, n + 1, dtype=float), "QDischarge": np.asarray(cell["qd"]),
-                      "QCharge": np.asarray(cell["qd"]) + 0.001, "IR": np.full(n, 0.016), "Tavg": np.full(n, 31.5),
-                      "Tmin": np.full(n, 29.9), "Tmax": np.full(n, 35.1), "chargetime": np.full(n, 13.4)}
+            fields = {
+                "cycle": np.arange(1, n + 1, dtype=float),
+                "QDischarge": np.asarray(cell["qd"]),
+                "QCharge": np.asarray(cell["qd"]) + 0.001,
+                "IR": np.full(n, 0.016),
+                "Tavg": np.full(n, 31.5),
+                "Tmin": np.full(n, 29.9),
+                "Tmax": np.full(n, 35.1),
+                "chargetime": np.full(n, 13.4),
+            }
             for key, value in fields.items():
                 summary.create_dataset(key, data=value.reshape(1, n))
             cyc = refs.create_group(f"c{i}")
             for key in ("I", "Qc", "Qd", "Qdlin", "T", "Tdlin", "V", "discharge_dQdV", "t"):
-                series = [refs.create_dataset(f"c{i}{key}{j}", data=np.linspace(0, 1, 8).reshape(1, 8)).ref
-                          for j in range(min(n, 3))]
+                series = [
+                    refs.create_dataset(f"c{i}{key}{j}", data=np.linspace(0, 1, 8).reshape(1, 8)).ref
+                    for j in range(min(n, 3))
+                ]
                 cyc.create_dataset(key, data=np.array(series, dtype=object).reshape(-1, 1), dtype=ref_dtype)
             columns["summary"].append(summary.ref)
             columns["cycles"].append(cyc.ref)
@@ -272,7 +293,7 @@ def severson_batch_file(path: Path, cells: list[dict]) -> None:
 
 def _fade(n: int, rng, start: float = 1.07) -> list[float]:
     k = np.arange(n)
-    return list(start - 1e-4 * k - 2e-7 * k ** 2 + rng.normal(0, 2e-4, n))
+    return list(start - 1e-4 * k - 2e-7 * k**2 + rng.normal(0, 2e-4, n))
 
 
 def severson_files(folder: Path) -> dict[str, dict]:
@@ -283,8 +304,12 @@ def severson_files(folder: Path) -> dict[str, dict]:
     for (batch, count), name in zip(batches.items(), names):
         cells = []
         for i in range(count):
-            cell = {"qd": _fade(40 + 3 * i + 5 * batch, rng), "life": 500 + i, "policy": f"{3 + batch}.6C(80%)-3.6C",
-                    "barcode": f"EL1500{batch}{i:02d}"}
+            cell = {
+                "qd": _fade(40 + 3 * i + 5 * batch, rng),
+                "life": 500 + i,
+                "policy": f"{3 + batch}.6C(80%)-3.6C",
+                "barcode": f"EL1500{batch}{i:02d}",
+            }
             made[f"b{batch}c{i}"] = cell
             cells.append(cell)
         severson_batch_file(folder / name, cells)
@@ -360,5 +385,7 @@ def test_dataset_options_are_typed_and_unknown_names_listed():
     with pytest.raises(options.DatasetOptionError, match="KEY=VALUE"):
         options.parse(d, ["train_fraction"])
     enso = datasets.definition("enso-nino34")
-    assert options.parse(enso, ["train_end_year=1985", "source=cpc-sstoi"]) == {"train_end_year": 1985,
-                                                                                 "source": "cpc-sstoi"}
+    assert options.parse(enso, ["train_end_year=1985", "source=cpc-sstoi"]) == {
+        "train_end_year": 1985,
+        "source": "cpc-sstoi",
+    }

@@ -1,5 +1,6 @@
 """Calibration: the fused native optimizers reach known optima, respect constraints, freeze
 non-finite lanes without poisoning the others, and threads give the same bits as serial."""
+
 import numpy as np
 import pytest
 
@@ -59,8 +60,9 @@ def test_threads_identical_to_serial():
     rng = np.random.default_rng(0)
     x = np.linspace(0.1, 6, 40)
     y = np.exp(-0.3 * x) * np.cos(2 * x)
-    sources = [f"(param a 0.5) (param b 0.1) (param c {1 + k / 10}) (* a (exp (- (* b x))) (cos (* c x)))"
-               for k in range(12)] + ["(param a 1) (car a)"]
+    sources = [
+        f"(param a 0.5) (param b 0.1) (param c {1 + k / 10}) (* a (exp (- (* b x))) (cos (* c x)))" for k in range(12)
+    ] + ["(param a 1) (car a)"]
     serial = ndvm.calibrate_many(sources, {"x": x}, target=y, steps=40, restarts=8, threads=1)
     threaded = ndvm.calibrate_many(sources, {"x": x}, target=y, steps=40, restarts=8, threads=2)
     for s, t in zip(serial[:-1], threaded[:-1]):
@@ -80,8 +82,15 @@ def test_lane_inputs_fit_one_series_per_lane():
     t = np.linspace(0, 5, 25)
     rates = np.array([0.2, 0.5, 0.9])
     ys = np.exp(-rates[:, None] * t[None, :])
-    fit = ndvm.calibrate("(param k 0.3 positive) (exp (- (* k t)))", lane_inputs={"t": np.tile(t, (3, 1))},
-                         lane_target=ys, optimizer="lbfgs", steps=80, restarts=3, init=np.full((3, 1), 0.3))
+    fit = ndvm.calibrate(
+        "(param k 0.3 positive) (exp (- (* k t)))",
+        lane_inputs={"t": np.tile(t, (3, 1))},
+        lane_target=ys,
+        optimizer="lbfgs",
+        steps=80,
+        restarts=3,
+        init=np.full((3, 1), 0.3),
+    )
     np.testing.assert_allclose(fit.all_params[:, 0], rates, rtol=1e-6)
 
 
@@ -103,8 +112,9 @@ def test_kalman_mle_matches_statsmodels():
                   (if (= t 0) ll (- ll (* 0.5 (+ (log (* 2 3.141592653589793 S)) (/ (* e e) S)))))))))
     """
     fit = ndvm.calibrate(src, {"y": y}, loss="value", optimizer="lbfgs", steps=200, restarts=1)
-    mod = sm.tsa.UnobservedComponents(y, level="llevel", initialization="known", initial_state=[0.0],
-                                      initial_state_cov=[[1e6]])
+    mod = sm.tsa.UnobservedComponents(
+        y, level="llevel", initialization="known", initial_state=[0.0], initial_state_cov=[[1e6]]
+    )
     res = mod.fit(start_params=[0.5, 0.5], disp=False, method="lbfgs", maxiter=500, pgtol=1e-10)
     assert mod.loglikelihood_burn == 1
     llf_ndvm = -fit.loss
@@ -156,8 +166,9 @@ def test_lbfgs_does_not_jump_onto_a_saturated_plateau():
     lower than at the start but the gradient in unconstrained coordinates vanishes; steps are capped."""
     t = np.linspace(0, 6, 200)
     y = np.exp(-0.14 * t)
-    fit = ndvm.calibrate("(param k 0.5 positive) (exp (- (* k t)))", {"t": t}, target=y, optimizer="lbfgs",
-                         steps=100, restarts=1)
+    fit = ndvm.calibrate(
+        "(param k 0.5 positive) (exp (- (* k t)))", {"t": t}, target=y, optimizer="lbfgs", steps=100, restarts=1
+    )
     assert fit.params["k"] == pytest.approx(0.14, rel=1e-6)
 
 
@@ -167,7 +178,15 @@ def test_grouped_lanes_stop_independently():
     t = np.tile(np.linspace(0, 6, 100), (40, 1))
     k = rng.uniform(0.1, 1.0, 40)
     y = np.exp(-k[:, None] * t)
-    fit = ndvm.calibrate("(param k 0.5 positive) (exp (- (* k t)))", lane_inputs={"t": t}, lane_target=y,
-                         optimizer="lbfgs", steps=150, restarts=40, init=np.full((40, 1), 0.5), tol=1e-12)
+    fit = ndvm.calibrate(
+        "(param k 0.5 positive) (exp (- (* k t)))",
+        lane_inputs={"t": t},
+        lane_target=y,
+        optimizer="lbfgs",
+        steps=150,
+        restarts=40,
+        init=np.full((40, 1), 0.5),
+        tol=1e-12,
+    )
     np.testing.assert_allclose(fit.all_params[:, 0], k, rtol=1e-5)
     assert "converged" in fit.lane_status

@@ -1,5 +1,6 @@
 """The pipeline commands of ``ndvm``: registration in ndvm's parser, datasets, calibrate,
 leaderboard, serve (a deployment with a cron schedule on the session's Prefect server), ui."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,10 @@ import urllib.request
 
 import numpy as np
 import pytest
-
-from test_flows_support import enso_run, free_port, prefect_api, start_ui, stop_ui, subprocess_env  # noqa: F401
+from conftest import shared_file
+from test_flows_support import free_port, start_ui, stop_ui, subprocess_env
 
 from ndvm.cli import build_parser, main
-
-from conftest import shared_file
 
 FORECAST_PROGRAM = """(param phi 0.9 (between -1 1))
 (define (init) 0.0)
@@ -31,7 +30,13 @@ def test_pipeline_commands_are_registered_in_ndvm():
     assert {"discover", "recalibrate", "serve", "leaderboard", "datasets", "calibrate", "ui"} <= set(sub.choices)
     args = parser.parse_args(["discover"])
     # the embedded default: enso, proposer chosen from the environment, two minutes, ./runs
-    assert (args.task, args.proposer, args.minutes, args.folder, args.runner) == ("enso", "auto", 2.0, "runs", "threads")
+    assert (args.task, args.proposer, args.minutes, args.folder, args.runner) == (
+        "enso",
+        "auto",
+        2.0,
+        "runs",
+        "threads",
+    )
 
 
 def test_datasets_lists_the_registry(capsys):
@@ -58,8 +63,22 @@ def test_calibrate_a_curve_program_on_a_csv_column(tmp_path, capsys):
     (tmp_path / "fade.csv").write_text("t,v\n" + "\n".join(f"{a},{b}" for a, b in zip(t, y)))
     program = tmp_path / "line.scm"
     program.write_text("(param a 1.0)\n(param b 0.0)\n(+ a (* b x))\n")
-    code = main(["calibrate", str(program), "--data", str(tmp_path / "fade.csv"), "--x", "t", "--y", "v",
-                 "--optimizer", "lbfgs", "--steps", "100"])
+    code = main(
+        [
+            "calibrate",
+            str(program),
+            "--data",
+            str(tmp_path / "fade.csv"),
+            "--x",
+            "t",
+            "--y",
+            "v",
+            "--optimizer",
+            "lbfgs",
+            "--steps",
+            "100",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     values = {line.split("=")[0].strip(): float(line.split("=")[1]) for line in out.splitlines() if " = " in line}
@@ -89,10 +108,34 @@ def test_serve_registers_a_cron_deployment_and_runs_it(prefect_api, tmp_path):
 
     # (the runner polls for due runs every 2 s here instead of 10 s)
     env = subprocess_env(prefect_api, PREFECT_RUNNER_POLL_FREQUENCY="2")
-    proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "serve", "--cron", "0 2 * * *", "--timezone", "Europe/Berlin",
-                             "--name", "nightly-test", "--minutes", "30", "--steps", "30", "--restarts", "2", "--top-k", "1",
-                             "--folder", str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ndvm.cli",
+            "serve",
+            "--cron",
+            "0 2 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--name",
+            "nightly-test",
+            "--minutes",
+            "30",
+            "--steps",
+            "30",
+            "--restarts",
+            "2",
+            "--top-k",
+            "1",
+            "--folder",
+            str(tmp_path),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deployment = None
         deadline = time.monotonic() + 90
@@ -153,8 +196,11 @@ def test_ui_serves_the_run_folder_on_localhost(enso_run, prefect_api):
     proc = start_ui(folder, port, prefect_api)
     try:
         body = json.dumps({"experiment_ids": [report["mlflow_experiment_id"]], "max_results": 100}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=20) as reply:
             runs = json.load(reply)["runs"]
         names = {r["info"]["run_name"] for r in runs}
@@ -170,9 +216,25 @@ def test_ui_serves_the_run_folder_on_localhost(enso_run, prefect_api):
 def test_recalibrate_command_prints_old_and_new_scores(enso_run, capsys):
     sstoi = shared_file("enso/raw/cpc_sstoi.indices.txt")
     report, folder = enso_run
-    code = main(["recalibrate", "--from-run", "enso-e2e", "--top", "2", "--run-id", "recal-cli", "--steps", "30",
-                 "--restarts", "2", "--data", str(sstoi),
-                 "--folder", str(folder)])
+    code = main(
+        [
+            "recalibrate",
+            "--from-run",
+            "enso-e2e",
+            "--top",
+            "2",
+            "--run-id",
+            "recal-cli",
+            "--steps",
+            "30",
+            "--restarts",
+            "2",
+            "--data",
+            str(sstoi),
+            "--folder",
+            str(folder),
+        ]
+    )
     assert code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "enso-e2e re-fitted on" in out and "recal-cli" in out and report["best_hash"] in out

@@ -1,6 +1,7 @@
 """The user's path on the command line: battery originals from download to a discovery run, dataset
 options (typed, unknown names listed), `ndvm datasets` at 80 columns, and an LLM run that stops at
 once on a wrong key (local servers on 127.0.0.1 only)."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,8 @@ import time
 from http.server import ThreadingHTTPServer
 
 import pytest
-
 from test_battery_sources import _Files, severson_files
-from test_flows_support import FakeOpenAI, prefect_api  # noqa: F401  (fixture)
+from test_flows_support import FakeOpenAI
 
 from ndvm.cli import main
 
@@ -40,8 +40,14 @@ def test_datasets_list_fits_80_columns_and_show_names_options(capsys, monkeypatc
         assert name in out
     assert main(["datasets", "show", "battery-severson"]) == 0
     out = capsys.readouterr().out
-    for text in ("batches = '1,2,3'", "test_cells = 'b3*'", "train_fraction", "CC BY 4.0", "doi:10.1038",
-                 "ndvm datasets fetch severson"):
+    for text in (
+        "batches = '1,2,3'",
+        "test_cells = 'b3*'",
+        "train_fraction",
+        "CC BY 4.0",
+        "doi:10.1038",
+        "ndvm datasets fetch severson",
+    ):
         assert text in " ".join(out.split()), text
     assert main(["datasets", "show", "enso"]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -82,10 +88,37 @@ def test_battery_from_download_to_a_discovery_run(mirror, prefect_api, tmp_path,
     assert "cached: 3 of 3 files" in out and "cell_id groups" in out
     assert "test_fit" in out and "train" in out and "validation" in out
     folder = tmp_path / "runs"
-    code = main(["discover", "--task", "battery-severson", "--option", "batches=1,3", "--option", "test_cells=b3*",
-                 "--option", f"mirror={mirror}", "--minutes", "1", "--max-candidates", "12", "--steps", "20",
-                 "--restarts", "2", "--batch-size", "6", "--top-k", "1", "--test-top-k", "1", "--run-id", "bat-1",
-                 "--folder", str(folder)])
+    code = main(
+        [
+            "discover",
+            "--task",
+            "battery-severson",
+            "--option",
+            "batches=1,3",
+            "--option",
+            "test_cells=b3*",
+            "--option",
+            f"mirror={mirror}",
+            "--minutes",
+            "1",
+            "--max-candidates",
+            "12",
+            "--steps",
+            "20",
+            "--restarts",
+            "2",
+            "--batch-size",
+            "6",
+            "--top-k",
+            "1",
+            "--test-top-k",
+            "1",
+            "--run-id",
+            "bat-1",
+            "--folder",
+            str(folder),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     from storage import CandidateStore
 
@@ -101,8 +134,15 @@ class _WrongKeyServer(FakeOpenAI):
     """Answers every request 401, as a provider does for a wrong API key."""
 
     def answer(self, handler, body, first):
-        payload = json.dumps({"error": {"message": "Incorrect API key provided: sk-wr***ng",
-                                        "type": "invalid_request_error", "code": "invalid_api_key"}}).encode()
+        payload = json.dumps(
+            {
+                "error": {
+                    "message": "Incorrect API key provided: sk-wr***ng",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            }
+        ).encode()
         handler.send_response(401)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(payload)))
@@ -117,9 +157,27 @@ def test_llm_run_with_a_wrong_key_stops_at_once(prefect_api, tmp_path, monkeypat
     fake = _WrongKeyServer(delay=0.05)
     try:
         started = time.monotonic()
-        code = main(["discover", "--model", "openai/fake-model", "--api-base", fake.api_base,
-                     "--api-key-env", "NDVM_TEST_LLM_KEY", "--minutes", "5", "--max-cost", "5", "--concurrency", "4",
-                     "--run-id", "wrong-key", "--folder", str(tmp_path)])
+        code = main(
+            [
+                "discover",
+                "--model",
+                "openai/fake-model",
+                "--api-base",
+                fake.api_base,
+                "--api-key-env",
+                "NDVM_TEST_LLM_KEY",
+                "--minutes",
+                "5",
+                "--max-cost",
+                "5",
+                "--concurrency",
+                "4",
+                "--run-id",
+                "wrong-key",
+                "--folder",
+                str(tmp_path),
+            ]
+        )
         seconds = time.monotonic() - started
     finally:
         fake.close()

@@ -6,6 +6,7 @@ Values are compared as Scheme data: exactness must match (3 is not 3.0), floats 
 Python value NDVM returns to Scheme notation lives here (`to_scheme`), and so does a small reader of
 Guile's `write` output (`read_datum`).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,7 +29,9 @@ ABS_TOL = 1e-300  # only so that 0.0 and -0.0 (and tiny underflows) compare equa
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("gen_conformance_fixtures", ROOT / "scripts" / "gen_conformance_fixtures.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_conformance_fixtures", ROOT / "scripts" / "gen_conformance_fixtures.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses need the module registered while it executes
     spec.loader.exec_module(module)
@@ -42,6 +45,7 @@ RECORDS = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line
 # ---------------------------------------------------------------------------------------------
 # Scheme data in Python: int (exact), float (inexact), bool, Symbol, SList (proper or dotted list).
 
+
 class Symbol(str):
     """A Scheme symbol (distinct from the Python str NDVM uses for symbols only by type)."""
 
@@ -49,6 +53,7 @@ class Symbol(str):
 @dataclass(frozen=True)
 class SList:
     """A list: items, and the final cdr (None for a proper list, else the atom after the dot)."""
+
     items: tuple
     tail: object = None
 
@@ -168,15 +173,19 @@ def same_datum(expected, got) -> bool:
     if isinstance(expected, Symbol):
         return isinstance(got, Symbol) and str(expected) == str(got)
     if isinstance(expected, SList):
-        return (isinstance(got, SList) and len(expected.items) == len(got.items)
-                and all(same_datum(e, g) for e, g in zip(expected.items, got.items))
-                and (expected.tail is None) == (got.tail is None)
-                and (expected.tail is None or same_datum(expected.tail, got.tail)))
+        return (
+            isinstance(got, SList)
+            and len(expected.items) == len(got.items)
+            and all(same_datum(e, g) for e, g in zip(expected.items, got.items))
+            and (expected.tail is None) == (got.tail is None)
+            and (expected.tail is None or same_datum(expected.tail, got.tail))
+        )
     raise TypeError(f"unexpected datum {expected!r}")
 
 
 # ---------------------------------------------------------------------------------------------
 # The helpers themselves (cheap, run without the runtime's help).
+
 
 def test_reader_and_writer_round_trip():
     for text in ["(1 2.5 #t #f sym (nested (deep)) ())", "(1 2 . 3)", "(a . b)", "1.0e-5", "-17", "+inf.0"]:
@@ -204,6 +213,7 @@ def test_fixture_is_complete_and_current():
 # ---------------------------------------------------------------------------------------------
 # The conformance check proper.
 
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("record", RECORDS, ids=[r["name"] for r in RECORDS])
 def test_program_matches_guile(record):
@@ -212,7 +222,8 @@ def test_program_matches_guile(record):
     got = from_python(value)
     assert same_datum(expected, got), (
         f"{record['name']}: Guile gives {record['expected']}, NDVM gives {write_datum(got)} "
-        f"(Python {value!r})\n{record['source']}")
+        f"(Python {value!r})\n{record['source']}"
+    )
 
 
 @pytest.mark.timeout(300)
@@ -223,13 +234,17 @@ def test_fixture_matches_live_guile():
         pytest.skip("guile is not installed; the committed fixture is used")
     programs = generator.load_programs()
     live = {p.name: generator.run_guile(p, guile) for p in programs}
-    differ = {r["name"]: (r["expected"], live.get(r["name"])) for r in RECORDS
-              if not same_datum(read_datum(r["expected"]), read_datum(live[r["name"]]))}
+    differ = {
+        r["name"]: (r["expected"], live.get(r["name"]))
+        for r in RECORDS
+        if not same_datum(read_datum(r["expected"]), read_datum(live[r["name"]]))
+    }
     assert not differ, f"Guile now disagrees with the fixture: {differ}"
 
 
 # ---------------------------------------------------------------------------------------------
 # The runtime's own Scheme printer (ndvm.values.to_scheme, used by `ndvm run`) against Guile's.
+
 
 def test_runtime_printer_agrees_with_python_values():
     """For every program that runs, the runtime's printed value reads back as the same datum."""
@@ -247,8 +262,16 @@ def test_runtime_printer_agrees_with_python_values():
     assert not mismatches, mismatches[:10]
 
 
-CLI_SAMPLE = ["list-cons-dotted", "list-build-with-cons-dotted-chain", "num-float-literals", "quote-numbers-and-booleans",
-              "symbols-with-punctuation", "num-round-to-even", "list-of-pairs", "hof-map-nested"]
+CLI_SAMPLE = [
+    "list-cons-dotted",
+    "list-build-with-cons-dotted-chain",
+    "num-float-literals",
+    "quote-numbers-and-booleans",
+    "symbols-with-punctuation",
+    "num-round-to-even",
+    "list-of-pairs",
+    "hof-map-nested",
+]
 
 
 @pytest.mark.timeout(120)
@@ -264,11 +287,13 @@ def test_cli_run_prints_what_guile_writes(tmp_path):
         proc = subprocess.run([str(ndvm_cli), "run", str(path)], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, f"{name}: {proc.stderr[-1000:]}"
         assert same_datum(read_datum(by_name[name]["expected"]), read_datum(proc.stdout.strip())), (
-            f"{name}: Guile {by_name[name]['expected']}, ndvm run printed {proc.stdout.strip()}")
+            f"{name}: Guile {by_name[name]['expected']}, ndvm run printed {proc.stdout.strip()}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Differential run on random programs (needs Guile: skipped where it is not installed).
+
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -276,7 +301,9 @@ def test_random_programs_match_live_guile(seed):
     guile = generator.guile_binary()
     if guile is None:
         pytest.skip("guile is not installed")
-    spec = importlib.util.spec_from_file_location("random_programs", ROOT / "tests" / "conformance" / "random_programs.py")
+    spec = importlib.util.spec_from_file_location(
+        "random_programs", ROOT / "tests" / "conformance" / "random_programs.py"
+    )
     random_programs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(random_programs)
     programs = random_programs.generate(seed, 1500)
@@ -289,7 +316,9 @@ def test_random_programs_match_live_guile(seed):
             got = write_datum(from_python(ndvm.compile(source).run()))
         except ndvm.NDVMError as exc:
             got = f"{type(exc).__name__}: {exc}"
-        if got.startswith(("ParseError", "CheckError", "EvalError", "LimitError")) or not same_datum(read_datum(want), read_datum(got)):
+        if got.startswith(("ParseError", "CheckError", "EvalError", "LimitError")) or not same_datum(
+            read_datum(want), read_datum(got)
+        ):
             differ.append((source, want, got))
     assert not differ, f"{len(differ)} of {len(programs)} differ; first: {differ[0]}"
 
@@ -310,7 +339,7 @@ OVERFLOW_PROGRAMS = {
     "(expt 2 100)": 1267650600228229401496703205376,
     "(square 4294967296)": 18446744073709551616,
     "(- (- -9223372036854775807 1) 1)": -9223372036854775809,
-    "(let loop ((i 0) (x 1)) (if (= i 70) x (loop (+ i 1) (* x 2))))": 2 ** 70,
+    "(let loop ((i 0) (x 1)) (if (= i 70) x (loop (+ i 1) (* x 2))))": 2**70,
 }
 
 
@@ -334,7 +363,11 @@ def test_reader_accepts_crlf_and_tabs():
 # The bounded loop form (NDVM's own, so no Guile fixture): recur in every tail context of its loop.
 
 LOOP_PROGRAMS = {
-    "(loop ((i 0) (acc '())) (if (= i 3) acc (recur (+ i 1) (cons (loop ((j 0) (s 0)) (if (= j i) s (recur (+ j 1) (+ s j)))) acc))))": [1, 0, 0],
+    "(loop ((i 0) (acc '())) (if (= i 3) acc (recur (+ i 1) (cons (loop ((j 0) (s 0)) (if (= j i) s (recur (+ j 1) (+ s j)))) acc))))": [
+        1,
+        0,
+        0,
+    ],
     "(loop ((i 0)) (cond ((= i 5) 'done) (else (recur (+ i 1)))))": "done",
     "(loop ((i 0)) (let ((j (+ i 1))) (if (> j 5) j (recur j))))": 6,
     "(loop ((i 0)) (begin 1 (if (> i 5) i (recur (+ i 1)))))": 6,

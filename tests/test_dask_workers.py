@@ -1,24 +1,24 @@
 """Dask across machines without oversubscription: a real scheduler and two `ndvm worker` processes
 on 127.0.0.1. Each worker's calibrations use the worker's thread count (not every core of the
 machine), and a discovery run calibrates on both workers."""
+
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-
-from test_flows_support import free_port, prefect_api  # noqa: F401  (fixture)
+from test_flows_support import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -38,14 +38,42 @@ def cluster(prefect_api):
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "DASK_LOGGING__DISTRIBUTED": "error"}
     env.pop(__import__("flows.dask_worker", fromlist=["x"]).WORKER_THREADS_ENV, None)
     address = f"tcp://127.0.0.1:{port}"
-    processes = [_start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
-                         str(port), "--no-dashboard"], env)]
+    processes = [
+        _start(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+            ],
+            env,
+        )
+    ]
     ndvm = str(Path(sys.executable).with_name("ndvm"))
     threads = {"w-one": 1, "w-two": 2}
     try:
         for name, n in threads.items():
-            processes.append(_start([ndvm, "worker", "--scheduler", address, "--nthreads", str(n), "--name", name,
-                                     "--host", "127.0.0.1"], env))
+            processes.append(
+                _start(
+                    [
+                        ndvm,
+                        "worker",
+                        "--scheduler",
+                        address,
+                        "--nthreads",
+                        str(n),
+                        "--name",
+                        name,
+                        "--host",
+                        "127.0.0.1",
+                    ],
+                    env,
+                )
+            )
         yield address, threads
     finally:
         for process in reversed(processes):
@@ -72,9 +100,21 @@ def test_ndvm_workers_use_their_thread_count_and_calibrate_a_run(cluster, tmp_pa
             assert here["pid"] != os.getpid()
         # the flow's own process is not a worker: nothing changes there
         assert calibration_threads_here()["threads"] is None
-    report = discover(task="enso", proposer="mutation", budget={"minutes": 2.0, "max_candidates": 16},
-                      dask_address=address, workers=2, batch_size=4, steps=30, restarts=2, top_k=1, log_every=30.0,
-                      folder=str(tmp_path), run_id="ndvm-workers", test_top_k=1)
+    report = discover(
+        task="enso",
+        proposer="mutation",
+        budget={"minutes": 2.0, "max_candidates": 16},
+        dask_address=address,
+        workers=2,
+        batch_size=4,
+        steps=30,
+        restarts=2,
+        top_k=1,
+        log_every=30.0,
+        folder=str(tmp_path),
+        run_id="ndvm-workers",
+        test_top_k=1,
+    )
     assert report["runner"] == f"dask ({address})"
     assert report["new"] == 16 and report["pending"] == 0 and report["calibrated"] >= 12
     assert len({w.rsplit(":", 1)[1] for w in report["workers"]}) == 2, "both workers calibrated batches"
@@ -87,8 +127,12 @@ def test_plain_dask_workers_share_the_cores_of_their_host(prefect_api):
 
     from flows.dask_worker import calibration_threads_here, usable_cores
 
-    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
-                      host="127.0.0.1") as local, Client(local) as client:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None, host="127.0.0.1"
+        ) as local,
+        Client(local) as client,
+    ):
         client.wait_for_workers(2, timeout=60)
         here = client.submit(calibration_threads_here, pure=False).result(60)
     assert here["host_slots"] == 4 and here["setting"] is None

@@ -1,15 +1,16 @@
 """Dataset layer: registry, loaders on the real files of the shared data (../shared/data), parsers, download, splits."""
+
 from __future__ import annotations
 
 import functools
 import http.server
-import os
 import threading
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from conftest import needs_shared, shared_data_dir  # noqa: E402
 
 import datasets
 from datasets import battery, cache, enso
@@ -20,8 +21,6 @@ from datasets.errors import (
     SplitError,
     UnknownDatasetError,
 )
-
-from conftest import needs_shared, shared_data_dir  # noqa: E402
 
 DATA = shared_data_dir()  # ../shared/data or $NDVM_SHARED_DATA; read only inside tests
 RAW = DATA / "enso" / "raw"
@@ -41,6 +40,7 @@ def _isolated_cache(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- registry
 
+
 def test_list_datasets_rows():
     rows = datasets.list_datasets()
     names = [r["name"] for r in rows]
@@ -48,8 +48,14 @@ def test_list_datasets_rows():
     for row in rows:
         assert {"name", "title", "kind", "task", "columns", "source", "licence", "synthetic", "download"} <= set(row)
     synthetic = {r["name"]: r["synthetic"] for r in rows}
-    assert synthetic == {"battery": False, "battery-nasa": False, "battery-severson": False, "battery-synthetic": True,
-                         "enso": False, "enso-nino34": False}
+    assert synthetic == {
+        "battery": False,
+        "battery-nasa": False,
+        "battery-severson": False,
+        "battery-synthetic": True,
+        "enso": False,
+        "enso-nino34": False,
+    }
     assert "SYNTHETIC" in datasets.definition("battery-synthetic").title
     assert all(datasets.definition(n).citation for n in names)
 
@@ -62,6 +68,7 @@ def test_unknown_dataset_is_a_typed_error():
 
 
 # ----------------------------------------------------------------------------- enso (embedded)
+
 
 def test_enso_default_shape_and_split():
     ds = datasets.load("enso")
@@ -80,7 +87,8 @@ def test_enso_default_shape_and_split():
 def test_enso_climatology_ignores_held_out_values():
     frame = enso.elnino_frame()
     perturbed = frame.with_columns(
-        pl.when(pl.col("year") > 1990).then(pl.col("sst_c") + 5.0).otherwise(pl.col("sst_c")).alias("sst_c"))
+        pl.when(pl.col("year") > 1990).then(pl.col("sst_c") + 5.0).otherwise(pl.col("sst_c")).alias("sst_c")
+    )
     a = enso.sst_dataset("enso", frame, train_end_year=1980, validation_end_year=1990)
     b = enso.sst_dataset("enso", perturbed, train_end_year=1980, validation_end_year=1990)
     assert a.train.equals(b.train) and a.validation.equals(b.validation)
@@ -93,6 +101,7 @@ def test_enso_split_must_leave_both_parts():
 
 
 # ----------------------------------------------------------------------------- NOAA PSL / CPC parsers
+
 
 @needs_data
 def test_psl_parser_on_real_anomaly_file():
@@ -146,12 +155,15 @@ def test_parsers_reject_other_layouts(tmp_path):
 
 
 @needs_data
-@pytest.mark.parametrize("filename, fmt, first, n_rows", [
-    ("psl_nino34.long.anom.data.txt", "psl", 1950.0, 879),
-    ("psl_nino34.long.data.txt", "psl", 1950.0, 888),
-    ("cpc_sstoi.indices.txt", "cpc-sstoi", 1982.0, 531),
-    ("cpc_detrend.nino34.ascii.txt", "cpc-detrend", 1950.0, 885),
-])
+@pytest.mark.parametrize(
+    "filename, fmt, first, n_rows",
+    [
+        ("psl_nino34.long.anom.data.txt", "psl", 1950.0, 879),
+        ("psl_nino34.long.data.txt", "psl", 1950.0, 888),
+        ("cpc_sstoi.indices.txt", "cpc-sstoi", 1982.0, 531),
+        ("cpc_detrend.nino34.ascii.txt", "cpc-detrend", 1950.0, 885),
+    ],
+)
 def test_nino34_from_local_files(filename, fmt, first, n_rows):
     ds = datasets.load("enso-nino34", path=RAW / filename)
     assert ds.meta["format"] == fmt
@@ -176,6 +188,7 @@ def test_nino34_anomaly_file_equals_sst_file_recentred():
 
 
 # ----------------------------------------------------------------------------- download (local server only)
+
 
 @pytest.fixture()
 def local_server():
@@ -226,6 +239,7 @@ def test_cache_dir_override(monkeypatch, tmp_path):
 
 
 # ----------------------------------------------------------------------------- battery
+
 
 @needs_data
 def test_nasa_loader_default_cells():
@@ -327,9 +341,16 @@ def test_battery_soh_uses_training_cycles_only():
     frame = battery.synthetic_frame(n_cells=3, n_cycles=100, seed=5)
     base = battery.tidy_dataset(frame.lazy(), name="t", train_fraction=0.5)
     test_rows = base.frame.filter(pl.col("split") == "test").select("cell_id", "cycle")
-    perturbed = frame.join(test_rows.with_columns(pl.lit(True).alias("held")), on=["cell_id", "cycle"], how="left") \
-        .with_columns(pl.when(pl.col("held")).then(pl.col("capacity_ah") * 0.5).otherwise(pl.col("capacity_ah")).alias("capacity_ah")) \
+    perturbed = (
+        frame.join(test_rows.with_columns(pl.lit(True).alias("held")), on=["cell_id", "cycle"], how="left")
+        .with_columns(
+            pl.when(pl.col("held"))
+            .then(pl.col("capacity_ah") * 0.5)
+            .otherwise(pl.col("capacity_ah"))
+            .alias("capacity_ah")
+        )
         .drop("held")
+    )
     other = battery.tidy_dataset(perturbed.lazy(), name="t", train_fraction=0.5)
     assert other.train.equals(base.train) and other.validation.equals(base.validation)
     assert not other.test.equals(base.test)
@@ -338,6 +359,7 @@ def test_battery_soh_uses_training_cycles_only():
 
 
 # ----------------------------------------------------------------------------- user files
+
 
 def test_user_csv_with_columns(tmp_path):
     path = tmp_path / "series.csv"
@@ -358,7 +380,8 @@ def test_user_csv_with_manifest(tmp_path):
     path = tmp_path / "fade.csv"
     pl.DataFrame({"n": np.arange(1.0, 41.0), "cap": np.linspace(1.0, 0.8, 40)}).write_csv(path)
     (tmp_path / "fade.toml").write_text(
-        'title = "lab fade"\nx = "n"\ny = "cap"\ntrain_fraction = 0.5\nlicence = "CC0"\n[units]\ncap = "Ah"\n')
+        'title = "lab fade"\nx = "n"\ny = "cap"\ntrain_fraction = 0.5\nlicence = "CC0"\n[units]\ncap = "Ah"\n'
+    )
     ds = datasets.load(path)
     assert (ds.x, ds.y) == ("n", "cap") and ds.train.height == 20
     assert ds.meta["title"] == "lab fade" and ds.meta["licence"] == "CC0"

@@ -17,6 +17,7 @@ Each check runs 500 programs in the default run and 20,000 in the ``slow`` varia
 (``pytest -m slow tests/test_differential.py``). A failure lists the seeds and sources;
 ``python tests/genprog.py --mode model --seed N`` prints one again.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,6 +58,7 @@ def report(failures: list[str], checked: int, what: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # 1. values against Guile
 
+
 def guile_binary() -> str | None:
     return shutil.which("guile") or shutil.which("guile3.0")
 
@@ -73,8 +75,11 @@ def test_guile_fixture_matches_the_generator():
     records = fixture_records()
     for mode in GUILE_MODES:
         assert [r["seed"] for r in records if r["mode"] == mode] == list(range(FIXTURE_SEEDS))
-    stale = [(r["mode"], r["seed"]) for r in records
-             if r["source_sha"] != genprog.source_sha(genprog.guile_program(r["seed"], r["mode"]).source)]
+    stale = [
+        (r["mode"], r["seed"])
+        for r in records
+        if r["source_sha"] != genprog.source_sha(genprog.guile_program(r["seed"], r["mode"]).source)
+    ]
     assert not stale, f"generator changed: run `python tests/genprog.py --write-guile-fixture`; stale {stale[:10]}"
 
 
@@ -84,12 +89,16 @@ def compare_with_guile(mode: str, seeds_and_expected: list[tuple[int, str]]) -> 
         gen = genprog.guile_program(seed, mode)
         source = gen.source
         if expected_text.startswith("#<error"):
-            failures.append(f"{mode} seed {seed}: Guile raised {expected_text} (the generator must not produce this)\n{source}")
+            failures.append(
+                f"{mode} seed {seed}: Guile raised {expected_text} (the generator must not produce this)\n{source}"
+            )
             continue
         try:
             got = from_python(ndvm.compile(source).run(inputs=gen.inputs(u=genprog.MODEL_INPUT_U)))
         except ndvm.NDVMError as exc:
-            failures.append(f"{mode} seed {seed}: NDVM raised {type(exc).__name__}: {exc}; Guile: {expected_text}\n{source}")
+            failures.append(
+                f"{mode} seed {seed}: NDVM raised {type(exc).__name__}: {exc}; Guile: {expected_text}\n{source}"
+            )
             continue
         if not same_datum(read_datum(expected_text), got):
             failures.append(f"{mode} seed {seed}: NDVM {write_datum(got)} != Guile {expected_text}\n{source}")
@@ -117,6 +126,7 @@ def test_values_equal_live_guile(count, mode):
 
 # ---------------------------------------------------------------------------------------------
 # 2. gradients against finite differences
+
 
 def point_near_init(gen: genprog.Generated, rng: np.random.Generator) -> np.ndarray:
     """A parameter row near the declared inits, inside each constraint."""
@@ -151,7 +161,7 @@ def check_gradient(gen: genprog.Generated, seed: int) -> tuple[str | None, int, 
     checked = skipped = 0
     problems = []
     for j, h in enumerate(steps):
-        fp, fm, fp2, fm2 = shifted[4 * j: 4 * j + 4]
+        fp, fm, fp2, fm2 = shifted[4 * j : 4 * j + 4]
         coarse, fine = (fp - fm) / (2 * h), (fp2 - fm2) / h
         if not np.isfinite([coarse, fine]).all() or abs(coarse - fine) > KINK_TOL * max(1.0, abs(coarse), abs(fine)):
             skipped += 1
@@ -178,7 +188,9 @@ def test_gradients_equal_finite_differences(count):
             failures.append(failure)
     assert not failures, report(failures, count, "gradient")
     assert checked >= count, f"only {checked} partial derivatives checked over {count} programs"
-    assert skipped <= MAX_SKIPPED_FRACTION * (checked + skipped), f"{skipped} of {checked + skipped} points skipped as kinks"
+    assert skipped <= MAX_SKIPPED_FRACTION * (checked + skipped), (
+        f"{skipped} of {checked + skipped} points skipped as kinks"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,18 +224,22 @@ def check_lanes(gen: genprog.Generated, seed: int) -> str | None:
     batch_values = prog.evaluate(theta, inputs=inputs, lane_inputs=lane_inputs)
     batch_vg = prog.value_and_grad(theta, inputs=inputs, lane_inputs=lane_inputs)
     for i in range(LANES):
-        lane_values = prog.evaluate(theta[i:i + 1], inputs={**inputs, **one(i)})
-        lane_vg = prog.value_and_grad(theta[i:i + 1], inputs={**inputs, **one(i)})
+        lane_values = prog.evaluate(theta[i : i + 1], inputs={**inputs, **one(i)})
+        lane_vg = prog.value_and_grad(theta[i : i + 1], inputs={**inputs, **one(i)})
         lane_run = prog.run(params=dict(zip(prog.param_names, theta[i])), inputs={**inputs, **one(i)})
-        same = (np.array_equal(batch_values[i], lane_values[0], equal_nan=True)
-                and np.array_equal(batch_values[i], np.float64(lane_run), equal_nan=True)  # the one-lane `run` path
-                and np.array_equal(batch_values[i], batch_vg[0][i], equal_nan=True)  # with and without the tape
-                and np.array_equal(batch_vg[0][i], lane_vg[0][0], equal_nan=True)
-                and np.array_equal(batch_vg[1][i], lane_vg[1][0], equal_nan=True))
+        same = (
+            np.array_equal(batch_values[i], lane_values[0], equal_nan=True)
+            and np.array_equal(batch_values[i], np.float64(lane_run), equal_nan=True)  # the one-lane `run` path
+            and np.array_equal(batch_values[i], batch_vg[0][i], equal_nan=True)  # with and without the tape
+            and np.array_equal(batch_vg[0][i], lane_vg[0][0], equal_nan=True)
+            and np.array_equal(batch_vg[1][i], lane_vg[1][0], equal_nan=True)
+        )
         if not same:
-            return (f"seed {seed}, lane {i} of {LANES}, theta={theta[i].tolist()}, lane inputs={one(i)}: batched "
-                    f"value {batch_vg[0][i]!r} grad {batch_vg[1][i].tolist()} vs alone value {lane_vg[0][0]!r} "
-                    f"grad {lane_vg[1][0].tolist()}\n{gen.source}")
+            return (
+                f"seed {seed}, lane {i} of {LANES}, theta={theta[i].tolist()}, lane inputs={one(i)}: batched "
+                f"value {batch_vg[0][i]!r} grad {batch_vg[1][i].tolist()} vs alone value {lane_vg[0][0]!r} "
+                f"grad {lane_vg[1][0].tolist()}\n{gen.source}"
+            )
     return None
 
 
@@ -245,7 +261,9 @@ def test_generated_lanes_really_diverge():
         params = dict(zip([p[0] for p in gen.params], theta.T))
         for match in genprog.PARAM_COMPARISON.finditer(gen.source):
             op, name, literal = match.group(1), match.group(2), float(match.group(3))
-            outcomes = {"<": np.less, ">": np.greater, "<=": np.less_equal, ">=": np.greater_equal}[op](params[name], literal)
+            outcomes = {"<": np.less, ">": np.greater, "<=": np.less_equal, ">=": np.greater_equal}[op](
+                params[name], literal
+            )
             if outcomes.any() and not outcomes.all():
                 diverging += 1
                 break
@@ -255,9 +273,17 @@ def test_generated_lanes_really_diverge():
 # ---------------------------------------------------------------------------------------------
 # 4. threaded calibrate_many == serial
 
+
 def fit_signature(fit: ndvm.Fit) -> tuple:
-    return (fit.status, fit.error, fit.loss, fit.history, fit.all_params, fit.all_losses,
-            tuple(sorted(fit.params.items())))
+    return (
+        fit.status,
+        fit.error,
+        fit.loss,
+        fit.history,
+        fit.all_params,
+        fit.all_losses,
+        tuple(sorted(fit.params.items())),
+    )
 
 
 def same_fit(a: ndvm.Fit, b: ndvm.Fit) -> bool:
@@ -279,14 +305,17 @@ def test_threaded_calibrate_many_equals_serial(count):
     sources = [genprog.generate(seed, "model", result="vector").source for seed in range(count)]
     chunk = 250  # several batches, each spread over the pool
     for start in range(0, count, chunk):
-        part = sources[start:start + chunk]
+        part = sources[start : start + chunk]
         options = dict(inputs={"x": x, "u": 0.7}, target=target, steps=8, restarts=3, seed=start)
         serial = ndvm.calibrate_many(part, threads=1, **options)
         threaded = ndvm.calibrate_many(part, threads=2, **options)
         assert len(serial) == len(threaded) == len(part)
-        failures = [f"seed {start + i}: serial loss {s.loss!r} history {s.history[-3:]}, threaded loss {t.loss!r} "
-                    f"history {t.history[-3:]} (status {s.status}/{t.status}, errors {s.error}/{t.error})\n{part[i]}"
-                    for i, (s, t) in enumerate(zip(serial, threaded)) if not same_fit(s, t)]
+        failures = [
+            f"seed {start + i}: serial loss {s.loss!r} history {s.history[-3:]}, threaded loss {t.loss!r} "
+            f"history {t.history[-3:]} (status {s.status}/{t.status}, errors {s.error}/{t.error})\n{part[i]}"
+            for i, (s, t) in enumerate(zip(serial, threaded))
+            if not same_fit(s, t)
+        ]
         assert not failures, report(failures, len(part), "threaded calibrate_many")
         errors = [f"seed {start + i}: {s.error}" for i, s in enumerate(serial) if s.status == "error"]
         assert not errors, f"generated programs must calibrate: {errors[:5]}"
@@ -307,9 +336,14 @@ def test_python_threads_sharing_programs_equal_serial():
     serial = [work(i) for i in range(len(gens))]
     with ThreadPoolExecutor(4) as pool:
         concurrent = list(pool.map(work, list(range(len(gens))) * 2))
-    failures = [f"seed {i % len(gens)}\n{gens[i % len(gens)].source}" for i, (v, g) in enumerate(concurrent)
-                if not (np.array_equal(v, serial[i % len(gens)][0], equal_nan=True)
-                        and np.array_equal(g, serial[i % len(gens)][1], equal_nan=True))]
+    failures = [
+        f"seed {i % len(gens)}\n{gens[i % len(gens)].source}"
+        for i, (v, g) in enumerate(concurrent)
+        if not (
+            np.array_equal(v, serial[i % len(gens)][0], equal_nan=True)
+            and np.array_equal(g, serial[i % len(gens)][1], equal_nan=True)
+        )
+    ]
     assert not failures, report(failures, len(concurrent), "concurrent Python threads")
 
 

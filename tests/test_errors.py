@@ -3,9 +3,11 @@ from ndvm.NDVMError) with a message and, where the source position is known, lin
 crashes the process, none returns a silent value. The nastiest inputs also run in a subprocess, so a
 native crash (segfault, abort, stack overflow) shows up as a failed test instead of killing pytest.
 """
+
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,8 +17,6 @@ import numpy as np
 import pytest
 
 import ndvm
-
-import os
 
 # "Defaults that stop an infinite loop within seconds", with slack for a loaded 2-core box. Under
 # scripts/sanitize.sh (NDVM_SANITIZED=1) the runtime runs 2-10x slower: the bound there only says
@@ -313,8 +313,15 @@ def test_bad_theta_shape_is_an_error_not_a_crash():
             prog.value_and_grad(theta)
 
 
-@pytest.mark.parametrize("source", ["(param a 1.0) (> a 0)", "(param a 1.0) (if (> a 0) 'yes 'no)",
-                                    "(param a 1.0) (if (> a 0) a)", "(param a 1.0) (list a)"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "(param a 1.0) (> a 0)",
+        "(param a 1.0) (if (> a 0) 'yes 'no)",
+        "(param a 1.0) (if (> a 0) a)",
+        "(param a 1.0) (list a)",
+    ],
+)
 def test_evaluate_of_non_numeric_result_is_an_error_not_a_number(source):
     """evaluate() returns numbers; #f must not come back as a silent 0.0 (value_and_grad raises too)."""
     prog = ndvm.compile(source)
@@ -403,6 +410,7 @@ def test_limit_errors_in_batched_gradient_runs():
 
 # Configurable limits (ndvm.compile(source, limits=ndvm.Limits(...))): small budgets stop at once.
 
+
 def test_small_step_budget():
     prog = ndvm.compile("(let loop ((i 0)) (loop (+ i 1)))", limits=ndvm.Limits(max_steps=10_000))
     start = time.perf_counter()
@@ -444,8 +452,13 @@ _DEPTH_CHILD = textwrap.dedent("""
 def test_raising_the_depth_limit_allows_deeper_recursion(n, max_depth):
     """max_depth is the bound that matters: below it a non-tail recursion works (default 100,000),
     and raising it goes deeper. In a subprocess, in case deep native recursion overflows the C stack."""
-    proc = subprocess.run([sys.executable, "-c", _DEPTH_CHILD], input=json.dumps({"n": n, "max_depth": max_depth}),
-                          capture_output=True, text=True, timeout=100)
+    proc = subprocess.run(
+        [sys.executable, "-c", _DEPTH_CHILD],
+        input=json.dumps({"n": n, "max_depth": max_depth}),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert proc.returncode == 0, f"process died with {proc.returncode}: {proc.stderr[-2000:]}"
     assert json.loads(proc.stdout.strip().splitlines()[-1])["result"] == n
 
@@ -457,8 +470,9 @@ def test_small_memory_budget():
         ndvm.compile("(vsum (ones 1000000))", limits=limits).run()
     assert "memory" in info.value.message
     with pytest.raises(ndvm.LimitError):
-        ndvm.compile("(let loop ((l '()) (i 0)) (if (= i 1000000) (length l) (loop (cons 1.5 l) (+ i 1))))",
-                     limits=limits).run()
+        ndvm.compile(
+            "(let loop ((l '()) (i 0)) (if (= i 1000000) (length l) (loop (cons 1.5 l) (+ i 1))))", limits=limits
+        ).run()
 
 
 def test_no_false_limit_error_for_long_vectors():
@@ -595,7 +609,9 @@ def test_nasty_inputs_do_not_crash_the_process(name):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", ["runaway-recursion", "huge-matrix", "runaway-allocation-cons", "infinite-named-let"])
 def test_limit_errors_in_a_subprocess(name):
-    proc = subprocess.run([sys.executable, "-c", _CHILD], input=LIMIT_ERRORS[name], capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD], input=LIMIT_ERRORS[name], capture_output=True, text=True, timeout=90
+    )
     assert proc.returncode == 0, f"{name}: process died with {proc.returncode}: {proc.stderr[-2000:]}"
     assert json.loads(proc.stdout.strip().splitlines()[-1])["kind"] == "LimitError"
 
@@ -631,8 +647,33 @@ def _mutants(count: int, seed: int) -> list[str]:
     from test_conformance import RECORDS as CONFORMANCE_RECORDS
 
     rng = random.Random(seed)
-    pool = ["(", ")", "'", ".", "#t", "#f", "0", "-1", "1e308", "'()", "car", "lambda", "define", "let", "if",
-            "loop", "recur", "vec", "mat", "(eye 3)", "x", "(param p 1.0)", "apply", "#", "..."]
+    pool = [
+        "(",
+        ")",
+        "'",
+        ".",
+        "#t",
+        "#f",
+        "0",
+        "-1",
+        "1e308",
+        "'()",
+        "car",
+        "lambda",
+        "define",
+        "let",
+        "if",
+        "loop",
+        "recur",
+        "vec",
+        "mat",
+        "(eye 3)",
+        "x",
+        "(param p 1.0)",
+        "apply",
+        "#",
+        "...",
+    ]
     out = []
     for _ in range(count):
         tokens = _re.findall(r"\(|\)|[^\s()]+", rng.choice(CONFORMANCE_RECORDS)["source"])
@@ -662,8 +703,9 @@ def _mutants(count: int, seed: int) -> list[str]:
 def test_mutated_programs_never_crash():
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     sources = _mutants(12000, seed=20261130)
-    proc = subprocess.run([sys.executable, "-c", _FUZZ_CHILD], input=json.dumps(sources),
-                          capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [sys.executable, "-c", _FUZZ_CHILD], input=json.dumps(sources), capture_output=True, text=True, timeout=280
+    )
     if proc.returncode != 0:
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "?"
         crashed = sources[int(last)] if last.isdigit() else "?"
@@ -680,23 +722,35 @@ POSITIONED = [
     (ndvm.CheckError, "(define (f)\n  (if 1 2 3 4))", 2, (3,), "if"),
     (ndvm.CheckError, "(param a 1.0)\n(param b 2.0 (between 3))\n(+ a b)", 2, (1, 14), "between"),
     (ndvm.EvalError, "(define (g v) (car v))\n(map g\n  (list 1.0))", 1, (15,), "car"),
-    (ndvm.EvalError, "(let loop ((i 0))\n  (if (> i 5) i\n      (begin (ref (vec 1 2 3) i) (loop (+ i 1)))))", 3, (14,), "ref"),
+    (
+        ndvm.EvalError,
+        "(let loop ((i 0))\n  (if (> i 5) i\n      (begin (ref (vec 1 2 3) i) (loop (+ i 1)))))",
+        3,
+        (14,),
+        "ref",
+    ),
     (ndvm.EvalError, "(define (f a b) a)\n(define h f)\n\n   (h 1)", 4, (4,), "argument"),
     (ndvm.EvalError, "(define v (vec 1 2))\n(define w (vec 1 2 3))\n(dot v\n     w)", 3, (1,), "dot"),
     (ndvm.EvalError, "(define (f) (* 2 xx))\n(f)", 1, (18,), "xx"),
     (ndvm.LimitError, "(define (f n)\n  (+ 1 (f n)))\n(f 0)", 2, (3, 8), "depth"),
     (ndvm.ParseError, "(define (f x)\n  (+ x 1)\n\n", 1, (1,), "("),
-    (ndvm.ParseError, "(define s\n   \"abc\")", 2, (4,), "string"),
+    (ndvm.ParseError, '(define s\n   "abc")', 2, (4,), "string"),
     (ndvm.ParseError, "(+ 1\n   #q)", 2, (4,), "#q"),
     (ndvm.ParseError, "(+ 1\n  #(1 2))", 2, (3,), "#"),
 ]
 
 
-@pytest.mark.parametrize("cls,source,line,columns,word", POSITIONED, ids=[f"{c.__name__}-{i}" for i, (c, *_) in enumerate(POSITIONED)])
+@pytest.mark.parametrize(
+    "cls,source,line,columns,word", POSITIONED, ids=[f"{c.__name__}-{i}" for i, (c, *_) in enumerate(POSITIONED)]
+)
 def test_error_positions(cls, source, line, columns, word):
     with pytest.raises(cls) as info:
         ndvm.compile(source).run()
-    assert info.value.line == line and info.value.column in columns, (info.value.line, info.value.column, str(info.value))
+    assert info.value.line == line and info.value.column in columns, (
+        info.value.line,
+        info.value.column,
+        str(info.value),
+    )
     assert word in info.value.message, info.value.message
 
 
@@ -721,7 +775,9 @@ def test_cli_reports_typed_errors_without_traceback(tmp_path):
         assert kind in output and where in output and "Traceback" not in output, f"{name}: {output}"
     good = tmp_path / "good.scm"
     good.write_text("(param a 0.5)\n(define (f v) (* a v))\n(f x)\n")
-    proc = subprocess.run([cli, "run", str(good), "--param", "a=2", "--input", "x=3"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [cli, "run", str(good), "--param", "a=2", "--input", "x=3"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "6.0", proc.stdout + proc.stderr
 
 

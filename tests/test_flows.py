@@ -4,6 +4,7 @@ server, recalibration on new data, and the pieces (budgets, busy meters, configu
 Real parts throughout: the ndvm runtime, the enso dataset and forecast task, the DuckDB store,
 a sqlite MLflow store in a temporary folder, Prefect's test server.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,10 @@ import time
 import numpy as np
 import polars as pl
 import pytest
-
-from test_flows_support import ENSO_RUN_BUDGET, FakeOpenAI, enso_run, prefect_api  # noqa: F401  (fixtures)
+from conftest import shared_file
+from test_flows_support import ENSO_RUN_BUDGET, FakeOpenAI
 
 from flows.discover import Budget, DiscoveryError, StageMeter, build_config, resolve_proposer
-
-from conftest import shared_file
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -34,8 +33,9 @@ def _mlflow_runs(folder, run_name):
     assert len(parent) == 1, [r.info.run_name for r in runs]
     # one experiment per dataset and task: ndvm-<dataset>-<task>
     params = parent[0].data.params
-    assert (client.get_experiment(parent[0].info.experiment_id).name
-            == experiment_name(params["dataset"], params["task"]))
+    assert client.get_experiment(parent[0].info.experiment_id).name == experiment_name(
+        params["dataset"], params["task"]
+    )
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
     return client, parent[0], children
 
@@ -70,8 +70,10 @@ def test_enso_run_fills_store_and_leaderboard(enso_run):
         assert history.height == report["proposed"]
         # the final top 10 and the four references were scored on the test split, once, at the end
         tests = store.test_scores("enso-e2e")
-        assert tests.filter(pl.col("entry_kind") == "candidate")["entry"].to_list() == \
-            store.top(10, run_id="enso-e2e")["hash"].to_list()
+        assert (
+            tests.filter(pl.col("entry_kind") == "candidate")["entry"].to_list()
+            == store.top(10, run_id="enso-e2e")["hash"].to_list()
+        )
         assert tests.filter(pl.col("entry_kind") == "reference").height == 4
         assert (tests["status"] == "ok").all() and tests["test_score"].is_finite().all()
         assert set(history["outcome"].to_list()) <= {"new", "duplicate_hash", "duplicate_semantic", "invalid"}
@@ -144,7 +146,7 @@ def test_enso_run_mlflow_parent_nested_artifacts_and_model(enso_run):
     task = make_task(load("enso"))
     predicted = np.asarray(model.predict(pd.DataFrame({"anom_c": task.y})))
     # (the first rows may be NaN: the fit skips a burn-in, so the initial state need not forecast)
-    assert predicted.shape == task.y.shape and np.isfinite(predicted[task.burn_in:]).all()
+    assert predicted.shape == task.y.shape and np.isfinite(predicted[task.burn_in :]).all()
     with open(client.download_artifacts(best.info.run_id, "fit.json")) as handle:
         evaluation_params = json.load(handle)["params"]
     program_source = open(client.download_artifacts(best.info.run_id, "program.scm")).read()
@@ -152,8 +154,7 @@ def test_enso_run_mlflow_parent_nested_artifacts_and_model(enso_run):
     lead1 = task.forecasts(fit, "validation")[:, 0]
     np.testing.assert_allclose(predicted[task.origins("validation") + 1], lead1, rtol=1e-9, atol=1e-12)
     # the test split, scored once at the end: on the nested run of every final top-k entry
-    assert best.data.metrics["test_mean_rmse"] == pytest.approx(
-        task.score(fit, "test")["mean_rmse"], rel=1e-9)
+    assert best.data.metrics["test_mean_rmse"] == pytest.approx(task.score(fit, "test")["mean_rmse"], rel=1e-9)
     assert "ref_ar-aic_test_mean_rmse" in parent.data.metrics
 
 
@@ -165,10 +166,23 @@ def test_llm_proposer_against_a_local_fake_server(prefect_api, tmp_path, monkeyp
     monkeypatch.setenv("NDVM_TEST_FAKE_KEY", secret)
     fake = FakeOpenAI(delay=0.3)
     try:
-        report = discover(task="enso", proposer="auto", model="openai/fake-model", api_base=fake.api_base,
-                          api_key_env="NDVM_TEST_FAKE_KEY", budget={"minutes": 2.0, "max_candidates": 6},
-                          concurrency=4, per_request=2, batch_size=4, steps=40, restarts=4, top_k=2,
-                          log_every=2.0, folder=str(tmp_path), run_id="llm-run")
+        report = discover(
+            task="enso",
+            proposer="auto",
+            model="openai/fake-model",
+            api_base=fake.api_base,
+            api_key_env="NDVM_TEST_FAKE_KEY",
+            budget={"minutes": 2.0, "max_candidates": 6},
+            concurrency=4,
+            per_request=2,
+            batch_size=4,
+            steps=40,
+            restarts=4,
+            top_k=2,
+            log_every=2.0,
+            folder=str(tmp_path),
+            run_id="llm-run",
+        )
     finally:
         fake.close()
     assert report["proposer"] == "llm" and report["model"] == "openai/fake-model"
@@ -256,9 +270,18 @@ def test_curve_task_with_groups(prefect_api, tmp_path):
     from flows.discover import discover
     from storage import CandidateStore
 
-    report = discover(task="battery-synthetic", proposer="mutation", budget={"minutes": 1.0, "max_candidates": 16},
-                      batch_size=8, steps=60, restarts=4, top_k=1, log_every=30.0, folder=str(tmp_path),
-                      run_id="curve-run")
+    report = discover(
+        task="battery-synthetic",
+        proposer="mutation",
+        budget={"minutes": 1.0, "max_candidates": 16},
+        batch_size=8,
+        steps=60,
+        restarts=4,
+        top_k=1,
+        log_every=30.0,
+        folder=str(tmp_path),
+        run_id="curve-run",
+    )
     assert report["metric"] == "rmse" and report["new"] == 16 and report["pending"] == 0
     assert report["calibrated"] >= 12 and report["best_score"] < 0.05  # state of health, a fraction
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
@@ -288,10 +311,22 @@ def test_llm_cost_budget_stops_proposing(prefect_api, tmp_path, monkeypatch):
     fake = FakeOpenAI(delay=0.2)
     limit = 0.0005  # about three calls of 900 prompt + 120 completion tokens
     try:
-        report = discover(task="enso", model="openai/gpt-4o-mini", api_base=fake.api_base,
-                          api_key_env="NDVM_TEST_FAKE_KEY", budget={"minutes": 2.0, "max_cost_usd": limit},
-                          concurrency=2, per_request=2, batch_size=4, steps=30, restarts=2, top_k=1,
-                          log_every=30.0, folder=str(tmp_path), run_id="cost-run")
+        report = discover(
+            task="enso",
+            model="openai/gpt-4o-mini",
+            api_base=fake.api_base,
+            api_key_env="NDVM_TEST_FAKE_KEY",
+            budget={"minutes": 2.0, "max_cost_usd": limit},
+            concurrency=2,
+            per_request=2,
+            batch_size=4,
+            steps=30,
+            restarts=2,
+            top_k=1,
+            log_every=30.0,
+            folder=str(tmp_path),
+            run_id="cost-run",
+        )
     finally:
         fake.close()
     assert report["stop_reason"].startswith("LLM cost")
@@ -305,19 +340,34 @@ def test_llm_cost_budget_stops_proposing(prefect_api, tmp_path, monkeypatch):
 def test_a_repeating_llm_is_told_its_duplicates_changes_course_and_is_stopped(prefect_api, tmp_path, monkeypatch):
     """A server that only ever answers the same two programs: the next prompts name the duplicates
     and their stored hashes, the hints change, and the run stops asking after the stale rounds."""
+    from test_flows_support import LLM_PROGRAMS
+
     from flows.discover import discover
     from proposers.llm import load_hints
     from storage import CandidateStore
-    from test_flows_support import LLM_PROGRAMS
 
     monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-0123456789abcdef")
     fake = FakeOpenAI(delay=0.05, programs=LLM_PROGRAMS[:2])
     stale, concurrency, per_request, max_repairs = 3, 2, 2, 2
     try:
-        report = discover(task="enso", model="openai/fake-model", api_base=fake.api_base,
-                          api_key_env="NDVM_TEST_FAKE_KEY", budget={"minutes": 1.0}, concurrency=concurrency, per_request=per_request, batch_size=4,
-                          steps=20, restarts=2, top_k=1, test_top_k=1, log_every=5.0, folder=str(tmp_path),
-                          run_id="repeating", max_stale_rounds=stale)
+        report = discover(
+            task="enso",
+            model="openai/fake-model",
+            api_base=fake.api_base,
+            api_key_env="NDVM_TEST_FAKE_KEY",
+            budget={"minutes": 1.0},
+            concurrency=concurrency,
+            per_request=per_request,
+            batch_size=4,
+            steps=20,
+            restarts=2,
+            top_k=1,
+            test_top_k=1,
+            log_every=5.0,
+            folder=str(tmp_path),
+            run_id="repeating",
+            max_stale_rounds=stale,
+        )
     finally:
         fake.close()
     assert report["stop_reason"] == f"stopped proposing: {stale} rounds in a row gave nothing new"
@@ -335,7 +385,7 @@ def test_a_repeating_llm_is_told_its_duplicates_changes_course_and_is_stopped(pr
     assert told, "no prompt named the duplicates"
     assert all(h[:12] in "".join(told) for h in stored)  # each duplicate named with its stored hash
     diverge = load_hints("hints_diverge.md")
-    assert any(h in p for p in told for h in diverge)     # the course changed
+    assert any(h in p for p in told for h in diverge)  # the course changed
     assert not any(h in prompts[0] for h in diverge)
     hot = [r for r in fake.requests if "temperature" in r]
     assert hot and all(r["temperature"] > 1.0 for r in hot) and "temperature" not in fake.requests[0]
@@ -344,13 +394,26 @@ def test_a_repeating_llm_is_told_its_duplicates_changes_course_and_is_stopped(pr
 def test_the_stale_round_stop_applies_to_the_offline_proposers_too(prefect_api, tmp_path):
     """A replay file that repeats one program 200 times: one round of 16 gives it, then two rounds
     give nothing new and the run stops asking (max_stale_rounds=2) instead of reading all 200."""
-    from flows.discover import discover
     from test_flows_support import LLM_PROGRAMS
+
+    from flows.discover import discover
 
     replay = tmp_path / "same.jsonl"
     replay.write_text((json.dumps({"src": LLM_PROGRAMS[0]}) + "\n") * 200)
-    report = discover(task="enso", proposer="replay", replay=str(replay), budget={"minutes": 1.0}, batch_size=4,
-                      steps=20, restarts=2, top_k=1, test_top_k=1, log_every=30.0, folder=str(tmp_path),
-                      run_id="stale-replay", max_stale_rounds=2)
+    report = discover(
+        task="enso",
+        proposer="replay",
+        replay=str(replay),
+        budget={"minutes": 1.0},
+        batch_size=4,
+        steps=20,
+        restarts=2,
+        top_k=1,
+        test_top_k=1,
+        log_every=30.0,
+        folder=str(tmp_path),
+        run_id="stale-replay",
+        max_stale_rounds=2,
+    )
     assert report["stop_reason"] == "stopped proposing: 2 rounds in a row gave nothing new"
     assert report["new"] == 1 and report["proposed"] == 3 * 16 and report["duplicates"] == 3 * 16 - 1

@@ -1,10 +1,9 @@
 """Calibration on a Dask cluster (prefect-dask's DaskTaskRunner): a local cluster of two worker
 processes calibrates the batches; the results come back to the flow, the store's only writer."""
+
 from __future__ import annotations
 
 import os
-
-from test_flows_support import prefect_api  # noqa: F401  (fixture)
 
 
 def test_discover_on_a_local_dask_cluster_with_two_workers(prefect_api, tmp_path):
@@ -14,11 +13,23 @@ def test_discover_on_a_local_dask_cluster_with_two_workers(prefect_api, tmp_path
     from storage import CandidateStore
 
     # Workers report their task runs to the session's Prefect server (else each starts its own).
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      env={"PREFECT_API_URL": prefect_api}) as cluster:
-        report = discover(task="enso", proposer="mutation", budget={"minutes": 2.0, "max_candidates": 24},
-                          dask_address=cluster.scheduler_address, workers=2, batch_size=6, steps=40, restarts=4,
-                          top_k=2, log_every=30.0, folder=str(tmp_path), run_id="dask-run")
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, env={"PREFECT_API_URL": prefect_api}
+    ) as cluster:
+        report = discover(
+            task="enso",
+            proposer="mutation",
+            budget={"minutes": 2.0, "max_candidates": 24},
+            dask_address=cluster.scheduler_address,
+            workers=2,
+            batch_size=6,
+            steps=40,
+            restarts=4,
+            top_k=2,
+            log_every=30.0,
+            folder=str(tmp_path),
+            run_id="dask-run",
+        )
     assert report["runner"].startswith("dask (tcp://")
     assert report["new"] == 24 and report["pending"] == 0
     assert report["calibrated"] + report["failed"] == 24 and report["calibrated"] >= 18

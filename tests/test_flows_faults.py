@@ -6,6 +6,7 @@ aborts, or sleeps, when handed a marked candidate hash).
 The candidates come from a replay file of known programs, so the test knows their hashes (and the
 batches: a replay run takes them in file order, ``batch_size`` at a time).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,17 +18,30 @@ import time
 import urllib.request
 
 import pytest
-
-from test_flows_support import prefect_api, subprocess_env  # noqa: F401  (fixture)
+from test_flows_support import subprocess_env
 
 # Structurally different forecast candidates (distinct canonical hashes and fingerprints).
-TERMS = ["(tanh s)", "(sin s)", "(cos s)", "(exp (- (* s s)))", "(* s s)", "(* s s s)", "(abs s)",
-         "(sigmoid s)", "(softplus s)", "(log (+ 1.0 (* s s)))", "(sqrt (+ 1.0 (* s s)))", "(atan s)"]
+TERMS = [
+    "(tanh s)",
+    "(sin s)",
+    "(cos s)",
+    "(exp (- (* s s)))",
+    "(* s s)",
+    "(* s s s)",
+    "(abs s)",
+    "(sigmoid s)",
+    "(softplus s)",
+    "(log (+ 1.0 (* s s)))",
+    "(sqrt (+ 1.0 (* s s)))",
+    "(atan s)",
+]
 
 
 def program(term: str) -> str:
-    return ("(param phi 0.8 (between -1 1))\n(param c 0.01)\n(define (init) 0.0)\n"
-            f"(define (predict s) (+ (* phi s) (* c {term})))\n(define (update s y) y)")
+    return (
+        "(param phi 0.8 (between -1 1))\n(param c 0.01)\n(define (init) 0.0)\n"
+        f"(define (predict s) (+ (* phi s) (* c {term})))\n(define (update s y) y)"
+    )
 
 
 def enso_task():
@@ -59,7 +73,8 @@ def evaluations(folder, run_id: str) -> dict[str, list[tuple]]:
     """candidate -> [(status, score, error)] of every evaluation of the run."""
     out: dict[str, list[tuple]] = {}
     for candidate, status, score, error in store_rows(
-            folder, run_id, "SELECT candidate, status, score, error FROM evaluations WHERE run_id = $1 ORDER BY id"):
+        folder, run_id, "SELECT candidate, status, score, error FROM evaluations WHERE run_id = $1 ORDER BY id"
+    ):
         out.setdefault(candidate, []).append((status, score, error))
     return out
 
@@ -77,8 +92,19 @@ def test_a_candidate_that_kills_its_worker_is_retried_alone_then_marked_crashed(
     hashes = hashes_of(task, sources)
     bad = hashes[5]  # in the second batch of four: hashes[4:8]
     monkeypatch.setenv("NDVM_TEST_CRASH_HASHES", bad)
-    common = dict(task="enso", proposer="replay", replay=str(replay_file(tmp_path, sources)), runner="processes",
-                  workers=2, batch_size=4, steps=30, restarts=2, top_k=2, log_every=30.0, folder=str(tmp_path))
+    common = dict(
+        task="enso",
+        proposer="replay",
+        replay=str(replay_file(tmp_path, sources)),
+        runner="processes",
+        workers=2,
+        batch_size=4,
+        steps=30,
+        restarts=2,
+        top_k=2,
+        log_every=30.0,
+        folder=str(tmp_path),
+    )
     report = discover(**common, budget={"minutes": 2.0, "max_candidates": 12}, run_id="crash-run")
 
     assert report["status"] == "finished" and report["new"] == 12 and report["pending"] == 0
@@ -107,8 +133,7 @@ def test_a_candidate_that_kills_its_worker_is_retried_alone_then_marked_crashed(
     assert evaluations(tmp_path, "crash-run")[bad] == runs[bad]
 
 
-def test_a_candidate_over_candidate_seconds_is_marked_timeout_and_the_run_goes_on(prefect_api, tmp_path,
-                                                                                  monkeypatch):
+def test_a_candidate_over_candidate_seconds_is_marked_timeout_and_the_run_goes_on(prefect_api, tmp_path, monkeypatch):
     from flows.discover import discover
 
     task = enso_task()
@@ -116,9 +141,20 @@ def test_a_candidate_over_candidate_seconds_is_marked_timeout_and_the_run_goes_o
     hashes = hashes_of(task, sources)
     monkeypatch.setenv("NDVM_TEST_SLOW_HASHES", hashes[1])  # its worker sleeps an hour on it
     started = time.monotonic()
-    report = discover(task="enso", proposer="replay", replay=str(replay_file(tmp_path, sources)), batch_size=3,
-                      steps=30, restarts=2, top_k=1, log_every=30.0, folder=str(tmp_path), run_id="slow-run",
-                      candidate_seconds=2.5, budget={"minutes": 2.0})
+    report = discover(
+        task="enso",
+        proposer="replay",
+        replay=str(replay_file(tmp_path, sources)),
+        batch_size=3,
+        steps=30,
+        restarts=2,
+        top_k=1,
+        log_every=30.0,
+        folder=str(tmp_path),
+        run_id="slow-run",
+        candidate_seconds=2.5,
+        budget={"minutes": 2.0},
+    )
     took = time.monotonic() - started
     assert report["status"] == "finished" and report["pending"] == 0 and report["timeout"] == 1
     assert report["calibrated"] + report["failed"] == 2 and report["retried_alone"] == 3
@@ -138,8 +174,17 @@ def test_minutes_is_a_hard_deadline_what_is_in_calibration_stays_pending(prefect
     sources = [program(t) for t in TERMS[:3]]
     hashes = hashes_of(task, sources)
     monkeypatch.setenv("NDVM_TEST_SLOW_HASHES", hashes[0])  # the only batch never ends by itself
-    common = dict(task="enso", proposer="replay", replay=str(replay_file(tmp_path, sources)), batch_size=3,
-                  steps=30, restarts=2, top_k=1, log_every=30.0, folder=str(tmp_path))
+    common = dict(
+        task="enso",
+        proposer="replay",
+        replay=str(replay_file(tmp_path, sources)),
+        batch_size=3,
+        steps=30,
+        restarts=2,
+        top_k=1,
+        log_every=30.0,
+        folder=str(tmp_path),
+    )
     report = discover(**common, budget={"minutes": 0.05, "drain_minutes": 0.05}, run_id="deadline-run")
     assert report["status"] == "finished" and report["new"] == 3
     assert report["cancelled_at_deadline"] == 3 and report["pending"] == 3
@@ -172,14 +217,13 @@ def _wait_http(url: str, seconds: float) -> None:
     pytest.fail(f"{url} did not answer within {seconds} s")
 
 
-def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it(prefect_api, tmp_path,
-                                                                                 monkeypatch):
+def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it(prefect_api, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     from flows.discover import Budget, Discovery, build_config
     from proposers import ReplayProposer
 
-    task = enso_task()
+    enso_task()  # loads the data set once before the run
     # The third line is a program with a lone surrogate (what json.loads makes of "\ud800" in a
     # model's reply): the runtime cannot take it and DuckDB cannot write it, a real store error.
     sources = [program(t) for t in TERMS[:4]]
@@ -189,8 +233,18 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
     uri = f"http://127.0.0.1:{port}"  # nothing listens there (yet)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-    config = build_config("enso", "replay", replay=str(path), batch_size=4, steps=30, restarts=2, top_k=2,
-                          log_every=1.0, folder=str(tmp_path), tracking_uri=uri)
+    config = build_config(
+        "enso",
+        "replay",
+        replay=str(path),
+        batch_size=4,
+        steps=30,
+        restarts=2,
+        top_k=2,
+        log_every=1.0,
+        folder=str(tmp_path),
+        tracking_uri=uri,
+    )
     discovery = Discovery(config, Budget(minutes=1.0), run_id="down-run")
     # Without validation, so the unstorable proposal reaches the store (the validating replay
     # proposer would reject it itself).
@@ -204,15 +258,32 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
     assert report["store_errors"] == 1 and report["mlflow_run_id"] is None and report["logged_entries"] == 0
     assert report["mlflow_error"] and str(port) in report["tracking_uri"]
     [(outcome, error_kind, error, source)] = store_rows(
-        tmp_path, "down-run", "SELECT outcome, error_kind, error, source FROM proposals WHERE run_id = $1 "
-                              "AND outcome NOT IN ('new')")
+        tmp_path,
+        "down-run",
+        "SELECT outcome, error_kind, error, source FROM proposals WHERE run_id = $1 AND outcome NOT IN ('new')",
+    )
     assert outcome == "store_error" and "surrogate" in error and source.endswith("\\ud800")
 
     # MLflow comes back: a real tracking server on that port. `ndvm log` logs the stored run.
-    server = subprocess.Popen([str(os.path.join(os.path.dirname(sys.executable), "mlflow")), "server",
-                               "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--host", "127.0.0.1",
-                               "--port", str(port), "--workers", "1"], cwd=tmp_path, env=subprocess_env(prefect_api),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            str(os.path.join(os.path.dirname(sys.executable), "mlflow")),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=tmp_path,
+        env=subprocess_env(prefect_api),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _wait_http(f"{uri}/health", 120)
         env = subprocess_env(prefect_api)
@@ -227,8 +298,9 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
         experiment = client.get_experiment_by_name("ndvm-enso-forecast")  # one experiment per dataset and task
         parents = client.search_runs([experiment.experiment_id], "tags.`ndvm.run_id` = 'down-run'")
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"  # idempotent: one parent ...
-        children = client.search_runs([experiment.experiment_id],
-                                      f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
+        children = client.search_runs(
+            [experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'"
+        )
         hashes = sorted(c.data.tags["ndvm.hash"] for c in children)
         assert len(hashes) == 2 == len(set(hashes))  # ... and each entry once
         best = store_rows(tmp_path, "down-run", "SELECT hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 2")
@@ -253,12 +325,30 @@ def test_on_dask_a_batch_that_kills_its_worker_is_retried_alone_locally(prefect_
     hashes = hashes_of(task, sources)
     monkeypatch.setenv("NDVM_TEST_CRASH_HASHES", hashes[2])  # the Dask worker, then the local worker, abort
     # allowed-failures 0: Dask gives up on the task at the first dead worker (default: 3 more tries)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                         env={"PREFECT_API_URL": prefect_api, "NDVM_TEST_CRASH_HASHES": hashes[2]}) as cluster:
-        report = discover(task="enso", proposer="replay", replay=str(replay_file(tmp_path, sources)),
-                          dask_address=cluster.scheduler_address, workers=1, batch_size=4, steps=30, restarts=2,
-                          top_k=1, log_every=30.0, folder=str(tmp_path), run_id="dask-crash-run")
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            env={"PREFECT_API_URL": prefect_api, "NDVM_TEST_CRASH_HASHES": hashes[2]},
+        ) as cluster,
+    ):
+        report = discover(
+            task="enso",
+            proposer="replay",
+            replay=str(replay_file(tmp_path, sources)),
+            dask_address=cluster.scheduler_address,
+            workers=1,
+            batch_size=4,
+            steps=30,
+            restarts=2,
+            top_k=1,
+            log_every=30.0,
+            folder=str(tmp_path),
+            run_id="dask-crash-run",
+        )
     assert report["status"] == "finished" and report["pending"] == 0
     assert report["crashed"] == 1 and report["retried_alone"] == 4 and report["calibrated"] + report["failed"] == 3
     runs = evaluations(tmp_path, "dask-crash-run")

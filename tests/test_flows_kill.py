@@ -9,6 +9,7 @@ and in the middle of logging a leaderboard entry to MLflow. The process group is
 SIGKILL (the flow and its workers, no clean-up of any kind), the store is checked, and the next
 resume pauses at the next stage. A last resume runs to the end.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,7 @@ import sys
 import time
 
 import pytest
-
-from test_flows_support import prefect_api, subprocess_env  # noqa: F401  (fixture)
+from test_flows_support import subprocess_env
 
 RUN = "kill-every-stage"
 STAGES = ["proposal:2", "calibration:2", "scoring:2", "recording:2", "logging:1"]
@@ -31,8 +31,9 @@ def _snapshot(folder) -> dict:
 
     with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
         con = store._con
-        evaluations = con.sql("SELECT candidate, id, status, score FROM evaluations WHERE run_id = $1",
-                              params=[RUN]).fetchall()
+        evaluations = con.sql(
+            "SELECT candidate, id, status, score FROM evaluations WHERE run_id = $1", params=[RUN]
+        ).fetchall()
         proposals = con.sql("SELECT id, outcome, hash FROM proposals WHERE run_id = $1", params=[RUN]).fetchall()
         members = dict(con.sql("SELECT hash, state FROM run_candidates WHERE run_id = $1", params=[RUN]).fetchall())
         status = store.run_status(RUN)
@@ -59,13 +60,14 @@ def _check(before: dict | None, now: dict) -> None:
 
 
 def _run_until_paused(command: list[str], env: dict, marker) -> dict:
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while not marker.is_file():
             if proc.poll() is not None:
-                pytest.fail(f"the run exited ({proc.returncode}) before it paused: {proc.stderr.read().decode()[-3000:]}")
+                pytest.fail(
+                    f"the run exited ({proc.returncode}) before it paused: {proc.stderr.read().decode()[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 pytest.fail(f"the run did not reach {env['NDVM_TEST_PAUSE']} within 180 s")
             time.sleep(0.2)
@@ -82,8 +84,20 @@ def _run_until_paused(command: list[str], env: dict, marker) -> dict:
 def test_kill_9_at_every_stage_then_resume_loses_nothing_and_calibrates_nothing_twice(prefect_api, tmp_path):
     folder = tmp_path / "runs"
     marker = tmp_path / "paused.json"
-    common = ["--folder", str(folder), "--batch-size", "8", "--steps", "30", "--restarts", "2", "--top-k", "2",
-              "--minutes", "5"]
+    common = [
+        "--folder",
+        str(folder),
+        "--batch-size",
+        "8",
+        "--steps",
+        "30",
+        "--restarts",
+        "2",
+        "--top-k",
+        "2",
+        "--minutes",
+        "5",
+    ]
     base = [sys.executable, "-m", "ndvm.cli", "discover"]
     before = None
     for i, stage in enumerate(STAGES):

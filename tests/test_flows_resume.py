@@ -3,6 +3,7 @@
 
 Both runs are real subprocesses of the ``ndvm`` command on the session's Prefect test server.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,7 @@ import sys
 import time
 
 import pytest
-
-from test_flows_support import prefect_api, subprocess_env  # noqa: F401  (fixture)
+from test_flows_support import subprocess_env
 
 RUN = "killed-run"
 
@@ -27,8 +27,9 @@ def _evaluations(folder):
     from storage import CandidateStore
 
     with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
-        rows = store._con.sql("SELECT candidate, status, score FROM evaluations WHERE run_id = $1",
-                              params=[RUN]).fetchall()
+        rows = store._con.sql(
+            "SELECT candidate, status, score FROM evaluations WHERE run_id = $1", params=[RUN]
+        ).fetchall()
         return {c: (s, score) for c, s, score in rows}, store.run_status(RUN)
 
 
@@ -37,8 +38,13 @@ def test_kill_9_then_resume_loses_nothing(prefect_api, tmp_path):
     status_file = folder / "status" / f"{RUN}.json"
     env = subprocess_env(prefect_api)
     common = ["--folder", str(folder), "--batch-size", "8", "--steps", "60", "--restarts", "4", "--top-k", "2"]
-    proc = subprocess.Popen(_ndvm("discover", "--run-id", RUN, "--minutes", "5", *common), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        _ndvm("discover", "--run-id", RUN, "--minutes", "5", *common),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     heartbeat = None
     try:
         deadline = time.monotonic() + 150
@@ -67,8 +73,13 @@ def test_kill_9_then_resume_loses_nothing(prefect_api, tmp_path):
     mlflow_parent = status.mlflow_run_id
     assert mlflow_parent
 
-    done = subprocess.run(_ndvm("discover", "--resume", RUN, "--minutes", "0.2", *common), env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        _ndvm("discover", "--resume", RUN, "--minutes", "0.2", *common),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{RUN} finished" in " ".join(done.stdout.split())
 
@@ -96,15 +107,29 @@ def test_kill_9_then_resume_loses_nothing(prefect_api, tmp_path):
 def test_llm_cost_is_stored_and_max_cost_bounds_the_run_across_resumes(prefect_api, tmp_path, monkeypatch):
     """A run's LLM spend is in the store; a resume starts its cost accounting from it, so a
     --max-cost below what the run already spent stops proposing at once (no LLM call)."""
+    from test_flows_support import FakeOpenAI
+
     from flows.discover import discover
     from storage import CandidateStore
-    from test_flows_support import FakeOpenAI
 
     monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-resume")
     price = (1e-6, 4e-6)  # USD per token: the fake model is unpriced in litellm
-    options = dict(task="enso", model="openai/fake-model", api_base=None, api_key_env="NDVM_TEST_FAKE_KEY",
-                   price_per_token=price, concurrency=2, per_request=2, batch_size=4, steps=30, restarts=2,
-                   top_k=1, log_every=30.0, folder=str(tmp_path), run_id=None)
+    options = dict(
+        task="enso",
+        model="openai/fake-model",
+        api_base=None,
+        api_key_env="NDVM_TEST_FAKE_KEY",
+        price_per_token=price,
+        concurrency=2,
+        per_request=2,
+        batch_size=4,
+        steps=30,
+        restarts=2,
+        top_k=1,
+        log_every=30.0,
+        folder=str(tmp_path),
+        run_id=None,
+    )
     fake = FakeOpenAI(delay=0.05)
     try:
         options["api_base"] = fake.api_base

@@ -1,69 +1,39 @@
 """Shared pieces of the pipeline tests (tests/test_flows*.py, test_cli*.py, test_ui_browser.py).
 
-- ``prefect_api``: one Prefect test server for the whole session
-  (``prefect_test_harness(server_startup_timeout=120)``), entered once even when several test
-  modules import the fixture; its URL is handed to subprocesses so they need no server of their own.
-- ``enso_run``: one real discovery run on the enso task with the offline mutation proposer and a
-  small budget, in a temporary run folder, shared by the modules that inspect its results.
+- the session fixtures ``prefect_api`` (one Prefect test server) and ``enso_run`` (one real
+  discovery run on the enso task) live in tests/conftest.py; ``ENSO_RUN_BUDGET`` is the latter's budget.
 - ``FakeOpenAI``: a local OpenAI-compatible chat server on 127.0.0.1 returning forecast candidates.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
-import socket
 import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
-
 QUIET = {
-    "DO_NOT_TRACK": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "MLFLOW_DISABLE_TELEMETRY": "true",
-    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DASK_LOGGING__DISTRIBUTED": "warning",
+    "DO_NOT_TRACK": "true",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "DASK_LOGGING__DISTRIBUTED": "warning",
 }
 for _key, _value in QUIET.items():
     os.environ.setdefault(_key, _value)
 
 REPO = Path(__file__).resolve().parents[1]
-_SHARED: dict[str, object] = {}
-
-
-@pytest.fixture(scope="session")
-def prefect_api(request) -> str:
-    """The URL of the session's Prefect test server."""
-    if "prefect_api" not in _SHARED:
-        from prefect.settings import PREFECT_API_URL
-        from prefect.testing.utilities import prefect_test_harness
-
-        harness = prefect_test_harness(server_startup_timeout=120)
-        harness.__enter__()
-        request.session.addfinalizer(lambda: harness.__exit__(None, None, None))
-        _SHARED["prefect_api"] = str(PREFECT_API_URL.value())
-    return _SHARED["prefect_api"]  # type: ignore[return-value]
-
-
 ENSO_RUN_BUDGET = {"minutes": 3.0, "max_candidates": 40}
-
-
-@pytest.fixture(scope="session")
-def enso_run(prefect_api, tmp_path_factory) -> tuple[dict, Path]:
-    """(report, run folder) of one discovery run: enso, mutation proposer, 40 candidates."""
-    if "enso_run" not in _SHARED:
-        from flows.discover import discover
-
-        folder = tmp_path_factory.mktemp("enso-run")
-        report = discover(task="enso", proposer="mutation", budget=ENSO_RUN_BUDGET, batch_size=16, steps=60,
-                          restarts=4, top_k=3, log_every=2.0, folder=str(folder), run_id="enso-e2e")
-        _SHARED["enso_run"] = (report, folder)
-    return _SHARED["enso_run"]  # type: ignore[return-value]
 
 
 def subprocess_env(prefect_api: str, **extra: str) -> dict[str, str]:
@@ -141,11 +111,16 @@ class FakeOpenAI:
                 picks = [self.programs[(self.next_program + i) % len(self.programs)] for i in range(2)]
                 self.next_program += 2
             text = "\n\n".join(f"Candidate:\n```scheme\n{p}\n```" for p in picks)
-        payload = json.dumps({
-            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 900, "completion_tokens": 120, "total_tokens": 1020},
-        }).encode()
+        payload = json.dumps(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 900, "completion_tokens": 120, "total_tokens": 1020},
+            }
+        ).encode()
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(payload)))
@@ -166,9 +141,14 @@ def free_port() -> int:
 
 def start_ui(folder, port: int, prefect_api: str) -> subprocess.Popen:
     """``ndvm ui`` in a subprocess; returns once the MLflow server answers /health."""
-    proc = subprocess.Popen([sys.executable, "-m", "ndvm.cli", "ui", "--folder", str(folder), "--port", str(port)],
-                            env=subprocess_env(prefect_api), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ndvm.cli", "ui", "--folder", str(folder), "--port", str(port)],
+        env=subprocess_env(prefect_api),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:

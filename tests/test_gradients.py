@@ -13,6 +13,7 @@ For each program and 16 lane points:
   relative 1e-10.
 The torch twins are themselves checked against finite differences, so a wrong twin cannot hide.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -33,7 +34,7 @@ _spec.loader.exec_module(cases_module)
 CASES = cases_module.CASES
 LANES = cases_module.LANES
 
-FD_STEP = 1e-3      # relative step of the 5-point stencil: truncation ~h^4, round-off ~eps/h, both << 1e-6
+FD_STEP = 1e-3  # relative step of the 5-point stencil: truncation ~h^4, round-off ~eps/h, both << 1e-6
 FD_RTOL = 1e-6
 FD_ATOL_SCALE = 1e-9
 TORCH_RTOL = 1e-10
@@ -99,7 +100,8 @@ def assert_close_to_fd(name, theta, values, grads, fd):
         raise AssertionError(
             f"{name}: {len(bad)} gradient entries disagree with finite differences; first: lane {lane} "
             f"theta={theta[lane].tolist()} param {j}: grad={grads[lane, j]!r} fd={fd[lane, j]!r} "
-            f"(|diff|={abs(grads[lane, j] - fd[lane, j]):.3e}, tol={tol[lane, j]:.3e})")
+            f"(|diff|={abs(grads[lane, j] - fd[lane, j]):.3e}, tol={tol[lane, j]:.3e})"
+        )
 
 
 def test_suite_size_and_coverage():
@@ -138,11 +140,14 @@ def test_lanes_equal_single_lane_runs_bit_for_bit(case):
     assert np.array_equal(forward, values), f"evaluate {forward} != value_and_grad values {values}"
     for lane in range(LANES):
         one_values, one_grads = prog.value_and_grad(
-            theta[lane:lane + 1], inputs=inputs_for(case), lane_inputs=lane_inputs_for(case, slice(lane, lane + 1)))
+            theta[lane : lane + 1], inputs=inputs_for(case), lane_inputs=lane_inputs_for(case, slice(lane, lane + 1))
+        )
         assert np.array_equal(np.asarray(one_values)[0], values[lane]), (
-            f"lane {lane} theta={theta[lane].tolist()}: alone {one_values[0]!r}, in batch {values[lane]!r}")
+            f"lane {lane} theta={theta[lane].tolist()}: alone {one_values[0]!r}, in batch {values[lane]!r}"
+        )
         assert np.array_equal(np.asarray(one_grads)[0], grads[lane]), (
-            f"lane {lane} theta={theta[lane].tolist()}: alone {one_grads[0]!r}, in batch {grads[lane]!r}")
+            f"lane {lane} theta={theta[lane].tolist()}: alone {one_grads[0]!r}, in batch {grads[lane]!r}"
+        )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -157,11 +162,13 @@ def test_odd_lane_count_equals_single_lane_runs(case):
     theta = lo + (hi - lo) * rng.uniform(size=(37, theta16.shape[1]))
     values, grads = program(case).value_and_grad(theta, inputs=inputs_for(case))
     for lane in range(theta.shape[0]):
-        one_values, one_grads = program(case).value_and_grad(theta[lane:lane + 1], inputs=inputs_for(case))
+        one_values, one_grads = program(case).value_and_grad(theta[lane : lane + 1], inputs=inputs_for(case))
         assert np.array_equal(one_values[0], values[lane], equal_nan=True) and np.array_equal(
-            one_grads[0], grads[lane], equal_nan=True), (
+            one_grads[0], grads[lane], equal_nan=True
+        ), (
             f"lane {lane} theta={theta[lane].tolist()}: alone {one_values[0]!r} {one_grads[0].tolist()}, "
-            f"in batch {values[lane]!r} {grads[lane].tolist()}")
+            f"in batch {values[lane]!r} {grads[lane].tolist()}"
+        )
 
 
 def torch_value_and_grad(case, theta: np.ndarray):
@@ -203,30 +210,43 @@ def test_gradient_matches_torch_autograd(case):
     t_values, t_grads = torch_value_and_grad(case, theta)
     scale = np.maximum(1.0, np.abs(t_values))
     assert np.all(np.abs(values - t_values) <= TORCH_RTOL * np.abs(t_values) + TORCH_ATOL_SCALE * scale), (
-        f"{case.name}: values NDVM {values} torch {t_values}")
+        f"{case.name}: values NDVM {values} torch {t_values}"
+    )
     gscale = np.maximum(scale, np.abs(t_grads).max(axis=1))[:, None]
     ok = np.abs(grads - t_grads) <= TORCH_RTOL * np.abs(t_grads) + TORCH_ATOL_SCALE * gscale
     bad = np.argwhere(~ok)
-    assert not bad.size, (f"{case.name}: lane {bad[0][0]} theta={theta[bad[0][0]].tolist()} grad NDVM "
-                          f"{grads[bad[0][0]].tolist()} torch {t_grads[bad[0][0]].tolist()}")
+    assert not bad.size, (
+        f"{case.name}: lane {bad[0][0]} theta={theta[bad[0][0]].tolist()} grad NDVM "
+        f"{grads[bad[0][0]].tolist()} torch {t_grads[bad[0][0]].tolist()}"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # Through the torch boundary: ndvm.torch.apply inside a torch graph, vector outputs, input gradients.
 
 VECTOR_MODELS = [
-    ("linear", "(param a 1.0) (param b 0.0) (+ (* a x) b)",
-     lambda t, x: t[0] * x + t[1]),
-    ("exp-decay", "(param A 1.5) (param k 0.5) (* A (exp (* (- k) x)))",
-     lambda t, x: t[0] * torch.exp(-t[1] * x)),
-    ("logistic-curve", "(param K 2.0) (param r 1.1) (param t0 0.3) (/ K (+ 1 (exp (* (- r) (- x t0)))))",
-     lambda t, x: t[0] / (1 + torch.exp(-t[1] * (x - t[2])))),
-    ("quadratic", "(param a 0.1) (param b -0.4) (param c 0.25) (+ a (* b x) (* c (square x)))",
-     lambda t, x: t[0] + t[1] * x + t[2] * x ** 2),
-    ("divergent-vector", "(param a 0.5) (param b 0.2) (if (> a 0) (* a (sin (* b x))) (square (- x a)))",
-     lambda t, x: t[0] * torch.sin(t[1] * x) if t[0] > 0 else (x - t[0]) ** 2),
-    ("scalar-output", "(param a 0.5) (param b 0.2) (vsum (square (- x (* a (exp (* b x))))))",
-     lambda t, x: torch.sum((x - t[0] * torch.exp(t[1] * x)) ** 2)),
+    ("linear", "(param a 1.0) (param b 0.0) (+ (* a x) b)", lambda t, x: t[0] * x + t[1]),
+    ("exp-decay", "(param A 1.5) (param k 0.5) (* A (exp (* (- k) x)))", lambda t, x: t[0] * torch.exp(-t[1] * x)),
+    (
+        "logistic-curve",
+        "(param K 2.0) (param r 1.1) (param t0 0.3) (/ K (+ 1 (exp (* (- r) (- x t0)))))",
+        lambda t, x: t[0] / (1 + torch.exp(-t[1] * (x - t[2]))),
+    ),
+    (
+        "quadratic",
+        "(param a 0.1) (param b -0.4) (param c 0.25) (+ a (* b x) (* c (square x)))",
+        lambda t, x: t[0] + t[1] * x + t[2] * x**2,
+    ),
+    (
+        "divergent-vector",
+        "(param a 0.5) (param b 0.2) (if (> a 0) (* a (sin (* b x))) (square (- x a)))",
+        lambda t, x: t[0] * torch.sin(t[1] * x) if t[0] > 0 else (x - t[0]) ** 2,
+    ),
+    (
+        "scalar-output",
+        "(param a 0.5) (param b 0.2) (vsum (square (- x (* a (exp (* b x))))))",
+        lambda t, x: torch.sum((x - t[0] * torch.exp(t[1] * x)) ** 2),
+    ),
 ]
 
 
@@ -252,7 +272,9 @@ def test_torch_boundary_matches_torch_twin(name, source, twin):
     ref_out = torch.stack([twin(ref_theta[i], ref_x) for i in range(5)])
     (weights * ref_out.reshape(out.shape)).sum().backward()
 
-    np.testing.assert_allclose(out.detach().numpy(), ref_out.detach().numpy().reshape(out.shape), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        out.detach().numpy(), ref_out.detach().numpy().reshape(out.shape), rtol=1e-10, atol=1e-12
+    )
     np.testing.assert_allclose(theta.grad.numpy(), ref_theta.grad.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(x.grad.numpy(), ref_x.grad.numpy(), rtol=1e-10, atol=1e-12)
 
@@ -263,7 +285,9 @@ def test_torch_boundary_gradcheck():
     prog = ndvm.compile("(param a 0.5) (param k 0.7) (* a (exp (* (- k) x)) (+ 1 (square x)))")
     theta = torch.tensor([[0.5, 0.7], [1.1, 0.2], [-0.4, 1.3]], dtype=torch.float64, requires_grad=True)
     x = torch.linspace(0.0, 2.0, 5, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda th, xx: ndvm_torch.apply(prog, th, {"x": xx}), (theta, x), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(
+        lambda th, xx: ndvm_torch.apply(prog, th, {"x": xx}), (theta, x), eps=1e-6, atol=1e-7
+    )
 
 
 @pytest.mark.parametrize("name,source,twin", VECTOR_MODELS, ids=[m[0] for m in VECTOR_MODELS])
@@ -277,7 +301,7 @@ def test_vector_outputs_equal_single_lane_runs(name, source, twin):
     out = np.asarray(prog.evaluate(theta, inputs={"x": x}))
     assert out.shape[0] == 16
     for lane in range(16):
-        alone = np.asarray(prog.evaluate(theta[lane:lane + 1], inputs={"x": x}))
+        alone = np.asarray(prog.evaluate(theta[lane : lane + 1], inputs={"x": x}))
         assert np.array_equal(alone[0], out[lane]), f"lane {lane}: alone {alone[0]}, in batch {out[lane]}"
         ref = twin(torch.tensor(theta[lane]), torch.tensor(x)).detach().numpy()
         np.testing.assert_allclose(out[lane], np.broadcast_to(ref, out[lane].shape), rtol=1e-12, atol=1e-12)
@@ -308,12 +332,14 @@ def test_torch_boundary_matrix_input_gradient_kalman():
 
 def test_many_divergent_lanes_each_take_their_own_path():
     """200 lanes, nearly each with its own loop length: batch == one-lane runs bit for bit, == the twin."""
-    prog = ndvm.compile("(param a 0.5) (param b 0.1)\n"
-                        "(let loop ((x a) (n 0)) (if (> x 10.0) (+ n (* x b)) (loop (+ x (* a 0.37) b) (+ n 1))))")
+    prog = ndvm.compile(
+        "(param a 0.5) (param b 0.1)\n"
+        "(let loop ((x a) (n 0)) (if (> x 10.0) (+ n (* x b)) (loop (+ x (* a 0.37) b) (+ n 1))))"
+    )
     theta = np.stack([np.linspace(0.05, 3.0, 200), np.linspace(0.02, 0.3, 200)[::-1]], axis=1)
     values, grads = prog.value_and_grad(theta)
     for lane in range(theta.shape[0]):
-        one_values, one_grads = prog.value_and_grad(theta[lane:lane + 1])
+        one_values, one_grads = prog.value_and_grad(theta[lane : lane + 1])
         assert np.array_equal(one_values[0], values[lane]) and np.array_equal(one_grads[0], grads[lane]), lane
         t = torch.tensor(theta[lane], requires_grad=True)
         x, n = t[0], 0
@@ -340,7 +366,9 @@ def test_one_program_shared_by_threads_gives_serial_bits():
 
     def work(case, theta, serial):
         for _ in range(20):
-            values, grads = program(case).value_and_grad(theta, inputs=inputs_for(case), lane_inputs=lane_inputs_for(case))
+            values, grads = program(case).value_and_grad(
+                theta, inputs=inputs_for(case), lane_inputs=lane_inputs_for(case)
+            )
             if not (np.array_equal(values, serial[0]) and np.array_equal(grads, serial[1])):
                 failures.append(case.name)
                 return
@@ -364,7 +392,7 @@ def test_float32_programs_lanes_and_accuracy():
         prog32 = ndvm.compile(case.source, dtype="float32")
         values, grads = prog32.value_and_grad(theta, inputs=inputs_for(case))
         for lane in (0, 7, 15):
-            one_values, one_grads = prog32.value_and_grad(theta[lane:lane + 1], inputs=inputs_for(case))
+            one_values, one_grads = prog32.value_and_grad(theta[lane : lane + 1], inputs=inputs_for(case))
             if not (np.array_equal(one_values[0], values[lane]) and np.array_equal(one_grads[0], grads[lane])):
                 mismatched.append(case.name)
                 break
@@ -378,12 +406,14 @@ def test_float32_programs_lanes_and_accuracy():
 
 def test_non_finite_lanes_do_not_leak_into_other_lanes():
     """A NaN or infinite parameter in one lane leaves every other lane's bits untouched."""
-    prog = ndvm.compile("(param a 0.5) (param b 1.0)\n"
-                        "(let loop ((i 0) (s 0.0)) (if (= i 5) (if (> s 1.0) (* s b) (- s)) (loop (+ i 1) (+ s (* a i)))))")
+    prog = ndvm.compile(
+        "(param a 0.5) (param b 1.0)\n"
+        "(let loop ((i 0) (s 0.0)) (if (= i 5) (if (> s 1.0) (* s b) (- s)) (loop (+ i 1) (+ s (* a i)))))"
+    )
     theta = np.array([[0.5, 1.0], [np.nan, 1.0], [1.5, np.inf], [-0.3, 2.0], [0.7, np.nan]])
     values, grads = prog.value_and_grad(theta)
     for lane in range(theta.shape[0]):
-        one_values, one_grads = prog.value_and_grad(theta[lane:lane + 1])
+        one_values, one_grads = prog.value_and_grad(theta[lane : lane + 1])
         assert np.array_equal(one_values[0], values[lane], equal_nan=True)
         assert np.array_equal(one_grads[0], grads[lane], equal_nan=True)
     assert values[0] == 5.0 and values[3] == 3.0 and np.array_equal(grads[0], [10.0, 5.0])
@@ -392,7 +422,9 @@ def test_non_finite_lanes_do_not_leak_into_other_lanes():
 # ------------------------------------------------------------------------------------------------
 # Random models (tests/gradprogs/random_models.py): NDVM vs the same tree written in torch.
 
-_rm_spec = importlib.util.spec_from_file_location("ndvm_random_models", Path(__file__).parent / "gradprogs" / "random_models.py")
+_rm_spec = importlib.util.spec_from_file_location(
+    "ndvm_random_models", Path(__file__).parent / "gradprogs" / "random_models.py"
+)
 random_models = importlib.util.module_from_spec(_rm_spec)
 sys.modules[_rm_spec.name] = random_models
 _rm_spec.loader.exec_module(random_models)
@@ -414,11 +446,16 @@ def test_random_models_match_torch_and_single_lanes(seed):
             g = torch.autograd.grad(y, t, allow_unused=True)[0] if y.requires_grad else None
             g = np.zeros(2) if g is None else g.numpy()
             scale = max(1.0, abs(float(y.detach())), float(np.abs(g).max()))
-            if abs(values[lane] - float(y.detach())) > TORCH_RTOL * scale or np.abs(grads[lane] - g).max() > TORCH_RTOL * scale:
-                failures.append((index, lane, model.source, values[lane], float(y.detach()), grads[lane].tolist(), g.tolist()))
+            if (
+                abs(values[lane] - float(y.detach())) > TORCH_RTOL * scale
+                or np.abs(grads[lane] - g).max() > TORCH_RTOL * scale
+            ):
+                failures.append(
+                    (index, lane, model.source, values[lane], float(y.detach()), grads[lane].tolist(), g.tolist())
+                )
                 break
         for lane in (0, 5, 11):
-            one_values, one_grads = prog.value_and_grad(theta[lane:lane + 1], inputs={"x": x})
+            one_values, one_grads = prog.value_and_grad(theta[lane : lane + 1], inputs={"x": x})
             if not (np.array_equal(one_values[0], values[lane]) and np.array_equal(one_grads[0], grads[lane])):
                 failures.append((index, lane, model.source, "lane differs from its one-lane run"))
                 break
@@ -429,7 +466,9 @@ def test_random_models_match_torch_and_single_lanes(seed):
 # The published candidate corpora (ndvm_corpora of the shared data): every program as a calibration
 # objective (training MSE), value and gradient against a torch interpreter of the same source.
 
-_ct_spec = importlib.util.spec_from_file_location("ndvm_corpus_torch", Path(__file__).parent / "gradprogs" / "corpus_torch.py")
+_ct_spec = importlib.util.spec_from_file_location(
+    "ndvm_corpus_torch", Path(__file__).parent / "gradprogs" / "corpus_torch.py"
+)
 corpus_torch = importlib.util.module_from_spec(_ct_spec)
 _ct_spec.loader.exec_module(corpus_torch)
 
@@ -449,13 +488,16 @@ def test_corpus_objectives_match_torch(corpus):
     failures, checked = [], 0
     for row in rows:
         names = row["params"]
-        source = (" ".join(f"(param {p} 0.3)" for p in names)
-                  + f"\n(define pred {row['src']})\n(/ (vsum (square (- y pred))) (size x))")
+        source = (
+            " ".join(f"(param {p} 0.3)" for p in names)
+            + f"\n(define pred {row['src']})\n(/ (vsum (square (- y pred))) (size x))"
+        )
         theta = 0.3 * rng.normal(size=(LANES, len(names)))  # the corpus protocol's initialisation
         try:
             expr = corpus_torch.read(row["src"])
-            corpus_torch.evaluate(expr, {**{p: torch.tensor(0.3, dtype=torch.float64) for p in names},
-                                         "x": torch.tensor(x)})
+            corpus_torch.evaluate(
+                expr, {**{p: torch.tensor(0.3, dtype=torch.float64) for p in names}, "x": torch.tensor(x)}
+            )
         except TypeError:
             # not valid Scheme (e.g. "(-1.0)" calls a number): NDVM must reject it with a typed error
             with pytest.raises(ndvm.NDVMError):
@@ -522,10 +564,17 @@ def test_same_bits_in_another_process():
     import subprocess
 
     chosen = [c for c in CASES if not c.lane_inputs][::10]
-    jobs = [{"source": c.source, "theta": lane_points(c).tolist(),
-             "inputs": {k: np.asarray(v).tolist() for k, v in c.inputs.items()}} for c in chosen]
-    proc = subprocess.run([sys.executable, "-c", _DETERMINISM_CHILD], input=json.dumps(jobs),
-                          capture_output=True, text=True, timeout=120)
+    jobs = [
+        {
+            "source": c.source,
+            "theta": lane_points(c).tolist(),
+            "inputs": {k: np.asarray(v).tolist() for k, v in c.inputs.items()},
+        }
+        for c in chosen
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _DETERMINISM_CHILD], input=json.dumps(jobs), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     theirs = json.loads(proc.stdout.strip().splitlines()[-1])
     for case, other in zip(chosen, theirs):

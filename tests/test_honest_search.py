@@ -5,6 +5,7 @@ The central check: a discovery run (mutation proposer, fixed seed, serial) on a 
 targets are permuted proposes exactly the same programs and ranks them in exactly the same order as
 on the original series; only the test metrics, computed at the end, differ.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from conftest import shared_file
 
 import datasets
 import ndvm
@@ -22,8 +24,6 @@ from datasets.errors import SplitError
 from datasets.schema import TEST, TEST_FIT, TRAIN, VALIDATION
 from datasets.tasks import ForecastTask, TaskError, make_task
 from datasets.tasks.forecast import AR1_SOURCE, KALMAN_AR1_SOURCE, SERIES
-
-from conftest import shared_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,7 +106,10 @@ def test_severson_batch3_cells_are_test_cells():
     ds = datasets.load(path)
     b3 = [c for c in ds.groups if c.startswith("b3")]
     assert b3 and sorted(ds.test_groups) == sorted(b3)
-    assert set(ds.frame.filter(pl.col("cell_id").str.starts_with("b3")).get_column("split").unique()) == {TEST_FIT, TEST}
+    assert set(ds.frame.filter(pl.col("cell_id").str.starts_with("b3")).get_column("split").unique()) == {
+        TEST_FIT,
+        TEST,
+    }
     task = make_task(ds)
     assert not any(g.startswith("b3") for g in task.groups())
     assert {g[:2] for g in task.groups()} == {"b1", "b2"}
@@ -149,7 +152,7 @@ def test_forecast_training_loss_is_the_multi_step_error_over_the_scored_leads():
         for k in range(1, task.leads + 1):
             if t + k - 1 >= task.n_train:
                 break
-            total += (y[t + k - 1] - phi ** k * y[t - 1]) ** 2
+            total += (y[t + k - 1] - phi**k * y[t - 1]) ** 2
             count += 1
     assert count == task.fit_count() == 855
     every = ForecastTask(task.dataset, fit_stride=1)  # all origins: the same formula
@@ -174,8 +177,12 @@ TASK_FREE_FLOWS = ("calibration.py", "problem.py", "discover.py", "recalibrate.p
 def test_flows_never_branch_on_the_task_kind():
     # task.kind tests, any comparison of a kind with a string, and duck typing of the task object
     pattern = re.compile(r"task\.kind\s*(==|!=|in\b)|\bkind\s*(==|!=)\s*[\"']|hasattr\(task\b")
-    offenders = [f"{name}:{i}" for name in TASK_FREE_FLOWS
-                 for i, line in enumerate((REPO / "flows" / name).read_text().splitlines(), 1) if pattern.search(line)]
+    offenders = [
+        f"{name}:{i}"
+        for name in TASK_FREE_FLOWS
+        for i, line in enumerate((REPO / "flows" / name).read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert offenders == []
 
 
@@ -192,8 +199,9 @@ def test_restore_fit_gives_back_the_fit_the_store_keeps(name):
 # ---------------------------------------------------------------------------- part 2: the search never sees test
 def _write_series(path: Path, frame: pl.DataFrame) -> Path:
     frame.select("t", "anom_c").write_csv(path)
-    path.with_suffix(".toml").write_text('x = "t"\ny = "anom_c"\ntask = "forecast"\n'
-                                         'train_fraction = 0.5\nvalidation_fraction = 0.2\n')
+    path.with_suffix(".toml").write_text(
+        'x = "t"\ny = "anom_c"\ntask = "forecast"\ntrain_fraction = 0.5\nvalidation_fraction = 0.2\n'
+    )
     return path
 
 
@@ -201,10 +209,26 @@ def _discover(folder: Path, data: Path, resume: str | None = None):
     from flows.discover import Budget, build_config, run_discovery
     from storage import CandidateStore
 
-    config = build_config("enso", "mutation", data=str(data), seed=3, serial=True, batch_size=32, steps=40,
-                          restarts=4, top_k=2, test_top_k=5, log_every=3600.0, folder=str(folder))
-    report = run_discovery(config, Budget(minutes=None, max_candidates=48 if resume is None else 112),
-                           run_id=None if resume else "honest", resume=resume)
+    config = build_config(
+        "enso",
+        "mutation",
+        data=str(data),
+        seed=3,
+        serial=True,
+        batch_size=32,
+        steps=40,
+        restarts=4,
+        top_k=2,
+        test_top_k=5,
+        log_every=3600.0,
+        folder=str(folder),
+    )
+    report = run_discovery(
+        config,
+        Budget(minutes=None, max_candidates=48 if resume is None else 112),
+        run_id=None if resume else "honest",
+        resume=resume,
+    )
     assert report.status == "finished" and report.pending == 0
     with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
         history = store.history(report.run_id)
@@ -228,17 +252,25 @@ def test_permuted_test_targets_leave_the_search_bit_identical(tmp_path):
     rep_b, hist_b, top_b, test_b = _discover(tmp_path / "b" / "runs", permuted)
     assert rep_a.calibrated > 20
     # the proposal stream: the same programs, in the same order, with the same outcomes
-    assert hist_a.select("source", "outcome", "hash").to_dicts() == hist_b.select("source", "outcome", "hash").to_dicts()
+    assert (
+        hist_a.select("source", "outcome", "hash").to_dicts() == hist_b.select("source", "outcome", "hash").to_dicts()
+    )
     # the leaderboard: the same order and bit-identical validation scores and parameters
-    assert top_a.select("hash", "rank", "score", "parameters", "heldout_metrics").to_dicts() == \
-        top_b.select("hash", "rank", "score", "parameters", "heldout_metrics").to_dicts()
+    assert (
+        top_a.select("hash", "rank", "score", "parameters", "heldout_metrics").to_dicts()
+        == top_b.select("hash", "rank", "score", "parameters", "heldout_metrics").to_dicts()
+    )
     assert rep_a.best_hash == rep_b.best_hash and rep_a.best_score == rep_b.best_score
     # the test scores: the top 5 and the references, scored once at the end -- and they differ
     cands = test_a.filter(pl.col("entry_kind") == "candidate")
     assert cands["entry"].to_list() == top_a["hash"].to_list()[:5]
     assert cands["validation_rank"].to_list() == top_a["rank"].to_list()[:5]  # (equal scores share a rank)
-    assert sorted(test_a.filter(pl.col("entry_kind") == "reference")["entry"].to_list()) == \
-        ["ar-aic", "damped-persistence", "persistence", "statsmodels-arma21"]
+    assert sorted(test_a.filter(pl.col("entry_kind") == "reference")["entry"].to_list()) == [
+        "ar-aic",
+        "damped-persistence",
+        "persistence",
+        "statsmodels-arma21",
+    ]
     assert test_a["test_score"].to_list() != test_b["test_score"].to_list()
     assert test_a["validation_score"].to_list() == test_b["validation_score"].to_list()
     assert json.loads(test_a["test_metrics"][0]).keys() >= {"mean_rmse", "rmse_lead1", "rmse_lead12"}
@@ -249,8 +281,12 @@ def test_permuted_test_targets_leave_the_search_bit_identical(tmp_path):
     rep_a2, hist_a2, top_a2, test_a2 = _discover(tmp_path / "a" / "runs", original, resume="honest")
     rep_b2, hist_b2, top_b2, test_b2 = _discover(tmp_path / "b" / "runs", permuted, resume="honest")
     assert rep_a2.new == 112 and hist_a2.height > hist_a.height
-    assert hist_a2.select("source", "outcome", "hash").to_dicts() == hist_b2.select("source", "outcome", "hash").to_dicts()
-    assert top_a2.select("hash", "rank", "score", "parameters").to_dicts() == \
-        top_b2.select("hash", "rank", "score", "parameters").to_dicts()
+    assert (
+        hist_a2.select("source", "outcome", "hash").to_dicts() == hist_b2.select("source", "outcome", "hash").to_dicts()
+    )
+    assert (
+        top_a2.select("hash", "rank", "score", "parameters").to_dicts()
+        == top_b2.select("hash", "rank", "score", "parameters").to_dicts()
+    )
     assert test_a2.filter(pl.col("entry_kind") == "candidate")["entry"].to_list() == top_a2["hash"].to_list()[:5]
     assert test_a2["test_score"].to_list() != test_b2["test_score"].to_list()

@@ -12,6 +12,7 @@ started and never ended; that case fails, and the rest of its batch is run again
 Every child runs under an address-space cap, so an allocation that escapes the memory budget
 fails the case rather than the machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -101,25 +102,38 @@ CASES += [
     Case("brackets-5000", nest("[", "]", 5000), "ParseError", NESTING),
     Case("quasiquote-deep", "`" * 10_000 + "x", "ParseError", "quasiquote is not supported"),
     # ---- long flat forms: these must work -----------------------------------------------------------
-    Case("cond-150k-clauses", "(define x 3) (cond " + " ".join(f"((= x {i}) {i})" for i in range(150_000, -1, -1))
-         + ")", "value", "3"),
-    Case("cond-150k-no-match", "(define x -1) (cond " + flat("((= x {i}) {i})", 150_000) + ")",
-         "value", "#<unspecified>"),
+    Case(
+        "cond-150k-clauses",
+        "(define x 3) (cond " + " ".join(f"((= x {i}) {i})" for i in range(150_000, -1, -1)) + ")",
+        "value",
+        "3",
+    ),
+    Case(
+        "cond-150k-no-match", "(define x -1) (cond " + flat("((= x {i}) {i})", 150_000) + ")", "value", "#<unspecified>"
+    ),
     Case("cond-150k-test-only-clauses", "(cond " + "(#f) " * 150_000 + "(7))", "value", "7"),
     Case("case-100k-clauses", "(case 99999 " + flat("(({i}) {i})", 100_000) + " (else -1))", "value", "99999"),
-    Case("let*-150k-bindings", "(let* ((a0 0) " + " ".join(f"(a{i} (+ a{i - 1} 1))" for i in range(1, 150_000))
-         + ") a149999)", "value", "149999"),
+    Case(
+        "let*-150k-bindings",
+        "(let* ((a0 0) " + " ".join(f"(a{i} (+ a{i - 1} 1))" for i in range(1, 150_000)) + ") a149999)",
+        "value",
+        "149999",
+    ),
     Case("let-100k-bindings", "(let (" + flat("(a{i} {i})", 100_000) + ") (+ a0 a99999))", "value", "99999"),
-    Case("letrec-50k-bindings", "(letrec (" + flat("(f{i} (lambda () {i}))", 50_000) + ") (f49999))",
-         "value", "49999"),
+    Case("letrec-50k-bindings", "(letrec (" + flat("(f{i} (lambda () {i}))", 50_000) + ") (f49999))", "value", "49999"),
     Case("defines-150k", flat("(define a{i} {i})", 150_000) + " (+ a1 a149999)", "value", "150000"),
-    Case("internal-defines-100k", "(define (f) " + flat("(define a{i} {i})", 100_000) + " a99999) (f)",
-         "value", "99999"),
+    Case(
+        "internal-defines-100k", "(define (f) " + flat("(define a{i} {i})", 100_000) + " a99999) (f)", "value", "99999"
+    ),
     Case("begin-300k", "(begin " + "1 " * 300_000 + "2)", "value", "2"),
     Case("and-300k", "(and " + "1 " * 300_000 + "#f)", "value", "#f"),
     Case("or-300k", "(or " + "#f " * 300_000 + "3)", "value", "3"),
-    Case("lambda-50k-parameters", "((lambda (" + flat("p{i}", 50_000) + ") p49999) " + flat("{i}", 50_000) + ")",
-         "value", "49999"),
+    Case(
+        "lambda-50k-parameters",
+        "((lambda (" + flat("p{i}", 50_000) + ") p49999) " + flat("{i}", 50_000) + ")",
+        "value",
+        "49999",
+    ),
     Case("params-20k", flat("(param q{i} 0.5)", 20_000) + " (+ q0 q19999)", "value", "1.0"),
     Case("quoted-list-1M", "(length '(" + "1 " * 1_000_000 + "))", "value", "1000000"),
     Case("quoted-symbols-200k", "(length '(" + flat("s{i}", 200_000) + "))", "value", "200000"),
@@ -127,8 +141,9 @@ CASES += [
     Case("plus-200k-operands", "(+ " + "1 " * 200_000 + ")", "value", "200000"),
     Case("mat-literal-20k-rows", "(rows (mat " + "(vec 1 2) " * 20_000 + "))", "value", "20000"),
     # ---- sizes that overflow 32 bits, huge allocations (memory budget) -----------------------------
-    Case("matmul-2^32-elements", "(matmul (ones 65536 1) (ones 1 65536))", "LimitError",
-         r"memory budget|array too large"),
+    Case(
+        "matmul-2^32-elements", "(matmul (ones 65536 1) (ones 1 65536))", "LimitError", r"memory budget|array too large"
+    ),
     Case("outer-2^32-elements", "(outer (ones 65536) (ones 65536))", "LimitError", r"memory budget|array too large"),
     Case("zeros-2^32-rows", "(zeros 4294967296 1)", "LimitError", r"memory budget|array too large"),
     Case("zeros-2^33-square", "(zeros 92682 92682)", "LimitError", r"memory budget|array too large"),
@@ -139,41 +154,111 @@ CASES += [
     Case("zeros-negative", "(zeros -1)", "EvalError", r"zeros"),
     Case("zeros-nan", "(zeros +nan.0)", "EvalError", r"zeros"),
     # ---- compilation under the memory budget (a 4 MB source is a 300 MB syntax tree) -----------------
-    Case("compile-budget-while-reading", "(vsum (vec " + "1.0 " * 1_000_000 + "))", "LimitError",
-         r"memory budget \(max_bytes=64 MiB\) exceeded while reading the program", limits={"max_bytes": 64 << 20}),
-    Case("compile-budget-while-compiling", "(vsum (vec " + "1.0 " * 1_000_000 + "))", "LimitError",
-         r"memory budget \(max_bytes=256 MiB\) exceeded while compiling the program", limits={"max_bytes": 256 << 20}),
+    Case(
+        "compile-budget-while-reading",
+        "(vsum (vec " + "1.0 " * 1_000_000 + "))",
+        "LimitError",
+        r"memory budget \(max_bytes=64 MiB\) exceeded while reading the program",
+        limits={"max_bytes": 64 << 20},
+    ),
+    Case(
+        "compile-budget-while-compiling",
+        "(vsum (vec " + "1.0 " * 1_000_000 + "))",
+        "LimitError",
+        r"memory budget \(max_bytes=256 MiB\) exceeded while compiling the program",
+        limits={"max_bytes": 256 << 20},
+    ),
     # ---- runaway work (work budget, wall-clock limit) ------------------------------------------------
-    Case("det-400-in-a-loop", "(define m (+ (eye 400) (* 0.001 (ones 400 400))))"
-         " (do ((i 0 (+ i 1)) (s 0.0 (+ s (det m)))) (#f s))", "LimitError", r"work budget \(max_work="),
-    Case("matmul-300-in-a-loop", "(define m (ones 300 300)) (let lp ((i 0) (a m)) (lp (+ i 1) (matmul m m)))",
-         "LimitError", r"work budget"),
-    Case("work-budget-small", "(vsum (matmul (ones 100 100) (ones 100 100)))", "LimitError",
-         r"work budget \(max_work=1000 ", limits={"max_work": 1000}),
-    Case("wall-clock-limit", "(let lp ((i 0)) (lp (+ i 1)))", "LimitError", r"wall-clock limit \(max_seconds=0\.3\)",
-         limits={"max_seconds": 0.3, "max_steps": 10**15}),
+    Case(
+        "det-400-in-a-loop",
+        "(define m (+ (eye 400) (* 0.001 (ones 400 400)))) (do ((i 0 (+ i 1)) (s 0.0 (+ s (det m)))) (#f s))",
+        "LimitError",
+        r"work budget \(max_work=",
+    ),
+    Case(
+        "matmul-300-in-a-loop",
+        "(define m (ones 300 300)) (let lp ((i 0) (a m)) (lp (+ i 1) (matmul m m)))",
+        "LimitError",
+        r"work budget",
+    ),
+    Case(
+        "work-budget-small",
+        "(vsum (matmul (ones 100 100) (ones 100 100)))",
+        "LimitError",
+        r"work budget \(max_work=1000 ",
+        limits={"max_work": 1000},
+    ),
+    Case(
+        "wall-clock-limit",
+        "(let lp ((i 0)) (lp (+ i 1)))",
+        "LimitError",
+        r"wall-clock limit \(max_seconds=0\.3\)",
+        limits={"max_seconds": 0.3, "max_steps": 10**15},
+    ),
     Case("step-budget", "(let lp () (lp))", "LimitError", r"step budget"),
     # ---- deep recursion, long and deep data, printing -------------------------------------------------
-    Case("non-tail-recursion-1M", "(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1))))) (f 1000000)",
-         "LimitError", r"recursion depth exceeded \(100000 nested calls\)"),
-    Case("list-1M-built-and-printed", "(let lp ((i 0) (acc '())) (if (= i 1000000) acc (lp (+ i 1) (cons 0 acc))))",
-         "value", "~^\\((0 ){999999}0\\)$", seconds=15),  # 1M elements through OutValue, Python and to_scheme
-    Case("deep-list-1990-printed", "(let lp ((i 0) (acc '())) (if (= i 1990) acc (lp (+ i 1) (list acc))))",
-         "value", "~^\\({1991}\\){1991}$"),
-    Case("deep-list-3000-result", "(let lp ((i 0) (acc '())) (if (= i 3000) acc (lp (+ i 1) (list acc))))",
-         "LimitError", r"the result is nested more than 2000 levels deep \(the nesting limit\)"),
-    Case("car-chain-100k-result", "(let lp ((i 0) (acc 1)) (if (= i 100000) acc (lp (+ i 1) (cons acc 1))))",
-         "LimitError", r"nested more than 2000 levels"),
-    Case("cdr-chain-improper-100k", "(let lp ((i 0) (acc 1)) (if (= i 100000) acc (lp (+ i 1) (cons 1 acc))))",
-         "value", "~^\\(1 1 .* 1 \\. 1\\)$"),
-    Case("equal-deep-car-chains", "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons a 1))))"
-         " (equal? (mk 100000 1) (mk 100000 1))", "value", "#t"),
-    Case("apply-100k-list", "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons i a)))) (apply + (mk 100000 '()))",
-         "value", "5000050000"),
-    Case("append-doubling", "(let lp ((l '(1))) (lp (append l l)))", "LimitError", r"memory budget \(max_bytes=256",
-         limits={"max_bytes": 256 << 20}),
-    Case("map-over-1M", "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons i a)))) (length (map + (mk 1000000 '())))",
-         "value", "1000000"),
+    Case(
+        "non-tail-recursion-1M",
+        "(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1))))) (f 1000000)",
+        "LimitError",
+        r"recursion depth exceeded \(100000 nested calls\)",
+    ),
+    Case(
+        "list-1M-built-and-printed",
+        "(let lp ((i 0) (acc '())) (if (= i 1000000) acc (lp (+ i 1) (cons 0 acc))))",
+        "value",
+        "~^\\((0 ){999999}0\\)$",
+        seconds=15,
+    ),  # 1M elements through OutValue, Python and to_scheme
+    Case(
+        "deep-list-1990-printed",
+        "(let lp ((i 0) (acc '())) (if (= i 1990) acc (lp (+ i 1) (list acc))))",
+        "value",
+        "~^\\({1991}\\){1991}$",
+    ),
+    Case(
+        "deep-list-3000-result",
+        "(let lp ((i 0) (acc '())) (if (= i 3000) acc (lp (+ i 1) (list acc))))",
+        "LimitError",
+        r"the result is nested more than 2000 levels deep \(the nesting limit\)",
+    ),
+    Case(
+        "car-chain-100k-result",
+        "(let lp ((i 0) (acc 1)) (if (= i 100000) acc (lp (+ i 1) (cons acc 1))))",
+        "LimitError",
+        r"nested more than 2000 levels",
+    ),
+    Case(
+        "cdr-chain-improper-100k",
+        "(let lp ((i 0) (acc 1)) (if (= i 100000) acc (lp (+ i 1) (cons 1 acc))))",
+        "value",
+        "~^\\(1 1 .* 1 \\. 1\\)$",
+    ),
+    Case(
+        "equal-deep-car-chains",
+        "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons a 1)))) (equal? (mk 100000 1) (mk 100000 1))",
+        "value",
+        "#t",
+    ),
+    Case(
+        "apply-100k-list",
+        "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons i a)))) (apply + (mk 100000 '()))",
+        "value",
+        "5000050000",
+    ),
+    Case(
+        "append-doubling",
+        "(let lp ((l '(1))) (lp (append l l)))",
+        "LimitError",
+        r"memory budget \(max_bytes=256",
+        limits={"max_bytes": 256 << 20},
+    ),
+    Case(
+        "map-over-1M",
+        "(define (mk i a) (if (= i 0) a (mk (- i 1) (cons i a)))) (length (map + (mk 1000000 '())))",
+        "value",
+        "1000000",
+    ),
     # ---- bad numbers -----------------------------------------------------------------------------
     Case("number-1e999", "1e999", "value", "+inf.0"),
     Case("number-beyond-int64", "99999999999999999999", "value", "1e+20"),
@@ -183,19 +268,48 @@ CASES += [
     Case("quotient-by-zero", "(quotient 1 0)", "EvalError", r"quotient|zero"),
     Case("exact-division-by-zero", "(/ 1 0)", "EvalError", r"zero"),
     # ---- threads with small stacks, native threads ----------------------------------------------------
-    Case("thread-256k-deep-nesting", nest("(let ((x 1)) ", ")", 1990, "x"), "LimitError",
-         r"program nested too deeply for the C stack of this thread", mode="thread", stack=256 << 10),
+    Case(
+        "thread-256k-deep-nesting",
+        nest("(let ((x 1)) ", ")", 1990, "x"),
+        "LimitError",
+        r"program nested too deeply for the C stack of this thread",
+        mode="thread",
+        stack=256 << 10,
+    ),
     Case("thread-default-deep-nesting", nest("(+ 1 ", ")", 1990), "value", "1991", mode="thread"),
-    Case("thread-256k-deep-recursion", "(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1))))) (f 50000)",
-         "value", "50000", mode="thread", stack=256 << 10),
-    Case("calibrate-many-deep-recursion", "(param a 1.0) (define (f n) (if (= n 0) a (+ a (f (- n 1))))) (f 1000000)",
-         "LimitError", r"recursion depth exceeded", mode="calibrate_many"),
+    Case(
+        "thread-256k-deep-recursion",
+        "(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1))))) (f 50000)",
+        "value",
+        "50000",
+        mode="thread",
+        stack=256 << 10,
+    ),
+    Case(
+        "calibrate-many-deep-recursion",
+        "(param a 1.0) (define (f n) (if (= n 0) a (+ a (f (- n 1))))) (f 1000000)",
+        "LimitError",
+        r"recursion depth exceeded",
+        mode="calibrate_many",
+    ),
     # ---- the canonical form ---------------------------------------------------------------------------
-    Case("canonical-nested-plus-1990", nest("(+ x (* 2 ", "))", 990), "value", "~^\\(params\\) \\(\\+ ", mode="canonical"),
-    Case("canonical-cond-150k", "(cond " + flat("((= x {i}) 1.5)", 150_000) + ")", "value",
-         "~^\\(params\\) \\(cond \\(\\(= x 0\\) C\\)", mode="canonical"),
-    Case("canonical-nested-lambda-990", nest("(lambda (x) ", ")", 990, "x"), "value", "~^\\(params\\) \\(lambda \\(v0\\) ",
-         mode="canonical"),
+    Case(
+        "canonical-nested-plus-1990", nest("(+ x (* 2 ", "))", 990), "value", "~^\\(params\\) \\(\\+ ", mode="canonical"
+    ),
+    Case(
+        "canonical-cond-150k",
+        "(cond " + flat("((= x {i}) 1.5)", 150_000) + ")",
+        "value",
+        "~^\\(params\\) \\(cond \\(\\(= x 0\\) C\\)",
+        mode="canonical",
+    ),
+    Case(
+        "canonical-nested-lambda-990",
+        nest("(lambda (x) ", ")", 990, "x"),
+        "value",
+        "~^\\(params\\) \\(lambda \\(v0\\) ",
+        mode="canonical",
+    ),
     # ---- the proposers' reader (Python) ---------------------------------------------------------------
     Case("sexpr-datum-comments-100k", "#; " * 100_000 + "1 " * 100_000 + "(+ 1 2)", "value", "(+ 1 2)", mode="sexpr"),
     Case("sexpr-nesting-300", nest("(+ 1 ", ")", 300), "SexprError", r"nesting deeper than 256 levels", mode="sexpr"),
@@ -266,12 +380,22 @@ def _run_batch(cases: list[Case]) -> dict[str, dict]:
     # ASan reserves terabytes of shadow address space: no cap under the sanitizer (as test_limits)
     prelude = "" if SANITIZED else f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({AS_CAP}, {AS_CAP}))\n"
     while pending:
-        payload = json.dumps([{"name": c.name, "source": c.source, "mode": c.mode, "limits": c.limits,
-                               "stack": c.stack} for c in pending])
+        payload = json.dumps(
+            [
+                {"name": c.name, "source": c.source, "mode": c.mode, "limits": c.limits, "stack": c.stack}
+                for c in pending
+            ]
+        )
         budget = sum(c.seconds for c in pending) * (20 if SANITIZED else 3) + 30
         try:
-            proc = subprocess.run([sys.executable, "-c", prelude + _CHILD], input=payload, capture_output=True,
-                                  text=True, timeout=budget, cwd=ROOT)
+            proc = subprocess.run(
+                [sys.executable, "-c", prelude + _CHILD],
+                input=payload,
+                capture_output=True,
+                text=True,
+                timeout=budget,
+                cwd=ROOT,
+            )
             out, err, code = proc.stdout, proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -303,7 +427,7 @@ def _result(case: Case) -> dict:
     if case.name not in _RESULTS:
         # one child per batch of neighbouring cases: start-up is paid a few times, not 100 times
         i = CASES.index(case)
-        batch = CASES[i:i + 12]
+        batch = CASES[i : i + 12]
         _RESULTS.update(_run_batch([c for c in batch if c.name not in _RESULTS]))
     return _RESULTS[case.name]
 
@@ -326,7 +450,9 @@ def test_hostile(case: Case):
     assert got == case.kind, f"{case.name}: expected {case.kind}, got {got}: {text[:600]}"
     if case.kind == "value":
         if case.want.startswith("~"):
-            assert re.search(case.want[1:], text, re.S), f"{case.name}: value {text[:300]!r} does not match {case.want!r}"
+            assert re.search(case.want[1:], text, re.S), (
+                f"{case.name}: value {text[:300]!r} does not match {case.want!r}"
+            )
         else:
             assert text == case.want, f"{case.name}: value {text[:300]!r} != {case.want!r}"
     else:
@@ -338,8 +464,12 @@ def test_hostile(case: Case):
 def test_fuzz_dictionary_is_generated_and_has_the_operators():
     """native/fuzz/ndvm.dict is what scripts/gen_fuzz_dict.py writes; `*` is an entry (a shell loop
     once expanded it into the names of the files in the working directory)."""
-    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_fuzz_dict.py"), "--check"],
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_fuzz_dict.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stderr
     entries = re.findall(r'^\w+="(.*)"$', (ROOT / "native" / "fuzz" / "ndvm.dict").read_text(), re.M)
     for op in ("*", "+", "-", "/", "cond", "#;", "matmul", "4294967296"):

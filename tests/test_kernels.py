@@ -5,6 +5,7 @@ time; these tests pin what they must keep: numpy's values, exact gradients, a la
 its one-lane run, a zero cotangent that adds nothing against an infinite operand, and the
 (matmul X X) case where both adjoints are one buffer.
 """
+
 import itertools
 
 import numpy as np
@@ -17,7 +18,7 @@ DIMS = list(itertools.product((1, 2, 3), repeat=3))
 
 def _matrix(prefix, rows, cols):
     names = [f"{prefix}{i}{j}" for i in range(rows) for j in range(cols)]
-    body = " ".join("(vec " + " ".join(names[i * cols:(i + 1) * cols]) + ")" for i in range(rows))
+    body = " ".join("(vec " + " ".join(names[i * cols : (i + 1) * cols]) + ")" for i in range(rows))
     return names, f"(mat {body})"
 
 
@@ -36,11 +37,11 @@ def test_small_matmul_values_gradients_and_lane_bits(m, k, n):
     values, grads = prog.value_and_grad(theta, inputs)
     for lane in range(theta.shape[0]):
         A = theta[lane, : m * k].reshape(m, k)
-        B = theta[lane, m * k:].reshape(k, n)
+        B = theta[lane, m * k :].reshape(k, n)
         assert values[lane] == pytest.approx(np.sum(w * (A @ B)), rel=1e-13, abs=1e-13)
         np.testing.assert_allclose(grads[lane, : m * k], (w @ B.T).ravel(), rtol=1e-12, atol=1e-13)
-        np.testing.assert_allclose(grads[lane, m * k:], (A.T @ w).ravel(), rtol=1e-12, atol=1e-13)
-        one_v, one_g = prog.value_and_grad(theta[lane:lane + 1], inputs)
+        np.testing.assert_allclose(grads[lane, m * k :], (A.T @ w).ravel(), rtol=1e-12, atol=1e-13)
+        one_v, one_g = prog.value_and_grad(theta[lane : lane + 1], inputs)
         assert one_v[0] == values[lane] and np.array_equal(one_g[0], grads[lane])  # bit for bit
 
 
@@ -56,8 +57,10 @@ def test_a_zero_cotangent_adds_nothing_against_an_infinite_operand():
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_matmul_of_a_matrix_with_itself(lanes):
     # d trace(X X) / dX = 2 X^T: both adjoints of the product are the same buffer
-    prog = ndvm.compile("(param a 1.0) (param b 2.0) (param c 3.0) (param d 4.0) "
-                        "(let ((X (mat (vec a b) (vec c d)))) (trace (matmul X X)))")
+    prog = ndvm.compile(
+        "(param a 1.0) (param b 2.0) (param c 3.0) (param d 4.0) "
+        "(let ((X (mat (vec a b) (vec c d)))) (trace (matmul X X)))"
+    )
     theta = np.arange(1.0, 1.0 + 4 * lanes).reshape(lanes, 4)
     values, grads = prog.value_and_grad(theta)
     for lane in range(lanes):

@@ -1,6 +1,7 @@
 """The language is defined once, natively (native/src/prims.h, forms.h, error.h, optim.h,
 program.h), and Python reads it through the binding: these tests fail when a Python mirror of a
 native table comes back or drifts, and pin ndvm.read (the runtime's reader as Python data)."""
+
 from __future__ import annotations
 
 import ast
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # ---- primitives and special forms -------------------------------------------------------------
 
+
 def test_every_native_primitive_is_known_to_the_static_checks_with_its_native_arity():
     native = {name: (lo, None if hi < 0 else hi) for name, lo, hi in _native.PRIMITIVES}
     assert len(native) > 100 and native["apply"] == (2, None)  # prims.h: X(APPLY, "apply", 2, -1)
@@ -32,6 +34,7 @@ def test_every_native_primitive_is_known_to_the_static_checks_with_its_native_ar
 def test_each_arity_is_the_compilers_and_the_checks(name, lo, hi):
     """One argument too few (and one too many for a fixed arity): the compiler refuses the call
     statically and the proposers' checks report it; the edges of the arity are accepted by both."""
+
     def call(n):
         return f"({name} {' '.join(['1.0'] * n)})"
 
@@ -45,7 +48,7 @@ def test_each_arity_is_the_compilers_and_the_checks(name, lo, hi):
 
 
 def test_the_proposers_value_classes_name_only_native_primitives():
-    named = (checks.NUMERIC_OPS | checks.SCALAR_REDUCERS | checks.COMPARISONS | set(checks.INDEX_ARGS))
+    named = checks.NUMERIC_OPS | checks.SCALAR_REDUCERS | checks.COMPARISONS | set(checks.INDEX_ARGS)
     assert named - set(checks.PRIMITIVE_ARITY) == set()
 
 
@@ -76,8 +79,13 @@ def _literal_name_sets(path: Path) -> list[tuple[int, set[str]]]:
     """Every dict, set, tuple or list literal of string constants in ``path`` with its line."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(
-            node, (ast.Set, ast.Tuple, ast.List)) else None
+        items = (
+            node.keys
+            if isinstance(node, ast.Dict)
+            else node.elts
+            if isinstance(node, (ast.Set, ast.Tuple, ast.List))
+            else None
+        )
         if items:
             names = {k.value for k in items if isinstance(k, ast.Constant) and isinstance(k.value, str)}
             out.append((node.lineno, names))
@@ -105,6 +113,7 @@ def test_the_mirror_scan_would_catch_the_old_table(tmp_path):
 
 # ---- error kinds, lane statuses, Limits ------------------------------------------------------
 
+
 def test_every_native_error_kind_has_its_exception_class():
     kinds = _native.ErrorKind.__members__
     assert set(kinds) == {"Parse", "Check", "Eval", "Limit"}
@@ -118,17 +127,28 @@ def test_every_native_error_kind_has_its_exception_class():
 
 
 def test_calibrate_many_reports_a_native_error_kind_as_its_class():
-    fits = ndvm.calibrate_many(["(param a 1.0) (car a)", "(param a 1.0) (* a x)"], {"x": [1.0, 2.0]},
-                               target=[2.0, 4.0], steps=5, restarts=2)
+    fits = ndvm.calibrate_many(
+        ["(param a 1.0) (car a)", "(param a 1.0) (* a x)"], {"x": [1.0, 2.0]}, target=[2.0, 4.0], steps=5, restarts=2
+    )
     assert fits[0].status == "error" and fits[0].error_type is ndvm.EvalError
     assert fits[1].status == "ok" and set(fits[1].lane_status) <= set(_native.LaneStatus.__members__)
 
 
 def test_lane_statuses_are_the_native_enum():
     assert {name: int(v) for name, v in _native.LaneStatus.__members__.items()} == {
-        "ok": 0, "nonfinite": 1, "converged": 2}
-    fit = ndvm.calibrate("(param a 1.0) (* a x)", {"x": [1.0, 2.0]}, target=[2.0, 4.0], optimizer="lbfgs",
-                         steps=200, restarts=2, tol=1e-12)
+        "ok": 0,
+        "nonfinite": 1,
+        "converged": 2,
+    }
+    fit = ndvm.calibrate(
+        "(param a 1.0) (* a x)",
+        {"x": [1.0, 2.0]},
+        target=[2.0, 4.0],
+        optimizer="lbfgs",
+        steps=200,
+        restarts=2,
+        tol=1e-12,
+    )
     assert fit.lane_status == ["converged", "converged"]
 
 
@@ -136,7 +156,12 @@ def test_limits_defaults_are_the_native_struct_and_travel_as_it():
     native = _native.Limits()
     default = ndvm.Limits()
     assert (default.max_steps, default.max_depth, default.max_bytes, default.replay, default.max_work) == (
-        native.max_steps, native.max_depth, native.max_bytes, native.replay, native.max_work)
+        native.max_steps,
+        native.max_depth,
+        native.max_bytes,
+        native.replay,
+        native.max_work,
+    )
     tight = ndvm.Limits(max_steps=50)
     with pytest.raises(ndvm.LimitError, match="max_steps"):
         ndvm.compile("(let loop ((i 0)) (loop (+ i 1)))", limits=tight).run()
@@ -146,11 +171,22 @@ def test_limits_defaults_are_the_native_struct_and_travel_as_it():
 
 # ---- ndvm.read -------------------------------------------------------------------------------
 
+
 def test_read_gives_the_datum_tree():
     forms = ndvm.read("(define (f a . rest) 'x [+ 1 2.5] #t #f -7 1e400) ; c\n #| b |# #;(gone) sym")
-    assert forms == [[Symbol("define"), Dotted((Symbol("f"), Symbol("a")), Symbol("rest")),
-                      [Symbol("quote"), Symbol("x")], [Symbol("+"), 1, 2.5], True, False, -7, math.inf],
-                     Symbol("sym")]
+    assert forms == [
+        [
+            Symbol("define"),
+            Dotted((Symbol("f"), Symbol("a")), Symbol("rest")),
+            [Symbol("quote"), Symbol("x")],
+            [Symbol("+"), 1, 2.5],
+            True,
+            False,
+            -7,
+            math.inf,
+        ],
+        Symbol("sym"),
+    ]
     define = forms[0]
     assert type(define[0]) is Symbol and type(define[3][1]) is int and type(define[3][2]) is float
     assert define[4] is True and type(define[6]) is int
@@ -189,8 +225,10 @@ def test_read_agrees_with_the_compiler_on_every_conformance_program():
     """What ndvm.read gives, printed back, compiles to the program the source compiles to."""
     import json
 
-    sources = [json.loads(line)["source"] for line in (ROOT / "tests" / "conformance" / "expected.jsonl")
-               .read_text().splitlines()]
+    sources = [
+        json.loads(line)["source"]
+        for line in (ROOT / "tests" / "conformance" / "expected.jsonl").read_text().splitlines()
+    ]
     assert len(sources) >= 300
     for src in sources:
         assert ndvm.compile(language.to_source(ndvm.read(src))).canonical_hash == ndvm.compile(src).canonical_hash, src

@@ -7,6 +7,7 @@
 - No cycles between the modules of a package (lazy imports inside functions count: a "late
   import" that breaks a cycle at import time is still a cycle in the design).
 """
+
 from __future__ import annotations
 
 import ast
@@ -75,7 +76,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -91,17 +92,20 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_scanner_sees_imports_of_every_kind(tmp_path):
     """The scan is what the rules rest on: it must see lazy and relative imports."""
     graph = package_modules()
-    assert "ndvm.program" in graph["ndvm.calibrate"]                  # from .program import ...
-    assert "ndvm.language" in graph["proposers.sexpr"]                # from ndvm.language import ...
-    assert "ndvm_bench.runner" in graph["ndvm_bench.cli"]             # lazy, inside a function
+    assert "ndvm.program" in graph["ndvm.calibrate"]  # from .program import ...
+    assert "ndvm.language" in graph["proposers.sexpr"]  # from ndvm.language import ...
+    assert "ndvm_bench.runner" in graph["ndvm_bench.cli"]  # lazy, inside a function
     assert "datasets.tasks.runtime" in graph["datasets.tasks.curve"]  # from . import runtime
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
 def test_the_runtime_imports_none_of_the_packages_around_it():
-    offenders = {module: sorted(m for m in imports if m.split(".")[0] in RUNTIME_MAY_NOT_IMPORT)
-                 for module, imports in package_modules().items() if module.split(".")[0] == "ndvm"}
+    offenders = {
+        module: sorted(m for m in imports if m.split(".")[0] in RUNTIME_MAY_NOT_IMPORT)
+        for module, imports in package_modules().items()
+        if module.split(".")[0] == "ndvm"
+    }
     assert {m: i for m, i in offenders.items() if i} == {}
 
 
@@ -121,8 +125,11 @@ ACYCLIC_PACKAGES = ("ndvm", "ndvm_bench", "proposers", "storage")
 
 @pytest.mark.parametrize("package", ACYCLIC_PACKAGES)
 def test_no_cycle_between_the_modules_of_a_package(package):
-    graph = {m: {i for i in imports if i.split(".")[0] == package}
-             for m, imports in package_modules().items() if m.split(".")[0] == package}
+    graph = {
+        m: {i for i in imports if i.split(".")[0] == package}
+        for m, imports in package_modules().items()
+        if m.split(".")[0] == package
+    }
     # "from . import _native" names the package's __init__ as the scan sees it (the extension is
     # built elsewhere): an import of the package itself is its re-export layer, not a sibling
     for m in graph:

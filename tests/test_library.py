@@ -2,6 +2,7 @@
 runs on the same fingerprint, runs seeded with the earlier best programs, ``fresh`` runs, and the
 run's seed (drawn, recorded, replayable in serial mode). Real DuckDB files, real discovery runs on
 the embedded ENSO series with short budgets (a few seconds each)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,15 @@ from storage import CandidateStore, EvaluationResult, StoreError
 from storage.fingerprint import RESULT_SETTINGS, dataset_fingerprint
 from storage.library import LIBRARY_ORIGIN, ProgramLibrary, best_programs, library_runs, open_library
 
-CALIBRATION = {"optimizer": "adam", "steps": 20, "lr": 0.05, "restarts": 2, "seed": 0, "threads": None,
-               "max_seconds": None}
+CALIBRATION = {
+    "optimizer": "adam",
+    "steps": 20,
+    "lr": 0.05,
+    "restarts": 2,
+    "seed": 0,
+    "threads": None,
+    "max_seconds": None,
+}
 AB = "(param a 0.5) (param b 1.5) "
 SOURCES = [AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(+ a (* b (* x x)))", AB + "(/ a (+ b x))"]
 
@@ -56,28 +64,51 @@ def test_the_fingerprint_follows_data_split_task_and_fit_settings_only():
 # ---------------------------------------------------------------------------- reuse in the store
 def _store_run(store, run_id, fingerprint, sources, seed=1):
     store.start_run(run_id, dataset="toy", task="curve", metric="rmse")
-    library = open_library(store, run_id, fingerprint=fingerprint, parts={"what": "test"}, seed=seed,
-                           enabled=True, new_run=True)
+    library = open_library(
+        store, run_id, fingerprint=fingerprint, parts={"what": "test"}, seed=seed, enabled=True, new_run=True
+    )
     return library, store.add(sources, run_id)
 
 
 def _result(run_id, candidate, status="ok", rmse=1.0):
-    return EvaluationResult(candidate=candidate.hash, run_id=run_id, dataset="toy", task="curve", split="v",
-                            parameters={"a": rmse} if status == "ok" else {}, train_metrics={"mse": rmse},
-                            heldout_metrics={"rmse": rmse} if status == "ok" else {}, seconds=0.5, status=status,
-                            error=None if status == "ok" else f"{status} in the test", loss_history=[2.0, rmse])
+    return EvaluationResult(
+        candidate=candidate.hash,
+        run_id=run_id,
+        dataset="toy",
+        task="curve",
+        split="v",
+        parameters={"a": rmse} if status == "ok" else {},
+        train_metrics={"mse": rmse},
+        heldout_metrics={"rmse": rmse} if status == "ok" else {},
+        seconds=0.5,
+        status=status,
+        error=None if status == "ok" else f"{status} in the test",
+        loss_history=[2.0, rmse],
+    )
 
 
 def test_reuse_copies_every_final_status_and_only_on_the_same_fingerprint(tmp_path):
     with CandidateStore(tmp_path / "c.duckdb") as store:
         _, first = _store_run(store, "night-1", "fp-a", SOURCES)
-        store.record([_result("night-1", first[0], rmse=0.3), _result("night-1", first[1], "crashed"),
-                      _result("night-1", first[2], "timeout"), _result("night-1", first[3], "error")])
+        store.record(
+            [
+                _result("night-1", first[0], rmse=0.3),
+                _result("night-1", first[1], "crashed"),
+                _result("night-1", first[2], "timeout"),
+                _result("night-1", first[3], "error"),
+            ]
+        )
         library, second = _store_run(store, "night-2", "fp-a", SOURCES + [AB + "(- a (* b x))"], seed=2)
         assert [c.hash for c in library.reuse(second)] == [second[4].hash]  # only the unknown one is left
         status = store.run_status("night-2")
-        assert (status.reused, status.calibrated, status.crashed, status.timeout, status.failed, status.pending) == \
-            (4, 1, 1, 1, 1, 1)
+        assert (status.reused, status.calibrated, status.crashed, status.timeout, status.failed, status.pending) == (
+            4,
+            1,
+            1,
+            1,
+            1,
+            1,
+        )
         assert (status.seed, status.dataset_fingerprint) == (2, "fp-a")
         evaluation = store.evaluation("night-2", first[0].hash)
         assert evaluation["reused_from"] == "night-1" and evaluation["parameters"] == {"a": 0.3}
@@ -101,14 +132,23 @@ def test_reuse_copies_every_final_status_and_only_on_the_same_fingerprint(tmp_pa
 def test_the_best_ok_evaluation_is_reused_and_seeds_rank_by_validation(tmp_path):
     with CandidateStore(tmp_path / "c.duckdb") as store:
         _, first = _store_run(store, "night-1", "fp", SOURCES)
-        store.record([_result("night-1", first[0], rmse=0.9), _result("night-1", first[1], rmse=0.2),
-                      _result("night-1", first[2], "error"), _result("night-1", first[3], rmse=0.5)])
+        store.record(
+            [
+                _result("night-1", first[0], rmse=0.9),
+                _result("night-1", first[1], rmse=0.2),
+                _result("night-1", first[2], "error"),
+                _result("night-1", first[3], rmse=0.5),
+            ]
+        )
         _, again = _store_run(store, "night-2", "fp", [])
         store.add(SOURCES[:1], "night-2")
         store.record([_result("night-2", first[0], rmse=0.1)])  # calibrated again, better (another seed)
         programs = best_programs(store, "fp", k=3)
-        assert [(p.hash, p.score) for p in programs] == [(first[0].hash, 0.1), (first[1].hash, 0.2),
-                                                         (first[3].hash, 0.5)]
+        assert [(p.hash, p.score) for p in programs] == [
+            (first[0].hash, 0.1),
+            (first[1].hash, 0.2),
+            (first[3].hash, 0.5),
+        ]
         assert programs[0].run_id == "night-2" and programs[0].source == SOURCES[0]
         library, _ = _store_run(store, "night-3", "fp", [])
         assert library.seed_run(k=2) == []  # both seeds reuse their evaluations: nothing to calibrate
@@ -129,8 +169,10 @@ def test_a_store_written_before_the_library_opens_and_migrates(tmp_path):
         store.start_run("old-run", metric="rmse")
     con = duckdb.connect(str(path))
     con.sql("ALTER TABLE evaluations DROP COLUMN reused_from")
-    con.sql("ALTER TABLE runs DROP COLUMN dataset_fingerprint; ALTER TABLE runs DROP COLUMN fingerprint_parts; "
-            "ALTER TABLE runs DROP COLUMN seed")
+    con.sql(
+        "ALTER TABLE runs DROP COLUMN dataset_fingerprint; ALTER TABLE runs DROP COLUMN fingerprint_parts; "
+        "ALTER TABLE runs DROP COLUMN seed"
+    )
     con.close()
     with CandidateStore(path, read_only=True) as store:  # a reader does not migrate: defaults
         status = store.run_status("old-run")
@@ -148,8 +190,7 @@ def _discover(folder: Path, *, seed: int | None, fresh: bool = False, candidates
     remove = add_progress_listener(snapshots.append)
     settings = dict(serial=True, batch_size=16, steps=20, restarts=2, top_k=1, test_top_k=1, log_every=3600.0)
     try:
-        config = build_config("enso", "mutation", seed=seed, fresh=fresh, folder=str(folder),
-                              **{**settings, **options})
+        config = build_config("enso", "mutation", seed=seed, fresh=fresh, folder=str(folder), **{**settings, **options})
         report = run_discovery(config, Budget(minutes=None, max_candidates=candidates))
     finally:
         remove()
@@ -191,25 +232,40 @@ def test_a_run_draws_and_records_its_seed(nights):
 def test_the_second_run_reuses_the_first_runs_evaluations(nights):
     folder, first, second, progress, _ = nights
     assert first.reused == 0 and first.library_seeds == []
-    evaluated_first = {h for (h,) in _query(folder, "SELECT DISTINCT candidate FROM evaluations WHERE run_id = ?",
-                                            first.run_id)}
+    evaluated_first = {
+        h for (h,) in _query(folder, "SELECT DISTINCT candidate FROM evaluations WHERE run_id = ?", first.run_id)
+    }
     members = {h for (h,) in _query(folder, "SELECT hash FROM run_candidates WHERE run_id = ?", second.run_id)}
-    rows = _query(folder, "SELECT candidate, reused_from FROM evaluations WHERE run_id = ? AND reused_from IS NOT NULL",
-                  second.run_id)
+    rows = _query(
+        folder,
+        "SELECT candidate, reused_from FROM evaluations WHERE run_id = ? AND reused_from IS NOT NULL",
+        second.run_id,
+    )
     reused = {h for h, _ in rows}
     # every candidate of the second run that the first evaluated is reused, once, from the first run
     assert reused == members & evaluated_first and len(rows) == len(reused) == second.reused
     assert {origin for _, origin in rows} == {first.run_id}
     assert second.reused >= 5 and second.calibrated > second.reused  # and it calibrated new ones too
     # not calibrated again: a reused candidate has no evaluation of its own in the second run
-    assert _query(folder, "SELECT count(*) FROM evaluations WHERE run_id = ? AND reused_from IS NULL "
-                          "AND list_contains(?, candidate)", second.run_id, sorted(reused))[0][0] == 0
+    assert (
+        _query(
+            folder,
+            "SELECT count(*) FROM evaluations WHERE run_id = ? AND reused_from IS NULL AND list_contains(?, candidate)",
+            second.run_id,
+            sorted(reused),
+        )[0][0]
+        == 0
+    )
     # the same stored evaluation: parameters, scores, status
-    copied = _query(folder, "SELECT a.parameters = b.parameters AND a.heldout_metrics = b.heldout_metrics "
-                            "AND a.status = b.status AND a.score IS NOT DISTINCT FROM b.score "
-                            "FROM evaluations a JOIN evaluations b ON a.candidate = b.candidate "
-                            "WHERE a.run_id = ? AND b.run_id = ? AND a.reused_from IS NOT NULL",
-                    second.run_id, first.run_id)
+    copied = _query(
+        folder,
+        "SELECT a.parameters = b.parameters AND a.heldout_metrics = b.heldout_metrics "
+        "AND a.status = b.status AND a.score IS NOT DISTINCT FROM b.score "
+        "FROM evaluations a JOIN evaluations b ON a.candidate = b.candidate "
+        "WHERE a.run_id = ? AND b.run_id = ? AND a.reused_from IS NOT NULL",
+        second.run_id,
+        first.run_id,
+    )
     assert copied and all(same for (same,) in copied)
     # counted in the summary and the progress line
     from flows.cli import _library_line
@@ -230,8 +286,11 @@ def test_the_second_run_starts_from_the_first_runs_best_programs(nights):
     # the library seeds are not part of the candidate budget: 24 proposals were accepted besides
     assert second.new == 24 + 5
     # the mutation proposer's first round: its parents include the seeds (the run's best programs)
-    parents = _query(folder, "SELECT parents FROM proposals WHERE run_id = ? AND origin = 'mutation' "
-                             "ORDER BY id LIMIT 16", second.run_id)
+    parents = _query(
+        folder,
+        "SELECT parents FROM proposals WHERE run_id = ? AND origin = 'mutation' ORDER BY id LIMIT 16",
+        second.run_id,
+    )
     used = {p for (text,) in parents for p in json.loads(text)}
     assert used & set(best_first)
 
@@ -239,10 +298,18 @@ def test_the_second_run_starts_from_the_first_runs_best_programs(nights):
 def test_fresh_neither_reuses_nor_seeds(nights):
     folder, first, _, _, fresh = nights
     assert fresh.reused == 0 and fresh.library_seeds == [] and fresh.new == 24
-    assert _query(folder, "SELECT count(*) FROM evaluations WHERE run_id = ? AND reused_from IS NOT NULL",
-                  fresh.run_id)[0][0] == 0
-    assert _query(folder, "SELECT count(*) FROM proposals WHERE run_id = ? AND origin = ?",
-                  fresh.run_id, LIBRARY_ORIGIN)[0][0] == 0
+    assert (
+        _query(folder, "SELECT count(*) FROM evaluations WHERE run_id = ? AND reused_from IS NOT NULL", fresh.run_id)[
+            0
+        ][0]
+        == 0
+    )
+    assert (
+        _query(folder, "SELECT count(*) FROM proposals WHERE run_id = ? AND origin = ?", fresh.run_id, LIBRARY_ORIGIN)[
+            0
+        ][0]
+        == 0
+    )
     # its results join the library all the same
     assert fresh.dataset_fingerprint == first.dataset_fingerprint
 
@@ -259,8 +326,8 @@ def test_the_same_seed_replays_the_same_serial_run(nights, tmp_path):
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
         c = store.history(other.run_id).select("source", "outcome", "hash")
     assert a.height > 24 and a.to_dicts() == b.to_dicts()  # the same programs in the same order
-    assert scores_a.to_dicts() == scores_b.to_dicts()       # fitted the same
-    assert a["hash"].to_list() != c["hash"].to_list()       # another seed explores differently
+    assert scores_a.to_dicts() == scores_b.to_dicts()  # fitted the same
+    assert a["hash"].to_list() != c["hash"].to_list()  # another seed explores differently
 
 
 def test_a_changed_split_or_fit_setting_reuses_nothing(nights):
@@ -273,8 +340,12 @@ def test_a_changed_split_or_fit_setting_reuses_nothing(nights):
         assert other.dataset_fingerprint not in (None, first.dataset_fingerprint)
         assert other.reused == 0 and other.library_seeds == []
     # with the seed of the second run, these runs re-proposed programs the earlier runs had evaluated
-    evaluated = {h for (h,) in _query(folder, "SELECT DISTINCT candidate FROM evaluations WHERE run_id IN (?, ?)",
-                                      first.run_id, second.run_id)}
+    evaluated = {
+        h
+        for (h,) in _query(
+            folder, "SELECT DISTINCT candidate FROM evaluations WHERE run_id IN (?, ?)", first.run_id, second.run_id
+        )
+    }
     members = {h for (h,) in _query(folder, "SELECT hash FROM run_candidates WHERE run_id = ?", steps.run_id)}
     assert members & evaluated
 
@@ -307,8 +378,17 @@ def test_the_llm_proposers_first_prompt_shows_the_library_programs(nights, tmp_p
     folder, first, second, _, _ = nights
     for name in ("candidates.duckdb", "mlflow.db"):  # (an MLflow database made already: no migrations to wait for)
         shutil.copy(folder / name, tmp_path / name)
-    config = build_config("enso", "llm", model="openai/library-test", api_base="http://127.0.0.1:9/v1", seed=5,
-                          steps=20, restarts=2, folder=str(tmp_path), log_every=3600.0)  # the nights' fit settings
+    config = build_config(
+        "enso",
+        "llm",
+        model="openai/library-test",
+        api_base="http://127.0.0.1:9/v1",
+        seed=5,
+        steps=20,
+        restarts=2,
+        folder=str(tmp_path),
+        log_every=3600.0,
+    )  # the nights' fit settings
     discovery = Discovery(config, Budget(minutes=None, max_candidates=1))
     try:
         context = discovery._context()
@@ -319,7 +399,7 @@ def test_the_llm_proposers_first_prompt_shows_the_library_programs(nights, tmp_p
         library = {h: store.candidate(h)["source"] for h in seeds}
     assert len(seeds) == 5 and context.best
     assert {p.canonical_hash for p in context.best} <= set(seeds)  # every example is a library program
-    assert context.best[0].canonical_hash == seeds[0]               # the best of them first
+    assert context.best[0].canonical_hash == seeds[0]  # the best of them first
     prompt = build_messages(context, 4)[1]["content"]
     for program in context.best:
         assert library[program.canonical_hash].strip() in prompt

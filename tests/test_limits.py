@@ -18,6 +18,7 @@ to the memory budget, a 6 MiB C-stack cap on recursion, ``(apply f)`` undefined 
 ``calibrate_many`` failing a whole batch on a non-program item) are fixed and their cases are plain
 regression tests now.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,13 @@ def run_child(code: str, timeout_s: float, as_bytes: int | None = CHILD_AS_BYTES
     prelude = ""
     if as_bytes:
         prelude = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({as_bytes}, {as_bytes}))\n"
-    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout_s, env=CHILD_ENV)
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=CHILD_ENV,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,8 +96,9 @@ RUNAWAY = [
     pytest.param("(let loop ((l '())) (loop (cons 1.0 l)))", id="list-growth"),
     pytest.param("(let loop ((v (zeros 1000))) (loop (+ v 1.0)))", id="vector-growth"),
     pytest.param("(let loop ((l (list 1 2))) (loop (append l l)))", id="append-doubling"),
-    pytest.param("(let loop ((m (eye 2)) (k 0)) (loop (outer (vec k k k k k k k k) (ones 2000)) (+ k 1)))",
-                 id="matrix-growth"),
+    pytest.param(
+        "(let loop ((m (eye 2)) (k 0)) (loop (outer (vec k k k k k k k k) (ones 2000)) (+ k 1)))", id="matrix-growth"
+    ),
 ]
 
 
@@ -107,13 +114,16 @@ def test_runaway_program_ends_with_limit_error_within_seconds(source):
     assert proc.returncode == 0, f"child died (exit {proc.returncode}): {proc.stderr[-1500:]}"
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     assert outcome["error"] == "LimitError", f"{source}: {outcome}"
-    assert outcome["seconds"] < RUNAWAY_WALL_S, f"{source}: LimitError only after {outcome['seconds']:.1f} s ({outcome})"
+    assert outcome["seconds"] < RUNAWAY_WALL_S, (
+        f"{source}: LimitError only after {outcome['seconds']:.1f} s ({outcome})"
+    )
     assert outcome["max_rss_mib"] < (ndvm.DEFAULT_LIMITS.max_bytes >> 20) + 600, f"{source}: {outcome}"
     assert wall < RUNAWAY_WALL_S + KILL_MARGIN_S
 
 
 # ---------------------------------------------------------------------------------------------
 # custom limits
+
 
 def test_custom_step_limit():
     prog = ndvm.compile("(let loop ((i 0)) (if (= i 1000000) i (loop (+ i 1))))", limits=ndvm.Limits(max_steps=10_000))
@@ -252,35 +262,186 @@ def test_memory_stays_flat_over_repeated_calibrations_and_errors():
 # no input crashes the process
 
 NASTY_SOURCES = [
-    "", " ", ";; only a comment", "(", ")", "(()", "())", "#", "#(1 2)", "`(a ,b)", "\"string\"", "#\\a",
-    "\x00", "(+ 1 \x00 2)", "(λ x)", "(" * 5000, "(+ 1 " * 3000 + "1" + ")" * 3000, "'" * 5000 + "a",
-    "1.2.3", "--1", "+", "1e999", "-1e999", "(+ 1e308 1e308)", "(- 0.0)", "(* 1e-320 1e-320)",
-    "(. 1)", "(1 .)", "(1 . 2 . 3)", "'(1 . 2 . 3)", "#t#f", "(quote)", "(quote 1 2)",
-    "(define)", "(define x)", "(define 1 2)", "(define (f) )", "(lambda)", "(lambda x)", "(lambda (1) 1)",
-    "((lambda (x x) x) 1 2)", "(let ((x)) x)", "(let ((1 2)) 1)", "(let loop)", "(let* x)", "(letrec ((f)) f)",
-    "(if)", "(if 1 2 3 4)", "(cond)", "(cond (else))", "(case)", "(case 1 (2 3))", "(do)", "(do ((i 0)) )",
-    "(loop)", "(recur 1)", "(loop ((i 0)) (+ 1 (recur i)))", "(loop ((i 0)) (recur 1 2))", "(begin)",
-    "(param)", "(param a)", "(param a x)", "(param a 1 weird)", "(param a 1 (between 2 1))", "(param a 1) (param a 2) a",
-    "(define (f) (param b 1) b) (f)", "(param 1 2)", "(define x 1) (define x 2) x",
-    "(1 2 3)", "((lambda (x) x) 1 2)", "((lambda (x . y) y))", "(car)", "(car 1 2)", "(car 1.0)", "(cdr '())",
-    "(car (cdr '(1)))", "(+ 'a 1)", "(< 1 'a)", "(- 'a)", "(length '(1 . 2))", "(length 5)", "(map car '(1 2))",
-    "(map)", "(map + '(1 2) '(1))", "(apply)", "(apply +)", "(apply + 1)", "(apply + 1 2)", "(apply 34)", "(apply car)",
-    "(apply 34 '())", "(apply (lambda (x) x) '(1 2))", "(list-ref '(1 2) 5)", "(list-ref '(1 2) -1)", "(list-ref '(1 2) 1.5)",
-    "(list-tail '(1) 3)", "(reverse '(1 . 2))", "(append '(1) 2 '(3))", "(assq 'a 5)", "(memq 'a '(b . c))",
-    "(quotient 1 0)", "(modulo 1 0)", "(remainder 5 0)", "(quotient 1.5 2)", "(/ 1 0)", "(/ 0 0)", "(/ 1.0 0)",
-    "(expt 0 -1)", "(expt 0.0 -1.0)", "(expt -8 1/3)", "(log 0)", "(log -1)", "(sqrt -1)", "(asin 2)", "(atan 0 0)",
-    "(exact->inexact 'a)", "(even? 1.5)", "(round 'a)", "(floor 1e308)", "(* 99999999999 99999999999 99999999999)",
-    "(vec)", "(vec 'a)", "(vec (vec 1 2))", "(mat)", "(mat 1 2)", "(mat (vec 1 2) (vec 1))", "(mat (vec) (vec))",
-    "(ref (vec 1 2) -1)", "(ref (vec 1 2) 2)", "(ref (vec 1 2) 1.5)", "(ref (eye 2) 0 5)", "(ref (eye 2) 5)", "(ref 1 0)",
-    "(inv (mat (vec 1 2) (vec 2 4)))", "(inv (ones 2 3))", "(inv (zeros 2 2))", "(det (ones 2 3))", "(logdet (mat (vec -1 0) (vec 0 -1)))",
-    "(cholesky (mat (vec -1 0) (vec 0 -1)))", "(cholesky (ones 2 3))", "(solve (eye 2) (vec 1 2 3))", "(solve (zeros 2 2) (vec 1 2))",
-    "(matmul (eye 2) (eye 3))", "(matvec (eye 2) (vec 1 2 3))", "(dot (vec 1 2) (vec 1 2 3))", "(outer 1 2)",
-    "(+ (vec 1 2) (vec 1 2 3))", "(+ (eye 2) (vec 1 2))", "(transpose 1)", "(trace (ones 2 3))", "(vsum 1)",
-    "(zeros -1)", "(zeros 0)", "(zeros 1e10)", "(zeros 100000 100000)", "(eye 0)", "(eye -3)", "(eye 2.5)", "(ones 'a)",
-    "(rows 1)", "(cols (vec 1 2))", "(size 'a)", "(norm (zeros 3))", "(sigmoid 'a)", "(softplus 1e308)",
-    "(define (f . 1) 1)", "(define ((f a) b) a)", "(let loop ((i 0)) (if (< i 5) (loop) i))",
-    "(when)", "(unless)", "(and . 1)", "(or 1 . 2)", "(+ . 1)", "(if . 1)", "(define . x)",
-    "(define (f x) (define y 1)) (f 1)", "(lambda (x) (define y 1))", "x", "(+ x y z)", "(param a 1) (car a)",
+    "",
+    " ",
+    ";; only a comment",
+    "(",
+    ")",
+    "(()",
+    "())",
+    "#",
+    "#(1 2)",
+    "`(a ,b)",
+    '"string"',
+    "#\\a",
+    "\x00",
+    "(+ 1 \x00 2)",
+    "(λ x)",
+    "(" * 5000,
+    "(+ 1 " * 3000 + "1" + ")" * 3000,
+    "'" * 5000 + "a",
+    "1.2.3",
+    "--1",
+    "+",
+    "1e999",
+    "-1e999",
+    "(+ 1e308 1e308)",
+    "(- 0.0)",
+    "(* 1e-320 1e-320)",
+    "(. 1)",
+    "(1 .)",
+    "(1 . 2 . 3)",
+    "'(1 . 2 . 3)",
+    "#t#f",
+    "(quote)",
+    "(quote 1 2)",
+    "(define)",
+    "(define x)",
+    "(define 1 2)",
+    "(define (f) )",
+    "(lambda)",
+    "(lambda x)",
+    "(lambda (1) 1)",
+    "((lambda (x x) x) 1 2)",
+    "(let ((x)) x)",
+    "(let ((1 2)) 1)",
+    "(let loop)",
+    "(let* x)",
+    "(letrec ((f)) f)",
+    "(if)",
+    "(if 1 2 3 4)",
+    "(cond)",
+    "(cond (else))",
+    "(case)",
+    "(case 1 (2 3))",
+    "(do)",
+    "(do ((i 0)) )",
+    "(loop)",
+    "(recur 1)",
+    "(loop ((i 0)) (+ 1 (recur i)))",
+    "(loop ((i 0)) (recur 1 2))",
+    "(begin)",
+    "(param)",
+    "(param a)",
+    "(param a x)",
+    "(param a 1 weird)",
+    "(param a 1 (between 2 1))",
+    "(param a 1) (param a 2) a",
+    "(define (f) (param b 1) b) (f)",
+    "(param 1 2)",
+    "(define x 1) (define x 2) x",
+    "(1 2 3)",
+    "((lambda (x) x) 1 2)",
+    "((lambda (x . y) y))",
+    "(car)",
+    "(car 1 2)",
+    "(car 1.0)",
+    "(cdr '())",
+    "(car (cdr '(1)))",
+    "(+ 'a 1)",
+    "(< 1 'a)",
+    "(- 'a)",
+    "(length '(1 . 2))",
+    "(length 5)",
+    "(map car '(1 2))",
+    "(map)",
+    "(map + '(1 2) '(1))",
+    "(apply)",
+    "(apply +)",
+    "(apply + 1)",
+    "(apply + 1 2)",
+    "(apply 34)",
+    "(apply car)",
+    "(apply 34 '())",
+    "(apply (lambda (x) x) '(1 2))",
+    "(list-ref '(1 2) 5)",
+    "(list-ref '(1 2) -1)",
+    "(list-ref '(1 2) 1.5)",
+    "(list-tail '(1) 3)",
+    "(reverse '(1 . 2))",
+    "(append '(1) 2 '(3))",
+    "(assq 'a 5)",
+    "(memq 'a '(b . c))",
+    "(quotient 1 0)",
+    "(modulo 1 0)",
+    "(remainder 5 0)",
+    "(quotient 1.5 2)",
+    "(/ 1 0)",
+    "(/ 0 0)",
+    "(/ 1.0 0)",
+    "(expt 0 -1)",
+    "(expt 0.0 -1.0)",
+    "(expt -8 1/3)",
+    "(log 0)",
+    "(log -1)",
+    "(sqrt -1)",
+    "(asin 2)",
+    "(atan 0 0)",
+    "(exact->inexact 'a)",
+    "(even? 1.5)",
+    "(round 'a)",
+    "(floor 1e308)",
+    "(* 99999999999 99999999999 99999999999)",
+    "(vec)",
+    "(vec 'a)",
+    "(vec (vec 1 2))",
+    "(mat)",
+    "(mat 1 2)",
+    "(mat (vec 1 2) (vec 1))",
+    "(mat (vec) (vec))",
+    "(ref (vec 1 2) -1)",
+    "(ref (vec 1 2) 2)",
+    "(ref (vec 1 2) 1.5)",
+    "(ref (eye 2) 0 5)",
+    "(ref (eye 2) 5)",
+    "(ref 1 0)",
+    "(inv (mat (vec 1 2) (vec 2 4)))",
+    "(inv (ones 2 3))",
+    "(inv (zeros 2 2))",
+    "(det (ones 2 3))",
+    "(logdet (mat (vec -1 0) (vec 0 -1)))",
+    "(cholesky (mat (vec -1 0) (vec 0 -1)))",
+    "(cholesky (ones 2 3))",
+    "(solve (eye 2) (vec 1 2 3))",
+    "(solve (zeros 2 2) (vec 1 2))",
+    "(matmul (eye 2) (eye 3))",
+    "(matvec (eye 2) (vec 1 2 3))",
+    "(dot (vec 1 2) (vec 1 2 3))",
+    "(outer 1 2)",
+    "(+ (vec 1 2) (vec 1 2 3))",
+    "(+ (eye 2) (vec 1 2))",
+    "(transpose 1)",
+    "(trace (ones 2 3))",
+    "(vsum 1)",
+    "(zeros -1)",
+    "(zeros 0)",
+    "(zeros 1e10)",
+    "(zeros 100000 100000)",
+    "(eye 0)",
+    "(eye -3)",
+    "(eye 2.5)",
+    "(ones 'a)",
+    "(rows 1)",
+    "(cols (vec 1 2))",
+    "(size 'a)",
+    "(norm (zeros 3))",
+    "(sigmoid 'a)",
+    "(softplus 1e308)",
+    "(define (f . 1) 1)",
+    "(define ((f a) b) a)",
+    "(let loop ((i 0)) (if (< i 5) (loop) i))",
+    "(when)",
+    "(unless)",
+    "(and . 1)",
+    "(or 1 . 2)",
+    "(+ . 1)",
+    "(if . 1)",
+    "(define . x)",
+    "(define (f x) (define y 1)) (f 1)",
+    "(lambda (x) (define y 1))",
+    "x",
+    "(+ x y z)",
+    "(param a 1) (car a)",
 ]
 
 NASTY_CHILD = """
@@ -371,8 +532,14 @@ KNOWN_NON_NDVM: dict[str, str] = {}
 
 
 def test_no_source_crashes_the_process():
-    proc = subprocess.run([sys.executable, "-c", NASTY_CHILD], input=json.dumps(NASTY_SOURCES), capture_output=True,
-                          text=True, timeout=120, env=CHILD_ENV)
+    proc = subprocess.run(
+        [sys.executable, "-c", NASTY_CHILD],
+        input=json.dumps(NASTY_SOURCES),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=CHILD_ENV,
+    )
     assert proc.returncode == 0, f"the process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
     outcomes = dict(zip(NASTY_SOURCES, json.loads(proc.stdout.strip().splitlines()[-1])))
     bad = {src[:80]: o for src, o in outcomes.items() if o not in ("value", "NDVMError") and src not in KNOWN_NON_NDVM}
@@ -399,8 +566,14 @@ def test_no_bad_argument_crashes_the_process():
     outcomes = json.loads(proc.stdout.strip().splitlines()[-1])
     others = {k: v for k, v in outcomes.items() if v.startswith("other:") and k not in KNOWN_API_BUGS}
     assert not others, f"bad arguments that raised an unexpected exception type: {others}"
-    silent = {k for k, v in outcomes.items() if v == "value"} - {"nan input", "theta nan", "calibrate nan target",
-                                                                  "calibrate_many junk", "huge lanes", "matrix input singular"}
+    silent = {k for k, v in outcomes.items() if v == "value"} - {
+        "nan input",
+        "theta nan",
+        "calibrate nan target",
+        "calibrate_many junk",
+        "huge lanes",
+        "matrix input singular",
+    }
     assert not silent, f"bad arguments accepted silently: {sorted(silent)}"
 
 
@@ -453,18 +626,33 @@ SIZE_CASES = [
     ("(param a 1.0) (+ (ones 10000000) 0.0)", {}, 200, ["the result", "memory budget"]),
     # linear-algebra scratch counts against the budget: the 2000 x 2000 matrix and its inverse fit
     # in 70 MiB, the four n x n work matrices of the inversion do not
-    ("(vsum (inv (eye 2000)))", {"max_bytes": 70 << 20, "max_work": 10**11}, 0, ["'inv'", "memory budget (max_bytes=70 MiB"]),
+    (
+        "(vsum (inv (eye 2000)))",
+        {"max_bytes": 70 << 20, "max_work": 10**11},
+        0,
+        ["'inv'", "memory budget (max_bytes=70 MiB"],
+    ),
     ("(det (eye 2000))", {"max_bytes": 40 << 20, "max_work": 10**11}, 0, ["'det'", "memory budget (max_bytes=40 MiB"]),
     ("(vsum (cholesky (eye 2000)))", {"max_bytes": 70 << 20, "max_work": 10**11}, 0, ["'cholesky'", "memory budget"]),
-    ("(vsum (solve (eye 2000) (ones 2000 2000)))", {"max_bytes": 70 << 20, "max_work": 10**11}, 0,
-     ["'solve'", "memory budget"]),
+    (
+        "(vsum (solve (eye 2000) (ones 2000 2000)))",
+        {"max_bytes": 70 << 20, "max_work": 10**11},
+        0,
+        ["'solve'", "memory budget"],
+    ),
 ]
 
 
 def test_sizes_are_checked_in_64_bits_before_allocating():
     cases = [[src, lim, lanes] for src, lim, lanes, _ in SIZE_CASES]
-    proc = subprocess.run([sys.executable, "-c", SIZES_CHILD], input=json.dumps(cases), capture_output=True, text=True,
-                          timeout=120, env=CHILD_ENV)
+    proc = subprocess.run(
+        [sys.executable, "-c", SIZES_CHILD],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=CHILD_ENV,
+    )
     assert proc.returncode == 0, f"the process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
     outcomes = json.loads(proc.stdout.strip().splitlines()[-1])
     for (src, lim, lanes, words), got in zip(SIZE_CASES, outcomes):
@@ -484,16 +672,28 @@ def test_sizes_just_inside_the_budget_still_work():
 WORK_RUNAWAY = [
     # the determinant of a 400 x 400 matrix at every step: 20M steps at 64M operations each were
     # hours of work under a step budget alone
-    pytest.param("(let ((m (+ (eye 400) (ones 400 400)))) (let loop ((i 0) (s 0.0)) (loop (+ i 1) (+ s (det m)))))",
-                 "'det'", id="det-400-loop"),
-    pytest.param("(let ((m (eye 300))) (let loop ((x (ones 300))) (loop (solve m x))))", "'solve'", id="solve-300-loop"),
-    pytest.param("(let ((m (ones 600 600))) (let loop ((k 0)) (matmul m m) (loop (+ k 1))))", "'matmul'",
-                 id="matmul-600-loop"),
+    pytest.param(
+        "(let ((m (+ (eye 400) (ones 400 400)))) (let loop ((i 0) (s 0.0)) (loop (+ i 1) (+ s (det m)))))",
+        "'det'",
+        id="det-400-loop",
+    ),
+    pytest.param(
+        "(let ((m (eye 300))) (let loop ((x (ones 300))) (loop (solve m x))))", "'solve'", id="solve-300-loop"
+    ),
+    pytest.param(
+        "(let ((m (ones 600 600))) (let loop ((k 0)) (matmul m m) (loop (+ k 1))))", "'matmul'", id="matmul-600-loop"
+    ),
     pytest.param("(let ((v (ones 1000000))) (let loop ((s 0.0)) (loop (+ s (vsum v)))))", "'vsum'", id="vsum-1e6-loop"),
-    pytest.param("(let ((l (vec->list (ones 100000)))) (let loop ((i 0)) (loop (+ i (length l)))))", "'length'",
-                 id="length-1e5-loop"),
-    pytest.param("(let ((l (vec->list (ones 100000)))) (let loop ((i 0)) (if (memv 2.0 l) 0 (loop (+ i 1)))))",
-                 "'memv'", id="memv-miss-loop"),
+    pytest.param(
+        "(let ((l (vec->list (ones 100000)))) (let loop ((i 0)) (loop (+ i (length l)))))",
+        "'length'",
+        id="length-1e5-loop",
+    ),
+    pytest.param(
+        "(let ((l (vec->list (ones 100000)))) (let loop ((i 0)) (if (memv 2.0 l) 0 (loop (+ i 1)))))",
+        "'memv'",
+        id="memv-miss-loop",
+    ),
 ]
 
 
@@ -563,13 +763,28 @@ def test_limits_fields_are_keywords_with_the_native_defaults():
         assert getattr(default, name) == getattr(native, name), name
     assert native.max_seconds == 0 and default.max_seconds is None  # off, in each side's spelling
     custom = ndvm.Limits(1000, 10, 1 << 20, max_work=77, max_seconds=2.5, replay=False).native()
-    assert (custom.max_steps, custom.max_depth, custom.max_bytes, custom.max_work, custom.max_seconds, custom.replay) == (
-        1000, 10, 1 << 20, 77, 2.5, False)
+    assert (
+        custom.max_steps,
+        custom.max_depth,
+        custom.max_bytes,
+        custom.max_work,
+        custom.max_seconds,
+        custom.replay,
+    ) == (1000, 10, 1 << 20, 77, 2.5, False)
     assert ndvm.Limits(1000, 10, 1 << 20).max_bytes == 1 << 20  # the first three still by position
     with pytest.raises(TypeError):
         ndvm.Limits(1000, 10, 1 << 20, False)  # the others are keyword-only
-    for bad in ({"max_work": 0}, {"max_work": -5}, {"max_steps": 1.5}, {"max_seconds": 0}, {"max_seconds": -1.0},
-                {"max_seconds": float("nan")}, {"max_seconds": "1"}, {"max_bytes": True}, {"max_bytes": 2**64}):
+    for bad in (
+        {"max_work": 0},
+        {"max_work": -5},
+        {"max_steps": 1.5},
+        {"max_seconds": 0},
+        {"max_seconds": -1.0},
+        {"max_seconds": float("nan")},
+        {"max_seconds": "1"},
+        {"max_bytes": True},
+        {"max_bytes": 2**64},
+    ):
         with pytest.raises(ValueError, match=f"Limits.{next(iter(bad))}|out of range"):
             ndvm.Limits(**bad)
 
@@ -614,8 +829,7 @@ RUNAWAY_CLOCK = "(param a 1.0) (let loop ((i 0) (s a)) (if (= i 3000000000) s (l
 def test_calibrate_many_reports_a_program_over_its_budgets_without_disturbing_the_others():
     x = np.linspace(0.0, 1.0, 30)
     y = 1.5 * np.exp(-0.7 * x)
-    good = ["(param a 1.0) (param k 1.0 positive) (* a (exp (- (* k x))))",
-            "(param a 1.0) (param b 0.0) (+ (* a x) b)"]
+    good = ["(param a 1.0) (param k 1.0 positive) (* a (exp (- (* k x))))", "(param a 1.0) (param b 0.0) (+ (* a x) b)"]
     options = {"inputs": {"x": x}, "target": y, "steps": 15, "restarts": 4, "threads": 2}
     alone = ndvm.calibrate_many(good, **options)
     mixed = ndvm.calibrate_many([good[0], RUNAWAY_WORK + " x", good[1]], **options)
@@ -650,8 +864,15 @@ def test_calibrate_many_runs_each_program_under_its_own_limits():
     options = {"inputs": {"x": x}, "target": y, "steps": 15, "restarts": 4, "threads": 2}
     tight = ndvm.Limits(max_work=100)  # one evaluation of the model over 30 points is ~150
     alone = ndvm.calibrate_many([source], **options)[0]
-    fits = ndvm.calibrate_many([ndvm.compile(source, limits=tight), ndvm.compile(source),
-                                ndvm.compile(RUNAWAY_WORK + " x", limits=tight), source], **options)
+    fits = ndvm.calibrate_many(
+        [
+            ndvm.compile(source, limits=tight),
+            ndvm.compile(source),
+            ndvm.compile(RUNAWAY_WORK + " x", limits=tight),
+            source,
+        ],
+        **options,
+    )
     assert fits[0].status == "error" and fits[0].error_type is ndvm.LimitError and "work budget" in fits[0].error
     assert fits[2].status == "error" and fits[2].error_type is ndvm.LimitError and "work budget" in fits[2].error
     for fit in (fits[1], fits[3]):

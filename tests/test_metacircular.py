@@ -14,6 +14,7 @@ A suite program is a file of NDVM source. Header comments: ";; inputs: {json}" g
 (numbers, lists for vectors, lists of lists for matrices); ";; guile: skip" marks programs that
 use NDVM-only features (vectors, matrices, sigmoid, loop/recur).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,8 @@ import pytest
 
 import ndvm
 import ndvm.metacircular as mc
-from ndvm_bench.programs import PROGRAMS as BENCH_PROGRAMS, REGIME_ORDER
+from ndvm_bench.programs import PROGRAMS as BENCH_PROGRAMS
+from ndvm_bench.programs import REGIME_ORDER
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_DIR = ROOT / "tests" / "metacircular"
@@ -61,8 +63,9 @@ SUITE_IDS = [p.name for p in SUITE]
 
 
 def ndvm_inputs(inputs: dict) -> dict:
-    return {name: (np.asarray(value, dtype=float) if isinstance(value, list) else value)
-            for name, value in inputs.items()}
+    return {
+        name: (np.asarray(value, dtype=float) if isinstance(value, list) else value) for name, value in inputs.items()
+    }
 
 
 def perturbed_theta(program, lanes: int, seed: int) -> np.ndarray:
@@ -85,8 +88,12 @@ def perturbed_theta(program, lanes: int, seed: int) -> np.ndarray:
 def same_value(expected, got) -> bool:
     """Exact structural equality of run() values (exactness must agree: 3 is not 3.0)."""
     if isinstance(expected, np.ndarray) or isinstance(got, np.ndarray):
-        return (isinstance(expected, np.ndarray) and isinstance(got, np.ndarray)
-                and expected.shape == got.shape and np.array_equal(expected, got, equal_nan=True))
+        return (
+            isinstance(expected, np.ndarray)
+            and isinstance(got, np.ndarray)
+            and expected.shape == got.shape
+            and np.array_equal(expected, got, equal_nan=True)
+        )
     if isinstance(expected, (bool, int, float, str)) or isinstance(got, (bool, int, float, str)):
         if type(expected) is not type(got):
             return False
@@ -94,8 +101,9 @@ def same_value(expected, got) -> bool:
             return np.isnan(got)
         return expected == got
     if isinstance(expected, list):
-        return (isinstance(got, list) and len(expected) == len(got)
-                and all(same_value(e, g) for e, g in zip(expected, got)))
+        return (
+            isinstance(got, list) and len(expected) == len(got) and all(same_value(e, g) for e, g in zip(expected, got))
+        )
     if hasattr(expected, "car"):  # a dotted pair
         return hasattr(got, "car") and same_value(expected.car, got.car) and same_value(expected.cdr, got.cdr)
     return expected == got
@@ -126,8 +134,9 @@ def test_program_through_evaluator_equals_direct_run(program: SuiteProgram):
     direct = ndvm.compile(program.source)
     meta = mc.compile(program.source)
     assert meta.param_names == direct.param_names
-    assert [(p.name, p.init, p.constraint) for p in meta.host.params] == \
-           [(p.name, p.init, p.constraint) for p in direct.params]
+    assert [(p.name, p.init, p.constraint) for p in meta.host.params] == [
+        (p.name, p.init, p.constraint) for p in direct.params
+    ]
     assert sorted(meta.inputs) == sorted(direct.inputs) == sorted(program.inputs)
 
     expected = direct.run(inputs=inputs)
@@ -205,8 +214,9 @@ def test_lane_inputs_pass_through():
     direct, meta = ndvm.compile(source), mc.compile(source)
     theta = perturbed_theta(direct, 8, 1)
     lane_inputs = {"x": np.linspace(-1.0, 1.0, 8)}
-    np.testing.assert_array_equal(meta.evaluate(theta, lane_inputs=lane_inputs),
-                                  direct.evaluate(theta, lane_inputs=lane_inputs))
+    np.testing.assert_array_equal(
+        meta.evaluate(theta, lane_inputs=lane_inputs), direct.evaluate(theta, lane_inputs=lane_inputs)
+    )
 
 
 def test_program_like_interface():
@@ -263,16 +273,19 @@ def test_evaluator_runs_quoted_program_directly():
     assert run_quoted("(define (f x) (* x x)) (f 7)") == 49
 
 
-@pytest.mark.parametrize("program_text, message", [
-    ("(+ 1 nope)", "error: unbound-variable nope"),
-    ("(define a b) (define b 1.0) a", "error: unbound-variable b"),
-    ("(define (f g) (g 1)) (f 2.0)", "error: not-a-procedure 2"),
-    ("(define (f x) x) (f 1 2)", "error: too-many-arguments expected 1 got 2"),
-    ("(define (f x y) x) (f 1)", "error: too-few-arguments expected 2 got 1"),
-    ("(define (f x . rest) x) (f)", "error: too-few-arguments missing x"),
-    ("(let loop ((i 0)) (loop))", "error: too-few-arguments expected 1 got 0"),
-    ("(+ 1 (define x 2))", "error: definition-in-expression-context x"),
-])
+@pytest.mark.parametrize(
+    "program_text, message",
+    [
+        ("(+ 1 nope)", "error: unbound-variable nope"),
+        ("(define a b) (define b 1.0) a", "error: unbound-variable b"),
+        ("(define (f g) (g 1)) (f 2.0)", "error: not-a-procedure 2"),
+        ("(define (f x) x) (f 1 2)", "error: too-many-arguments expected 1 got 2"),
+        ("(define (f x y) x) (f 1)", "error: too-few-arguments expected 2 got 1"),
+        ("(define (f x . rest) x) (f)", "error: too-few-arguments missing x"),
+        ("(let loop ((i 0)) (loop))", "error: too-few-arguments expected 1 got 0"),
+        ("(+ 1 (define x 2))", "error: definition-in-expression-context x"),
+    ],
+)
 def test_interpreted_errors_name_their_kind(program_text, message):
     with pytest.raises(ndvm.EvalError) as caught:
         run_quoted(program_text)
@@ -394,11 +407,14 @@ def run_guile_batch(cases: list[str]) -> list[str]:
     """Runs each case (an expression) in one Guile process; its `write` output or ERROR ..."""
     parts = [GUILE_SHIM, mc.evaluator_source()]
     for index, expression in enumerate(cases):
-        parts.append(f'(display "@@{index} ")\n'
-                     f"(catch #t (lambda () (write {expression}))"
-                     f' (lambda args (display "ERROR ") (write args)))\n(newline)\n')
-    proc = subprocess.run([GUILE, "-q", "--no-auto-compile", "-c", "\n".join(parts)],
-                          capture_output=True, text=True, timeout=300)
+        parts.append(
+            f'(display "@@{index} ")\n'
+            f"(catch #t (lambda () (write {expression}))"
+            f' (lambda args (display "ERROR ") (write args)))\n(newline)\n'
+        )
+    proc = subprocess.run(
+        [GUILE, "-q", "--no-auto-compile", "-c", "\n".join(parts)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     answers = {}
     for line in proc.stdout.splitlines():
@@ -423,9 +439,11 @@ def test_guile_runs_the_evaluator_like_guile_runs_the_suite():
     cases = []
     for program in programs:
         definitions, alist = guile_bindings(program)
-        cases.append(f"(let* ({definitions}) (let ((direct (let () {program.source}\n))"
-                     f" (meta (mc-run '(\n{program.source}\n) {alist})))"
-                     f" (if (equal? direct meta) (list 'same meta) (list 'differ direct meta))))")
+        cases.append(
+            f"(let* ({definitions}) (let ((direct (let () {program.source}\n))"
+            f" (meta (mc-run '(\n{program.source}\n) {alist})))"
+            f" (if (equal? direct meta) (list 'same meta) (list 'differ direct meta))))"
+        )
     answers = run_guile_batch(cases)
     mismatches = [(p.name, a) for p, a in zip(programs, answers) if not a.startswith("(same ")]
     assert not mismatches

@@ -4,6 +4,7 @@ The build folder build/ctest is reused between runs (CMake and Ninja rebuild onl
 after the first build this costs a few seconds. Skipped, with the reason, only when cmake or a C++
 compiler is missing; a failing build or a failing unit test fails this test with the log.
 """
+
 from __future__ import annotations
 
 import os

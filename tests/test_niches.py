@@ -1,13 +1,14 @@
 """Niches (proposers/niches.py): the descriptor of known programs, selection across niches (the
 best always in, one family cannot crowd the parents), determinism by seed, the mutation proposer's
 niche-aware parent choice, and the LLM prompt's parents in a real discover run."""
+
 from __future__ import annotations
 
 import json
 from collections import Counter
 
 import pytest
-from test_flows_support import FakeOpenAI, prefect_api  # noqa: F401  (fixture)
+from test_flows_support import FakeOpenAI
 
 from proposers import (
     MutationProposer,
@@ -53,18 +54,24 @@ LINEAR_STATE = """(param a 0.5)
 
 # ---------------------------------------------------------------------------- the descriptor
 @needs_runtime
-@pytest.mark.parametrize("source,label", [
-    (AR1, "c2:plain"),
-    (KALMAN_AR1, "c3:state"),
-    (SEASONAL_AR1, "c3:state+trig"),
-    (LINEAR_STATE, "c2:state+linalg"),
-    ("(param a 1.0) (param b 0.5) (+ a (* b (exp (- x))))", "c0:exp_log"),
-    ("(param a 1.0) (* a (tanh x))", "c0:saturating"),
-    ("(param a 1.0) (if (< a 0.0) x (* a x))", "c0:conditional"),
-    ("(param a 0.5) (define (f n acc) (if (<= n 0) acc (f (- n 1) (* a acc)))) (f 3 x)", "c2:recursion+conditional"),
-    ("(param a 0.5) (let lp ((i 0) (acc x)) (if (< i 3) (lp (+ i 1) (* a acc)) acc))", "c2:recursion+conditional"),
-    ("(param a 0.5) (loop ((i 0) (acc x)) (if (< i 3) (recur (+ i 1) (* a acc)) acc))", "c2:recursion+conditional"),
-])
+@pytest.mark.parametrize(
+    "source,label",
+    [
+        (AR1, "c2:plain"),
+        (KALMAN_AR1, "c3:state"),
+        (SEASONAL_AR1, "c3:state+trig"),
+        (LINEAR_STATE, "c2:state+linalg"),
+        ("(param a 1.0) (param b 0.5) (+ a (* b (exp (- x))))", "c0:exp_log"),
+        ("(param a 1.0) (* a (tanh x))", "c0:saturating"),
+        ("(param a 1.0) (if (< a 0.0) x (* a x))", "c0:conditional"),
+        (
+            "(param a 0.5) (define (f n acc) (if (<= n 0) acc (f (- n 1) (* a acc)))) (f 3 x)",
+            "c2:recursion+conditional",
+        ),
+        ("(param a 0.5) (let lp ((i 0) (acc x)) (if (< i 3) (lp (+ i 1) (* a acc)) acc))", "c2:recursion+conditional"),
+        ("(param a 0.5) (loop ((i 0) (acc x)) (if (< i 3) (recur (+ i 1) (* a acc)) acc))", "c2:recursion+conditional"),
+    ],
+)
 def test_descriptor_of_known_programs(source, label):
     assert describe(source).label() == label
 
@@ -98,16 +105,23 @@ def test_a_candidate_that_does_not_compile_alone_is_a_clear_error():
 
 # ---------------------------------------------------------------------------- selection
 FAMILIES = {  # feature set -> a curve program body using it
-    "plain": "(* a x)", "trig": "(* a (sin x))", "exp_log": "(* a (exp x))", "saturating": "(* a (tanh x))",
-    "conditional": "(* a (abs x))", "trig+exp_log": "(* a (sin (exp x)))",
-    "trig+saturating": "(* a (sin (tanh x)))", "exp_log+saturating": "(* a (exp (tanh x)))",
+    "plain": "(* a x)",
+    "trig": "(* a (sin x))",
+    "exp_log": "(* a (exp x))",
+    "saturating": "(* a (tanh x))",
+    "conditional": "(* a (abs x))",
+    "trig+exp_log": "(* a (sin (exp x)))",
+    "trig+saturating": "(* a (sin (tanh x)))",
+    "exp_log+saturating": "(* a (exp (tanh x)))",
 }
 
 
 def ranked_programs() -> list[ScoredProgram]:
     """Rank order: six near-copies of the best family first, then one program per other family."""
-    sources = [f"(param a 1.0) (param b 0.5) (+ (* a x) (* b {t}))"  # all in c1:plain
-               for t in ("(* x x)", "(* x x x)", "(* 2.0 x)", "(* x 3.0 x)", "(/ x 2.0)", "(+ x 1.0)")]
+    sources = [
+        f"(param a 1.0) (param b 0.5) (+ (* a x) (* b {t}))"  # all in c1:plain
+        for t in ("(* x x)", "(* x x x)", "(* 2.0 x)", "(* x 3.0 x)", "(/ x 2.0)", "(+ x 1.0)")
+    ]
     sources += [f"(param a 1.0) (param b 0.5) (+ {body} (* b x))" for name, body in FAMILIES.items() if name != "plain"]
     return [ScoredProgram(src, 0.1 * (i + 1), canonical_hash=f"h{i}") for i, src in enumerate(sources)]
 
@@ -119,9 +133,9 @@ def test_selection_always_includes_the_best_and_spreads_across_niches():
     assert len(archive.cells(programs)) == 8  # the six near-copies share one niche
     for _ in range(20):
         parents = archive.select(programs, 5)
-        assert parents[0] is programs[0]           # the best, first
+        assert parents[0] is programs[0]  # the best, first
         niches = [archive.niche_of(p.source, p.canonical_hash) for p in parents]
-        assert len(set(niches)) == 5               # one per niche: no near-copy of the best
+        assert len(set(niches)) == 5  # one per niche: no near-copy of the best
         assert [programs.index(p) for p in parents] == sorted(programs.index(p) for p in parents)  # rank order
     # the top five by score alone would be five copies of one family
     assert len({archive.niche_of(p.source, p.canonical_hash) for p in programs[:5]}) == 1
@@ -165,8 +179,8 @@ def test_rank_pressure_without_exploration_and_less_visited_niches_with_it():
     best = exploit.niche_of(programs[0].source, programs[0].canonical_hash)
     second = exploit.niche_of(programs[6].source, programs[6].canonical_hash)  # the elite ranked second
     last = exploit.niche_of(programs[-1].source, programs[-1].canonical_hash)
-    assert exploit.visits[best] == explore.visits[best] == 140     # the best, every time
-    assert exploit.visits[second] > 2 * exploit.visits[last]        # rank pressure (1/2 vs 1/8)
+    assert exploit.visits[best] == explore.visits[best] == 140  # the best, every time
+    assert exploit.visits[second] > 2 * exploit.visits[last]  # rank pressure (1/2 vs 1/8)
     # explore=1: the other seven niches are drawn about evenly, whatever their rank
     others = [v for n, v in explore.visits.items() if n != best]
     assert len(others) == 7 and max(others) < 2 * min(others), others
@@ -180,21 +194,24 @@ def test_rank_weights_share_a_niche_s_weight_among_its_members():
 
 # ---------------------------------------------------------------------------- the mutation proposer
 def _task() -> ProposalContext:
-    return ProposalContext(TaskSpec(dataset="toy", description="y from x", inputs={"x": "vector"},
-                                    contract="one prediction per point of x"))
+    return ProposalContext(
+        TaskSpec(
+            dataset="toy", description="y from x", inputs={"x": "vector"}, contract="one prediction per point of x"
+        )
+    )
 
 
 @needs_runtime
 def test_mutation_parent_choice_uses_niches():
-    programs = ranked_programs()[:6] + [ranked_programs()[7]]   # six near-copies of the best, one exp family
+    programs = ranked_programs()[:6] + [ranked_programs()[7]]  # six near-copies of the best, one exp family
     context = _task()
     context.best = programs
     proposer = MutationProposer(seed=2)
     parents = proposer._parents(context)
     weights = {p.source: p.weight for p in parents}
     copies = [weights[p.source] for p in programs[:6]]
-    assert copies == pytest.approx([1 / 6] * 6)                  # one niche: the weight 1 shared
-    assert weights[programs[6].source] == pytest.approx(1 / 2)    # the second niche: 1/2, not 1/7
+    assert copies == pytest.approx([1 / 6] * 6)  # one niche: the weight 1 shared
+    assert weights[programs[6].source] == pytest.approx(1 / 2)  # the second niche: 1/2, not 1/7
     # and the proposals follow: the other family is a parent of about a third of them (was 1/7 of
     # the weight by program rank); crossover may use both
     other = proposer.niches.niche_of(programs[6].source)
@@ -221,12 +238,25 @@ def test_prompt_parents_span_several_niches_from_the_store(tmp_path):
     with CandidateStore(tmp_path / "candidates.duckdb") as store:
         store.start_run("niches", dataset="toy", task="curve", metric="rmse")
         added = {c.source: c.hash for c in store.add([p.source for p in programs], "niches")}
-        store.record([EvaluationResult(candidate=added[p.source], run_id="niches", dataset="toy", task="curve",
-                                       split="validation", parameters={"a": 1.0, "b": 0.5}, train_metrics={"mse": 1.0},
-                                       heldout_metrics={"rmse": p.score}, seconds=0.01, status="ok")
-                      for p in programs])
+        store.record(
+            [
+                EvaluationResult(
+                    candidate=added[p.source],
+                    run_id="niches",
+                    dataset="toy",
+                    task="curve",
+                    split="validation",
+                    parameters={"a": 1.0, "b": 0.5},
+                    train_metrics={"mse": 1.0},
+                    heldout_metrics={"rmse": p.score},
+                    seconds=0.01,
+                    status="ok",
+                )
+                for p in programs
+            ]
+        )
         ranked = store_programs(store, "niches")
-    assert [p.source for p in ranked] == [p.source for p in programs]   # validation rank order
+    assert [p.source for p in ranked] == [p.source for p in programs]  # validation rank order
     archive = NicheArchive(seed=0)
     context = _task()
     context.best = archive.select(ranked, 5)
@@ -257,10 +287,26 @@ def test_llm_prompts_in_a_discover_run_draw_parents_across_niches(tmp_path, monk
     monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-0123456789abcdef")
     fake = FakeOpenAI(delay=0.05)
     try:
-        discover(task="enso", model="openai/fake-model", api_base=fake.api_base, api_key_env="NDVM_TEST_FAKE_KEY",
-                 budget={"minutes": 1.0}, concurrency=1, per_request=2, batch_size=8, steps=20, restarts=2,
-                 top_k=1, test_top_k=1, log_every=5.0, folder=str(tmp_path), run_id="niches", serial=True,
-                 max_stale_rounds=2, seed=5)
+        discover(
+            task="enso",
+            model="openai/fake-model",
+            api_base=fake.api_base,
+            api_key_env="NDVM_TEST_FAKE_KEY",
+            budget={"minutes": 1.0},
+            concurrency=1,
+            per_request=2,
+            batch_size=8,
+            steps=20,
+            restarts=2,
+            top_k=1,
+            test_top_k=1,
+            log_every=5.0,
+            folder=str(tmp_path),
+            run_id="niches",
+            serial=True,
+            max_stale_rounds=2,
+            seed=5,
+        )
     finally:
         fake.close()
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:

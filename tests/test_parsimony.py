@@ -1,4 +1,5 @@
 """Complexity, the Pareto front and the recommended model (storage/parsimony.py), and the store column."""
+
 import math
 
 import numpy as np
@@ -14,7 +15,7 @@ def test_complexity_counts_atoms_of_the_canonical_form():
     # literal values, names and argument order do not matter; repeated uses count
     assert complexity("(param k 2.0) (param q 1.0) (+ (* x k) q)") == 5
     assert complexity("(param a 1.0) (* a a x)") == 4
-    assert complexity("(param a 1.0) (let ((u (* a x))) (+ u u))") == 8   # let u * a x + u u
+    assert complexity("(param a 1.0) (let ((u (* a x))) (+ u u))") == 8  # let u * a x + u u
     assert complexity_of_canonical("(params (p0 positive) (p1 free)) (+ p0 (* p1 x))") == 5
     assert complexity("(param phi 0.9 (between -1 1)) (define (predict s) (* phi s))") == 7
 
@@ -29,8 +30,15 @@ def test_candidate_complexity_ignores_the_task_driver():
 
 
 def test_pareto_front_and_recommended_model():
-    rows = [("h1", 3, 1.00, None), ("h2", 5, 0.50, None), ("h3", 5, 0.60, None), ("h4", 7, 0.55, None),
-            ("h5", 9, 0.30, None), ("h6", 15, 0.29, None), ("h7", 4, math.inf, None)]
+    rows = [
+        ("h1", 3, 1.00, None),
+        ("h2", 5, 0.50, None),
+        ("h3", 5, 0.60, None),
+        ("h4", 7, 0.55, None),
+        ("h5", 9, 0.30, None),
+        ("h6", 15, 0.29, None),
+        ("h7", 4, math.inf, None),
+    ]
     front = pareto_front(rows)
     assert [(e.hash, e.complexity) for e in front] == [("h1", 3), ("h2", 5), ("h5", 9), ("h6", 15)]
     assert front[0].score == 0.0

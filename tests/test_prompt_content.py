@@ -5,6 +5,7 @@ accounting, and the proposer benchmark in a short mode.
 The HTTP tests run the LLM proposer through litellm against flows.bench_proposer.RecordedModelServer,
 a real OpenAI-compatible server on 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import pytest  # noqa: E402
 from conftest import shared_file  # noqa: E402
-from test_flows_support import FakeOpenAI, prefect_api  # noqa: E402, F401  (the session's Prefect test server)
+from test_flows_support import FakeOpenAI  # noqa: E402
 
 from proposers import Budget, Duplicate, Failure, ProposalContext, ScoredProgram  # noqa: E402
 
@@ -43,8 +44,12 @@ def enso_prompt(enso, **context) -> str:
 
     task, source, params = enso
     spec = task_spec(task.dataset, task)
-    ctx = ProposalContext(spec, best=[ScoredProgram(source, 0.9, params=params)],
-                          residuals=task.validation_residuals(source, params), **context)
+    ctx = ProposalContext(
+        spec,
+        best=[ScoredProgram(source, 0.9, params=params)],
+        residuals=task.validation_residuals(source, params),
+        **context,
+    )
     return "\n".join(m["content"] for m in build_messages(ctx, 4))
 
 
@@ -52,13 +57,22 @@ def test_enso_prompt_has_the_data_card_and_residuals_and_nothing_of_the_test_yea
     task = enso[0]
     prompt = enso_prompt(enso)
     # the data card: columns with units and ranges, lag structure, calendar cycle
-    for expected in ["Data card (the 492 training and validation rows only)", "- anom_c [°C]:",
-                     "autocorrelation at lag 1: 0.9", "mean by calendar month: Jan",
-                     "correlation of each month with the month before"]:
+    for expected in [
+        "Data card (the 492 training and validation rows only)",
+        "- anom_c [°C]:",
+        "autocorrelation at lag 1: 0.9",
+        "mean by calendar month: Jan",
+        "correlation of each month with the month before",
+    ]:
         assert expected in prompt, expected
     # the residuals of the best program on validation: by lead and by target calendar month
-    for expected in ["Where the best program fails on the validation data", "RMSE by lead: 1:",
-                     "bias (forecast - observed) by lead", "RMSE by target calendar month", "worst target months:"]:
+    for expected in [
+        "Where the best program fails on the validation data",
+        "RMSE by lead: 1:",
+        "bias (forecast - observed) by lead",
+        "RMSE by target calendar month",
+        "worst target months:",
+    ]:
         assert expected in prompt, expected
     # nothing of the test years: no test year, no test value at any precision the prompt uses
     frame = task.dataset.frame
@@ -88,7 +102,7 @@ def test_battery_prompt_has_the_spread_across_cells_and_no_held_out_cell():
     task = make_task(dataset)
     held = set(task.test_groups())
     assert held, "Severson holds batch 3 out as test cells"
-    source = task.seed_programs()[1]                      # sqrt-sei: a - b sqrt(x)
+    source = task.seed_programs()[1]  # sqrt-sei: a - b sqrt(x)
     fit = task.fit(source, steps=60)
     assert fit.ok
     params = task.flat_parameters(fit.params)
@@ -96,16 +110,26 @@ def test_battery_prompt_has_the_spread_across_cells_and_no_held_out_cell():
     spec = task_spec(dataset, task)
     ctx = ProposalContext(spec, best=[ScoredProgram(source, 0.01)], residuals=residuals)
     prompt = "\n".join(m["content"] for m in build_messages(ctx, 4))
-    for expected in [f"Spread across the {len(task.groups())} cell_id groups", "soh at the first row",
-                     "fade rate, change of soh per 100 cycle", "falls below 0.95 x its start",
-                     "falls below 0.8 x its start", "capacity_ah at the first row",
-                     "RMSE per cell_id", "worst cell_ids:", "by cycle range:"]:
+    for expected in [
+        f"Spread across the {len(task.groups())} cell_id groups",
+        "soh at the first row",
+        "fade rate, change of soh per 100 cycle",
+        "falls below 0.95 x its start",
+        "falls below 0.8 x its start",
+        "capacity_ah at the first row",
+        "RMSE per cell_id",
+        "worst cell_ids:",
+        "by cycle range:",
+    ]:
         assert expected in prompt, expected
     named = set(__import__("re").findall(r"\bb\dc\d+\b", prompt))
-    assert named and not named & held                     # cells of the search only, never a test cell
+    assert named and not named & held  # cells of the search only, never a test cell
     # the last cycle seen is that of the training and validation rows, not the test rows
-    seen_max = dataset.frame.filter(pl.col("split").is_in(["train", "validation"])
-                                    & ~pl.col("cell_id").is_in(list(held))).get_column("cycle").max()
+    seen_max = (
+        dataset.frame.filter(pl.col("split").is_in(["train", "validation"]) & ~pl.col("cell_id").is_in(list(held)))
+        .get_column("cycle")
+        .max()
+    )
     assert dataset.frame.get_column("cycle").max() > seen_max
     assert f"max {seen_max}" in prompt
 
@@ -134,10 +158,10 @@ def test_residuals_break_down_by_lead_and_month_and_follow_the_best(enso):
     try:
         row = {"hash": "a" * 64, "source": source, "parameters": json.dumps(params)}
         assert notes.text(row) == text and notes.text(row) == text
-        assert len(calls) == 1                           # the same best: computed once
+        assert len(calls) == 1  # the same best: computed once
         worse = {**params, "phi": 0.2}
         other = notes.text({"hash": "b" * 64, "source": source, "parameters": json.dumps(worse)})
-        assert len(calls) == 2 and other != text         # a new best: recomputed
+        assert len(calls) == 2 and other != text  # a new best: recomputed
         assert notes.text(None) == ""
     finally:
         del task.validation_residuals
@@ -148,7 +172,7 @@ def test_datacard_numbers_are_the_statistics_they_name():
 
     rng = np.random.default_rng(0)
     y = np.zeros(2000)
-    for t in range(1, y.size):                            # AR(1), phi = 0.8
+    for t in range(1, y.size):  # AR(1), phi = 0.8
         y[t] = 0.8 * y[t - 1] + rng.standard_normal()
     assert autocorrelation(y, 1) == pytest.approx(0.8, abs=0.03)
     assert autocorrelation(y, 2) == pytest.approx(0.64, abs=0.05)
@@ -160,8 +184,14 @@ def test_datacard_numbers_are_the_statistics_they_name():
     assert lines[0] == "RMSE by lead: 1:1 2:2" and lines[1] == "bias (forecast - observed) by lead: 1:0 2:2"
     assert lines[2] == "RMSE by target calendar month (all leads): Jan 1 Feb 1 Mar 2"
     x = np.arange(0.0, 500.0, 50.0)
-    spread = group_spread_lines({"c1": (x, 1.0 - 0.001 * x), "c2": (x, 1.0 - 0.0002 * x)}, group_label="cell",
-                                x_label="cycle", y_label="soh", x_per_unit=100.0, thresholds=(0.8,))
+    spread = group_spread_lines(
+        {"c1": (x, 1.0 - 0.001 * x), "c2": (x, 1.0 - 0.0002 * x)},
+        group_label="cell",
+        x_label="cycle",
+        y_label="soh",
+        x_per_unit=100.0,
+        thresholds=(0.8,),
+    )
     assert "fade rate, change of soh per 100 cycle: min -0.1," in spread[3]
     assert "min 250, quartiles 250 / 250 / 250, max 250 (over 1); 1 groups stay above it" in spread[4]
 
@@ -190,32 +220,44 @@ def test_two_consecutive_requests_share_the_fixed_prefix_byte_for_byte(corpus, c
     task, spec = cosearch
     os.environ.setdefault(KEY_ENV, "recorded-local")
     with RecordedModelServer(corpus, per_request=2, forget=0.0) as server:
-        llm = LLMProposer("openai/recorded", api_base=server.api_base, api_key_env=KEY_ENV, per_request=2,
-                          concurrency=1, max_retries=0, timeout=20)
+        llm = LLMProposer(
+            "openai/recorded",
+            api_base=server.api_base,
+            api_key_env=KEY_ENV,
+            per_request=2,
+            concurrency=1,
+            max_retries=0,
+            timeout=20,
+        )
         first = llm.propose(ProposalContext(spec, budget=Budget(proposals_left=100)), 2)
         assert len(first) == 2
         # the second request differs in everything that changes: parents, residuals, failures,
         # duplicates, budget, hint
         second_ctx = ProposalContext(
-            spec, best=[ScoredProgram(first[0].source, 0.12)], residuals="RMSE by x range: 0.1-2: 0.3",
+            spec,
+            best=[ScoredProgram(first[0].source, 0.12)],
+            residuals="RMSE by x range: 0.1-2: 0.3",
             failures=[Failure("static", "undeclared name 'q'", "(* q x)")],
-            duplicates=[Duplicate(first[1].source, "c" * 64, 0.5)], budget=Budget(proposals_left=98))
+            duplicates=[Duplicate(first[1].source, "c" * 64, 0.5)],
+            budget=Budget(proposals_left=98),
+        )
         llm.propose(second_ctx, 2)
         a, b = server.bodies[0], server.bodies[1]
     assert a != b
     system, fixed, request = prompt_parts(second_ctx, 2)
     # the request bodies as sent are equal bytes up to the end of the fixed task text
-    encoded = next(e for e in (json.dumps(fixed)[1:-1].encode(), json.dumps(fixed, ensure_ascii=False)[1:-1].encode())
-                   if e in a)
+    encoded = next(
+        e for e in (json.dumps(fixed)[1:-1].encode(), json.dumps(fixed, ensure_ascii=False)[1:-1].encode()) if e in a
+    )
     end = a.index(encoded) + len(encoded)
     assert a.index(json.dumps(system)[1:-1].encode()) < a.index(encoded)
     assert len(os.path.commonprefix([a, b])) >= end > len(system) + len(fixed)
     sent = [json.loads(x)["messages"] for x in (a, b)]
-    assert sent[0][0] == sent[1][0] and sent[0][0]["content"] == system      # system text + language reference
+    assert sent[0][0] == sent[1][0] and sent[0][0]["content"] == system  # system text + language reference
     assert all(m[1]["content"].startswith(fixed) for m in sent)
     # the data card is in the fixed part, everything of the round after it
     assert "Data card" in fixed and "Best programs so far" not in fixed and "Remaining budget" not in fixed
-    assert sent[1][1]["content"][len(fixed):].lstrip().startswith("Best programs so far")
+    assert sent[1][1]["content"][len(fixed) :].lstrip().startswith("Best programs so far")
     for varying in ["RMSE by x range", "undeclared name 'q'", "stored cccccccccccc", "98 proposals"]:
         assert varying in request and varying not in fixed
 
@@ -232,16 +274,26 @@ def test_cache_markers_for_anthropic_only_and_cached_tokens_are_counted(corpus, 
     ctx = ProposalContext(spec)
     marked = build_messages(ctx, 3, cache_markers=True)
     _, fixed, request = prompt_parts(ctx, 3)
-    assert marked[1]["content"] == [{"type": "text", "text": fixed, "cache_control": {"type": "ephemeral"}},
-                                    {"type": "text", "text": request}]
+    assert marked[1]["content"] == [
+        {"type": "text", "text": fixed, "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": request},
+    ]
     assert build_messages(ctx, 3)[1]["content"] == fixed + "\n" + request
 
     os.environ.setdefault(KEY_ENV, "recorded-local")
     with RecordedModelServer(corpus, per_request=2, forget=0.0) as server:
         # markers sent to an OpenAI-compatible server too: litellm passes the blocks through, the
         # request works (harmless), and the prefix is cached from the second request on
-        llm = LLMProposer("openai/recorded", api_base=server.api_base, api_key_env=KEY_ENV, per_request=2,
-                          concurrency=1, max_retries=0, timeout=20, cache_markers=True)
+        llm = LLMProposer(
+            "openai/recorded",
+            api_base=server.api_base,
+            api_key_env=KEY_ENV,
+            per_request=2,
+            concurrency=1,
+            max_retries=0,
+            timeout=20,
+            cache_markers=True,
+        )
         for _ in range(3):
             assert llm.propose(ProposalContext(spec), 2)
         body = json.loads(server.bodies[0])
@@ -257,8 +309,9 @@ def test_cached_tokens_from_a_mocked_usage_and_the_run_summary():
     from flows.feedback import llm_summary, llm_summary_line
     from proposers.llm import cached_tokens
 
-    usage = litellm.Usage(prompt_tokens=2006, completion_tokens=300, total_tokens=2306,
-                          prompt_tokens_details={"cached_tokens": 1920})
+    usage = litellm.Usage(
+        prompt_tokens=2006, completion_tokens=300, total_tokens=2306, prompt_tokens_details={"cached_tokens": 1920}
+    )
     assert cached_tokens(usage) == 1920
     anthropic = litellm.Usage(prompt_tokens=1500, completion_tokens=10, total_tokens=1510, cache_read_input_tokens=1200)
     assert cached_tokens(anthropic) == 1200
@@ -293,8 +346,8 @@ def test_the_most_repeated_duplicates_stay_named():
     assert [(d.duplicate_of, d.times) for d in fb.last_duplicates] == [("e" * 64, 1), ("f" * 64, 2)]
     assert "proposed again 2 times in this run" in fb.last_duplicates[1].brief()
     fb.record(None, "r", ["p6", "p7"], set(), duplicates=[third, other])
-    assert [d.duplicate_of for d in fb.last_duplicates] == ["d" * 64, "e" * 64]   # at most max_named
-    assert fb.stale_rounds == 2 and fb.duplicate_rate == pytest.approx(5 / 7)   # 2 new, 5 duplicates
+    assert [d.duplicate_of for d in fb.last_duplicates] == ["d" * 64, "e" * 64]  # at most max_named
+    assert fb.stale_rounds == 2 and fb.duplicate_rate == pytest.approx(5 / 7)  # 2 new, 5 duplicates
 
 
 # ---------------------------------------------------------------------------- the benchmark
@@ -309,7 +362,7 @@ def test_proposer_benchmark_short_mode(corpus, cosearch):
             assert r.new + r.duplicates == r.proposals and r.requests > 0 and r.tokens_in > r.tokens_cached > 0
     cur, base = results["recorded"]["current"], results["recorded"]["baseline"]
     assert cur.new > 0 and base.new > 0
-    assert cur.per_100(cur.duplicates) < base.per_100(base.duplicates)   # the named favourites are not repeated
+    assert cur.per_100(cur.duplicates) < base.per_100(base.duplicates)  # the named favourites are not repeated
     # a server that only repeats itself: the current proposer stops within a few rounds; the
     # baseline asks until its request budget is spent
     rep_cur, rep_base = results["repeating"]["current"], results["repeating"]["baseline"]
@@ -324,8 +377,14 @@ def test_ndvm_bench_suite_proposer_quick(corpus):
     from ndvm_bench.common import BenchConfig
 
     result = run_proposer_suite(BenchConfig(quick=True, data_dir=shared_file(CORPUS).parents[1]))
-    assert [row[0] for row in result.rows] == ["recorded / current", "recorded / b46edcf", "recorded / baseline",
-                                               "repeating / current", "repeating / b46edcf", "repeating / baseline"]
+    assert [row[0] for row in result.rows] == [
+        "recorded / current",
+        "recorded / b46edcf",
+        "recorded / baseline",
+        "repeating / current",
+        "repeating / b46edcf",
+        "repeating / baseline",
+    ]
     assert result.data["recorded"]["baseline"]["requests"] >= 60
     assert result.data["repeating"]["current"]["ended"].startswith("stopped after 5 rounds")
     assert result.data["new_per_100_ratio"] > 1.0
@@ -365,7 +424,9 @@ def test_cached_tokens_are_stored_with_the_run_and_logged_to_mlflow(tmp_path):
     assert "llm_cost_usd" not in metrics  # the run's totals are logged during the run (flows/discover.py)
 
 
-def test_a_discover_run_sends_the_data_card_and_the_residuals_and_reports_its_tokens(prefect_api, tmp_path, monkeypatch):
+def test_a_discover_run_sends_the_data_card_and_the_residuals_and_reports_its_tokens(
+    prefect_api, tmp_path, monkeypatch
+):
     """ndvm discover with the LLM proposer (serial: each round calibrated before the next) against
     the flows tests' local server: every prompt has the data card, the prompts after the first
     calibrated round have the residuals of the best, none has a test year; the report has the LLM
@@ -376,16 +437,30 @@ def test_a_discover_run_sends_the_data_card_and_the_residuals_and_reports_its_to
     monkeypatch.setenv("NDVM_TEST_FAKE_KEY", "sk-fake-0123456789abcdef")
     fake = FakeOpenAI(delay=0.05)
     try:
-        report = discover(task="enso", proposer="llm", model="openai/fake-model", api_base=fake.api_base,
-                          api_key_env="NDVM_TEST_FAKE_KEY", budget={"minutes": 2.0, "max_candidates": 6},
-                          concurrency=1, per_request=2, serial=True, batch_size=2, steps=30, restarts=2,
-                          top_k=1, log_every=5.0, folder=str(tmp_path), run_id="prompt-run")
+        report = discover(
+            task="enso",
+            proposer="llm",
+            model="openai/fake-model",
+            api_base=fake.api_base,
+            api_key_env="NDVM_TEST_FAKE_KEY",
+            budget={"minutes": 2.0, "max_candidates": 6},
+            concurrency=1,
+            per_request=2,
+            serial=True,
+            batch_size=2,
+            steps=30,
+            restarts=2,
+            top_k=1,
+            log_every=5.0,
+            folder=str(tmp_path),
+            run_id="prompt-run",
+        )
     finally:
         fake.close()
     prompts = [json.dumps(r["messages"], ensure_ascii=False) for r in fake.requests]
     assert report["new"] == 6 and len(prompts) >= 4
     assert all("Data card (the 492 training and validation rows only)" in p for p in prompts)
-    assert "Where the best program fails" not in prompts[0]          # nothing calibrated yet
+    assert "Where the best program fails" not in prompts[0]  # nothing calibrated yet
     assert any("Where the best program fails" in p and "RMSE by lead: 1:" in p for p in prompts[2:])
     assert not [y for y in range(1991, 2011) for p in prompts if str(y) in p]
     llm = report["llm"]

@@ -4,6 +4,7 @@ The server (a thread running http.server on 127.0.0.1) picks its behaviour from 
 the prompt ("Task: <scenario>"): valid programs, programs that need a repair, garbage, 429s, 500s,
 slow answers past the timeout. Every test is bounded in time: a proposer must never hang.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,17 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest  # noqa: E402
 
-from proposers import (Budget, Column, Failure, ProposalContext, ScoredProgram, TaskSpec,  # noqa: E402
-                       runtime_available, validate_source, validate_static)
+from proposers import (  # noqa: E402
+    Budget,
+    Column,
+    Failure,
+    ProposalContext,
+    ScoredProgram,
+    TaskSpec,
+    runtime_available,
+    validate_source,
+    validate_static,
+)
 from proposers.llm import LLMFatalError, LLMProposer, build_messages, extract_programs, redact  # noqa: E402
 
 KEY_ENV = "NDVM_TEST_LLM_KEY"
@@ -27,7 +37,7 @@ SECRET = "sk-test-0123456789abcdef"
 
 VALID_A = "(param a 1.0)\n(param k 0.5 positive)\n(* a (exp (- (* k x))))"
 VALID_B = "(param a 1.0)\n(param w 2.0)\n(* a (sin (* w x)))"
-BROKEN = "(param a 1.0)\n(* a (exp (* b x)))"          # b is neither declared nor an input
+BROKEN = "(param a 1.0)\n(* a (exp (* b x)))"  # b is neither declared nor an input
 FIXED = "(param a 1.0)\n(param b -0.3)\n(* a (exp (* b x)))"
 UNBALANCED = "(param a 1.0)\n(* a (exp x)"
 
@@ -94,12 +104,18 @@ class FakeOpenAI:
             pass
 
     def reply(self, handler, body, text: str):
-        self.send(handler, 200, {
-            "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
-            "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140},
-        })
+        self.send(
+            handler,
+            200,
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140},
+            },
+        )
 
     def count(self, scenario: str) -> int:
         with self.lock:
@@ -125,22 +141,41 @@ class FakeOpenAI:
         if scenario == "bare":
             return self.reply(handler, body, VALID_A)
         if scenario == "ratelimit-once" and nth == 1 or scenario == "ratelimit-always":
-            return self.send(handler, 429, {"error": {"message": "rate limited", "type": "rate_limit"}},
-                             {"Retry-After": "0"})
+            return self.send(
+                handler, 429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "0"}
+            )
         if scenario == "error500-once" and nth == 1 or scenario == "error500-always":
             return self.send(handler, 500, {"error": {"message": "internal failure", "type": "server_error"}})
         if scenario == "slow":
             time.sleep(3.0)
             return self.reply(handler, body, fenced(VALID_A))
         if scenario == "auth":  # a server that echoes the credential it got (some do, in errors)
-            return self.send(handler, 401, {"error": {"message": f"bad key {handler.headers.get('Authorization')}",
-                                                      "type": "invalid_request_error"}})
+            return self.send(
+                handler,
+                401,
+                {
+                    "error": {
+                        "message": f"bad key {handler.headers.get('Authorization')}",
+                        "type": "invalid_request_error",
+                    }
+                },
+            )
         if scenario == "forbidden":
-            return self.send(handler, 403, {"error": {"message": "this key may not use fake-model",
-                                                      "type": "permission_error"}})
+            return self.send(
+                handler, 403, {"error": {"message": "this key may not use fake-model", "type": "permission_error"}}
+            )
         if scenario == "nomodel":
-            return self.send(handler, 404, {"error": {"message": "The model `fake-model` does not exist",
-                                                      "type": "invalid_request_error", "code": "model_not_found"}})
+            return self.send(
+                handler,
+                404,
+                {
+                    "error": {
+                        "message": "The model `fake-model` does not exist",
+                        "type": "invalid_request_error",
+                        "code": "model_not_found",
+                    }
+                },
+            )
         if scenario == "concurrency":
             time.sleep(0.3)
             return self.reply(handler, body, fenced(VALID_A))
@@ -166,22 +201,37 @@ def api_key(monkeypatch):
 
 VALIDATORS = [
     pytest.param(validate_static, id="static"),
-    pytest.param(validate_source, id="ndvm",
-                 marks=pytest.mark.skipif(not runtime_available(), reason="ndvm runtime not built")),
+    pytest.param(
+        validate_source, id="ndvm", marks=pytest.mark.skipif(not runtime_available(), reason="ndvm runtime not built")
+    ),
 ]
 
 
 def context(scenario: str) -> ProposalContext:
-    task = TaskSpec(dataset=scenario, description="Damped response of a sensor.",
-                    inputs={"x": "vector [n], time in s"}, contract="one prediction per point of x",
-                    columns=[Column("x", "s", "time"), Column("y", "V", "reading")],
-                    sample_rows=[{"x": 0.0, "y": 1.0}, {"x": 1.0, "y": 0.61}])
+    task = TaskSpec(
+        dataset=scenario,
+        description="Damped response of a sensor.",
+        inputs={"x": "vector [n], time in s"},
+        contract="one prediction per point of x",
+        columns=[Column("x", "s", "time"), Column("y", "V", "reading")],
+        sample_rows=[{"x": 0.0, "y": 1.0}, {"x": 1.0, "y": 0.61}],
+    )
     return ProposalContext(task, best=[ScoredProgram("(param a 1.0)\n(* a x)", 0.5)], budget=Budget(100))
 
 
 def proposer(server, validator, **kw) -> LLMProposer:
-    options = dict(concurrency=4, timeout=1.0, max_retries=2, max_repairs=2, api_base=server.api_base,
-                   api_key_env=KEY_ENV, per_request=2, backoff=0.01, validator=validator, seed=0)
+    options = dict(
+        concurrency=4,
+        timeout=1.0,
+        max_retries=2,
+        max_repairs=2,
+        api_base=server.api_base,
+        api_key_env=KEY_ENV,
+        per_request=2,
+        backoff=0.01,
+        validator=validator,
+        seed=0,
+    )
     options.update(kw)
     return LLMProposer("openai/fake-model", **options)
 
@@ -305,8 +355,13 @@ def test_api_key_comes_from_the_environment_and_is_never_recorded(server, caplog
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("scenario,reason,said", [("forbidden", "permission denied", "may not use fake-model"),
-                                                   ("nomodel", "model or endpoint not found", "does not exist")])
+@pytest.mark.parametrize(
+    "scenario,reason,said",
+    [
+        ("forbidden", "permission denied", "may not use fake-model"),
+        ("nomodel", "model or endpoint not found", "does not exist"),
+    ],
+)
 def test_permission_and_unknown_model_stop_at_once(server, scenario, reason, said):
     llm = proposer(server, validate_static, per_request=1, max_retries=3, concurrency=1)
     before = len(server.requests)
@@ -358,6 +413,7 @@ def test_apropose_inside_a_running_loop_and_propose_from_one(server):
 
 # -- prompt assembly and extraction, with litellm's mock_response (no server) ---------------------
 
+
 def rich_context() -> ProposalContext:
     task = TaskSpec(
         dataset="NASA PCoE battery capacity",
@@ -370,10 +426,17 @@ def rich_context() -> ProposalContext:
     )
     return ProposalContext(
         task,
-        best=[ScoredProgram("(param c0 1.9)\n(param k 0.01 positive)\n(* c0 (exp (- (* k cycle))))", 0.912,
-                            params={"c0": 1.87, "k": 0.0031})],
-        failures=[Failure("check", "unknown operator logistic", "(logistic x)", line=3, column=5),
-                  Failure("timeout", "Timeout: request took too long")],
+        best=[
+            ScoredProgram(
+                "(param c0 1.9)\n(param k 0.01 positive)\n(* c0 (exp (- (* k cycle))))",
+                0.912,
+                params={"c0": 1.87, "k": 0.0031},
+            )
+        ],
+        failures=[
+            Failure("check", "unknown operator logistic", "(logistic x)", line=3, column=5),
+            Failure("timeout", "Timeout: request took too long"),
+        ],
         budget=Budget(proposals_left=500, seconds_left=120.0, cost_left_usd=1.5),
     )
 
@@ -384,20 +447,34 @@ def test_prompt_assembly_contains_every_part_of_the_context():
     system, user = messages[0]["content"], messages[1]["content"]
     assert "(param k 1.0 positive)" in system and "(loop ((var init) ...)" in system  # language reference
     assert "$" not in system.replace("$language", "")  # every placeholder filled
-    for expected in ["Task: NASA PCoE battery capacity", "Capacity fade of Li-ion", "- capacity [Ah]: measured",
-                     "cycle,capacity", "1,1.856", "- temp: vector [n], ambient temperature in C",
-                     "return one predicted capacity (Ah) per point of cycle", "held-out R^2 (higher is better)",
-                     "score 0.912", "(* c0 (exp (- (* k cycle))))", "fitted: c0=1.87, k=0.0031",
-                     "[check] at line 3, column 5 unknown operator logistic", "(logistic x)",
-                     "500 proposals, 120 s, $1.50", "Propose 3 new candidate programs"]:
+    for expected in [
+        "Task: NASA PCoE battery capacity",
+        "Capacity fade of Li-ion",
+        "- capacity [Ah]: measured",
+        "cycle,capacity",
+        "1,1.856",
+        "- temp: vector [n], ambient temperature in C",
+        "return one predicted capacity (Ah) per point of cycle",
+        "held-out R^2 (higher is better)",
+        "score 0.912",
+        "(* c0 (exp (- (* k cycle))))",
+        "fitted: c0=1.87, k=0.0031",
+        "[check] at line 3, column 5 unknown operator logistic",
+        "(logistic x)",
+        "500 proposals, 120 s, $1.50",
+        "Propose 3 new candidate programs",
+    ]:
         assert expected in user, expected
 
 
 def test_mock_response_end_to_end_with_cost(monkeypatch):
-    reply = "Two ideas.\n```scheme\n(param c0 1.9)\n(param k 0.01 positive)\n(* c0 (exp (- (* k cycle))))\n```\n" \
-            "```lisp\n(param c0 1.9)\n(param a 0.001)\n(- c0 (* a cycle temp))\n```\n```python\nprint(1)\n```"
-    llm = LLMProposer("gpt-4o-mini", per_request=2, validator=validate_static,
-                      completion_kwargs={"mock_response": reply})
+    reply = (
+        "Two ideas.\n```scheme\n(param c0 1.9)\n(param k 0.01 positive)\n(* c0 (exp (- (* k cycle))))\n```\n"
+        "```lisp\n(param c0 1.9)\n(param a 0.001)\n(- c0 (* a cycle temp))\n```\n```python\nprint(1)\n```"
+    )
+    llm = LLMProposer(
+        "gpt-4o-mini", per_request=2, validator=validate_static, completion_kwargs={"mock_response": reply}
+    )
     props = llm.propose(rich_context(), 2)
     assert len(props) == 2 and all(p.source.startswith("(param c0 1.9)") for p in props)
     assert props[1].source.endswith("(- c0 (* a cycle temp))")
@@ -407,23 +484,31 @@ def test_mock_response_end_to_end_with_cost(monkeypatch):
 
 
 def test_mock_response_candidate_with_undeclared_input_is_rejected():
-    llm = LLMProposer("gpt-4o-mini", per_request=1, max_repairs=0, validator=validate_static,
-                      completion_kwargs={"mock_response": "```scheme\n(param a 1.0)\n(* a voltage)\n```"})
+    llm = LLMProposer(
+        "gpt-4o-mini",
+        per_request=1,
+        max_repairs=0,
+        validator=validate_static,
+        completion_kwargs={"mock_response": "```scheme\n(param a 1.0)\n(* a voltage)\n```"},
+    )
     assert llm.propose(rich_context(), 1) == []
     (failure,) = llm.drain_failures()
     assert failure.kind == "static" and "voltage" in failure.message and "cycle" in failure.message
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("```scheme\n(+ 1 2)\n```", ["(+ 1 2)"]),
-    ("```lisp\n(a)\n```\ntext\n```\n(b)\n```", ["(a)", "(b)"]),
-    ("```Scheme title\n(a)\n```", ["(a)"]),
-    ("```python\nx = 1\n```", []),
-    ("(param a 1)\n(* a x)", ["(param a 1)\n(* a x)"]),
-    ("Sure! Here it is: (* a x)", []),
-    ("```scheme\n(param a 1)\n(* a x", ["(param a 1)\n(* a x"]),  # cut by max_tokens: kept, compile decides
-    ("", []),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("```scheme\n(+ 1 2)\n```", ["(+ 1 2)"]),
+        ("```lisp\n(a)\n```\ntext\n```\n(b)\n```", ["(a)", "(b)"]),
+        ("```Scheme title\n(a)\n```", ["(a)"]),
+        ("```python\nx = 1\n```", []),
+        ("(param a 1)\n(* a x)", ["(param a 1)\n(* a x)"]),
+        ("Sure! Here it is: (* a x)", []),
+        ("```scheme\n(param a 1)\n(* a x", ["(param a 1)\n(* a x"]),  # cut by max_tokens: kept, compile decides
+        ("", []),
+    ],
+)
 def test_extract_programs(text, expected):
     assert extract_programs(text) == expected
 
@@ -452,14 +537,20 @@ def test_cost_budget_stops_new_calls():
     reply = "```scheme\n(param a 1.0)\n(* a cycle)\n```"
     context = rich_context()
     context.budget = Budget(cost_left_usd=0.0)
-    llm = LLMProposer("gpt-4o-mini", per_request=1, validator=validate_static,
-                      completion_kwargs={"mock_response": reply})
+    llm = LLMProposer(
+        "gpt-4o-mini", per_request=1, validator=validate_static, completion_kwargs={"mock_response": reply}
+    )
     assert llm.propose(context, 3) == [] and llm.usage.calls == 0
     assert [f.kind for f in llm.drain_failures()] == ["budget"]
 
     context.budget = Budget(cost_left_usd=1e-12)  # less than one call: the first one spends it
-    llm = LLMProposer("gpt-4o-mini", per_request=1, concurrency=1, validator=validate_static,
-                      completion_kwargs={"mock_response": reply})
+    llm = LLMProposer(
+        "gpt-4o-mini",
+        per_request=1,
+        concurrency=1,
+        validator=validate_static,
+        completion_kwargs={"mock_response": reply},
+    )
     props = llm.propose(context, 3)
     assert len(props) == 1 and llm.usage.calls == 1
     assert [f.kind for f in llm.drain_failures()] == ["budget", "budget"]
@@ -490,8 +581,14 @@ def sent_messages():
 
 def test_mock_response_prompt_and_repair_conversation_as_sent(sent_messages):
     broken = "```scheme\n(param a 1.0)\n(* a (expt cycle b))\n```"
-    llm = LLMProposer("gpt-4o-mini", per_request=1, max_repairs=1, validator=validate_static, hints=False,
-                      completion_kwargs={"mock_response": broken})
+    llm = LLMProposer(
+        "gpt-4o-mini",
+        per_request=1,
+        max_repairs=1,
+        validator=validate_static,
+        hints=False,
+        completion_kwargs={"mock_response": broken},
+    )
     assert llm.propose(rich_context(), 1) == []
     assert len(sent_messages) == 2  # the request and one repair
     first, repair = sent_messages
@@ -508,9 +605,28 @@ def test_command_line_llm_against_the_local_server(server, tmp_path, capsys):
     from proposers.__main__ import main
 
     out = tmp_path / "llm.jsonl"
-    code = main(["llm", "--model", "openai/fake-model", "--api-base", server.api_base, "--api-key-env", KEY_ENV,
-                 "--dataset", "valid", "-n", "2", "--per-request", "2", "--timeout", "5", "--out", str(out),
-                 "--no-validate"])
+    code = main(
+        [
+            "llm",
+            "--model",
+            "openai/fake-model",
+            "--api-base",
+            server.api_base,
+            "--api-key-env",
+            KEY_ENV,
+            "--dataset",
+            "valid",
+            "-n",
+            "2",
+            "--per-request",
+            "2",
+            "--timeout",
+            "5",
+            "--out",
+            str(out),
+            "--no-validate",
+        ]
+    )
     assert code == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["src"] for r in records) == sorted([VALID_A, VALID_B])
@@ -553,7 +669,7 @@ def test_mostly_duplicates_change_the_hint_and_raise_the_temperature(server):
     assert diverge and not set(hints) & set(diverge)
     llm = proposer(server, validate_static, per_request=1)
     before = len(server.requests)
-    llm.propose(context("valid"), 2)                       # nothing known about duplicates yet
+    llm.propose(context("valid"), 2)  # nothing known about duplicates yet
     calm = server.requests[before:]
     assert all("temperature" not in r for r in calm)
     assert all(any(h in r["messages"][1]["content"] for h in hints) for r in calm)

@@ -4,6 +4,7 @@ validity rate and diversity over 1,000 proposals (figures in docs/proposers.md).
 Run the measurement with its figures printed:
     .venv/bin/python -m pytest -q -s tests/test_proposers_mutation.py -k validity_and_diversity
 """
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from conftest import shared_file
 
-from proposers import (MutationProposer, ProposalContext, ScoredProgram, TaskSpec, runtime_available,
-                       validate_source)
+from proposers import MutationProposer, ProposalContext, ScoredProgram, TaskSpec, runtime_available, validate_source
 from proposers.language import static_problems
 from proposers.sexpr import count_nodes, read_all, symbols_in
-
-from conftest import shared_file
 
 needs_runtime = pytest.mark.skipif(not runtime_available(), reason="ndvm runtime not built")
 
@@ -70,8 +69,9 @@ ITERATED = LazyCorpus("cosearch_rec_candidates_valid.jsonl", 10)
 
 
 def task(inputs=("x",)) -> ProposalContext:
-    return ProposalContext(TaskSpec("toy", "fit y(x)", {name: "vector [n]" for name in inputs},
-                                    "one prediction per point"))
+    return ProposalContext(
+        TaskSpec("toy", "fit y(x)", {name: "vector [n]" for name in inputs}, "one prediction per point")
+    )
 
 
 def params_of(source: str) -> list[str]:
@@ -121,8 +121,9 @@ OPERATOR_CHECKS = {
     "crossover": lambda parent, child: child != parent,
     "swap": lambda parent, child: count_nodes(read_all(child)) == count_nodes(read_all(parent)),
     "constant": lambda parent, child: symbols_in(read_all(child)) == symbols_in(read_all(parent)),
-    "insert_term": lambda parent, child: len(params_of(child)) > len(params_of(parent))
-    or count_nodes(read_all(child)) > count_nodes(read_all(parent)),
+    "insert_term": lambda parent, child: (
+        len(params_of(child)) > len(params_of(parent)) or count_nodes(read_all(child)) > count_nodes(read_all(parent))
+    ),
     "insert_param": lambda parent, child: len(params_of(child)) == len(params_of(parent)) + 1,
     "wrap": lambda parent, child: any(w in child for w in ("sigmoid", "softplus", "tanh", "exp", "abs")),
     "hoist": lambda parent, child: count_nodes(read_all(child)) < count_nodes(read_all(parent)),
@@ -133,8 +134,14 @@ OPERATOR_CHECKS = {
 def test_each_operator(operator):
     parent = "(param a 1.5)\n(param b 0.5)\n(param c 2.0)\n(+ (* a (exp (- (* b x)))) (* 0.5 (sin (* c x))))"
     # simplify=False: the raw operator (simplification would turn a wrapped lone parameter back into one)
-    proposer = MutationProposer(seed=2, seed_programs=[parent, CLOSED[1]], weights={operator: 1.0},
-                                validate=False, dedup=operator != "constant", simplify=False)
+    proposer = MutationProposer(
+        seed=2,
+        seed_programs=[parent, CLOSED[1]],
+        weights={operator: 1.0},
+        validate=False,
+        dedup=operator != "constant",
+        simplify=False,
+    )
     props = proposer.propose(task(), 20)
     assert props and all(p.origin.operator == operator for p in props)
     by_source = {p: None for p in (parent, CLOSED[1])}
@@ -169,18 +176,22 @@ def test_parents_from_context_best_and_their_hashes():
 
 
 @needs_runtime
-@pytest.mark.parametrize("name,seeds,inputs", [
-    ("closed-form", CLOSED, ("x",)),
-    ("iterated-map", ITERATED, ("x",)),
-    # one seed with few editable spots: most edits are duplicates, so it takes ~10 s
-    pytest.param("kalman", [KALMAN], ("ys",), marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "name,seeds,inputs",
+    [
+        ("closed-form", CLOSED, ("x",)),
+        ("iterated-map", ITERATED, ("x",)),
+        # one seed with few editable spots: most edits are duplicates, so it takes ~10 s
+        pytest.param("kalman", [KALMAN], ("ys",), marks=pytest.mark.slow),
+    ],
+)
 def test_validity_and_diversity(name, seeds, inputs):
     """The raw generator (no compile filter): share of 1,000 proposals that compile, that run on
     data at their declared initial values, that give finite values there, and the number of
     distinct canonical hashes. With validate=True (the default) every proposal compiles."""
-    import ndvm
     import numpy as np
+
+    import ndvm
 
     rng = np.random.default_rng(0)
     data = {"x": np.linspace(0.1, 6.0, 64), "ys": rng.normal(size=(40, 2))}
@@ -203,8 +214,10 @@ def test_validity_and_diversity(name, seeds, inputs):
         runs += 1
         finite += bool(np.all(np.isfinite(values)))
     n = len(props)
-    print(f"\n{name}: {n} proposals in {seconds:.2f} s; compile {compiled / n:.1%}, run {runs / n:.1%}, "
-          f"finite {finite / n:.1%}; {len(hashes)} distinct canonical hashes; {proposer.stats}")
+    print(
+        f"\n{name}: {n} proposals in {seconds:.2f} s; compile {compiled / n:.1%}, run {runs / n:.1%}, "
+        f"finite {finite / n:.1%}; {len(hashes)} distinct canonical hashes; {proposer.stats}"
+    )
     assert n >= 950
     assert compiled / n >= 0.90
     assert runs / n >= 0.90
@@ -224,15 +237,19 @@ def test_dead_let_bindings_and_their_parameters_are_removed():
     from proposers.mutation import _prune_dead_bindings
     from proposers.sexpr import to_str
 
-    (node,) = read_all("(let* ((r (exp b)) (t (* c r)) (u 2.0)) (loop ((s 0.0) (k 0)) (if (= k 3) s (recur x (+ k 1)))))")
+    (node,) = read_all(
+        "(let* ((r (exp b)) (t (* c r)) (u 2.0)) (loop ((s 0.0) (k 0)) (if (= k 3) s (recur x (+ k 1)))))"
+    )
     assert to_str(_prune_dead_bindings(node)) == "(loop ((s 0.0) (k 0)) (if (= k 3) s (recur x (+ k 1))))"
     (node,) = read_all("(let* ((r (exp b)) (t (* c r))) (* t x))")
     assert to_str(_prune_dead_bindings(node)) == "(let* ((r (exp b)) (t (* c r))) (* t x))"
     (node,) = read_all("(let ((r (exp b)) (t 1.0)) (* r x))")
     assert to_str(_prune_dead_bindings(node)) == "(let ((r (exp b))) (* r x))"
     # through a whole edit: a hoist that drops the only use of `target` drops c and a as well
-    parent = ("(param a 0.1) (param b 0.1) (param c 0.1) (let* ((rate (exp (- 0.0 b))) (target (* c (sin (* a x)))))"
-              " (loop ((s 0.0) (k 0)) (if (= k 10) s (recur (+ (* rate s) (* (- 1.0 rate) target)) (+ k 1)))))")
+    parent = (
+        "(param a 0.1) (param b 0.1) (param c 0.1) (let* ((rate (exp (- 0.0 b))) (target (* c (sin (* a x)))))"
+        " (loop ((s 0.0) (k 0)) (if (= k 10) s (recur (+ (* rate s) (* (- 1.0 rate) target)) (+ k 1)))))"
+    )
     for p in MutationProposer(seed=0, seed_programs=[parent], validate=False).propose(task(), 100):
         assert static_problems(read_all(p.source), {"x"}) == []
         if "target" not in p.source:
@@ -247,8 +264,14 @@ def test_wrapped_forecast_candidates_from_the_enso_task():
     from datasets.tasks import make_task
 
     forecast = make_task(load("enso"))
-    spec = TaskSpec("enso", "ENSO one-step forecasting", {}, forecast.contract_text(),
-                    seed_programs=forecast.seed_programs(), program_source=forecast.program_source)
+    spec = TaskSpec(
+        "enso",
+        "ENSO one-step forecasting",
+        {},
+        forecast.contract_text(),
+        seed_programs=forecast.seed_programs(),
+        program_source=forecast.program_source,
+    )
     proposer = MutationProposer(seed=0)
     props = proposer.propose(ProposalContext(spec), 100)
     assert len(props) == 100
@@ -270,8 +293,9 @@ def test_proposals_calibrate_on_the_corpus_task():
     """Mutation proposals are fit for calibration: on the corpus task (y = exp(-0.3 x) cos(2 x) +
     noise, 64 points), 200 proposals calibrate without a structural error, at least 95% of them
     to a finite loss."""
-    import ndvm
     import numpy as np
+
+    import ndvm
 
     rng = np.random.default_rng(0)
     x = np.linspace(0.1, 6.0, 64)

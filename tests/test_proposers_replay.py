@@ -1,15 +1,14 @@
 """ReplayProposer over the real corpora of the shared data (ndvm_corpora) and small files."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from conftest import shared_file
 
 from proposers import ProposalContext, ReplayProposer, TaskSpec, runtime_available, validate_static, with_declarations
 from proposers.sexpr import read_all
-
-from conftest import shared_file
 
 needs_runtime = pytest.mark.skipif(not runtime_available(), reason="ndvm runtime not built")
 
@@ -26,10 +25,13 @@ def test_with_declarations():
     assert with_declarations("(* 2 x)", None) == "(* 2 x)"
 
 
-@pytest.mark.parametrize("validator", [
-    pytest.param(None, id="ndvm", marks=needs_runtime),
-    pytest.param(validate_static, id="static"),
-])
+@pytest.mark.parametrize(
+    "validator",
+    [
+        pytest.param(None, id="ndvm", marks=needs_runtime),
+        pytest.param(validate_static, id="static"),
+    ],
+)
 def test_replays_the_whole_corpus_in_order(validator):
     path = shared_file("ndvm_corpora/cosearch_candidates_valid.jsonl")
     records = [json.loads(line) for line in path.read_text().splitlines()]
@@ -51,15 +53,19 @@ def test_replays_the_whole_corpus_in_order(validator):
 
 def test_bad_lines_are_recorded_and_skipped(tmp_path):
     path = tmp_path / "mixed.jsonl"
-    path.write_text("\n".join([
-        json.dumps({"src": "(* a x)", "params": ["a"]}),
-        "{not json",
-        json.dumps({"program": "(* a x)"}),
-        json.dumps({"src": "(* a (exp (* b x)))", "params": ["a"]}),   # b undeclared
-        "",
-        json.dumps({"src": "(param k 1.0 positive) (exp (- (* k x)))", "score": 0.5}),
-        json.dumps({"src": "(* a x", "params": ["a"]}),                 # unbalanced
-    ]))
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"src": "(* a x)", "params": ["a"]}),
+                "{not json",
+                json.dumps({"program": "(* a x)"}),
+                json.dumps({"src": "(* a (exp (* b x)))", "params": ["a"]}),  # b undeclared
+                "",
+                json.dumps({"src": "(param k 1.0 positive) (exp (- (* k x)))", "score": 0.5}),
+                json.dumps({"src": "(* a x", "params": ["a"]}),  # unbalanced
+            ]
+        )
+    )
     replay = ReplayProposer(path, validator=validate_static)
     props = replay.propose(context(), 10)
     assert [p.source for p in props] == ["(param a 0.1)\n(* a x)", "(param k 1.0 positive) (exp (- (* k x)))"]
@@ -113,8 +119,10 @@ def test_command_line_mutation_and_replay(tmp_path, capsys):
     from proposers.__main__ import main
 
     seeds = tmp_path / "seeds.scm"
-    seeds.write_text("(param a 1.0)\n(param k 0.5 positive)\n(* a (exp (- (* k x))))\n\n"
-                     "(param a 1.0)\n(param w 2.0)\n(* a (sin (* w x)))\n")
+    seeds.write_text(
+        "(param a 1.0)\n(param k 0.5 positive)\n(* a (exp (- (* k x))))\n\n"
+        "(param a 1.0)\n(param w 2.0)\n(* a (sin (* w x)))\n"
+    )
     out = tmp_path / "cands.jsonl"
     assert main(["mutation", "--seeds", str(seeds), "-n", "25", "--out", str(out), "--no-validate"]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]

@@ -1,18 +1,17 @@
 """The proposers' reading (the runtime's reader at the proposers' nesting limit), printing and
 scope analysis."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
+from conftest import shared_file
 
 import ndvm
 from proposers.language import analyze, static_problems, structure_key
 from proposers.sexpr import Dotted, SexprError, Sym, read_all, to_source, to_str
-
-from conftest import shared_file
-
 
 KALMAN = """(param q 0.3 positive) (param r 0.3 positive)
 (define I (eye 2))
@@ -46,14 +45,17 @@ def test_dotted_formals_and_datum_comment():
 
 
 # The messages are the runtime reader's (native/src/reader.cc): the proposers read with it.
-@pytest.mark.parametrize("text,fragment,line,column", [
-    ("(+ 1 2", "unbalanced '(': missing ')'", 1, 1),
-    ("(+ 1 2))", "unexpected ')'", 1, 8),
-    ('(f "s")', "strings are not supported", 1, 4),
-    ("(vector #(1 2))", "vector literals #( ... ) are not supported", 1, 9),
-    ("(+ 1\n  #xFF)", "unreadable token '#xFF'", 2, 3),
-    ("[+ 1 2)", "'[' closed by ')'", 1, 7),
-])
+@pytest.mark.parametrize(
+    "text,fragment,line,column",
+    [
+        ("(+ 1 2", "unbalanced '(': missing ')'", 1, 1),
+        ("(+ 1 2))", "unexpected ')'", 1, 8),
+        ('(f "s")', "strings are not supported", 1, 4),
+        ("(vector #(1 2))", "vector literals #( ... ) are not supported", 1, 9),
+        ("(+ 1\n  #xFF)", "unreadable token '#xFF'", 2, 3),
+        ("[+ 1 2)", "'[' closed by ')'", 1, 7),
+    ],
+)
 def test_read_errors_have_positions(text, fragment, line, column):
     with pytest.raises(SexprError) as info:  # a ParseError of the runtime, named for the proposers
         read_all(text)
@@ -61,7 +63,10 @@ def test_read_errors_have_positions(text, fragment, line, column):
     with pytest.raises(ndvm.ParseError) as native:
         ndvm.compile(text)
     assert (native.value.message, native.value.line, native.value.column) == (
-        info.value.message, info.value.line, info.value.column)
+        info.value.message,
+        info.value.line,
+        info.value.column,
+    )
     assert fragment in info.value.message
     assert (info.value.line, info.value.column) == (line, column)
 
@@ -91,24 +96,30 @@ def test_analysis_of_the_kalman_filter():
     assert set(result.params) == {"q", "r"} and result.free == {"ys"}
     assert result.problems == [] and result.used_params == {"q", "r"}
     assert result.control_vars == {"t"}
-    editable = {to_str(s.node) for s in result.sites
-                if s.klass in ("scalar", "data") and not s.in_loop_control and s.context in ("numeric", "value")}
+    editable = {
+        to_str(s.node)
+        for s in result.sites
+        if s.klass in ("scalar", "data") and not s.in_loop_control and s.context in ("numeric", "value")
+    }
     # the counter, its init and its step are loop control; the matrix plumbing is class "other"
     assert "0" not in editable and "1" not in editable and "(+ t 1)" not in editable
     assert "(* q I)" not in editable and "P" not in editable
     assert {"q", "r", "nll", "(logdet S)"} <= editable
 
 
-@pytest.mark.parametrize("src,fragment", [
-    ("(param a 1.0) (* a y)", "undeclared name 'y'"),
-    ("(param a 1.0) (param b 2.0) (* a x)", "parameter b is declared but never used"),
-    ("(param a 1.0) (exp a x)", "'exp' takes 1 argument(s), got 2"),
-    ("(param a 1.0) (if a)", "if takes a test"),
-    ("(param a 1.0) (let ((z)) (* a x))", "needs exactly one value"),
-    ("(param a) (* a x)", "malformed parameter declaration"),
-    ("(param a 1.0)", "no expression"),
-    ("(param a 1.0) (define z (* a x))", "last top-level form is a define"),
-])
+@pytest.mark.parametrize(
+    "src,fragment",
+    [
+        ("(param a 1.0) (* a y)", "undeclared name 'y'"),
+        ("(param a 1.0) (param b 2.0) (* a x)", "parameter b is declared but never used"),
+        ("(param a 1.0) (exp a x)", "'exp' takes 1 argument(s), got 2"),
+        ("(param a 1.0) (if a)", "if takes a test"),
+        ("(param a 1.0) (let ((z)) (* a x))", "needs exactly one value"),
+        ("(param a) (* a x)", "malformed parameter declaration"),
+        ("(param a 1.0)", "no expression"),
+        ("(param a 1.0) (define z (* a x))", "last top-level form is a define"),
+    ],
+)
 def test_static_problems(src, fragment):
     problems = static_problems(read_all(src), {"x"})
     assert any(fragment in p for p in problems), problems
@@ -129,11 +140,14 @@ def test_structure_key_abstracts_constants_and_parameter_names():
     assert a == b != c
 
 
-@pytest.mark.parametrize("src,fragment", [
-    ("(param a 1.0) (logistc (* a x))", "unknown operator 'logistc'"),
-    ("(param a 1.0) (a x)", "'a' is a parameter (a number), not a procedure"),
-    ("(param a 1.0) (let ((y 1.0)) (set! y 2.0) (* a x y))", "special form 'set!' is not supported"),
-])
+@pytest.mark.parametrize(
+    "src,fragment",
+    [
+        ("(param a 1.0) (logistc (* a x))", "unknown operator 'logistc'"),
+        ("(param a 1.0) (a x)", "'a' is a parameter (a number), not a procedure"),
+        ("(param a 1.0) (let ((y 1.0)) (set! y 2.0) (* a x y))", "special form 'set!' is not supported"),
+    ],
+)
 def test_static_problems_the_runtime_also_reports(src, fragment):
     assert any(fragment in p for p in static_problems(read_all(src), {"x"}))
 

@@ -6,6 +6,7 @@ limits or an error fall back to walking the program. These tests compare replaye
 a freshly compiled copy of the same program (a new program is never replayed), on generated
 programs and on the cases that must fall back.
 """
+
 from __future__ import annotations
 
 import sys
@@ -138,8 +139,10 @@ def test_other_inputs_limits_or_lane_counts_are_walked():
     r0, _ = counts()
     prog.value_and_grad([[0.7]], {"x": x})
     assert counts()[0] == r0 + 1
-    for call in (lambda: prog.value_and_grad([[0.7]], {"x": x + 1.0}),      # other data
-                 lambda: prog.value_and_grad([[0.7], [0.8]], {"x": x + 1.0})):  # other lane count
+    for call in (
+        lambda: prog.value_and_grad([[0.7]], {"x": x + 1.0}),  # other data
+        lambda: prog.value_and_grad([[0.7], [0.8]], {"x": x + 1.0}),
+    ):  # other lane count
         r1 = counts()[0]
         got = call()
         assert counts()[0] == r1
@@ -159,13 +162,16 @@ def test_calibration_is_the_same_with_and_without_replay(optimizer):
 (let loop ((t 0) (x 0.0) (p 1.0) (nll 0.0))
   (if (= t (vsize ys)) nll
       (let* ((pp (+ p q)) (s (+ pp r)) (e (- (ref ys t) x)) (k (/ pp s)))
-        (loop (+ t 1) (+ x (* k e)) (* (- 1 k) pp) (+ nll (log s) (/ (* e e) s))))))""".replace("(vsize ys)", "(size ys)")
+        (loop (+ t 1) (+ x (* k e)) (* (- 1 k) pp) (+ nll (log s) (/ (* e e) s))))))""".replace(
+        "(vsize ys)", "(size ys)"
+    )
     ys = np.cumsum(np.random.default_rng(3).normal(size=60)) * 0.3
     fits = []
     for replay in (True, False):
         prog = ndvm.compile(src, limits=ndvm.Limits(replay=replay))
-        fits.append(ndvm.calibrate(prog, {"ys": ys}, loss="value", optimizer=optimizer, steps=60, restarts=4,
-                                   threads=1))
+        fits.append(
+            ndvm.calibrate(prog, {"ys": ys}, loss="value", optimizer=optimizer, steps=60, restarts=4, threads=1)
+        )
     a, b = fits
     np.testing.assert_array_equal(a.all_params, b.all_params)
     np.testing.assert_array_equal(a.history, b.history)
@@ -173,9 +179,11 @@ def test_calibration_is_the_same_with_and_without_replay(optimizer):
 
 
 def test_threaded_calibrate_many_is_the_same_with_and_without_replay():
-    sources = ["(param a 1.0) (param b 0.5) (+ (* a (exp (* -1 b x))) 0.1)",
-               "(param a 1.0) (param b 0.5) (if (< b 0.3) (* a x) (+ (* a x) (* b x x)))",
-               "(param k 2.0 positive) (* k (floor (* 3 x)))"]
+    sources = [
+        "(param a 1.0) (param b 0.5) (+ (* a (exp (* -1 b x))) 0.1)",
+        "(param a 1.0) (param b 0.5) (if (< b 0.3) (* a x) (+ (* a x) (* b x x)))",
+        "(param k 2.0 positive) (* k (floor (* 3 x)))",
+    ]
     x = np.linspace(0, 2, 25)
     y = 1.3 * np.exp(-0.7 * x) + 0.1
     runs = []

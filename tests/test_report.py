@@ -1,4 +1,5 @@
 """The report card (flows/report.py): paired tests on synthetic errors, and the card of real runs."""
+
 import json
 import math
 
@@ -7,7 +8,6 @@ import pytest
 
 from flows.report import Errors, paired_curve_test, paired_forecast_test, report_markdown, verdict
 from storage.stats import diebold_mariano
-from test_flows_support import enso_run, prefect_api  # noqa: F401  (fixtures)
 
 
 def test_forecast_paired_test_per_lead_and_overall():
@@ -34,17 +34,19 @@ def test_curve_paired_test_resamples_groups_or_blocks():
     assert test["overall"]["scheme"] == "groups" and test["overall"]["n_units"] == 8
     assert test["overall"]["high"] < 0
     assert "interval excludes 0" in verdict("curve", champ, ref, test) and "lower" in verdict("curve", champ, ref, test)
-    one = paired_curve_test(Errors("c", "curve", groups={None: rng.normal(0, 1, 64)}),
-                            Errors("r", "curve", groups={None: rng.normal(0, 1, 64)}), replicates=500)
+    one = paired_curve_test(
+        Errors("c", "curve", groups={None: rng.normal(0, 1, 64)}),
+        Errors("r", "curve", groups={None: rng.normal(0, 1, 64)}),
+        replicates=500,
+    )
     assert one["overall"]["scheme"] == "moving-block" and one["overall"]["block"] == 4
-    assert math.isclose(champ.primary(), np.mean([math.sqrt(np.mean(e ** 2)) for e in champ.groups.values()]))
+    assert math.isclose(champ.primary(), np.mean([math.sqrt(np.mean(e**2)) for e in champ.groups.values()]))
 
 
 def test_enso_run_ends_with_a_report_card(enso_run):
     """The shared ENSO run (mutation proposer, 40 candidates) wrote report.md/.json, logged them on
     the MLflow parent run and formulas on the entries; the card's test scores are the ones the
     end-of-run test scoring stored (same champion, same references, same numbers)."""
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     from storage import CandidateStore
@@ -60,8 +62,9 @@ def test_enso_run_ends_with_a_report_card(enso_run):
     assert {"persistence", "damped-persistence", "ar-aic", "statsmodels-arma21"} <= names
     with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
         scores = {(r["entry_kind"], r["entry"]): r for r in store.test_scores("enso-e2e").iter_rows(named=True)}
-    assert card["champion"]["test_score"] == pytest.approx(scores[("candidate", report["best_hash"])]["test_score"],
-                                                           rel=1e-9)
+    assert card["champion"]["test_score"] == pytest.approx(
+        scores[("candidate", report["best_hash"])]["test_score"], rel=1e-9
+    )
     for ref in card["references"]:
         assert ref["test_score"] == pytest.approx(scores[("reference", ref["name"])]["test_score"], rel=1e-9)
     assert card["best_reference"] == min(card["references"], key=lambda r: r["test_score"])["name"]
@@ -75,7 +78,9 @@ def test_enso_run_ends_with_a_report_card(enso_run):
     # MLflow: the card on the parent run, a formula tag and formula.tex on each logged entry
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("ndvm-enso-forecast").experiment_id])
-    parent = next(r for r in runs if r.data.tags.get("ndvm.run_id") == "enso-e2e" and "mlflow.parentRunId" not in r.data.tags)
+    parent = next(
+        r for r in runs if r.data.tags.get("ndvm.run_id") == "enso-e2e" and "mlflow.parentRunId" not in r.data.tags
+    )
     assert {"report.md", "report.json"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert parent.data.tags["verdict"] == card["verdict"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
@@ -109,8 +114,18 @@ def test_curve_run_report_card(prefect_api, tmp_path):
     """A grouped curve task (battery-synthetic): per-group errors, the group bootstrap, the fade laws."""
     from flows.discover import discover
 
-    discover(task="battery-synthetic", proposer="mutation", budget={"minutes": 1.0, "max_candidates": 16},
-             batch_size=8, steps=60, restarts=4, top_k=2, log_every=30.0, folder=str(tmp_path), run_id="curve-card")
+    discover(
+        task="battery-synthetic",
+        proposer="mutation",
+        budget={"minutes": 1.0, "max_candidates": 16},
+        batch_size=8,
+        steps=60,
+        restarts=4,
+        top_k=2,
+        log_every=30.0,
+        folder=str(tmp_path),
+        run_id="curve-card",
+    )
     card = json.loads((tmp_path / "reports" / "curve-card" / "report.json").read_text())
     assert card["kind"] == "curve"
     assert {"linear", "sqrt-sei", "power-law", "knee-bacon-watts"} <= {r["name"] for r in card["references"]}

@@ -1,4 +1,5 @@
 """The Python API of the runtime: shapes, lanes, inputs, dtype, canonical forms, checks."""
+
 import numpy as np
 import pytest
 
@@ -49,17 +50,22 @@ def test_float32_rounds_every_result():
 
 
 def test_canonical_form_dedups_renamings_and_reorderings():
-    forms = {ndvm.compile(s).canonical_hash for s in [
-        "(param a 1) (param b 2) (+ a (* b x))",
-        "(param p 5) (param q 6) (+ (* q x) p)",
-        "(param b 1) (param a 2) (+ (* a x) b)",
-    ]}
+    forms = {
+        ndvm.compile(s).canonical_hash
+        for s in [
+            "(param a 1) (param b 2) (+ a (* b x))",
+            "(param p 5) (param q 6) (+ (* q x) p)",
+            "(param b 1) (param a 2) (+ (* a x) b)",
+        ]
+    }
     assert len(forms) == 1
     different = ndvm.compile("(param a 1) (param b 2) (+ a (* b (exp x)))").canonical_hash
     assert different not in forms
     # loop bounds are structure: different counts are different programs
-    assert (ndvm.compile("(loop ((s 1.0) (k 0)) (if (= k 8) s (recur (* 2 s) (+ k 1))))").canonical_hash
-            != ndvm.compile("(loop ((s 1.0) (k 0)) (if (= k 9) s (recur (* 2 s) (+ k 1))))").canonical_hash)
+    assert (
+        ndvm.compile("(loop ((s 1.0) (k 0)) (if (= k 8) s (recur (* 2 s) (+ k 1))))").canonical_hash
+        != ndvm.compile("(loop ((s 1.0) (k 0)) (if (= k 9) s (recur (* 2 s) (+ k 1))))").canonical_hash
+    )
 
 
 def test_run_returns_python_values():
@@ -80,5 +86,5 @@ def test_divergent_lanes_match_one_lane_runs_bit_for_bit():
     theta = np.linspace(-2, 2, 17)[:, None]
     values, grads = prog.value_and_grad(theta)
     for lane in range(17):
-        v1, g1 = prog.value_and_grad(theta[lane:lane + 1])
+        v1, g1 = prog.value_and_grad(theta[lane : lane + 1])
         assert v1[0] == values[lane] and g1[0, 0] == grads[lane, 0]

@@ -1,7 +1,8 @@
 """``ndvm serve``'s schedule carries an explicit IANA time zone (issue 16: "0 2 * * *" ran at 02:00 UTC)."""
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,8 +14,8 @@ def test_the_serve_schedule_carries_the_zone_and_fires_at_local_time():
     schedule = cron_schedule("0 2 * * *", "Europe/Berlin")
     assert (schedule.cron, schedule.timezone) == ("0 2 * * *", "Europe/Berlin")
     # 02:00 in Berlin in winter is 01:00 UTC, not 02:00 UTC.
-    when = next_run("0 2 * * *", "Europe/Berlin", after=datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc))
-    assert when.astimezone(timezone.utc) == datetime(2026, 12, 2, 1, 0, tzinfo=timezone.utc)
+    when = next_run("0 2 * * *", "Europe/Berlin", after=datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+    assert when.astimezone(UTC) == datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
 
 
 def test_an_unknown_zone_is_an_error_naming_it(capsys):

@@ -1,8 +1,8 @@
 """proposers.simplify: constant folding, lone-parameter functions, unused parameters; values kept."""
+
 import math
 
 import numpy as np
-import pytest
 
 import ndvm
 from proposers import MutationProposer, ProposalContext, TaskSpec
@@ -80,16 +80,19 @@ def _assert_same_values(old_src, result, inputs, rng, lanes=4):
             continue
         mapped = map_params(result, theta)
         after = np.asarray(new.evaluate([[mapped[n] for n in new.param_names]], inputs), dtype=float)
-        np.testing.assert_allclose(after, before, rtol=1e-9, atol=1e-12, equal_nan=True,
-                                   err_msg=f"{old_src}\n->\n{to_source(result.forms)}")
+        np.testing.assert_allclose(
+            after, before, rtol=1e-9, atol=1e-12, equal_nan=True, err_msg=f"{old_src}\n->\n{to_source(result.forms)}"
+        )
 
 
 def test_values_are_preserved_on_bloated_proposals():
     """300 raw mutation proposals (simplification off) of the co-search style closed forms:
     simplified, they compute the same values at random parameters (mapped through param_map)."""
-    seeds = ["(param a 1.0) (param b 0.5 positive) (param c 0.1) (+ c (* a (exp (- 0.0 (* b x)))))",
-             "(param a 1.0) (param b 0.05 positive) (param z 1.0 positive) (- a (* b (expt x z)))",
-             "(param a 0.5) (param w 1.0) (* a (sin (* w x)))"]
+    seeds = [
+        "(param a 1.0) (param b 0.5 positive) (param c 0.1) (+ c (* a (exp (- 0.0 (* b x)))))",
+        "(param a 1.0) (param b 0.05 positive) (param z 1.0 positive) (- a (* b (expt x z)))",
+        "(param a 0.5) (param w 1.0) (* a (sin (* w x)))",
+    ]
     spec = TaskSpec("toy", "fit y(x)", {"x": "vector [n]"}, "one prediction per point")
     props = MutationProposer(seed=2, seed_programs=seeds, simplify=False).propose(ProposalContext(spec), 300)
     rng = np.random.default_rng(0)
@@ -109,8 +112,9 @@ def test_values_are_preserved_on_forecast_candidates():
     from datasets.tasks import make_task
 
     task = make_task(load("enso"))
-    spec = TaskSpec("enso", "", {}, task.contract_text(), seed_programs=task.seed_programs(),
-                    program_source=task.program_source)
+    spec = TaskSpec(
+        "enso", "", {}, task.contract_text(), seed_programs=task.seed_programs(), program_source=task.program_source
+    )
     props = MutationProposer(seed=4, simplify=False).propose(ProposalContext(spec), 150)
     series = task.train_inputs()
     rng = np.random.default_rng(1)

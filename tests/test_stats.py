@@ -1,4 +1,5 @@
 """storage.stats: Diebold-Mariano with the HLN correction, the paired bootstrap, Spearman."""
+
 import math
 
 import numpy as np
@@ -14,10 +15,10 @@ def test_dm_at_horizon_one_is_the_paired_t_test():
     rng = np.random.default_rng(0)
     a, b = rng.normal(0, 1.0, 80), rng.normal(0, 1.2, 80)
     dm = diebold_mariano(a, b, h=1)
-    t = sps.ttest_rel(a ** 2, b ** 2)
+    t = sps.ttest_rel(a**2, b**2)
     assert dm.statistic == pytest.approx(t.statistic, rel=1e-12)
     assert dm.p_value == pytest.approx(t.pvalue, rel=1e-10)
-    assert dm.mean_diff == pytest.approx(np.mean(a ** 2 - b ** 2))
+    assert dm.mean_diff == pytest.approx(np.mean(a**2 - b**2))
 
 
 def test_dm_hand_computation_horizon_three():
@@ -26,9 +27,9 @@ def test_dm_hand_computation_horizon_three():
     e_a, e_b = np.where(d >= 0, np.sqrt(np.abs(d)), 0.0), np.where(d < 0, np.sqrt(np.abs(d)), 0.0)
     # by hand: mean = 5/8 = 0.625; centred c = d - 0.625
     c = [0.375, -1.625, 1.375, -0.625, 0.375, 2.375, -2.625, 0.375]
-    g0 = sum(x * x for x in c) / 8                                 # 2.234375
-    g1 = sum(c[t] * c[t - 1] for t in range(1, 8)) / 8            # lag-1
-    g2 = sum(c[t] * c[t - 2] for t in range(2, 8)) / 8            # lag-2
+    g0 = sum(x * x for x in c) / 8  # 2.234375
+    g1 = sum(c[t] * c[t - 1] for t in range(1, 8)) / 8  # lag-1
+    g2 = sum(c[t] * c[t - 2] for t in range(2, 8)) / 8  # lag-2
     assert g0 == pytest.approx(2.234375)
     v = (g0 + 2 * g1 + 2 * g2) / 8
     if v <= 0:
@@ -116,8 +117,10 @@ def _group_truth() -> float:
     rng = np.random.default_rng(99)
     phi = 0.8
     s = math.sqrt(1 - phi * phi)
-    diffs = [math.sqrt(np.mean(_ar1(rng, 40, phi, 0.05 * s) ** 2)) - math.sqrt(np.mean(_ar1(rng, 40, phi, 0.06 * s) ** 2))
-             for _ in range(20000)]
+    diffs = [
+        math.sqrt(np.mean(_ar1(rng, 40, phi, 0.05 * s) ** 2)) - math.sqrt(np.mean(_ar1(rng, 40, phi, 0.06 * s) ** 2))
+        for _ in range(20000)
+    ]
     return float(np.mean(diffs))
 
 
@@ -138,5 +141,7 @@ def test_bootstrap_rejects_malformed_input():
 def test_spearman():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert spearman([1, 2, float("inf"), 4, 5], [1, 3, 2, 5, 4]) == pytest.approx(sps.spearmanr([1, 2, 4, 5], [1, 3, 5, 4]).statistic)
+    assert spearman([1, 2, float("inf"), 4, 5], [1, 3, 2, 5, 4]) == pytest.approx(
+        sps.spearmanr([1, 2, 4, 5], [1, 3, 5, 4]).statistic
+    )
     assert math.isnan(spearman([1, 2], [1, 2]))

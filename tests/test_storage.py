@@ -1,5 +1,6 @@
 """The DuckDB candidate store on a real file: two-stage dedup, invalid programs, results,
 leaderboard, history, resume and the single-writer rule. Needs the ndvm runtime (``ndvm.compile``)."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ import ndvm
 if not hasattr(ndvm, "compile"):
     pytest.skip("the ndvm runtime (ndvm.compile) is not built yet", allow_module_level=True)
 
-from storage import CandidateStore, EvaluationResult, MetricDirectionError, StoreError  # noqa: E402
-
 from conftest import shared_file  # noqa: E402
+
+from storage import CandidateStore, EvaluationResult, MetricDirectionError, StoreError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = "ndvm_corpora/cosearch_candidates_valid.jsonl"  # of the shared data (tests/conftest.py)
@@ -35,8 +36,9 @@ def store(tmp_path):
 
 @pytest.fixture
 def run(store):
-    return store.start_run("run-1", dataset="toy", task="curve", proposer="test",
-                           probe_inputs={"x": PROBE_X}, budget={"minutes": 1})
+    return store.start_run(
+        "run-1", dataset="toy", task="curve", proposer="test", probe_inputs={"x": PROBE_X}, budget={"minutes": 1}
+    )
 
 
 def outcomes(store, run_id):
@@ -45,9 +47,9 @@ def outcomes(store, run_id):
 
 def test_alpha_equivalent_programs_dedup_by_canonical_hash(store, run):
     first = AB + "(+ a (* b x))"
-    renamed = "(param p 0.5) (param q 1.5) (+ p (* q x))"            # alpha-renamed
-    reordered = AB + "(+ (* x b) a)"                                  # commutative arguments swapped
-    other_literal = "(param a 0.5) (param b 2.5) (+ a (* b x))"       # literals abstracted
+    renamed = "(param p 0.5) (param q 1.5) (+ p (* q x))"  # alpha-renamed
+    reordered = AB + "(+ (* x b) a)"  # commutative arguments swapped
+    other_literal = "(param a 0.5) (param b 2.5) (+ a (* b x))"  # literals abstracted
     new = store.add([first, renamed, reordered, other_literal], run)
     assert [c.source for c in new] == [first]
     seen = outcomes(store, run)
@@ -62,8 +64,14 @@ def test_alpha_equivalent_programs_dedup_by_canonical_hash(store, run):
 
 
 def test_structurally_different_programs_are_all_kept(store, run):
-    sources = [AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))",
-               AB + "(- a (* b x))", AB + "(- (* b x) a)", AB + "(* a (sin (* b x)))"]
+    sources = [
+        AB + "(+ a (* b x))",
+        AB + "(* a (exp (* b x)))",
+        AB + "(/ a (+ b x))",
+        AB + "(- a (* b x))",
+        AB + "(- (* b x) a)",
+        AB + "(* a (sin (* b x)))",
+    ]
     new = store.add(sources, run)
     assert [c.source for c in new] == sources
     assert len({c.hash for c in new}) == len(sources)
@@ -74,11 +82,11 @@ def test_structurally_different_programs_are_all_kept(store, run):
 
 def test_semantic_stage_catches_equal_functions(store, run):
     base = "(param a 0.5) (* 2 (+ a x))"
-    expanded = "(param a 0.5) (+ (* 2 a) (* 2 x))"                   # distributed: another structure
-    swapped = AB + "(+ b (* a x))"                                    # parameters in swapped roles
+    expanded = "(param a 0.5) (+ (* 2 a) (* 2 x))"  # distributed: another structure
+    swapped = AB + "(+ b (* a x))"  # parameters in swapped roles
     linear = AB + "(+ a (* b x))"
     negated = AB + "(* a (exp (- 0.0 (* b x))))"
-    negated2 = AB + "(* a (exp (* -1.0 (* b x))))"                    # (- 0 z) == (* -1 z)
+    negated2 = AB + "(* a (exp (* -1.0 (* b x))))"  # (- 0 z) == (* -1 z)
     new = store.add([base, expanded, linear, swapped, negated, negated2], run)
     assert [c.source for c in new] == [base, linear, negated]
     seen = outcomes(store, run)
@@ -143,22 +151,38 @@ def test_proposal_objects_carry_origin_and_parents(store, run):
 
 
 def _result(run, candidate, rmse, r2, status="ok"):
-    return EvaluationResult(candidate=candidate, run_id=run, dataset="toy", task="curve", split="temporal-70",
-                            parameters={"a": 1.0, "b": 2.0}, train_metrics={"mse": rmse ** 2 / 2},
-                            heldout_metrics={"rmse": rmse, "r2": r2} if status == "ok" else {},
-                            seconds=0.01, status=status, error=None if status == "ok" else "EvalError: boom",
-                            loss_history=[1.0, 0.5, 0.25])
+    return EvaluationResult(
+        candidate=candidate,
+        run_id=run,
+        dataset="toy",
+        task="curve",
+        split="temporal-70",
+        parameters={"a": 1.0, "b": 2.0},
+        train_metrics={"mse": rmse**2 / 2},
+        heldout_metrics={"rmse": rmse, "r2": r2} if status == "ok" else {},
+        seconds=0.01,
+        status=status,
+        error=None if status == "ok" else "EvalError: boom",
+        loss_history=[1.0, 0.5, 0.25],
+    )
 
 
 def test_record_top_and_history(store, run):
-    c = store.add([AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))",
-                   AB + "(* a (sin (* b x)))"], run)
-    store.record([_result(run, c[0].hash, 0.30, 0.80), _result(run, c[1].hash, 0.10, 0.95),
-                  _result(run, c[2].hash, 0.20, 0.90), _result(run, c[3].hash, 0, 0, status="error")])
+    c = store.add(
+        [AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))", AB + "(* a (sin (* b x)))"], run
+    )
+    store.record(
+        [
+            _result(run, c[0].hash, 0.30, 0.80),
+            _result(run, c[1].hash, 0.10, 0.95),
+            _result(run, c[2].hash, 0.20, 0.90),
+            _result(run, c[3].hash, 0, 0, status="error"),
+        ]
+    )
     top = store.top(3)
     assert top["hash"].to_list() == [c[1].hash, c[2].hash, c[0].hash]
     assert top["rank"].to_list() == [1, 2, 3] and top["score"].to_list() == [0.10, 0.20, 0.30]
-    assert store.top(1, "heldout.r2")["hash"].to_list() == [c[1].hash]   # higher is better
+    assert store.top(1, "heldout.r2")["hash"].to_list() == [c[1].hash]  # higher is better
     assert store.top(1, "train.mse")["hash"].to_list() == [c[1].hash]
     with pytest.raises(MetricDirectionError):
         store.top(1, "heldout.wiggle")
@@ -184,15 +208,21 @@ def test_record_rejects_bad_results_atomically(store, run):
     bad_metric.heldout_metrics = {"r2": 0.9}
     with pytest.raises(StoreError, match="lacks held-out metric 'rmse'"):
         store.record([_result(run, c[0].hash, 0.1, 0.9), bad_metric])
-    assert store.run_status(run).calibrated == 0   # the first result was rolled back with it
+    assert store.run_status(run).calibrated == 0  # the first result was rolled back with it
     with pytest.raises(StoreError, match="was not added"):
         store.record([_result(run, "0123456789abcdef", 0.1, 0.9)])
 
 
 def test_resume_restores_counts_and_pending(tmp_path):
     path = tmp_path / "resume.duckdb"
-    sources = [AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))",
-               AB + "(+ b (* a x))", "(param p 0.5) (param q 1.5) (/ p (+ q x))", "(+ 1"]
+    sources = [
+        AB + "(+ a (* b x))",
+        AB + "(* a (exp (* b x)))",
+        AB + "(/ a (+ b x))",
+        AB + "(+ b (* a x))",
+        "(param p 0.5) (param q 1.5) (/ p (+ q x))",
+        "(+ 1",
+    ]
     with CandidateStore(path) as store:
         run = store.start_run("r", dataset="toy", probe_inputs={"x": PROBE_X})
         c = store.add(sources, run)
@@ -202,17 +232,35 @@ def test_resume_restores_counts_and_pending(tmp_path):
     with CandidateStore(path) as store:
         after = store.resume("r")
         assert after.status == "running"
-        for field in ("proposed", "new", "duplicate_hash", "duplicate_semantic", "invalid", "calibrated",
-                      "failed", "pending", "best_score", "best_hash"):
+        for field in (
+            "proposed",
+            "new",
+            "duplicate_hash",
+            "duplicate_semantic",
+            "invalid",
+            "calibrated",
+            "failed",
+            "pending",
+            "best_score",
+            "best_hash",
+        ):
             assert getattr(after, field) == getattr(before, field), field
-        assert (after.proposed, after.new, after.duplicates, after.invalid, after.calibrated, after.pending) == \
-            (6, 3, 2, 1, 1, 2)
+        assert (after.proposed, after.new, after.duplicates, after.invalid, after.calibrated, after.pending) == (
+            6,
+            3,
+            2,
+            1,
+            1,
+            2,
+        )
         pending = store.pending("r")
         assert {p.hash for p in pending} == {c[1].hash, c[2].hash}
         assert all(p.program.canonical_hash == p.hash for p in pending)
         # dedup state survives the restart too: both stages, with the stored probe inputs
-        again = store.add([AB + "(* a (exp (* b x)))", "(param a 0.5) (param b 1.5) (* (exp (* x b)) a)",
-                           AB + "(* b (exp (* a x)))"], "r")
+        again = store.add(
+            [AB + "(* a (exp (* b x)))", "(param a 0.5) (param b 1.5) (* (exp (* x b)) a)", AB + "(* b (exp (* a x)))"],
+            "r",
+        )
         assert again == []
         assert store.run_status("r").duplicates == 5
     with pytest.raises(StoreError, match="no run"):
@@ -253,8 +301,10 @@ def test_corpus_dedup_counts():
     # all skeletons are distinct, so the hash stage finds at most literal-only variants; the
     # semantic stage finds parameter-role permutations and algebraic rewrites
     assert status.duplicate_semantic > 0
-    print(f"corpus: {status.new} new, {status.duplicate_hash} hash duplicates, "
-          f"{status.duplicate_semantic} semantic duplicates")
+    print(
+        f"corpus: {status.new} new, {status.duplicate_hash} hash duplicates, "
+        f"{status.duplicate_semantic} semantic duplicates"
+    )
 
 
 def test_wrapped_forecast_candidates_dedup_and_resume(tmp_path):
@@ -270,13 +320,18 @@ def test_wrapped_forecast_candidates_dedup_and_resume(tmp_path):
     renamed = head.replace("(update s y) y", "(update state obs) obs") + "(define (predict z) (* z phi))"
     rewritten = head + "(define (predict s) (* (+ phi phi) (* 0.5 s)))"
     trend = head + "(define (predict s) (+ s phi))"
-    broken = "(param phi 0.9) (define (init) 0.0) (define (predict s) (* phi s))"   # no update
+    broken = "(param phi 0.9) (define (init) 0.0) (define (predict s) (* phi s))"  # no update
     with pytest.raises(CandidateError):
         task.program_source(broken)
     path = tmp_path / "forecast.duckdb"
     with CandidateStore(path) as store:
-        run = store.start_run("f", dataset="enso", task="forecast", metric=task.primary_metric,
-                              probe_inputs={SERIES: task.train_inputs()[SERIES][:60]})
+        run = store.start_run(
+            "f",
+            dataset="enso",
+            task="forecast",
+            metric=task.primary_metric,
+            probe_inputs={SERIES: task.train_inputs()[SERIES][:60]},
+        )
         new = store.add([damped, renamed, rewritten, trend, broken], run, program_source=task.program_source)
         assert [c.source for c in new] == [damped, trend]
         assert new[0].program_source == task.program_source(damped) and new[0].fingerprint is not None
@@ -327,7 +382,7 @@ def test_threads_of_the_writer_share_one_store(store, run):
     def worker(chunk):
         try:
             for i in range(0, len(chunk), 5):
-                store.add(chunk[i:i + 5] + sources[:2], run)  # every thread also repeats two shared ones
+                store.add(chunk[i : i + 5] + sources[:2], run)  # every thread also repeats two shared ones
         except Exception as error:  # surfaced below
             errors.append(error)
 
@@ -342,9 +397,17 @@ def test_threads_of_the_writer_share_one_store(store, run):
 
 
 def _ok(store, run_id, candidate, score):
-    return EvaluationResult(candidate=candidate, run_id=run_id, dataset="toy", task="curve", split="validation",
-                            parameters={"a": 1.0}, train_metrics={"loss": 0.1}, heldout_metrics={"rmse": score},
-                            seconds=0.01)
+    return EvaluationResult(
+        candidate=candidate,
+        run_id=run_id,
+        dataset="toy",
+        task="curve",
+        split="validation",
+        parameters={"a": 1.0},
+        train_metrics={"loss": 0.1},
+        heldout_metrics={"rmse": score},
+        seconds=0.01,
+    )
 
 
 def test_test_scores_are_stored_apart_and_never_change_the_ranking(tmp_path):
@@ -358,8 +421,10 @@ def test_test_scores_are_stored_apart_and_never_change_the_ranking(tmp_path):
         assert order == [new[1].hash, new[2].hash, new[0].hash]
         assert store.top(10, run_id=run_id)["test_score"].to_list() == [None, None, None]
         # test scores that would reverse the order if anything ranked by them
-        scores = [FinalTestScore(h, "candidate", {"rmse": t}, {"rmse": v}, validation_rank=i + 1)
-                  for i, (h, v, t) in enumerate(zip(order, (0.1, 0.2, 0.3), (0.9, 0.5, 0.05)))]
+        scores = [
+            FinalTestScore(h, "candidate", {"rmse": t}, {"rmse": v}, validation_rank=i + 1)
+            for i, (h, v, t) in enumerate(zip(order, (0.1, 0.2, 0.3), (0.9, 0.5, 0.05)))
+        ]
         scores.append(FinalTestScore("persistence", "reference", {"rmse": 0.4}, {"rmse": 0.35}))
         assert store.record_test_scores(run_id, scores) == 4
         top = store.top(10, run_id=run_id)
@@ -386,10 +451,12 @@ def test_llm_usage_is_stored_with_the_run_and_survives_reopening(tmp_path):
     path = tmp_path / "c.duckdb"
     # a store from before the LLM-usage columns: opening it for writing adds them
     con = duckdb.connect(str(path))
-    con.sql("CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, status VARCHAR NOT NULL, created TIMESTAMP NOT NULL, "
-            "updated TIMESTAMP NOT NULL, dataset VARCHAR, task VARCHAR, proposer VARCHAR, model VARCHAR, "
-            "config JSON, budget JSON, metric VARCHAR NOT NULL, higher_is_better BOOLEAN NOT NULL, "
-            "probe_inputs JSON, mlflow_run_id VARCHAR)")
+    con.sql(
+        "CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, status VARCHAR NOT NULL, created TIMESTAMP NOT NULL, "
+        "updated TIMESTAMP NOT NULL, dataset VARCHAR, task VARCHAR, proposer VARCHAR, model VARCHAR, "
+        "config JSON, budget JSON, metric VARCHAR NOT NULL, higher_is_better BOOLEAN NOT NULL, "
+        "probe_inputs JSON, mlflow_run_id VARCHAR)"
+    )
     con.close()
     with CandidateStore(path) as store:
         store.start_run("r", metric="rmse")

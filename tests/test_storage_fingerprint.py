@@ -1,5 +1,6 @@
 """The pure parts of the semantic fingerprint (no runtime needed): probe parameters respect
 constraints and are independent of declaration order; rounding is stable."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,11 +23,11 @@ def test_probe_values_respect_constraints():
     params = [Param("a", 0.0), Param("k", 1.0, "positive"), Param("p", 0.3, ("between", 0.2, 0.4))]
     theta, n_perm = probe_theta(params)
     assert n_perm == 1 and theta.shape == (PROBE_ROWS, 3)
-    assert (np.abs(theta[:, 0]) >= 0.37).all()           # free values stay away from 0
+    assert (np.abs(theta[:, 0]) >= 0.37).all()  # free values stay away from 0
     assert (theta[:, 1] > 0).all()
     assert ((theta[:, 2] > 0.2) & (theta[:, 2] < 0.4)).all()
     again, _ = probe_theta(params)
-    assert np.array_equal(theta, again)                  # deterministic
+    assert np.array_equal(theta, again)  # deterministic
 
 
 def test_probe_rows_cover_all_permutations_within_constraint_groups():
@@ -34,9 +35,9 @@ def test_probe_rows_cover_all_permutations_within_constraint_groups():
     theta, n_perm = probe_theta(params)
     assert n_perm == 6 and theta.shape == (PROBE_ROWS * 6, 4)
     for row in range(PROBE_ROWS):
-        block = theta[row * 6:(row + 1) * 6]
-        assert len({tuple(r) for r in block[:, :3]}) == 6       # every ordering of the free values
-        assert len(set(block[:, 3])) == 1                       # the positive one never moves
+        block = theta[row * 6 : (row + 1) * 6]
+        assert len({tuple(r) for r in block[:, :3]}) == 6  # every ordering of the free values
+        assert len(set(block[:, 3])) == 1  # the positive one never moves
     # declaring the same parameters in another order gives the same set of probe rows (reordered)
     shuffled, _ = probe_theta([params[3], params[1], params[0], params[2]])
     as_sets = lambda t, cols: {tuple(r) for r in t[:, cols]}  # noqa: E731
@@ -66,7 +67,17 @@ def test_metric_direction_by_name():
 
 
 def test_redact_hides_secret_looking_values():
-    config = {"model": "openai/gpt-x", "api_key": "sk-123", "llm": {"auth_token": "t", "timeout": 30},
-              "proposers": [{"password": "p"}], "key_file": None}
-    assert redact(config) == {"model": "openai/gpt-x", "api_key": "***", "llm": {"auth_token": "***", "timeout": 30},
-                              "proposers": [{"password": "***"}], "key_file": None}
+    config = {
+        "model": "openai/gpt-x",
+        "api_key": "sk-123",
+        "llm": {"auth_token": "t", "timeout": 30},
+        "proposers": [{"password": "p"}],
+        "key_file": None,
+    }
+    assert redact(config) == {
+        "model": "openai/gpt-x",
+        "api_key": "***",
+        "llm": {"auth_token": "***", "timeout": 30},
+        "proposers": [{"password": "***"}],
+        "key_file": None,
+    }

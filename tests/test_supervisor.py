@@ -2,6 +2,7 @@
 replaced and only its own job fails, an idle worker killed from outside is replaced before the
 next job, a job past its limit has its worker killed, and the supervisor turns a failed batch into
 retries alone and then ``crashed`` / ``timeout`` results (flows/supervisor.py)."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ import signal
 import time
 
 import pytest
-
 from test_flows_faults import TERMS, enso_task, hashes_of, program
 
 
@@ -92,15 +92,16 @@ def test_the_supervisor_retries_a_failed_batch_alone_then_marks_the_culprit(task
     items = _items(task, 4)
     monkeypatch.setenv("NDVM_TEST_CRASH_HASHES", items[1].hash)
     monkeypatch.setenv("NDVM_TEST_SLOW_HASHES", items[2].hash)
-    supervisor = CalibrationSupervisor(WorkerPool(task, CalibrationOptions(**OPTIONS), workers=1),
-                                       candidate_seconds=2.0, threads=1)
+    supervisor = CalibrationSupervisor(
+        WorkerPool(task, CalibrationOptions(**OPTIONS), workers=1), candidate_seconds=2.0, threads=1
+    )
     queue = [items]
     recorded = {}
     try:
         deadline = time.monotonic() + 120
         while (queue or supervisor.busy()) and time.monotonic() < deadline:
             supervisor.fill(lambda: queue.pop() if queue else [])
-            for batch, results in supervisor.collect(0.2):
+            for _batch, results in supervisor.collect(0.2):
                 recorded.update({r.hash: r for r in results})
     finally:
         supervisor.close()
@@ -124,14 +125,15 @@ def test_batch_limit_grows_with_the_batch_and_shrinks_with_threads():
 
 def test_an_evaluation_over_candidate_seconds_is_stopped_by_the_runtime_without_killing_the_worker(task):
     import ndvm
-
     from flows.calibration import BatchItem, CalibrationOptions
     from flows.supervisor import CalibrationSupervisor, WorkerPool
 
     # init counts to three million once per evaluation: about 0.1 s, twice the 0.05 s allowed (a
     # well-behaved candidate's evaluation takes a few milliseconds)
-    slow = ("(param phi 0.8 (between -1 1))\n(define (init) (let loop ((i 0)) (if (< i 3000000) (loop (+ i 1)) 0.0)))\n"
-            "(define (predict s) (* phi s))\n(define (update s y) y)")
+    slow = (
+        "(param phi 0.8 (between -1 1))\n(define (init) (let loop ((i 0)) (if (< i 3000000) (loop (+ i 1)) 0.0)))\n"
+        "(define (predict s) (* phi s))\n(define (update s y) y)"
+    )
     wrapped = task.program_source(slow)
     items = [BatchItem(ndvm.compile(wrapped).canonical_hash, slow, wrapped), *_items(task, 1)]
     pool = WorkerPool(task, CalibrationOptions(**OPTIONS, max_seconds=0.05), workers=1)

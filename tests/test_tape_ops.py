@@ -5,16 +5,39 @@ positions in the enum, so the table must say what the kernels do: the checks bel
 table's invariants and tie a few properties to observable behaviour (no gradient through a
 piecewise-constant op, an op that records a guard, per-lane linear algebra that charges work).
 """
+
 import numpy as np
 import pytest
 
 import ndvm
 from ndvm import _native
 
-KINDS = {"binary", "unary", "slice", "concat", "transpose", "gemm", "reduce", "det", "inv", "solve",
-         "cholesky", "rounding", "intdiv", "guard"}
-FLAGS = ("arith", "linear", "no_gradient", "saves_values", "lane_adjoint", "extra_work",
-         "one_lane_backward", "rounds_f32")
+KINDS = {
+    "binary",
+    "unary",
+    "slice",
+    "concat",
+    "transpose",
+    "gemm",
+    "reduce",
+    "det",
+    "inv",
+    "solve",
+    "cholesky",
+    "rounding",
+    "intdiv",
+    "guard",
+}
+FLAGS = (
+    "arith",
+    "linear",
+    "no_gradient",
+    "saves_values",
+    "lane_adjoint",
+    "extra_work",
+    "one_lane_backward",
+    "rounds_f32",
+)
 
 
 @pytest.fixture(scope="module")

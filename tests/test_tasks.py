@@ -4,19 +4,19 @@ The tests that need the NDVM runtime (ndvm.compile / ndvm.calibrate) are skipped
 built; the driver programs are also checked under Guile (an independent R7RS implementation) when
 it is installed.
 """
+
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from conftest import needs_shared, shared_data_dir  # noqa: E402
 
 import datasets
-from datasets import battery, enso
+from datasets import enso
 from datasets.schema import Dataset
 from datasets.tasks import (
     BATTERY_REFERENCES,
@@ -30,8 +30,6 @@ from datasets.tasks import (
 from datasets.tasks import forecast as fc
 from datasets.tasks import runtime as sexpr
 
-from conftest import needs_shared, shared_data_dir  # noqa: E402
-
 DATA = shared_data_dir()  # ../shared/data or $NDVM_SHARED_DATA; read only inside tests
 NASA = DATA / "battery" / "nasa_pcoe.csv"
 needs_data = needs_shared("battery/nasa_pcoe.csv", "enso/raw/psl_nino34.long.data.txt")
@@ -41,22 +39,31 @@ needs_guile = pytest.mark.skipif(shutil.which("guile") is None, reason="guile no
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def perturbed_enso(delta: float = 3.0) -> Dataset:
     """The enso dataset with every test-year SST value shifted (training and validation untouched)."""
     frame = enso.elnino_frame().with_columns(
-        pl.when(pl.col("year") > 1990).then(pl.col("sst_c") + delta * np.sin(pl.col("month").cast(pl.Float64)))
-        .otherwise(pl.col("sst_c")).alias("sst_c"))
+        pl.when(pl.col("year") > 1990)
+        .then(pl.col("sst_c") + delta * np.sin(pl.col("month").cast(pl.Float64)))
+        .otherwise(pl.col("sst_c"))
+        .alias("sst_c")
+    )
     return enso.sst_dataset("enso", frame, train_end_year=1980, validation_end_year=1990)
 
 
 def perturbed_battery(ds: Dataset, factor: float = 0.7) -> Dataset:
     frame = ds.frame.with_columns(
         pl.when(pl.col("split") == "test").then(pl.col("soh") * factor).otherwise(pl.col("soh")).alias("soh"),
-        pl.when(pl.col("split") == "test").then(pl.col("capacity_ah") * factor).otherwise(pl.col("capacity_ah")).alias("capacity_ah"))
+        pl.when(pl.col("split") == "test")
+        .then(pl.col("capacity_ah") * factor)
+        .otherwise(pl.col("capacity_ah"))
+        .alias("capacity_ah"),
+    )
     return Dataset(ds.name, frame, ds.x, ds.y, ds.group, ds.definition, ds.columns, dict(ds.meta))
 
 
 # ----------------------------------------------------------------------------- task selection
+
 
 def test_make_task_picks_by_dataset_kind():
     assert isinstance(make_task(datasets.load("enso")), ForecastTask)
@@ -68,6 +75,7 @@ def test_make_task_picks_by_dataset_kind():
 
 
 # ----------------------------------------------------------------------------- forecast: references and leakage
+
 
 def test_enso_references_score_on_held_out_years():
     task = make_task(datasets.load("enso"))
@@ -98,8 +106,9 @@ def test_forecast_references_ignore_held_out_values():
     after = {r["model"]: r["mean_rmse"] for r in other.score_references("test")}
     assert all(before[m] != after[m] for m in before)  # the test scores do see the test values
     # and the validation scores do not
-    assert {r["model"]: r["mean_rmse"] for r in task.score_references("validation")} == \
-        {r["model"]: r["mean_rmse"] for r in other.score_references("validation")}
+    assert {r["model"]: r["mean_rmse"] for r in task.score_references("validation")} == {
+        r["model"]: r["mean_rmse"] for r in other.score_references("validation")
+    }
 
 
 @needs_data
@@ -161,9 +170,10 @@ def _guile(source: str, series: np.ndarray, final: str) -> str:
     lines = source.rstrip().splitlines()
     assert lines[-1].startswith(final)
     lines[-1] = f"(write {lines[-1]})"
-    vector = "(define %s (vector %s))" % (fc.SERIES, " ".join(repr(float(v)) for v in series))
-    out = subprocess.run(["guile", "-c", GUILE_PRELUDE + vector + "\n".join(lines)], capture_output=True,
-                         text=True, timeout=60)
+    vector = f"(define {fc.SERIES} (vector {' '.join(repr(float(v)) for v in series)}))"
+    out = subprocess.run(
+        ["guile", "-c", GUILE_PRELUDE + vector + "\n".join(lines)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
@@ -176,8 +186,12 @@ def test_forecast_drivers_under_guile():
     candidate = fc.AR1_SOURCE.replace("(param phi 0.9", f"(param phi {phi}")
     loss = float(_guile(task.program_source(candidate), task.y[: task.n_train], "(ndvm-task-multi-step-loss"))
     y = task.y[: task.n_train]
-    errors = [y[t + k - 1] - phi ** k * y[t - 1] for t in range(12, task.n_train, 5) for k in range(1, 13)
-              if t + k - 1 < task.n_train]  # multi-step AR(1) forecasts from every 5th origin after the burn-in
+    errors = [
+        y[t + k - 1] - phi**k * y[t - 1]
+        for t in range(12, task.n_train, 5)
+        for k in range(1, 13)
+        if t + k - 1 < task.n_train
+    ]  # multi-step AR(1) forecasts from every 5th origin after the burn-in
     assert loss == pytest.approx(np.mean(np.square(errors)), rel=1e-12)
     text = _guile(task.forecast_source(candidate, "test"), task.y, "(ndvm-task-forecasts")
     rows = text.strip()[2:-2].split(") (")  # Guile writes ((f1 ... f12) (f1 ... f12) ...)
@@ -187,6 +201,7 @@ def test_forecast_drivers_under_guile():
 
 
 # ----------------------------------------------------------------------------- curve: references and leakage
+
 
 @needs_data
 def test_battery_references_fit_and_score():
@@ -201,8 +216,9 @@ def test_battery_references_fit_and_score():
     for row in rows.values():
         assert set(row["per_group"]) == set(task.groups())
         assert row["train_rmse"] < 0.03 and np.isfinite(row["rmse"])
-        assert all(g["n_fit"] == counts[c, "train"] and g["n_scored"] == counts[c, "test"]
-                   for c, g in row["per_group"].items())
+        assert all(
+            g["n_fit"] == counts[c, "train"] and g["n_scored"] == counts[c, "test"] for c, g in row["per_group"].items()
+        )
     assert rows["linear"]["rmse"] < 0.06
 
 
@@ -234,6 +250,7 @@ def test_curve_task_on_user_file(tmp_path):
 
 # ----------------------------------------------------------------------------- with the NDVM runtime
 
+
 @needs_ndvm
 def test_seed_programs_compile():
     enso_task = make_task(datasets.load("enso"))
@@ -257,8 +274,9 @@ def test_forecast_fit_ar1_matches_closed_form_and_ignores_held_out_values():
     target = np.array([y[t + k - 1] for t, k in origins])
     last, lead = np.array([y[t - 1] for t, _ in origins]), np.array([k for _, k in origins])
     # the multi-step least-squares AR(1) coefficient: phi^k y[t-1] forecasts y[t+k-1]
-    phi = minimize_scalar(lambda p: np.mean((target - p ** lead * last) ** 2), bounds=(-1, 1), method="bounded",
-                          options={"xatol": 1e-10}).x
+    phi = minimize_scalar(
+        lambda p: np.mean((target - p**lead * last) ** 2), bounds=(-1, 1), method="bounded", options={"xatol": 1e-10}
+    ).x
     assert fit.params["phi"] == pytest.approx(phi, abs=2e-3)
     score = task.score(fit)
     assert np.isfinite(score["mean_rmse"]) and len(score["rmse_by_lead"]) == 12

@@ -1,11 +1,15 @@
 """MLflow tracking on a real sqlite store in tmp_path: parent and nested runs, progress metrics,
 artifacts (valid PNG plots), and a pyfunc model that predicts what ``fit.predict`` predicts."""
+
 from __future__ import annotations
 
 import os
 
-for _key, _value in {"DO_NOT_TRACK": "true", "MLFLOW_DISABLE_TELEMETRY": "true",
-                     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}.items():
+for _key, _value in {
+    "DO_NOT_TRACK": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}.items():
     os.environ.setdefault(_key, _value)
 
 from pathlib import Path  # noqa: E402
@@ -46,28 +50,64 @@ def logged(tmp_path_factory):
     """One discovery run, stored and tracked end to end (module scope: MLflow logging costs ~1 s)."""
     root = tmp_path_factory.mktemp("tracking")
     store = CandidateStore(root / "candidates.duckdb")
-    run = store.start_run("disc-1", dataset="cosearch-toy", task="curve", proposer="replay", model="none",
-                          config={"steps": 200, "restarts": 8}, budget={"minutes": 1},
-                          probe_inputs={"x": X[:8]})
+    run = store.start_run(
+        "disc-1",
+        dataset="cosearch-toy",
+        task="curve",
+        proposer="replay",
+        model="none",
+        config={"steps": 200, "restarts": 8},
+        budget={"minutes": 1},
+        probe_inputs={"x": X[:8]},
+    )
     (cand,) = store.add([{"source": PROGRAM, "origin": "replay"}], run)
-    fit = ndvm.calibrate(cand.program, {"x": X[~HELD]}, target=Y[~HELD], loss="mse", optimizer="adam",
-                         steps=200, lr=0.05, restarts=8, seed=0)
+    fit = ndvm.calibrate(
+        cand.program,
+        {"x": X[~HELD]},
+        target=Y[~HELD],
+        loss="mse",
+        optimizer="adam",
+        steps=200,
+        lr=0.05,
+        restarts=8,
+        seed=0,
+    )
     assert fit.error is None, fit.error
     prediction = np.asarray(fit.predict({"x": X}))
     rmse = float(np.sqrt(np.mean((prediction[HELD] - Y[HELD]) ** 2)))
-    store.record([EvaluationResult.from_fit(fit, candidate=cand.hash, run_id=run, dataset="cosearch-toy",
-                                            task="curve", split="x>4.5", train_metrics={"mse": float(fit.loss)},
-                                            heldout_metrics={"rmse": rmse})])
+    store.record(
+        [
+            EvaluationResult.from_fit(
+                fit,
+                candidate=cand.hash,
+                run_id=run,
+                dataset="cosearch-toy",
+                task="curve",
+                split="x>4.5",
+                train_metrics={"mse": float(fit.loss)},
+                heldout_metrics={"rmse": rmse},
+            )
+        ]
+    )
 
     tracker = Tracker(run_folder=root / "runs")
-    parent = tracker.start_run(run, dataset="cosearch-toy", task="curve", proposer="replay", model="none",
-                               config={"steps": 200, "restarts": 8}, budget={"minutes": 1})
+    parent = tracker.start_run(
+        run,
+        dataset="cosearch-toy",
+        task="curve",
+        proposer="replay",
+        model="none",
+        config={"steps": 200, "restarts": 8},
+        budget={"minutes": 1},
+    )
     store.set_mlflow_run(run, parent)
     first = tracker.log_progress(store.run_status(run))
     second = tracker.log_progress(store.run_status(run))
     t = np.arange(64.0)
     entry = entry_from_store(
-        store, run, cand.hash,
+        store,
+        run,
+        cand.hash,
         fit_plot=FitPlot(X, Y, prediction, HELD, x_label="x", y_label="y", title=cand.hash),
         forecast_plot=ForecastPlot(t, Y, np.where(HELD, prediction, np.nan), split=float(t[HELD][0])),
         input_example=pd.DataFrame({"x": X[:5]}),
@@ -75,8 +115,18 @@ def logged(tmp_path_factory):
     nested, model_uri = tracker.log_entry(entry)
     store.mark_logged(run, cand.hash, nested)
     tracker.end_run()
-    state = dict(root=root, store=store, run=run, cand=cand, fit=fit, tracker=tracker, parent=parent,
-                 nested=nested, model_uri=model_uri, progress=(first, second))
+    state = dict(
+        root=root,
+        store=store,
+        run=run,
+        cand=cand,
+        fit=fit,
+        tracker=tracker,
+        parent=parent,
+        nested=nested,
+        model_uri=model_uri,
+        progress=(first, second),
+    )
     yield state
     state["store"].close()
 
@@ -97,8 +147,13 @@ def test_parent_run_has_configuration_and_metrics_over_time(logged):
     params = parent.data.params
     assert params["dataset"] == "cosearch-toy" and params["proposer"] == "replay" and params["model"] == "none"
     assert params["config.restarts"] == "8" and params["budget.minutes"] == "1"
-    for key in ("proposals_per_min", "calibrations_per_min", "duplicates_rejected", "invalid_proposals",
-                "best_heldout_rmse"):
+    for key in (
+        "proposals_per_min",
+        "calibrations_per_min",
+        "duplicates_rejected",
+        "invalid_proposals",
+        "best_heldout_rmse",
+    ):
         assert len(client.get_metric_history(logged["parent"], key)) == 2, key
     assert parent.data.metrics["best_heldout_rmse"] == pytest.approx(logged["store"].run_status("disc-1").best_score)
     assert [a.path for a in client.list_artifacts(logged["parent"])] == ["config.json"]
@@ -154,14 +209,26 @@ def test_leaderboard_prints_the_top_candidates(logged):
 def test_log_leaderboard_logs_each_entry_once(logged):
     store, run, tracker = logged["store"], logged["run"], logged["tracker"]
     tracker.start_run(run, mlflow_run_id=logged["parent"])
-    assert tracker.log_leaderboard(store, run, k=5) == []          # the only entry is logged already
-    (second,) = store.add([{"source": "(param a 0.5) (param b 0.1) (* a (exp (- 0.0 (* b x))))",
-                            "origin": "replay"}], run)
-    store.record([EvaluationResult(candidate=second.hash, run_id=run, dataset="cosearch-toy", task="curve",
-                                   split="x>4.5", parameters={"a": 0.5, "b": 0.1}, train_metrics={"mse": 0.3},
-                                   heldout_metrics={"rmse": 0.5}, seconds=0.01)])
-    done = tracker.log_leaderboard(store, run, k=5,
-                                   extras=lambda h: {"input_example": pd.DataFrame({"x": X[:3]})})
+    assert tracker.log_leaderboard(store, run, k=5) == []  # the only entry is logged already
+    (second,) = store.add(
+        [{"source": "(param a 0.5) (param b 0.1) (* a (exp (- 0.0 (* b x))))", "origin": "replay"}], run
+    )
+    store.record(
+        [
+            EvaluationResult(
+                candidate=second.hash,
+                run_id=run,
+                dataset="cosearch-toy",
+                task="curve",
+                split="x>4.5",
+                parameters={"a": 0.5, "b": 0.1},
+                train_metrics={"mse": 0.3},
+                heldout_metrics={"rmse": 0.5},
+                seconds=0.01,
+            )
+        ]
+    )
+    done = tracker.log_leaderboard(store, run, k=5, extras=lambda h: {"input_example": pd.DataFrame({"x": X[:3]})})
     assert [h for h, _ in done] == [second.hash]
     run_info = tracker.client.get_run(done[0][1])
     assert run_info.data.tags["ndvm.rank"] == "2" and run_info.data.tags["mlflow.parentRunId"] == logged["parent"]

@@ -1,5 +1,6 @@
 """The pyfunc model class on its own (no MLflow store): vector programs, static inputs, programs
 evaluated one row per lane, and a clear error for a missing input."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,11 @@ def load(tmp_path, source, params, static=None):
     (tmp_path / "program.scm").write_text(source)
     (tmp_path / "fit.json").write_text(json.dumps({"params": params, "static_inputs": static or {}}))
     model = NDVMProgramModel()
-    model.load_context(PythonModelContext(artifacts={"program": str(tmp_path / "program.scm"),
-                                                     "fit": str(tmp_path / "fit.json")}, model_config=None))
+    model.load_context(
+        PythonModelContext(
+            artifacts={"program": str(tmp_path / "program.scm"), "fit": str(tmp_path / "fit.json")}, model_config=None
+        )
+    )
     return model
 
 
@@ -68,13 +72,18 @@ def battery(tmp_path_factory):
     fit = task.fit(SQRT_FADE, **CALIBRATION)
     assert fit.ok, fit.error
     parameters = task.flat_parameters(fit.params)
-    tracker = Tracker(run_folder=tmp_path_factory.mktemp("battery") / "runs",
-                      experiment="ndvm-battery-synthetic-curve")
-    tracker.start_run("battery-1", dataset="battery-synthetic", task="curve",
-                      config={"calibration": {**CALIBRATION, "threads": None}})
-    entry = LeaderboardEntry(hash="battery-entry", source=SQRT_FADE, parameters=parameters,
-                             train_metrics={"mse": fit.train_loss}, heldout_metrics={"rmse": 0.0},
-                             **task.entry_extras(SQRT_FADE, parameters))
+    tracker = Tracker(run_folder=tmp_path_factory.mktemp("battery") / "runs", experiment="ndvm-battery-synthetic-curve")
+    tracker.start_run(
+        "battery-1", dataset="battery-synthetic", task="curve", config={"calibration": {**CALIBRATION, "threads": None}}
+    )
+    entry = LeaderboardEntry(
+        hash="battery-entry",
+        source=SQRT_FADE,
+        parameters=parameters,
+        train_metrics={"mse": fit.train_loss},
+        heldout_metrics={"rmse": 0.0},
+        **task.entry_extras(SQRT_FADE, parameters),
+    )
     _, uri = tracker.log_entry(entry)
     tracker.end_run()
     return dict(dataset=dataset, task=task, fit=fit, model=mlflow.pyfunc.load_model(uri), tracker=tracker)
@@ -84,8 +93,9 @@ def cell_rows(dataset, cell) -> pd.DataFrame:
     import polars as pl
 
     frame = dataset.frame.filter(pl.col("cell_id") == cell).sort("cycle")
-    return pd.DataFrame({"cell_id": frame["cell_id"].to_list(), "cycle": frame["cycle"].to_numpy(),
-                         "soh": frame["soh"].to_numpy()})
+    return pd.DataFrame(
+        {"cell_id": frame["cell_id"].to_list(), "cycle": frame["cycle"].to_numpy(), "soh": frame["soh"].to_numpy()}
+    )
 
 
 def test_battery_model_predicts_every_cell_from_raw_cycles(battery):
@@ -132,8 +142,9 @@ def test_battery_model_calibrates_a_new_cell_from_its_early_cycles(battery):
     got = model.predict(given)
 
     x = rows["cycle"].to_numpy() / task.x_scale
-    direct = ndvm.calibrate(ndvm.compile(SQRT_FADE), {"x": x[:early]}, target=rows["soh"].to_numpy()[:early],
-                            loss="mse", **CALIBRATION)
+    direct = ndvm.calibrate(
+        ndvm.compile(SQRT_FADE), {"x": x[:early]}, target=rows["soh"].to_numpy()[:early], loss="mse", **CALIBRATION
+    )
     np.testing.assert_allclose(got, np.asarray(direct.predict({"x": x})), rtol=1e-12, atol=0)
     soh = rows["soh"].to_numpy()
     fitted = np.sqrt(np.mean((got[:early] - soh[:early]) ** 2))
@@ -141,6 +152,9 @@ def test_battery_model_calibrates_a_new_cell_from_its_early_cycles(battery):
     # a known cell in the same frame keeps its stored parameters
     known = cell_rows(dataset, task.groups()[0])
     both = pd.concat([given, known])
-    np.testing.assert_allclose(model.predict(both)[len(given):],
-                               battery["fit"].predictor(task.groups()[0], {"x": known["cycle"].to_numpy() / 100.0}),
-                               rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        model.predict(both)[len(given) :],
+        battery["fit"].predictor(task.groups()[0], {"x": known["cycle"].to_numpy() / 100.0}),
+        rtol=1e-12,
+        atol=0,
+    )

@@ -1,5 +1,6 @@
 """The PNG plots logged with leaderboard entries (no runtime needed): valid PNG files for temporal
 and random held-out splits, forecasts with intervals, loss curves, and clear errors on bad input."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,10 @@ def test_forecast_plot_with_interval_and_loss_curve(tmp_path):
     t = np.arange(120.0)
     y = np.sin(t / 6)
     forecast = np.where(t >= 90, np.sin(t / 6) + 0.1, np.nan)
-    path = plot_forecast(ForecastPlot(t, y, forecast, split=90.0, lower=forecast - 0.2, upper=forecast + 0.2,
-                                      label="lead-1 forecast"), tmp_path / "forecast.png")
+    path = plot_forecast(
+        ForecastPlot(t, y, forecast, split=90.0, lower=forecast - 0.2, upper=forecast + 0.2, label="lead-1 forecast"),
+        tmp_path / "forecast.png",
+    )
     assert png_size(path)[0] > 300
     loss = plot_loss(np.r_[np.geomspace(10, 1e-3, 80), np.nan], tmp_path / "loss.png")
     assert png_size(loss)[0] > 200

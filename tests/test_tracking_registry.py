@@ -8,6 +8,7 @@ digest; candidate runs are named by hash and tagged. The registry: the first run
 ``previous``; a run on another fingerprint is not compared. ``models:/ndvm-toy-curve@champion``
 loads in a fresh Python process outside the repository and predicts what the fit predicts.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,11 @@ import os
 import subprocess
 import sys
 
-for _key, _value in {"DO_NOT_TRACK": "true", "MLFLOW_DISABLE_TELEMETRY": "true",
-                     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}.items():
+for _key, _value in {
+    "DO_NOT_TRACK": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}.items():
     os.environ.setdefault(_key, _value)
 
 import numpy as np  # noqa: E402
@@ -30,16 +34,24 @@ if not hasattr(ndvm, "calibrate"):
 import pandas as pd  # noqa: E402
 
 from storage import CandidateStore, EvaluationResult  # noqa: E402
-from test_flows_support import enso_run, prefect_api  # noqa: E402,F401  (fixtures)
-from storage.tracking import (CHAMPION, EXPERIMENT_KIND_TAG, MODEL_TRAINING, PREVIOUS, VIEW_TAG, Tracker,  # noqa: E402
-                              experiment_name, leaderboard_path, model_name)
+from storage.tracking import (  # noqa: E402
+    CHAMPION,
+    EXPERIMENT_KIND_TAG,
+    MODEL_TRAINING,
+    PREVIOUS,
+    VIEW_TAG,
+    Tracker,
+    experiment_name,
+    leaderboard_path,
+    model_name,
+)
 
 # y = 2 exp(-0.4 x) + 0.5 + noise; the last quarter validates.
 X = np.linspace(0.0, 8.0, 80)
 Y = 2.0 * np.exp(-0.4 * X) + 0.5 + 0.01 * np.random.default_rng(1).standard_normal(80)
 TRAIN = X < 6.0
-NO_OFFSET = "(param a 1.0) (param b 0.3 positive) (* a (exp (- (* b x))))"       # misses the offset
-LINEAR = "(param a 1.0) (param b -0.1) (+ a (* b x))"                             # worse still
+NO_OFFSET = "(param a 1.0) (param b 0.3 positive) (* a (exp (- (* b x))))"  # misses the offset
+LINEAR = "(param a 1.0) (param b -0.1) (+ a (* b x))"  # worse still
 WITH_OFFSET = "(param a 1.0) (param b 0.3 positive) (param c 0.0) (+ c (* a (exp (- (* b x)))))"  # the true form
 FINGERPRINT = "f00dfeedf00dfeed"
 NAME = "ndvm-toy-curve"
@@ -47,21 +59,49 @@ NAME = "ndvm-toy-curve"
 
 def discovery_run(store: CandidateStore, folder, run_id: str, source: str, fingerprint: str = FINGERPRINT) -> dict:
     """One stored and tracked run with a single candidate; returns what the tests look at."""
-    store.start_run(run_id, dataset="toy", task="curve", proposer="replay", model="none",
-                    config={"calibration": {"optimizer": "adam", "steps": 300, "lr": 0.05, "restarts": 4, "seed": 0}},
-                    budget={"minutes": 1}, probe_inputs={"x": X[:8]})
+    store.start_run(
+        run_id,
+        dataset="toy",
+        task="curve",
+        proposer="replay",
+        model="none",
+        config={"calibration": {"optimizer": "adam", "steps": 300, "lr": 0.05, "restarts": 4, "seed": 0}},
+        budget={"minutes": 1},
+        probe_inputs={"x": X[:8]},
+    )
     store.set_run_library(run_id, seed=0, dataset_fingerprint=fingerprint)
     (cand,) = store.add([{"source": source, "origin": "replay"}], run_id)
-    fit = ndvm.calibrate(cand.program, {"x": X[TRAIN]}, target=Y[TRAIN], loss="mse", optimizer="adam", steps=300,
-                         lr=0.05, restarts=4, seed=0)
+    fit = ndvm.calibrate(
+        cand.program,
+        {"x": X[TRAIN]},
+        target=Y[TRAIN],
+        loss="mse",
+        optimizer="adam",
+        steps=300,
+        lr=0.05,
+        restarts=4,
+        seed=0,
+    )
     assert fit.error is None, fit.error
     rmse = float(np.sqrt(np.mean((np.asarray(fit.predict({"x": X[~TRAIN]})) - Y[~TRAIN]) ** 2)))
-    store.record([EvaluationResult.from_fit(fit, candidate=cand.hash, run_id=run_id, dataset="toy", task="curve",
-                                            split="x>=6", train_metrics={"mse": float(fit.loss)},
-                                            heldout_metrics={"rmse": rmse})])
+    store.record(
+        [
+            EvaluationResult.from_fit(
+                fit,
+                candidate=cand.hash,
+                run_id=run_id,
+                dataset="toy",
+                task="curve",
+                split="x>=6",
+                train_metrics={"mse": float(fit.loss)},
+                heldout_metrics={"rmse": rmse},
+            )
+        ]
+    )
     tracker = Tracker(run_folder=folder, experiment=experiment_name("toy", "curve"))
-    parent = tracker.start_run(run_id, dataset="toy", task="curve", proposer="replay", model="none",
-                               config=store.run_status(run_id).config)
+    parent = tracker.start_run(
+        run_id, dataset="toy", task="curve", proposer="replay", model="none", config=store.run_status(run_id).config
+    )
     tracker.log_dataset("toy", digest=fingerprint, source="generated in tests/test_tracking_registry.py")
     tracker.log_leaderboard(store, run_id, k=3, extras=lambda digest: {"input_example": pd.DataFrame({"x": X[:5]})})
     decision = tracker.register_champion(store, run_id)
@@ -98,8 +138,9 @@ def test_experiment_is_a_model_training_experiment_with_the_leaderboard_view(run
     view = json.loads(experiment.tags[VIEW_TAG])
     assert view["orderByKey"] == "metrics.`heldout_rmse`" and view["orderByAsc"] is True
     assert {"metrics.`heldout_rmse`", "metrics.`test_rmse`", "tags.`formula`"} <= set(view["selectedColumns"])
-    assert leaderboard_path(tracker.experiment_id) == (f"#/experiments/{tracker.experiment_id}/runs?"
-                                                       "workflowType=machine_learning&viewStateShareKey=leaderboard")
+    assert leaderboard_path(tracker.experiment_id) == (
+        f"#/experiments/{tracker.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=leaderboard"
+    )
     # every run of this dataset and task went to this one experiment
     parents = tracker.client.search_runs([tracker.experiment_id], "tags.`ndvm.kind` = 'discovery'")
     assert sorted(r.info.run_name for r in parents) == ["night-1", "night-2", "night-3", "night-4"]
@@ -117,8 +158,10 @@ def test_dataset_input_carries_the_fingerprint(runs):
     assert other[0].dataset.digest == "0123456789abcdef"
     # the candidate runs carry it too (the runs table's Dataset column)
     nested = runs["first"]["tracker"].client.get_run(
-        tracker.client.search_runs([tracker.experiment_id], f"tags.`ndvm.hash` = '{runs['first']['cand'].hash}'")[0]
-        .info.run_id)
+        tracker.client.search_runs([tracker.experiment_id], f"tags.`ndvm.hash` = '{runs['first']['cand'].hash}'")[
+            0
+        ].info.run_id
+    )
     assert [(d.dataset.name, d.dataset.digest) for d in nested.inputs.dataset_inputs] == [("toy", FINGERPRINT)]
 
 
@@ -165,11 +208,17 @@ def test_champion_loads_in_a_fresh_process(runs, tmp_path):
         "mlflow.set_tracking_uri(sys.argv[1])\n"
         f"model = mlflow.pyfunc.load_model('models:/{NAME}@champion')\n"
         "x = json.loads(sys.argv[2])\n"
-        "print(json.dumps([float(v) for v in model.predict(pd.DataFrame({'x': x}))]))\n")
+        "print(json.dumps([float(v) for v in model.predict(pd.DataFrame({'x': x}))]))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script, runs["first"]["tracker"].tracking_uri,
-                             json.dumps(new_x.tolist())], capture_output=True, text=True, cwd=tmp_path, env=env,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script, runs["first"]["tracker"].tracking_uri, json.dumps(new_x.tolist())],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     got = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
     want = np.asarray(runs["better"]["fit"].predict({"x": new_x}))
@@ -197,10 +246,17 @@ def test_enso_champion_of_a_discovery_run_loads_in_a_fresh_process(enso_run, tmp
         "mlflow.set_tracking_uri(sys.argv[1])\n"
         "model = mlflow.pyfunc.load_model('models:/ndvm-enso-forecast@champion')\n"
         "y = json.loads(sys.argv[2])\n"
-        "print(json.dumps([float(v) for v in model.predict(pd.DataFrame({'anom_c': y}))]))\n")
+        "print(json.dumps([float(v) for v in model.predict(pd.DataFrame({'anom_c': y}))]))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script, uri, json.dumps(np.asarray(task.y).tolist())],
-                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script, uri, json.dumps(np.asarray(task.y).tolist())],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     predicted = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
     with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:

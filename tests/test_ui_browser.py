@@ -7,6 +7,7 @@ DOM (``--dump-dom``) must show them.
 
 Chromium is installed with apt when missing; the test is skipped only when that is impossible.
 """
+
 from __future__ import annotations
 
 import html
@@ -17,8 +18,7 @@ import subprocess
 import tempfile
 
 import pytest
-
-from test_flows_support import enso_run, free_port, prefect_api, start_ui, stop_ui  # noqa: F401  (fixtures)
+from test_flows_support import free_port, start_ui, stop_ui
 
 
 def chromium() -> str:
@@ -27,8 +27,13 @@ def chromium() -> str:
         return found
     if shutil.which("apt-get") is None or os.geteuid() != 0:
         pytest.skip("chromium is not installed and cannot be installed here (no apt-get or not root)")
-    result = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True,
-                            timeout=600, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    result = subprocess.run(
+        ["apt-get", "install", "-y", "-q", "chromium"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
     found = shutil.which("chromium")
     if result.returncode != 0 or not found:
         pytest.skip(f"chromium could not be installed with apt: {result.stderr[-500:]}")
@@ -39,10 +44,26 @@ def page_text(browser: str, url: str, width: int = 1600) -> str:
     """The rendered page as plain text (scripts and styles dropped, tags stripped)."""
     with tempfile.TemporaryDirectory(prefix="ndvm-chromium-") as profile:
         result = subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-             f"--user-data-dir={profile}", "--virtual-time-budget=20000", f"--window-size={width},1000",
-             "--dump-dom", url], capture_output=True, text=True, timeout=120)
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=20000",
+                f"--window-size={width},1000",
+                "--dump-dom",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     dom = re.sub(r"<script.*?</script>|<style.*?</style>", " ", result.stdout, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())

@@ -14,6 +14,7 @@ Every task implements the interface of ``datasets.tasks.base.Task`` (fit_batch, 
 flat_parameters, probe_inputs, proposer_inputs, split_label, entry_extras, check_program, ...):
 the flows use nothing else, so a new kind of task touches this package alone.
 """
+
 from __future__ import annotations
 
 from ..schema import Dataset
@@ -45,7 +46,19 @@ def make_task(dataset: Dataset, kind: str | None = None, **options):
 
 
 __all__ = [
-    "BATTERY_REFERENCES", "ENSO_REFERENCES", "CandidateError", "Errors", "CurveReference", "CurveTask",
-    "ForecastReference", "ForecastTask", "RuntimeUnavailableError", "Task", "TaskError", "TaskFit",
-    "make_task", "ndvm_available", "task_class",
+    "BATTERY_REFERENCES",
+    "ENSO_REFERENCES",
+    "CandidateError",
+    "Errors",
+    "CurveReference",
+    "CurveTask",
+    "ForecastReference",
+    "ForecastTask",
+    "RuntimeUnavailableError",
+    "Task",
+    "TaskError",
+    "TaskFit",
+    "make_task",
+    "ndvm_available",
+    "task_class",
 ]

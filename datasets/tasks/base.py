@@ -4,13 +4,15 @@ The discovery flows (``flows/``) talk to a task only through the methods of :cla
 never branch on its kind. A new kind of task is a new subclass in ``datasets/tasks`` (plus an entry
 in ``datasets.tasks.TASKS``), and touches nothing else.
 """
+
 from __future__ import annotations
 
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +65,7 @@ def least_squares_multistart(func, x, y, starts, lower, upper, max_nfev: int = 4
             res = least_squares(residual, p0, bounds=(lo, hi), method="trf", max_nfev=max_nfev)
         except (ValueError, FloatingPointError):
             continue
-        mse = float(np.mean(res.fun ** 2))
+        mse = float(np.mean(res.fun**2))
         if mse < best:
             best_p, best = res.x, mse
     if best_p is None:
@@ -138,7 +140,9 @@ class Task(ABC):
     calibration_loss = "mse"
 
     # ---------------------------------------------------------------- fitting a batch
-    def fit_batch(self, programs: list[Any], sources: list[str], names: list[str], **calibrate_options) -> list[TaskFit]:
+    def fit_batch(
+        self, programs: list[Any], sources: list[str], names: list[str], **calibrate_options
+    ) -> list[TaskFit]:
         """Fit every compiled program on the training part: one ``ndvm.calibrate_many`` per fit
         group (all programs at once, on every core). Never raises for a bad program: its TaskFit
         carries ``error`` (and an infinite training loss)."""
@@ -147,28 +151,43 @@ class Task(ABC):
         ndvm = require_ndvm()
         started = time.perf_counter()
         groups = self.fit_groups()
-        by_group = [ndvm.calibrate_many(programs, self.fit_inputs(g), target=self.fit_target(g),
-                                        loss=self.calibration_loss, **calibrate_options) if programs else []
-                    for g in groups]
+        by_group = [
+            ndvm.calibrate_many(
+                programs, self.fit_inputs(g), target=self.fit_target(g), loss=self.calibration_loss, **calibrate_options
+            )
+            if programs
+            else []
+            for g in groups
+        ]
         seconds = (time.perf_counter() - started) / max(len(programs), 1)
         out = []
         for i, (program, source, name) in enumerate(zip(programs, sources, names)):
             fits = [fits_of_group[i] for fits_of_group in by_group]
-            errors = [f"{'group ' + str(g) + ': ' if g is not None else ''}{f.error}"
-                      for g, f in zip(groups, fits) if f.error]
+            errors = [
+                f"{'group ' + str(g) + ': ' if g is not None else ''}{f.error}" for g, f in zip(groups, fits) if f.error
+            ]
             error = "; ".join(errors) or None
             if error is None and not all(math.isfinite(f.loss) for f in fits):
                 error = "non-finite training loss"
             params = self.collect_params(groups, fits) if error is None else {}
             loss = float(np.mean([f.loss for f in fits])) if error is None else math.inf
-            fit = TaskFit(self.name, name, source, params, loss, seconds, fits=fits, error=error,
-                          n_params=len(program.param_names))
+            fit = TaskFit(
+                self.name,
+                name,
+                source,
+                params,
+                loss,
+                seconds,
+                fits=fits,
+                error=error,
+                n_params=len(program.param_names),
+            )
             if error is None:
                 self.attach_predictor(fit, program)
             out.append(fit)
         return out
 
-    def attach_predictor(self, fit: TaskFit, program: Any) -> None:
+    def attach_predictor(self, fit: TaskFit, program: Any) -> None:  # noqa: B027 (an optional hook)
         """Give ``fit`` whatever ``score`` needs besides its parameters (default: nothing)."""
 
     def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
@@ -197,8 +216,10 @@ class Task(ABC):
 
         frame = self.seen_frame()
         values = {name: frame.get_column(name).to_numpy() for name in frame.columns if name != "split"}
-        lines = [f"Data card (the {frame.height} training and validation rows only):",
-                 *column_lines([c for c in self.dataset.columns if c.name != "split"], values)]
+        lines = [
+            f"Data card (the {frame.height} training and validation rows only):",
+            *column_lines([c for c in self.dataset.columns if c.name != "split"], values),
+        ]
         return "\n".join(lines)
 
     def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
@@ -208,8 +229,9 @@ class Task(ABC):
 
     # ---------------------------------------------------------------- the report card (test split)
     @abstractmethod
-    def test_errors(self, source: str, parameters: dict[str, float], name: str, split: str,
-                    **calibrate_options) -> Errors:
+    def test_errors(
+        self, source: str, parameters: dict[str, float], name: str, split: str, **calibrate_options
+    ) -> Errors:
         """Errors of a stored candidate (source + stored parameters) on ``split``; a candidate that
         fails there gives an :class:`Errors` with ``error`` set, never an exception."""
 

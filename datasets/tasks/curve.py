@@ -14,11 +14,13 @@ last rows) and, when the dataset holds whole groups out (Severson batch 3), on t
 the program is then fitted on each held-out group's ``test_fit`` rows (``fit_test_groups``) and
 scored on its ``test`` rows (``rmse_test_groups``; ``rmse_seen_groups`` for the others).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -27,7 +29,7 @@ from ..schema import TEST, TEST_FIT, TRAIN, VALIDATION, Dataset
 from . import runtime
 from .base import Errors, Task, TaskFit, format_number, least_squares_multistart
 from .errors import CandidateError, TaskError
-from .metrics import mae, rms, rmse
+from .metrics import rms, rmse
 from .runtime import require_ndvm
 
 INPUT = "x"
@@ -62,50 +64,86 @@ def _knee(x, a0, a1, b, x1, g):
 
 BATTERY_REFERENCES = (
     CurveReference(
-        "linear", "linear fade: soh = a + b x",
+        "linear",
+        "linear fade: soh = a + b x",
         "(param a 1.0)\n(param b -0.05)\n(+ a (* b x))",
-        lambda x, a, b: a + b * x, ("a", "b"), ((1.0, -0.05),), (-np.inf, -np.inf), (np.inf, np.inf)),
+        lambda x, a, b: a + b * x,
+        ("a", "b"),
+        ((1.0, -0.05),),
+        (-np.inf, -np.inf),
+        (np.inf, np.inf),
+    ),
     CurveReference(
-        "sqrt-sei", "SEI growth, capacity loss proportional to sqrt(cycles): soh = a - b sqrt(x)",
+        "sqrt-sei",
+        "SEI growth, capacity loss proportional to sqrt(cycles): soh = a - b sqrt(x)",
         "(param a 1.0)\n(param b 0.05 positive)\n(- a (* b (sqrt x)))",
-        lambda x, a, b: a - b * np.sqrt(x), ("a", "b"), ((1.0, 0.05),), (-np.inf, 0.0), (np.inf, np.inf)),
+        lambda x, a, b: a - b * np.sqrt(x),
+        ("a", "b"),
+        ((1.0, 0.05),),
+        (-np.inf, 0.0),
+        (np.inf, np.inf),
+    ),
     CurveReference(
-        "power-law", "power-law fade: soh = a - b x^z",
+        "power-law",
+        "power-law fade: soh = a - b x^z",
         "(param a 1.0)\n(param b 0.05 positive)\n(param z 1.0 positive)\n(- a (* b (expt x z)))",
-        lambda x, a, b, z: a - b * np.power(x, z), ("a", "b", "z"),
-        ((1.0, 0.05, 0.5), (1.0, 0.05, 1.0), (1.0, 0.01, 2.0)), (-np.inf, 0.0, 0.05), (np.inf, np.inf, 8.0)),
+        lambda x, a, b, z: a - b * np.power(x, z),
+        ("a", "b", "z"),
+        ((1.0, 0.05, 0.5), (1.0, 0.05, 1.0), (1.0, 0.01, 2.0)),
+        (-np.inf, 0.0, 0.05),
+        (np.inf, np.inf, 8.0),
+    ),
     CurveReference(
         "knee-bacon-watts",
         "knee model (Bacon-Watts smooth broken line): soh = a0 + a1 d - b d tanh(d/g), d = x - x1, "
         "b >= 0 so the fade accelerates after the knee x1",
         "(param a0 0.9)\n(param a1 -0.05)\n(param b 0.05 positive)\n(param x1 1.0 positive)\n(param g 0.2 positive)\n"
         "(let ((d (- x x1)))\n  (- (+ a0 (* a1 d)) (* b d (tanh (/ d g)))))",
-        _knee, ("a0", "a1", "b", "x1", "g"),
+        _knee,
+        ("a0", "a1", "b", "x1", "g"),
         ((1.0, -0.05, 0.02, 0.5, 0.3), (1.0, -0.05, 0.02, 1.0, 0.3), (1.0, -0.05, 0.05, 2.0, 1.0)),
-        (-np.inf, -np.inf, 0.0, 1e-6, 0.01), (np.inf, np.inf, np.inf, np.inf, 50.0),
+        (-np.inf, -np.inf, 0.0, 1e-6, 0.01),
+        (np.inf, np.inf, np.inf, np.inf, 50.0),
         # the knee must lie inside the training range: a knee beyond it cannot be estimated
-        bounds_from_train=lambda x, y: ((-np.inf, -np.inf, 0.0, float(x.min()), 0.01),
-                                        (np.inf, np.inf, np.inf, float(x.max()), 50.0))),
+        bounds_from_train=lambda x, y: (
+            (-np.inf, -np.inf, 0.0, float(x.min()), 0.01),
+            (np.inf, np.inf, np.inf, float(x.max()), 50.0),
+        ),
+    ),
     CurveReference(
-        "double-exponential", "empirical capacity model of He et al. (2011): soh = a exp(b x) + c exp(d x)",
+        "double-exponential",
+        "empirical capacity model of He et al. (2011): soh = a exp(b x) + c exp(d x)",
         "(param a 1.0)\n(param b -0.01)\n(param c -0.001)\n(param d 0.5)\n(+ (* a (exp (* b x))) (* c (exp (* d x))))",
-        lambda x, a, b, c, d: a * np.exp(b * x) + c * np.exp(d * x), ("a", "b", "c", "d"),
+        lambda x, a, b, c, d: a * np.exp(b * x) + c * np.exp(d * x),
+        ("a", "b", "c", "d"),
         ((1.0, -0.01, -0.001, 0.5), (1.0, -0.05, -0.01, 1.0), (0.9, -0.01, 0.1, -1.0)),
-        (-np.inf,) * 4, (np.inf, np.inf, np.inf, 3.0)),
+        (-np.inf,) * 4,
+        (np.inf, np.inf, np.inf, 3.0),
+    ),
 )
 
 GENERIC_REFERENCES = (
     BATTERY_REFERENCES[0],
     CurveReference(
-        "quadratic", "quadratic: y = a + b x + c x^2",
+        "quadratic",
+        "quadratic: y = a + b x + c x^2",
         "(param a 0.0)\n(param b 0.0)\n(param c 0.0)\n(+ a (* b x) (* c x x))",
-        lambda x, a, b, c: a + b * x + c * x * x, ("a", "b", "c"), ((0.0, 0.0, 0.0),),
-        (-np.inf,) * 3, (np.inf,) * 3),
+        lambda x, a, b, c: a + b * x + c * x * x,
+        ("a", "b", "c"),
+        ((0.0, 0.0, 0.0),),
+        (-np.inf,) * 3,
+        (np.inf,) * 3,
+    ),
     CurveReference(
-        "exponential", "exponential: y = a + b exp(c x)",
+        "exponential",
+        "exponential: y = a + b exp(c x)",
         "(param a 0.0)\n(param b 1.0)\n(param c -0.1)\n(+ a (* b (exp (* c x))))",
-        lambda x, a, b, c: a + b * np.exp(c * x), ("a", "b", "c"), ((0.0, 1.0, -0.1), (0.0, 1.0, 0.1)),
-        (-np.inf,) * 3, (np.inf, np.inf, 50.0)),
+        lambda x, a, b, c: a + b * np.exp(c * x),
+        ("a", "b", "c"),
+        ((0.0, 1.0, -0.1), (0.0, 1.0, 0.1)),
+        (-np.inf,) * 3,
+        (np.inf, np.inf, 50.0),
+    ),
 )
 
 EXTRA_BATTERY_SEEDS = (
@@ -121,9 +159,16 @@ class CurveTask(Task):
     kind = "curve"
     primary_metric = "rmse"
 
-    def __init__(self, dataset: Dataset, *, x_scale: float | None = None, loss: str = "mse",
-                 per_group: bool = True, group_lanes: bool = False,
-                 references: tuple[CurveReference, ...] | None = None):
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        x_scale: float | None = None,
+        loss: str = "mse",
+        per_group: bool = True,
+        group_lanes: bool = False,
+        references: tuple[CurveReference, ...] | None = None,
+    ):
         if loss not in ("mse", "gaussian_nll"):
             raise TaskError(f"curve task: loss must be 'mse' or 'gaussian_nll', got {loss!r}")
         self.dataset = dataset
@@ -138,10 +183,15 @@ class CurveTask(Task):
         self.x_scale = float(x_scale) if x_scale is not None else (100.0 if self.is_battery else 1.0)
         if self.x_scale <= 0:
             raise TaskError("x_scale must be positive")
-        self.references = references if references is not None else (BATTERY_REFERENCES if self.is_battery else GENERIC_REFERENCES)
+        self.references = (
+            references if references is not None else (BATTERY_REFERENCES if self.is_battery else GENERIC_REFERENCES)
+        )
         self.name = f"curve:{dataset.name}"
-        empty = [part for part, frame in ((TRAIN, dataset.train), (VALIDATION, dataset.validation),
-                                          (TEST, dataset.test)) if frame.height == 0]
+        empty = [
+            part
+            for part, frame in ((TRAIN, dataset.train), (VALIDATION, dataset.validation), (TEST, dataset.test))
+            if frame.height == 0
+        ]
         if empty:
             raise TaskError(f"{dataset.name}: the split leaves no {' and no '.join(empty)} rows")
         if dataset.test_groups and not self.per_group:
@@ -207,8 +257,10 @@ class CurveTask(Task):
         """Raise CandidateError when a compiled program has inputs other than ``x``."""
         extra = sorted(set(program.inputs) - {INPUT})
         if extra:
-            raise CandidateError(f"unknown input(s) {extra}: a curve program may only use the input `x` "
-                                 "(and its own params and definitions)")
+            raise CandidateError(
+                f"unknown input(s) {extra}: a curve program may only use the input `x` "
+                "(and its own params and definitions)"
+            )
 
     def fit_groups(self) -> list[Any]:
         return self.groups()
@@ -299,21 +351,38 @@ class CurveTask(Task):
         prediction = self._program_predictor(program)(plain, {INPUT: x})
         title = f"{self.dataset.group} {group}" if group is not None else ""
         extras = {
-            "fit_plot": FitPlot(x, y, prediction, held, x_label=f"x = {self.dataset.x} / {self.x_scale:g}",
-                                y_label=self.dataset.y, title=title),
+            "fit_plot": FitPlot(
+                x,
+                y,
+                prediction,
+                held,
+                x_label=f"x = {self.dataset.x} / {self.x_scale:g}",
+                y_label=self.dataset.y,
+                title=title,
+            ),
             "input_example": pd.DataFrame({INPUT: x[:5]}),
         }
         if self.per_group:
             # The logged model serves every group from raw x values (storage/pyfunc_model.py): it
             # carries each group's parameters and the scaling, and calibrates a new group on the fly.
             head = self._part(group, TRAIN).head(5)
-            extras["input_example"] = pd.DataFrame({self.dataset.group: head.get_column(self.dataset.group).to_list(),
-                                                    self.dataset.x: head.get_column(self.dataset.x).to_numpy()})
+            extras["input_example"] = pd.DataFrame(
+                {
+                    self.dataset.group: head.get_column(self.dataset.group).to_list(),
+                    self.dataset.x: head.get_column(self.dataset.x).to_numpy(),
+                }
+            )
             extras["model_groups"] = {
-                "column": self.dataset.group, "x": self.dataset.x, "y": self.dataset.y, "input": INPUT,
-                "x_scale": self.x_scale, "loss": self.loss,
-                "params": {str(g): {n: float(parameters[f"{g}/{n}"]) for n in program.param_names}
-                           for g in self.groups()}}
+                "column": self.dataset.group,
+                "x": self.dataset.x,
+                "y": self.dataset.y,
+                "input": INPUT,
+                "x_scale": self.x_scale,
+                "loss": self.loss,
+                "params": {
+                    str(g): {n: float(parameters[f"{g}/{n}"]) for n in program.param_names} for g in self.groups()
+                },
+            }
         return extras
 
     @staticmethod
@@ -329,9 +398,12 @@ class CurveTask(Task):
 
     def _program_predictor(self, program):
         def predict(params: dict[str, float], inputs: dict[str, np.ndarray]) -> np.ndarray:
-            theta = np.array([[params[name] for name in program.param_names]], dtype=float) if program.param_names else None
+            theta = (
+                np.array([[params[name] for name in program.param_names]], dtype=float) if program.param_names else None
+            )
             values = program.evaluate(theta=theta, inputs=inputs)
             return self._as_rows(np.asarray(values)[0] if np.ndim(values) else values, len(inputs[INPUT]))
+
         return predict
 
     # ------------------------------------------------------------------ fitting
@@ -352,10 +424,14 @@ class CurveTask(Task):
         else:
             params, fits, losses, errors = self._fit_loop(ndvm, program, **calibrate_options)
         result = TaskFit(
-            self.name, name, candidate,
+            self.name,
+            name,
+            candidate,
             params if self.per_group else params.get(None, {}),
             float(np.mean(losses)) if losses and not errors else INF,
-            time.perf_counter() - start, fits=fits, error="; ".join(errors) or None,
+            time.perf_counter() - start,
+            fits=fits,
+            error="; ".join(errors) or None,
             n_params=len(program.param_names),
         )
         predict = self._program_predictor(program)
@@ -367,8 +443,13 @@ class CurveTask(Task):
         params, fits, losses, errors = {}, [], [], []
         for group in self.groups():
             try:
-                fit = ndvm.calibrate(program, self.train_inputs(group), target=self.train_target(group),
-                                     loss=self.loss, **calibrate_options)
+                fit = ndvm.calibrate(
+                    program,
+                    self.train_inputs(group),
+                    target=self.train_target(group),
+                    loss=self.loss,
+                    **calibrate_options,
+                )
             except ndvm.NDVMError as exc:  # the program fails on this group's data
                 errors.append(f"group {group}: {exc}")
                 continue
@@ -394,7 +475,8 @@ class CurveTask(Task):
         body, prediction = forms[:-1], forms[-1]
         return "\n".join(body) + (
             f"\n(let ((ndvm-task-pred {prediction}))\n"
-            f"  (/ (vsum (* {LANE_W} (square (- ndvm-task-pred {LANE_Y})))) (vsum {LANE_W})))")
+            f"  (/ (vsum (* {LANE_W} (square (- ndvm-task-pred {LANE_Y})))) (vsum {LANE_W})))"
+        )
 
     def _fit_lanes(self, ndvm, candidate: str, *, restarts: int = 32, **calibrate_options):
         """All groups in one ``ndvm.calibrate``: ``restarts`` lanes per group, best lane per group."""
@@ -406,12 +488,18 @@ class CurveTask(Task):
         x_lanes, y_lanes, w_lanes = (np.zeros((n_lanes, width)) for _ in range(3))
         for i, (x, y) in enumerate(zip(xs, ys)):
             rows = slice(i * restarts, (i + 1) * restarts)
-            x_lanes[rows, : len(x)], x_lanes[rows, len(x):] = x, x[-1]
-            y_lanes[rows, : len(y)], y_lanes[rows, len(y):] = y, y[-1]
+            x_lanes[rows, : len(x)], x_lanes[rows, len(x) :] = x, x[-1]
+            y_lanes[rows, : len(y)], y_lanes[rows, len(y) :] = y, y[-1]
             w_lanes[rows, : len(x)] = 1.0
         try:
-            fit = ndvm.calibrate(program, None, loss="value", restarts=n_lanes,
-                                 lane_inputs={INPUT: x_lanes, LANE_Y: y_lanes, LANE_W: w_lanes}, **calibrate_options)
+            fit = ndvm.calibrate(
+                program,
+                None,
+                loss="value",
+                restarts=n_lanes,
+                lane_inputs={INPUT: x_lanes, LANE_Y: y_lanes, LANE_W: w_lanes},
+                **calibrate_options,
+            )
         except ndvm.NDVMError as exc:
             return {}, [], [], [str(exc)]
         if fit.error:
@@ -451,8 +539,17 @@ class CurveTask(Task):
                 errors.append(f"test group {group}: {result.error or 'non-finite loss'}")
                 continue
             params[group] = dict(result.params)
-        out = TaskFit(fit.task, fit.name, fit.source, params, fit.train_loss, fit.seconds, fits=fit.fits,
-                      error="; ".join(errors) or None, n_params=fit.n_params)
+        out = TaskFit(
+            fit.task,
+            fit.name,
+            fit.source,
+            params,
+            fit.train_loss,
+            fit.seconds,
+            fits=fit.fits,
+            error="; ".join(errors) or None,
+            n_params=fit.n_params,
+        )
         predict = self._program_predictor(program)
         out.predictor = lambda group, inputs: predict(out.params[group], inputs)
         return out
@@ -473,9 +570,16 @@ class CurveTask(Task):
             p = params[group]
             return np.asarray(ref.func(inputs[INPUT], *[p[n] for n in ref.param_names]), dtype=float)
 
-        return TaskFit(self.name, ref.name, ref.source, params if self.per_group else params[None],
-                       float(np.mean(losses)), time.perf_counter() - start, n_params=len(ref.param_names),
-                       predictor=predictor)
+        return TaskFit(
+            self.name,
+            ref.name,
+            ref.source,
+            params if self.per_group else params[None],
+            float(np.mean(losses)),
+            time.perf_counter() - start,
+            n_params=len(ref.param_names),
+            predictor=predictor,
+        )
 
     # ------------------------------------------------------------------ scoring
     def predict(self, fit: TaskFit, group=None, part: str = VALIDATION) -> np.ndarray:
@@ -497,8 +601,11 @@ class CurveTask(Task):
         held = self.test_groups() if split == TEST else []
         missing = [g for g in held if g not in fit.params]
         if missing:
-            return {**failed, "error": f"no parameters for the held-out test groups {missing[:5]} "
-                                       "(call fit_test_groups before scoring the test split)"}
+            return {
+                **failed,
+                "error": f"no parameters for the held-out test groups {missing[:5]} "
+                "(call fit_test_groups before scoring the test split)",
+            }
         per_group, sq, ab, count = {}, 0.0, 0.0, 0
         for group in self.groups() + held:
             fit_part = TEST_FIT if group in held else TRAIN
@@ -509,7 +616,9 @@ class CurveTask(Task):
                 return {**failed, "error": f"prediction failed for group {group}: {exc}"}
             finite = bool(np.all(np.isfinite(p_split)))
             per_group[group] = {
-                "n_fit": int(y_fit.size), "n_scored": int(y_split.size), "held_out_group": group in held,
+                "n_fit": int(y_fit.size),
+                "n_scored": int(y_split.size),
+                "held_out_group": group in held,
                 "fit_rmse": rmse(p_fit, y_fit) if np.all(np.isfinite(p_fit)) else INF,
                 "rmse": rmse(p_split, y_split) if finite else INF,
             }
@@ -562,8 +671,9 @@ class CurveTask(Task):
             groups[group] = err
         return Errors(fit.name, self.kind, groups=groups)
 
-    def test_errors(self, source: str, parameters: dict[str, float], name: str, split: str,
-                    **calibrate_options) -> Errors:
+    def test_errors(
+        self, source: str, parameters: dict[str, float], name: str, split: str, **calibrate_options
+    ) -> Errors:
         """Errors per group of a stored candidate on ``split``; held-out groups are first fitted on
         their ``test_fit`` rows with ``calibrate_options`` (as the run fitted them)."""
         try:
@@ -613,15 +723,23 @@ class CurveTask(Task):
 
         keys = list(champion.groups)
         if len(keys) >= 2:
-            res = paired_bootstrap_rmse([champion.groups[g] for g in keys], [reference.groups[g] for g in keys],
-                                        replicates=replicates, seed=seed)
-            how = (f"paired bootstrap over {len(keys)} groups (whole groups resampled: errors within a group are "
-                   "serially correlated, groups are independent); statistic: mean over groups of the RMSE difference")
+            res = paired_bootstrap_rmse(
+                [champion.groups[g] for g in keys],
+                [reference.groups[g] for g in keys],
+                replicates=replicates,
+                seed=seed,
+            )
+            how = (
+                f"paired bootstrap over {len(keys)} groups (whole groups resampled: errors within a group are "
+                "serially correlated, groups are independent); statistic: mean over groups of the RMSE difference"
+            )
         else:
             (g,) = keys
             res = paired_bootstrap_rmse(champion.groups[g], reference.groups[g], replicates=replicates, seed=seed)
-            how = (f"paired moving-block bootstrap of one series (block length {res.block}, as the errors are "
-                   "serially correlated); statistic: RMSE difference")
+            how = (
+                f"paired moving-block bootstrap of one series (block length {res.block}, as the errors are "
+                "serially correlated); statistic: RMSE difference"
+            )
         return {"test": how, "overall": res.to_dict()}
 
     @classmethod
@@ -635,15 +753,23 @@ class CurveTask(Task):
             sig = f"the champion's RMSE is higher ({int(o['level'] * 100)}% interval excludes 0)"
         else:
             sig = "no significant difference (the interval contains 0)"
-        return (f"Champion test RMSE {c:.4g} vs {reference.name} {r:.4g}: difference {o['estimate']:+.4g}, "
-                f"{int(o['level'] * 100)}% bootstrap interval [{lo:+.4g}, {hi:+.4g}]: {sig}.")
+        return (
+            f"Champion test RMSE {c:.4g} vs {reference.name} {r:.4g}: difference {o['estimate']:+.4g}, "
+            f"{int(o['level'] * 100)}% bootstrap interval [{lo:+.4g}, {hi:+.4g}]: {sig}."
+        )
 
     @classmethod
     def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
         names = list(breakdown)
         groups = list(breakdown["champion"])
-        lines = [f"### RMSE per group ({len(groups)} groups" + (f", first {max_groups} shown" if len(groups) > max_groups else "")
-                 + ")", "", "| group | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        lines = [
+            f"### RMSE per group ({len(groups)} groups"
+            + (f", first {max_groups} shown" if len(groups) > max_groups else "")
+            + ")",
+            "",
+            "| group | " + " | ".join(names) + " |",
+            "|---" * (len(names) + 1) + "|",
+        ]
         for g in groups[:max_groups]:
             lines.append(f"| {g} | " + " | ".join(format_number(breakdown[n].get(g)) for n in names) + " |")
         lines.append("")
@@ -651,8 +777,10 @@ class CurveTask(Task):
 
     @classmethod
     def versus_row_markdown(cls, row: dict[str, Any]) -> str:
-        return (f"| {row['reference']} | {row['estimate']:+.4g} | {row['p_value']:.3g} | "
-                f"[{row['low']:+.4g}, {row['high']:+.4g}] |")
+        return (
+            f"| {row['reference']} | {row['estimate']:+.4g} | {row['p_value']:.3g} | "
+            f"[{row['low']:+.4g}, {row['high']:+.4g}] |"
+        )
 
     # ------------------------------------------------------------------ the LLM prompt
     def data_card(self) -> str:
@@ -669,9 +797,14 @@ class CurveTask(Task):
             for group in self.groups():
                 xs, ys = zip(*(self._xy(group, part) for part in (TRAIN, VALIDATION)))
                 seen[group] = (np.concatenate(xs) * self.x_scale, np.concatenate(ys))
-            lines += group_spread_lines(seen, group_label=ds.group, x_label=ds.x, y_label=ds.y,
-                                        x_per_unit=self.x_scale if self.x_scale != 1.0 else 1.0,
-                                        thresholds=(0.95, 0.8) if self.is_battery else ())
+            lines += group_spread_lines(
+                seen,
+                group_label=ds.group,
+                x_label=ds.x,
+                y_label=ds.y,
+                x_per_unit=self.x_scale if self.x_scale != 1.0 else 1.0,
+                thresholds=(0.95, 0.8) if self.is_battery else (),
+            )
             # the other measured columns at each group's first row (battery data: the capacity in Ah)
             frame = self.seen_frame().filter(pl.col(ds.group).is_in(self.groups())).sort(ds.x)
             firsts = frame.group_by(ds.group, maintain_order=True).first()
@@ -693,8 +826,9 @@ class CurveTask(Task):
         if errors.error:
             return f"The best program could not be scored on validation: {errors.error}"
         x = {g: self._xy(g, VALIDATION)[0] * self.x_scale for g in errors.groups}
-        return "\n".join(group_residual_lines(errors.groups, x, group_label=self.dataset.group or "group",
-                                              x_label=self.dataset.x))
+        return "\n".join(
+            group_residual_lines(errors.groups, x, group_label=self.dataset.group or "group", x_label=self.dataset.x)
+        )
 
     def seed_programs(self) -> list[str]:
         seeds = [ref.source for ref in self.references]
@@ -708,11 +842,17 @@ class CurveTask(Task):
         x_desc = f"`{ds.x}` / {self.x_scale:g}" if self.x_scale != 1.0 else f"`{ds.x}`"
         if self.is_battery:
             x_desc += " (hundreds of cycles)" if self.x_scale == 100.0 else ""
-        groups = (f"Each {ds.group} gets its own parameter values (the program is fitted separately per "
-                  f"{ds.group}); write one program that works for all of them. ") if self.per_group else ""
+        groups = (
+            (
+                f"Each {ds.group} gets its own parameter values (the program is fitted separately per "
+                f"{ds.group}); write one program that works for all of them. "
+            )
+            if self.per_group
+            else ""
+        )
         example = self.references[1].source if len(self.references) > 1 else self.references[0].source
         return f"""Task: curve fitting on the dataset `{ds.name}`.
-Write a program in the NDVM language (a Scheme subset) that predicts `{ds.y}` ({units.get(ds.y, '?')}) from x.
+Write a program in the NDVM language (a Scheme subset) that predicts `{ds.y}` ({units.get(ds.y, "?")}) from x.
 
 Contract:
 - Input: `x`, a vector: {x_desc}. Arithmetic and math functions work elementwise on vectors, so
@@ -723,7 +863,7 @@ Contract:
   `(param name init (between lo hi))`. Use 1 to 6 parameters; give sensible initial values.
 - Allowed: define, lambda, let, let*, if, cond, and, or, + - * / expt exp log sqrt tanh sigmoid
   softplus min max abs square, and the usual Scheme list forms. No strings, no set!, no I/O.
-- {groups}Fit: {'mean squared error' if self.loss == 'mse' else 'Gaussian negative log-likelihood (declare `(param sigma 0.05 positive)` for the noise scale, else it is profiled out)'} on the
+- {groups}Fit: {"mean squared error" if self.loss == "mse" else "Gaussian negative log-likelihood (declare `(param sigma 0.05 positive)` for the noise scale, else it is profiled out)"} on the
   first part of each series; score: RMSE on the validation rows that follow (extrapolation), lower is better.
 
 Example:

@@ -1,4 +1,5 @@
 """Typed errors of the task layer."""
+
 from __future__ import annotations
 
 from ..errors import DatasetError

@@ -32,11 +32,13 @@ and anomaly correlation (ACC) per lead over the targets inside that split only, 
 persistence. The validation driver receives the series up to the end of validation only, so the
 test years cannot enter a validation score.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -143,6 +145,7 @@ class ForecastReference:
 
 # ---------------------------------------------------------------- reference forecasters (numpy/statsmodels)
 
+
 def _persistence_fit(y):
     return None
 
@@ -169,7 +172,7 @@ def _ar_fit_p(y, p):
     X, target = _ar_design(y, p)
     coef, *_ = np.linalg.lstsq(X, target, rcond=None)
     resid = target - X @ coef
-    return coef, float(np.mean(resid ** 2))
+    return coef, float(np.mean(resid**2))
 
 
 def _ar_fit_aic(y, max_p=12):
@@ -283,12 +286,28 @@ SEASONAL_AR1_SOURCE = """(param phi 0.9 (between -1 1))
 
 ENSO_REFERENCES = (
     ForecastReference("persistence", "forecast = last observed anomaly", _persistence_fit, _persistence_forecast, 0),
-    ForecastReference("damped-persistence", "forecast = phi^lead * last anomaly, phi = training lag-1 autocorrelation",
-                      _damped_fit, _damped_forecast, 1, AR1_SOURCE),
-    ForecastReference("ar-aic", "AR(p) with intercept, least squares, p <= 12 by AIC on the training years",
-                      _ar_fit_aic, _ar_forecast, None),
-    ForecastReference("statsmodels-arma21", "linear state-space ARMA(2,1) + constant, Kalman filter MLE (statsmodels SARIMAX)",
-                      _sarimax_fit, _sarimax_forecast, 5),
+    ForecastReference(
+        "damped-persistence",
+        "forecast = phi^lead * last anomaly, phi = training lag-1 autocorrelation",
+        _damped_fit,
+        _damped_forecast,
+        1,
+        AR1_SOURCE,
+    ),
+    ForecastReference(
+        "ar-aic",
+        "AR(p) with intercept, least squares, p <= 12 by AIC on the training years",
+        _ar_fit_aic,
+        _ar_forecast,
+        None,
+    ),
+    ForecastReference(
+        "statsmodels-arma21",
+        "linear state-space ARMA(2,1) + constant, Kalman filter MLE (statsmodels SARIMAX)",
+        _sarimax_fit,
+        _sarimax_forecast,
+        5,
+    ),
 )
 
 
@@ -300,8 +319,9 @@ class ForecastTask(Task):
     primary_metric = "mean_rmse"
     calibration_loss = "value"  # the fitting driver returns the loss itself
 
-    def __init__(self, dataset: Dataset, *, leads: int = 12, burn_in: int = 12, loss: str = "mse",
-                 fit_stride: int = FIT_STRIDE):
+    def __init__(
+        self, dataset: Dataset, *, leads: int = 12, burn_in: int = 12, loss: str = "mse", fit_stride: int = FIT_STRIDE
+    ):
         if loss not in ("mse", "gaussian_nll"):
             raise TaskError(f"forecast task: loss must be 'mse' or 'gaussian_nll', got {loss!r}")
         if dataset.group is not None:
@@ -311,11 +331,15 @@ class ForecastTask(Task):
         n_train, n_val = split.count(TRAIN), split.count(VALIDATION)
         n_test = len(split) - n_train - n_val
         if split != [TRAIN] * n_train + [VALIDATION] * n_val + [TEST] * n_test:
-            raise TaskError(f"{dataset.name}: the split is not temporal (train, then validation, then test rows; "
-                            "a forecast task has no test_fit rows)")
+            raise TaskError(
+                f"{dataset.name}: the split is not temporal (train, then validation, then test rows; "
+                "a forecast task has no test_fit rows)"
+            )
         if n_train <= burn_in + 2 or n_val < 2 or n_test < 2:
-            raise TaskError(f"{dataset.name}: {n_train} training, {n_val} validation and {n_test} test points are "
-                            f"too few for burn_in={burn_in} (each scored split needs at least 2 points)")
+            raise TaskError(
+                f"{dataset.name}: {n_train} training, {n_val} validation and {n_test} test points are "
+                f"too few for burn_in={burn_in} (each scored split needs at least 2 points)"
+            )
         if int(fit_stride) < 1:
             raise TaskError(f"forecast task: fit_stride must be >= 1, got {fit_stride}")
         self.dataset, self.leads, self.burn_in, self.loss = dataset, int(leads), int(burn_in), loss
@@ -376,9 +400,12 @@ class ForecastTask(Task):
         if missing:
             raise CandidateError(
                 f"a forecast candidate must define the functions (init), (predict s) and (update s y); "
-                f"missing: {', '.join(missing)}")
+                f"missing: {', '.join(missing)}"
+            )
         if self.loss == "gaussian_nll" and names.get("predict-var") != "function":
-            raise CandidateError("loss gaussian_nll needs (define (predict-var s) ...) returning the predictive variance")
+            raise CandidateError(
+                "loss gaussian_nll needs (define (predict-var s) ...) returning the predictive variance"
+            )
         used = [s for s in runtime.symbols(candidate) if s.startswith(RESERVED_PREFIX)]
         if used:
             raise CandidateError(f"names starting with {RESERVED_PREFIX!r} are reserved for the task driver: {used}")
@@ -389,15 +416,23 @@ class ForecastTask(Task):
         self.check_candidate(candidate)
         if self.loss == "gaussian_nll":
             return candidate.rstrip() + "\n" + _ONE_STEP_DRIVER.format(term=_NLL_TERM, burn=self.burn_in)
-        return candidate.rstrip() + "\n" + _MULTI_STEP_DRIVER.format(
-            burn=self.burn_in, stride=self.fit_stride, leads=self.leads, count=f"{float(self.fit_count())!r}")
+        return (
+            candidate.rstrip()
+            + "\n"
+            + _MULTI_STEP_DRIVER.format(
+                burn=self.burn_in, stride=self.fit_stride, leads=self.leads, count=f"{float(self.fit_count())!r}"
+            )
+        )
 
     def forecast_source(self, candidate: str, split: str = VALIDATION) -> str:
         """Candidate + the forecasting driver: its value is a list of lead-1..h forecast lists."""
         self.check_candidate(candidate)
         origins = self.origins(split)
-        return candidate.rstrip() + "\n" + _FORECAST_DRIVER.format(
-            first=int(origins[0]), last=int(origins[-1]) + 1, leads=self.leads)
+        return (
+            candidate.rstrip()
+            + "\n"
+            + _FORECAST_DRIVER.format(first=int(origins[0]), last=int(origins[-1]) + 1, leads=self.leads)
+        )
 
     def compile(self, candidate: str, forecast: bool = False, split: str = VALIDATION):
         ndvm = require_ndvm()
@@ -418,12 +453,28 @@ class ForecastTask(Task):
         try:
             fit = ndvm.calibrate(program, self.train_inputs(), loss="value", **calibrate_options)
         except ndvm.NDVMError as exc:  # the candidate fails while walking the training series
-            return TaskFit(self.name, name, candidate, {}, INF, time.perf_counter() - start, error=str(exc),
-                           n_params=len(program.param_names))
+            return TaskFit(
+                self.name,
+                name,
+                candidate,
+                {},
+                INF,
+                time.perf_counter() - start,
+                error=str(exc),
+                n_params=len(program.param_names),
+            )
         error = fit.error or (None if np.isfinite(fit.loss) else "non-finite training loss")
-        return TaskFit(self.name, name, candidate, dict(fit.params) if not error else {},
-                       float(fit.loss) if not error else INF, time.perf_counter() - start, fits=[fit],
-                       error=error, n_params=len(program.param_names))
+        return TaskFit(
+            self.name,
+            name,
+            candidate,
+            dict(fit.params) if not error else {},
+            float(fit.loss) if not error else INF,
+            time.perf_counter() - start,
+            fits=[fit],
+            error=error,
+            n_params=len(program.param_names),
+        )
 
     def forecasts(self, fit: TaskFit, split: str = VALIDATION) -> np.ndarray:
         """[n_origins, leads] forecasts of a fitted candidate from every origin of ``split``. The
@@ -433,8 +484,10 @@ class ForecastTask(Task):
         out = np.asarray(value, dtype=float)
         expected = (len(self.origins(split)), self.leads)
         if out.shape != expected:
-            raise CandidateError(f"forecast driver returned shape {out.shape}, expected {expected}; "
-                                 "(predict s) must return a single number")
+            raise CandidateError(
+                f"forecast driver returned shape {out.shape}, expected {expected}; "
+                "(predict s) must return a single number"
+            )
         return out
 
     # ------------------------------------------------------------------ the task interface (see Task)
@@ -456,8 +509,15 @@ class ForecastTask(Task):
         missing = [n for n in program.param_names if n not in parameters]
         if missing:
             raise TaskError(f"stored parameters of {name!r} lack {missing}")
-        return TaskFit(self.name, name, source, {n: float(parameters[n]) for n in program.param_names},
-                       float("nan"), 0.0, n_params=len(program.param_names))
+        return TaskFit(
+            self.name,
+            name,
+            source,
+            {n: float(parameters[n]) for n in program.param_names},
+            float("nan"),
+            0.0,
+            n_params=len(program.param_names),
+        )
 
     def probe_inputs(self) -> dict[str, np.ndarray]:
         """Inputs for the store's semantic fingerprint: a stretch of the training series."""
@@ -468,15 +528,19 @@ class ForecastTask(Task):
         return {}
 
     def split_label(self) -> str:
-        return (f"temporal: fit on {self.n_train} training points (multi-step loss, leads 1..{self.leads}); "
-                f"validation = the next {self.n_validation} points")
+        return (
+            f"temporal: fit on {self.n_train} training points (multi-step loss, leads 1..{self.leads}); "
+            f"validation = the next {self.n_validation} points"
+        )
 
     def check_program(self, program: Any) -> None:
         """Raise CandidateError when a compiled (wrapped) program has inputs the task does not give."""
         extra = sorted(set(program.inputs) - {SERIES})
         if extra:
-            raise CandidateError(f"unknown input(s) {extra}: a forecast candidate may use only its params, "
-                                 "its own definitions and the state/observation passed to it")
+            raise CandidateError(
+                f"unknown input(s) {extra}: a forecast candidate may use only its params, "
+                "its own definitions and the state/observation passed to it"
+            )
 
     def model_source(self, candidate: str, column: str) -> tuple[str, str]:
         """(program, input name) of the one-step-ahead pyfunc model of a candidate."""
@@ -485,8 +549,9 @@ class ForecastTask(Task):
             source = candidate.rstrip() + "\n" + _ONE_STEP_MODEL.format(column=name)
             if ndvm.compile(source).inputs == [name]:  # the candidate does not define that name itself
                 return source, name
-        raise TaskError(f"the candidate defines both {column!r} and {MODEL_SERIES_FALLBACK!r}; "
-                        "cannot name the model input")
+        raise TaskError(
+            f"the candidate defines both {column!r} and {MODEL_SERIES_FALLBACK!r}; cannot name the model input"
+        )
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
         """What MLflow logs for a leaderboard entry besides the store's row: the one-step plot over
@@ -508,11 +573,24 @@ class ForecastTask(Task):
         lead1 = np.full(t.shape, np.nan)
         lead1[self.origins(VALIDATION) + 1] = self.forecasts(fit, VALIDATION)[:, 0]
         return {
-            "fit_plot": FitPlot(t, self.y[:seen], one_step, held, x_label=dataset.x, y_label=dataset.y,
-                                title="one-step-ahead predictions (train + validation)"),
-            "forecast_plot": ForecastPlot(t, self.y[:seen], lead1, split=float(t[self.n_train]),
-                                          label="lead-1 forecast (validation)", time_label=dataset.x,
-                                          y_label=dataset.y),
+            "fit_plot": FitPlot(
+                t,
+                self.y[:seen],
+                one_step,
+                held,
+                x_label=dataset.x,
+                y_label=dataset.y,
+                title="one-step-ahead predictions (train + validation)",
+            ),
+            "forecast_plot": ForecastPlot(
+                t,
+                self.y[:seen],
+                lead1,
+                split=float(t[self.n_train]),
+                label="lead-1 forecast (validation)",
+                time_label=dataset.x,
+                y_label=dataset.y,
+            ),
             "input_example": pd.DataFrame({column: self.y[:24]}),
             "model_source": model_source,
         }
@@ -560,8 +638,13 @@ class ForecastTask(Task):
         try:
             forecasts = self.forecasts(fit, split)
         except Exception as exc:  # a candidate failing on the scored years scores inf, with the reason
-            return {"model": fit.name, "mean_rmse": INF, "mean_acc": float("nan"),
-                    "error": f"forecasting failed: {exc}", **base}
+            return {
+                "model": fit.name,
+                "mean_rmse": INF,
+                "mean_acc": float("nan"),
+                "error": f"forecasting failed: {exc}",
+                **base,
+            }
         return self.score_forecasts(forecasts, fit.name, split, **base)
 
     # ------------------------------------------------------------------ references and prompts
@@ -582,8 +665,11 @@ class ForecastTask(Task):
             state = self.fit_reference(ref)
             forecasts = ref.forecast(state, self.y[: self.split_end[split]].copy(), self.origins(split), self.leads)
             n_params = ref.n_params if ref.n_params is not None else len(state)
-            rows.append(self.score_forecasts(forecasts, ref.name, split, n_params=n_params,
-                                             fit_seconds=time.perf_counter() - start))
+            rows.append(
+                self.score_forecasts(
+                    forecasts, ref.name, split, n_params=n_params, fit_seconds=time.perf_counter() - start
+                )
+            )
         return rows
 
     # ------------------------------------------------------------------ the report card
@@ -591,8 +677,9 @@ class ForecastTask(Task):
     # Diebold-Mariano with the Harvey-Leybourne-Newbold correction, per lead and overall.
     breakdown_key = "per_lead"
 
-    def test_errors(self, source: str, parameters: dict[str, float], name: str, split: str,
-                    **calibrate_options) -> Errors:
+    def test_errors(
+        self, source: str, parameters: dict[str, float], name: str, split: str, **calibrate_options
+    ) -> Errors:
         """Forecast errors of a stored candidate from every origin of ``split`` (no refitting: the
         ``calibrate_options`` are not needed)."""
         obs = self.targets(split)
@@ -632,7 +719,7 @@ class ForecastTask(Task):
         """Diebold-Mariano (HLN) per lead h (autocovariances up to lag h-1) and overall (the
         per-origin mean of the squared-error differential over all leads, h = the number of leads);
         ``mean_diff`` < 0: the champion has lower MSE. ``replicates``/``seed``: unused (no resampling)."""
-        from storage.stats import dm_from_differential, diebold_mariano
+        from storage.stats import diebold_mariano, dm_from_differential
 
         a, b = champion.values, reference.values
         leads = a.shape[1]
@@ -640,13 +727,17 @@ class ForecastTask(Task):
         for k in range(leads):
             valid = ~np.isnan(a[:, k])
             res = diebold_mariano(a[valid, k], b[valid, k], h=k + 1)
-            per_lead.append({"lead": k + 1, "rmse_champion": rms(a[valid, k]), "rmse_reference": rms(b[valid, k]),
-                             **res.to_dict()})
+            per_lead.append(
+                {"lead": k + 1, "rmse_champion": rms(a[valid, k]), "rmse_reference": rms(b[valid, k]), **res.to_dict()}
+            )
         full = ~np.isnan(a).any(axis=1)
         d = np.mean(a[full] ** 2 - b[full] ** 2, axis=1)
         overall = dm_from_differential(d, h=leads).to_dict()
-        return {"test": "Diebold-Mariano, Harvey-Leybourne-Newbold correction, squared error",
-                "overall": overall, "per_lead": per_lead}
+        return {
+            "test": "Diebold-Mariano, Harvey-Leybourne-Newbold correction, squared error",
+            "overall": overall,
+            "per_lead": per_lead,
+        }
 
     @classmethod
     def verdict(cls, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
@@ -654,11 +745,16 @@ class ForecastTask(Task):
         o = test["overall"]
         p = o["p_value"]
         direction = "lower" if o["mean_diff"] < 0 else "higher"
-        sig = (f"significantly {direction} at the 5% level" if p < SIGNIFICANCE
-               else "not significantly different at the 5% level")
-        return (f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g}: the mean squared error over "
-                f"leads 1-{len(test['per_lead'])} is {direction} by {abs(o['mean_diff']):.3g} "
-                f"(Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}): {sig}.")
+        sig = (
+            f"significantly {direction} at the 5% level"
+            if p < SIGNIFICANCE
+            else "not significantly different at the 5% level"
+        )
+        return (
+            f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g}: the mean squared error over "
+            f"leads 1-{len(test['per_lead'])} is {direction} by {abs(o['mean_diff']):.3g} "
+            f"(Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}): {sig}."
+        )
 
     @classmethod
     def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
@@ -673,11 +769,17 @@ class ForecastTask(Task):
     def paired_test_markdown(cls, test: dict[str, Any]) -> list[str]:
         lines = ["| lead | RMSE champion | RMSE reference | DM* | p (two-sided) |", "|--:|--:|--:|--:|--:|"]
         for row in test["per_lead"]:
-            lines.append(f"| {row['lead']} | {format_number(row['rmse_champion'])} | "
-                         f"{format_number(row['rmse_reference'])} | {row['statistic']:.2f} | {row['p_value']:.3g} |")
+            lines.append(
+                f"| {row['lead']} | {format_number(row['rmse_champion'])} | "
+                f"{format_number(row['rmse_reference'])} | {row['statistic']:.2f} | {row['p_value']:.3g} |"
+            )
         o = test["overall"]
-        lines += ["", f"Overall (mean over leads of the squared-error differential, h = {o['h']}, n = {o['n']}): "
-                      f"DM* = {o['statistic']:.2f}, p = {o['p_value']:.3g}.", ""]
+        lines += [
+            "",
+            f"Overall (mean over leads of the squared-error differential, h = {o['h']}, n = {o['n']}): "
+            f"DM* = {o['statistic']:.2f}, p = {o['p_value']:.3g}.",
+            "",
+        ]
         return lines
 
     @classmethod
@@ -724,11 +826,21 @@ class ForecastTask(Task):
     def contract_text(self) -> str:
         ds = self.dataset
         units = {c.name: c.unit for c in ds.columns}.get(ds.y, "?")
-        start = f" The series starts in calendar month {self.first_month} (1 = January) and is monthly." if self.first_month else ""
-        nll = (" With the Gaussian likelihood, also define (predict-var s) returning the predictive variance (> 0)."
-               if self.loss == "gaussian_nll" else "")
-        fit_text = ("Gaussian negative log-likelihood of the one-step forecasts" if self.loss == "gaussian_nll"
-                    else f"mean squared error of the forecasts at leads 1..{self.leads} from every month")
+        start = (
+            f" The series starts in calendar month {self.first_month} (1 = January) and is monthly."
+            if self.first_month
+            else ""
+        )
+        nll = (
+            " With the Gaussian likelihood, also define (predict-var s) returning the predictive variance (> 0)."
+            if self.loss == "gaussian_nll"
+            else ""
+        )
+        fit_text = (
+            "Gaussian negative log-likelihood of the one-step forecasts"
+            if self.loss == "gaussian_nll"
+            else f"mean squared error of the forecasts at leads 1..{self.leads} from every month"
+        )
         return f"""Task: one-step state-space forecasting of `{ds.y}` ({units}) from the dataset `{ds.name}`.{start}
 Write a program in the NDVM language (a Scheme subset) that defines exactly these three functions:
   (define (init) ...)        the state before any observation: a number, a list or a vector

@@ -1,4 +1,5 @@
 """Scores used by the tasks (numpy only)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ def rms(errors: np.ndarray, skip_nan: bool = False) -> float:
     if (np.count_nonzero(~np.isnan(errors)) if skip_nan else errors.size) == 0:
         return float("nan")
     with np.errstate(over="ignore"):
-        return float(np.sqrt((np.nanmean if skip_nan else np.mean)(errors ** 2)))
+        return float(np.sqrt((np.nanmean if skip_nan else np.mean)(errors**2)))
 
 
 def rmse(pred: np.ndarray, obs: np.ndarray) -> float:

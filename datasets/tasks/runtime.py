@@ -1,4 +1,5 @@
 """Access to the NDVM runtime from the tasks (imported lazily: the data layer works without it)."""
+
 from __future__ import annotations
 
 from .errors import CandidateError, RuntimeUnavailableError
@@ -9,10 +10,14 @@ def require_ndvm():
     try:
         import ndvm
     except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise RuntimeUnavailableError(f"the NDVM runtime cannot be imported ({exc}); build it with `make build`") from exc
+        raise RuntimeUnavailableError(
+            f"the NDVM runtime cannot be imported ({exc}); build it with `make build`"
+        ) from exc
     missing = [name for name in ("compile", "calibrate") if not hasattr(ndvm, name)]
     if missing:
-        raise RuntimeUnavailableError(f"the installed ndvm package lacks {missing}; build the runtime with `make build`")
+        raise RuntimeUnavailableError(
+            f"the installed ndvm package lacks {missing}; build the runtime with `make build`"
+        )
     return ndvm
 
 
@@ -28,6 +33,7 @@ def ndvm_available() -> bool:
 # The tasks look at a candidate's top-level forms (which names it defines, which symbols it
 # mentions, whether it ends with an expression) before compiling it; they read it with the
 # runtime's own reader (ndvm.read), so they see the program exactly as the compiler will.
+
 
 def read_candidate(source: str) -> list:
     """The candidate's top-level forms as ndvm.read data; CandidateError if it cannot be read."""

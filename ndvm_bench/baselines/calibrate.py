@@ -6,6 +6,7 @@ coordinates: softplus for ``positive``, a scaled sigmoid for ``(between lo hi)``
 one restart and steps through Python and torch at every iteration, as a user of the baseline
 would.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,15 +56,23 @@ def warm_up() -> None:
     opt.step()
 
 
-def calibrate(program: BaselineProgram, inputs: dict, target=None, loss: str = "mse", steps: int = 50,
-              lr: float = 0.05, init: np.ndarray | None = None) -> BaselineFit:
+def calibrate(
+    program: BaselineProgram,
+    inputs: dict,
+    target=None,
+    loss: str = "mse",
+    steps: int = 50,
+    lr: float = 0.05,
+    init: np.ndarray | None = None,
+) -> BaselineFit:
     """Fit ``program``'s parameters with torch Adam; ``init`` (natural units) defaults to the declared
     initial values. Non-finite losses stop the fit with ``error`` set, like a frozen NDVM lane."""
     t0 = time.perf_counter()
     params = program.params
     start = [p.init for p in params] if init is None else list(np.asarray(init, dtype=np.float64).reshape(-1))
-    u = torch.tensor([[_to_unconstrained(v, p.constraint) for v, p in zip(start, params)]], dtype=torch.float64,
-                     requires_grad=True)
+    u = torch.tensor(
+        [[_to_unconstrained(v, p.constraint) for v, p in zip(start, params)]], dtype=torch.float64, requires_grad=True
+    )
     target_t = None if target is None else torch.as_tensor(np.asarray(target, dtype=np.float64))
     if loss not in ("mse", "value"):
         raise ValueError(f"baseline calibrate supports loss 'mse' or 'value', not {loss!r}")

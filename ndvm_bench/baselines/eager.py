@@ -9,6 +9,7 @@ wrappers around tensors ``[..., n]`` / ``[..., r, c]`` and use torch's batched l
 Gradients come from torch autograd. This is the structural/numeric split of NDVM, but executed
 eagerly from Python: the ratio tagged/eager isolates the cost of boxing every value.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -107,12 +108,18 @@ def _variadic(op, unit):
         for x in args[1:]:
             acc = _arith(op, acc, x)
         return acc
+
     return prim
 
 
 def _compare(op):
-    fns = {"=": lambda a, b: a == b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
-           "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b}
+    fns = {
+        "=": lambda a, b: a == b,
+        "<": lambda a, b: a < b,
+        ">": lambda a, b: a > b,
+        "<=": lambda a, b: a <= b,
+        ">=": lambda a, b: a >= b,
+    }
     f = fns[op]
 
     def prim(args):
@@ -123,6 +130,7 @@ def _compare(op):
             r = f(_num(a, op), _num(b, op))
             result = r if result is True else (result & r)
         return result
+
     return prim
 
 
@@ -134,6 +142,7 @@ def _unary(name, fn):
         if isinstance(a, (Vec, Mat)):
             return type(a)(fn(a.t))
         return fn(_to_tensor(_num(a, name)))
+
     return prim
 
 
@@ -210,6 +219,7 @@ def _minmax(fn):
         for a in args[1:]:
             acc = fn(acc, _to_tensor(a))
         return acc
+
     return prim
 
 
@@ -221,21 +231,41 @@ def _make_list(values):
 
 
 _PRIMITIVE_FNS = {
-    "+": _variadic("+", 0), "-": _variadic("-", 0), "*": _variadic("*", 1), "/": _variadic("/", 1),
-    "=": _compare("="), "<": _compare("<"), ">": _compare(">"), "<=": _compare("<="), ">=": _compare(">="),
-    "exp": _unary("exp", torch.exp), "log": _unary("log", torch.log), "sqrt": _unary("sqrt", torch.sqrt),
-    "sin": _unary("sin", torch.sin), "cos": _unary("cos", torch.cos), "tan": _unary("tan", torch.tan),
-    "tanh": _unary("tanh", torch.tanh), "abs": _unary("abs", torch.abs), "square": _unary("square", torch.square),
-    "atan": _unary("atan", torch.atan), "sigmoid": _unary("sigmoid", torch.sigmoid),
+    "+": _variadic("+", 0),
+    "-": _variadic("-", 0),
+    "*": _variadic("*", 1),
+    "/": _variadic("/", 1),
+    "=": _compare("="),
+    "<": _compare("<"),
+    ">": _compare(">"),
+    "<=": _compare("<="),
+    ">=": _compare(">="),
+    "exp": _unary("exp", torch.exp),
+    "log": _unary("log", torch.log),
+    "sqrt": _unary("sqrt", torch.sqrt),
+    "sin": _unary("sin", torch.sin),
+    "cos": _unary("cos", torch.cos),
+    "tan": _unary("tan", torch.tan),
+    "tanh": _unary("tanh", torch.tanh),
+    "abs": _unary("abs", torch.abs),
+    "square": _unary("square", torch.square),
+    "atan": _unary("atan", torch.atan),
+    "sigmoid": _unary("sigmoid", torch.sigmoid),
     "softplus": _unary("softplus", lambda x: torch.logaddexp(x, torch.zeros_like(x))),
-    "min": _minmax(torch.minimum), "max": _minmax(torch.maximum),
+    "min": _minmax(torch.minimum),
+    "max": _minmax(torch.maximum),
     "not": lambda args: args[0] is False,
-    "cons": lambda args: Pair(args[0], args[1]), "car": _car, "cdr": _cdr,
+    "cons": lambda args: Pair(args[0], args[1]),
+    "car": _car,
+    "cdr": _cdr,
     "list": lambda args: _make_list(list(args)),
-    "null?": lambda args: args[0] is NIL, "pair?": lambda args: isinstance(args[0], Pair),
+    "null?": lambda args: args[0] is NIL,
+    "pair?": lambda args: isinstance(args[0], Pair),
     "length": lambda args: len(_list_items(args[0])),
-    "vec": _p_vec, "mat": _p_mat, "ref": _p_ref,
-    "rows": lambda args: (args[0].t.shape[-1] if isinstance(args[0], Vec) else _mat(args[0], "rows").shape[-2]),
+    "vec": _p_vec,
+    "mat": _p_mat,
+    "ref": _p_ref,
+    "rows": lambda args: args[0].t.shape[-1] if isinstance(args[0], Vec) else _mat(args[0], "rows").shape[-2],
     "cols": lambda args: _mat(args[0], "cols").shape[-1],
     "size": lambda args: _vec(args[0], "size").shape[-1],
     "eye": lambda args: Mat(torch.eye(_index(args[0], "eye"), dtype=_F64)),

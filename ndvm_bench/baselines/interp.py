@@ -17,10 +17,12 @@ Supported subset (what the benchmark programs and the co-search corpus use): ``p
 arguments), ``let``, named ``let``, ``let*``, ``letrec``, ``letrec*``, ``loop``/``recur``, ``if``,
 ``cond`` (with ``else``), ``and``, ``or``, ``when``, ``unless``, ``begin``, ``quote``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -43,7 +45,7 @@ class Closure:
 
     __slots__ = ("params", "rest", "body", "env", "name")
 
-    def __init__(self, params: list[str], rest: str | None, body: list, env: "Env", name: str = "lambda"):
+    def __init__(self, params: list[str], rest: str | None, body: list, env: Env, name: str = "lambda"):
         self.params, self.rest, self.body, self.env, self.name = params, rest, body, env, name
 
 
@@ -61,10 +63,10 @@ class Env:
 
     __slots__ = ("vars", "parent")
 
-    def __init__(self, bindings: dict, parent: "Env | None"):
+    def __init__(self, bindings: dict, parent: Env | None):
         self.vars, self.parent = bindings, parent
 
-    def find(self, name: str) -> "Env | None":
+    def find(self, name: str) -> Env | None:
         env = self
         while env is not None:
             if name in env.vars:
@@ -323,10 +325,22 @@ class Evaluator:
 
 
 _FORM_METHODS = {
-    "quote": "form_quote", "if": "form_if", "define": "form_define", "lambda": "form_lambda",
-    "let": "form_let", "let*": "form_let_star", "letrec": "form_letrec", "letrec*": "form_letrec",
-    "loop": "form_loop", "cond": "form_cond", "and": "form_and", "or": "form_or",
-    "when": "form_when", "unless": "form_unless", "begin": "form_begin", "param": "form_param",
+    "quote": "form_quote",
+    "if": "form_if",
+    "define": "form_define",
+    "lambda": "form_lambda",
+    "let": "form_let",
+    "let*": "form_let_star",
+    "letrec": "form_letrec",
+    "letrec*": "form_letrec",
+    "loop": "form_loop",
+    "cond": "form_cond",
+    "and": "form_and",
+    "or": "form_or",
+    "when": "form_when",
+    "unless": "form_unless",
+    "begin": "form_begin",
+    "param": "form_param",
 }
 
 
@@ -376,5 +390,13 @@ class BaselineProgram:
         return rep.output(self.evaluator.run(rep, list(t.unbind(1)), inputs))
 
 
-__all__ = ["BaselineParam", "BaselineProgram", "Closure", "Env", "Evaluator", "Representation", "TailCall",
-           "split_toplevel"]
+__all__ = [
+    "BaselineParam",
+    "BaselineProgram",
+    "Closure",
+    "Env",
+    "Evaluator",
+    "Representation",
+    "TailCall",
+    "split_toplevel",
+]

@@ -9,6 +9,7 @@ that compiles each candidate into its own graph costs, per new program.
 Importing this module does not import JAX; :func:`available` says whether it can be used and
 :func:`stage` raises :class:`JaxUnavailable` with the install hint when it cannot.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -33,8 +34,10 @@ def _jax():
     if not available():
         raise JaxUnavailable("JAX is not installed; install the optional extra: pip install 'ndvm-discovery[jax]'")
     import jax
+
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
+
     return jax, jnp
 
 
@@ -166,8 +169,7 @@ def _primitives(jnp) -> dict:
         return t
 
     def arith(op):
-        f = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-             "/": lambda a, b: a / b}[op]
+        f = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}[op]
         unit = 1 if op in ("*", "/") else 0
 
         def prim(args):
@@ -184,11 +186,17 @@ def _primitives(jnp) -> dict:
             if isinstance(acc, float):
                 acc = jnp.asarray(acc)
             return acc
+
         return prim
 
     def compare(op):
-        f = {"=": lambda a, b: a == b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
-             "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b}[op]
+        f = {
+            "=": lambda a, b: a == b,
+            "<": lambda a, b: a < b,
+            ">": lambda a, b: a > b,
+            "<=": lambda a, b: a <= b,
+            ">=": lambda a, b: a >= b,
+        }[op]
 
         def prim(args):
             result = True
@@ -196,10 +204,11 @@ def _primitives(jnp) -> dict:
                 r = f(a, b)
                 result = r if result is True else (result & r)
             return result
+
         return prim
 
     def unary(fn):
-        return lambda args: (type(args[0])(fn(args[0].t)) if isinstance(args[0], (_Vec, _Mat)) else fn(args[0]))
+        return lambda args: type(args[0])(fn(args[0].t)) if isinstance(args[0], (_Vec, _Mat)) else fn(args[0])
 
     def ref(args):
         a, i = args[0], args[1]
@@ -219,33 +228,51 @@ def _primitives(jnp) -> dict:
         def prim(args):
             t = jnp.full(tuple(args), value, dtype=jnp.float64)
             return _Vec(t) if len(args) == 1 else _Mat(t)
+
         return prim
 
     table = {op: arith(op) for op in "+-*/"}
     table.update({op: compare(op) for op in ("=", "<", ">", "<=", ">=")})
-    for name, fn in {"exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "sin": jnp.sin, "cos": jnp.cos,
-                     "tan": jnp.tan, "tanh": jnp.tanh, "abs": jnp.abs, "square": jnp.square, "atan": jnp.arctan,
-                     "sigmoid": lambda x: 1.0 / (1.0 + jnp.exp(-x)),
-                     "softplus": lambda x: jnp.logaddexp(x, 0.0)}.items():
+    for name, fn in {
+        "exp": jnp.exp,
+        "log": jnp.log,
+        "sqrt": jnp.sqrt,
+        "sin": jnp.sin,
+        "cos": jnp.cos,
+        "tan": jnp.tan,
+        "tanh": jnp.tanh,
+        "abs": jnp.abs,
+        "square": jnp.square,
+        "atan": jnp.arctan,
+        "sigmoid": lambda x: 1.0 / (1.0 + jnp.exp(-x)),
+        "softplus": lambda x: jnp.logaddexp(x, 0.0),
+    }.items():
         table[name] = unary(fn)
-    table.update({
-        "vec": vec, "mat": mat, "ref": ref,
-        "rows": lambda args: args[0].t.shape[0], "cols": lambda args: args[0].t.shape[1],
-        "size": lambda args: args[0].t.shape[0],
-        "eye": lambda args: _Mat(jnp.eye(args[0], dtype=jnp.float64)),
-        "zeros": fill(0.0), "ones": fill(1.0),
-        "dot": lambda args: jnp.dot(args[0].t, args[1].t),
-        "matvec": lambda args: _Vec(args[0].t @ args[1].t),
-        "matmul": lambda args: _Mat(args[0].t @ args[1].t),
-        "transpose": lambda args: _Mat(args[0].t.T),
-        "outer": lambda args: _Mat(jnp.outer(args[0].t, args[1].t)),
-        "trace": lambda args: jnp.trace(args[0].t),
-        "inv": lambda args: _Mat(jnp.linalg.inv(args[0].t)),
-        "det": lambda args: jnp.linalg.det(args[0].t),
-        "logdet": lambda args: jnp.linalg.slogdet(args[0].t)[1],
-        "vsum": lambda args: jnp.sum(args[0].t),
-        "min": lambda args: jnp.min(jnp.stack(args)), "max": lambda args: jnp.max(jnp.stack(args)),
-    })
+    table.update(
+        {
+            "vec": vec,
+            "mat": mat,
+            "ref": ref,
+            "rows": lambda args: args[0].t.shape[0],
+            "cols": lambda args: args[0].t.shape[1],
+            "size": lambda args: args[0].t.shape[0],
+            "eye": lambda args: _Mat(jnp.eye(args[0], dtype=jnp.float64)),
+            "zeros": fill(0.0),
+            "ones": fill(1.0),
+            "dot": lambda args: jnp.dot(args[0].t, args[1].t),
+            "matvec": lambda args: _Vec(args[0].t @ args[1].t),
+            "matmul": lambda args: _Mat(args[0].t @ args[1].t),
+            "transpose": lambda args: _Mat(args[0].t.T),
+            "outer": lambda args: _Mat(jnp.outer(args[0].t, args[1].t)),
+            "trace": lambda args: jnp.trace(args[0].t),
+            "inv": lambda args: _Mat(jnp.linalg.inv(args[0].t)),
+            "det": lambda args: jnp.linalg.det(args[0].t),
+            "logdet": lambda args: jnp.linalg.slogdet(args[0].t)[1],
+            "vsum": lambda args: jnp.sum(args[0].t),
+            "min": lambda args: jnp.min(jnp.stack(args)),
+            "max": lambda args: jnp.max(jnp.stack(args)),
+        }
+    )
     return {name: _Prim(fn) for name, fn in table.items()}
 
 

@@ -5,6 +5,7 @@ the text into nested Python lists of :class:`Symbol`, ``int``, ``float`` and ``b
 syntax the benchmark programs use (lists, numbers, symbols, booleans, ``'x`` quote, ``;`` comments).
 Errors raise :class:`ndvm.errors.ParseError` with the line and column of the problem.
 """
+
 from __future__ import annotations
 
 import re

@@ -23,6 +23,7 @@ interpreter.
 Lanes must agree on control flow (an ``if`` whose test differs across lanes raises
 :class:`ndvm.EvalError`): the benchmark programs' branches depend only on counters and data.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,8 +33,9 @@ from ndvm.errors import EvalError
 from ndvm_bench.baselines.interp import BaselineProgram, Closure
 from ndvm_bench.baselines.reader import Symbol
 
-(TAG_NIL, TAG_BOOL, TAG_INT, TAG_FLOAT, TAG_SYMBOL, TAG_PAIR, TAG_CLOSURE, TAG_PRIMITIVE, TAG_VECTOR,
- TAG_MATRIX) = range(10)
+(TAG_NIL, TAG_BOOL, TAG_INT, TAG_FLOAT, TAG_SYMBOL, TAG_PAIR, TAG_CLOSURE, TAG_PRIMITIVE, TAG_VECTOR, TAG_MATRIX) = (
+    range(10)
+)
 TAG_NAMES = ["nil", "boolean", "integer", "number", "symbol", "pair", "closure", "primitive", "vector", "matrix"]
 WIDTH = 14  # 10-way one-hot tag + 4-element payload
 P0 = 10  # first payload column
@@ -141,11 +143,11 @@ class TaggedValues:
             self.define(frame, name, value)
         return frame
 
-    def define(self, env: "TaggedFrame", name: str, value) -> None:
+    def define(self, env: TaggedFrame, name: str, value) -> None:
         entry = self.cons(self.symbol(name), value)
         env.head = self.cons(entry, env.head)
 
-    def _find(self, env: "TaggedFrame", name: str):
+    def _find(self, env: TaggedFrame, name: str):
         sid = self.symbols.get(name)
         if sid is None:  # a name never interned cannot be bound
             return None
@@ -241,7 +243,7 @@ class TaggedValues:
     def matrix_rows(self, m) -> list[list[torch.Tensor]]:
         r, c = self.shape(m)
         cells = self.elements(m)
-        return [cells[i * c:(i + 1) * c] for i in range(r)]
+        return [cells[i * c : (i + 1) * c] for i in range(r)]
 
 
 class TaggedFrame:
@@ -249,7 +251,7 @@ class TaggedFrame:
 
     __slots__ = ("head", "parent")
 
-    def __init__(self, head: torch.Tensor, parent: "TaggedFrame | None"):
+    def __init__(self, head: torch.Tensor, parent: TaggedFrame | None):
         self.head, self.parent = head, parent
 
 
@@ -296,6 +298,7 @@ def _variadic(op: str, unit: int):
         for x in args[1:]:
             acc = _elementwise(vals, op, acc, x, op)
         return acc
+
     return prim
 
 
@@ -311,6 +314,7 @@ def _compare(op):
             r = fn(vals.num(a, op), vals.num(b, op))
             result = r if result is None else (result & r)
         return vals.box_number(result.to(_F64), TAG_BOOL)
+
     return prim
 
 
@@ -326,6 +330,7 @@ def _unary(name, fn):
         if not shape:
             return scalar(vals, a)
         return vals.make_array(shape, [scalar(vals, e) for e in vals.elements(a)])
+
     return prim
 
 
@@ -495,8 +500,12 @@ def _p_inv(vals, args):
         (a, b), (c, d) = rows
         det = _det2(vals, rows, "inv")
         zero = vals.number(0.0)
-        cells = [_arith(vals, "/", d, det, "inv"), _arith(vals, "/", _arith(vals, "-", zero, b, "inv"), det, "inv"),
-                 _arith(vals, "/", _arith(vals, "-", zero, c, "inv"), det, "inv"), _arith(vals, "/", a, det, "inv")]
+        cells = [
+            _arith(vals, "/", d, det, "inv"),
+            _arith(vals, "/", _arith(vals, "-", zero, b, "inv"), det, "inv"),
+            _arith(vals, "/", _arith(vals, "-", zero, c, "inv"), det, "inv"),
+            _arith(vals, "/", a, det, "inv"),
+        ]
         return vals.make_array((2, 2), cells)
     _, inv = _eliminate(vals, rows, "inv")
     return vals.make_array((n, n), [c for r in inv for c in r])
@@ -545,19 +554,34 @@ def _minmax(name, fn):
         for a in args[1:]:
             acc = fn(acc, vals.num(a, name))
         return vals.box_number(acc)
+
     return prim
 
 
 _PRIMITIVES = {
-    "+": _variadic("+", 0), "-": _variadic("-", 0), "*": _variadic("*", 1), "/": _variadic("/", 1),
-    "=": _compare("="), "<": _compare("<"), ">": _compare(">"), "<=": _compare("<="), ">=": _compare(">="),
-    "exp": _unary("exp", torch.exp), "log": _unary("log", torch.log), "sqrt": _unary("sqrt", torch.sqrt),
-    "sin": _unary("sin", torch.sin), "cos": _unary("cos", torch.cos), "tan": _unary("tan", torch.tan),
-    "tanh": _unary("tanh", torch.tanh), "abs": _unary("abs", torch.abs), "square": _unary("square", torch.square),
+    "+": _variadic("+", 0),
+    "-": _variadic("-", 0),
+    "*": _variadic("*", 1),
+    "/": _variadic("/", 1),
+    "=": _compare("="),
+    "<": _compare("<"),
+    ">": _compare(">"),
+    "<=": _compare("<="),
+    ">=": _compare(">="),
+    "exp": _unary("exp", torch.exp),
+    "log": _unary("log", torch.log),
+    "sqrt": _unary("sqrt", torch.sqrt),
+    "sin": _unary("sin", torch.sin),
+    "cos": _unary("cos", torch.cos),
+    "tan": _unary("tan", torch.tan),
+    "tanh": _unary("tanh", torch.tanh),
+    "abs": _unary("abs", torch.abs),
+    "square": _unary("square", torch.square),
     "atan": _unary("atan", torch.atan),
     "sigmoid": _unary("sigmoid", torch.sigmoid),
     "softplus": _unary("softplus", lambda x: torch.logaddexp(x, torch.zeros_like(x))),
-    "min": _minmax("min", torch.minimum), "max": _minmax("max", torch.maximum),
+    "min": _minmax("min", torch.minimum),
+    "max": _minmax("max", torch.maximum),
     "not": lambda vals, args: vals.boolean(not vals.truthy(args[0])),
     "cons": lambda vals, args: vals.cons(args[0], args[1]),
     "car": lambda vals, args: _pair_cell(vals, args[0], 0, "car"),
@@ -566,13 +590,24 @@ _PRIMITIVES = {
     "null?": lambda vals, args: vals.boolean(vals.tag(args[0]) == TAG_NIL),
     "pair?": lambda vals, args: vals.boolean(vals.tag(args[0]) == TAG_PAIR),
     "length": lambda vals, args: vals.number(len(_list_items(vals, args[0]))),
-    "vec": _p_vec, "mat": _p_mat, "ref": _p_ref, "rows": _p_rows, "cols": _p_cols,
+    "vec": _p_vec,
+    "mat": _p_mat,
+    "ref": _p_ref,
+    "rows": _p_rows,
+    "cols": _p_cols,
     "size": lambda vals, args: vals.number(vals.shape(args[0])[0]),
     "eye": _p_eye,
     "zeros": lambda vals, args: _fill(vals, args, 0.0, "zeros"),
     "ones": lambda vals, args: _fill(vals, args, 1.0, "ones"),
-    "dot": _p_dot, "matvec": _p_matvec, "matmul": _p_matmul, "transpose": _p_transpose, "outer": _p_outer,
-    "trace": _p_trace, "inv": _p_inv, "det": _p_det, "logdet": _p_logdet,
+    "dot": _p_dot,
+    "matvec": _p_matvec,
+    "matmul": _p_matmul,
+    "transpose": _p_transpose,
+    "outer": _p_outer,
+    "trace": _p_trace,
+    "inv": _p_inv,
+    "det": _p_det,
+    "logdet": _p_logdet,
     "vsum": lambda vals, args: _sum(vals, vals.elements(args[0]), "vsum"),
 }
 _PRIMITIVE_NAMES = sorted(_PRIMITIVES)

@@ -7,6 +7,7 @@ loops), inexact arithmetic (trigonometry, exp/log/sqrt on safe domains, rounding
 contagion), chained comparisons, predicates, eqv?/equal?, and list operations (map, append, reverse,
 list-tail, memv, rest arguments). Nothing divides exact integers with `/` (NDVM has no rationals).
 """
+
 from __future__ import annotations
 
 import random
@@ -45,13 +46,17 @@ class ProgramGenerator:
         d = depth - 1
         choice = r.randrange(18)
         if choice == 14:
-            return (f"(case {self.integer(d)} ((0 1 2) {self.integer(d)}) ((-1 -2 3) {self.integer(d)}) "
-                    f"(else {self.integer(d)}))")
+            return (
+                f"(case {self.integer(d)} ((0 1 2) {self.integer(d)}) ((-1 -2 3) {self.integer(d)}) "
+                f"(else {self.integer(d)}))"
+            )
         if choice == 15:
             return f"(cond ({self.boolean(d)} {self.integer(d)}) ({self.boolean(d)} {self.integer(d)}) (else {self.integer(d)}))"
         if choice == 16:
-            return (f"(do ((k 0 (+ k 1)) (acc {self.integer(d)} (+ acc (* k {r.randint(-3, 3)})))) "
-                    f"((= k {r.randint(0, 6)}) acc))")
+            return (
+                f"(do ((k 0 (+ k 1)) (acc {self.integer(d)} (+ acc (* k {r.randint(-3, 3)})))) "
+                f"((= k {r.randint(0, 6)}) acc))"
+            )
         if choice == 17:
             return f"(list-ref (list {self.integer(d)} {self.integer(d)} {self.integer(d)}) {r.randint(0, 2)})"
         if choice == 0:
@@ -176,11 +181,15 @@ class ProgramGenerator:
         if choice == 9:
             return f"(apply list {self.number(d)} {self.list_(d)})"
         if choice == 10:
-            return (f"(let ((hit (assv {self.integer(d)} (list (cons 1 {self.list_(d)}) (cons 2 {self.list_(d)}) "
-                    f"(cons 0 {self.list_(d)}))))) (if hit (cdr hit) '(-99)))")
+            return (
+                f"(let ((hit (assv {self.integer(d)} (list (cons 1 {self.list_(d)}) (cons 2 {self.list_(d)}) "
+                f"(cons 0 {self.list_(d)}))))) (if hit (cdr hit) '(-99)))"
+            )
         if choice == 11:
-            return (f"(let loop ((k {r.randint(0, 4)}) (acc {self.list_(d)})) "
-                    f"(if (= k 0) acc (loop (- k 1) (cons (* k {self.number(d)}) acc))))")
+            return (
+                f"(let loop ((k {r.randint(0, 4)}) (acc {self.list_(d)})) "
+                f"(if (= k 0) acc (loop (- k 1) (cons (* k {self.number(d)}) acc))))"
+            )
         if choice == 0:
             return f"(list {self.number(d)} {self.number(d)})"
         if choice == 1:
@@ -211,13 +220,20 @@ class ProgramGenerator:
         float_helper = self.inexact(3)
         self.float_vars[:] = []
         self.int_vars[:] = []
-        calls = [f"(ih {self.integer(2)} {self.integer(2)})", f"(fh {self.inexact(2)})",
-                 f"(fh {self.inexact(2)} 1 2)", f"(rec {self.rng.randint(0, 30)} 0)",
-                 f"(apply ih (list {self.integer(1)} {self.integer(1)}))", f"(map ih '(1 2 3) '(4 5 6))"]
-        return (f"(let () (define (ih a b) {int_helper}) "
-                f"(define (fh u . rest) (+ (length rest) {float_helper})) "
-                f"(define (rec n acc) (if (<= n 0) acc (rec (- n 1) (+ acc {step})))) "
-                f"(list {body} {self.rng.choice(calls)} {self.rng.choice(calls)}))")
+        calls = [
+            f"(ih {self.integer(2)} {self.integer(2)})",
+            f"(fh {self.inexact(2)})",
+            f"(fh {self.inexact(2)} 1 2)",
+            f"(rec {self.rng.randint(0, 30)} 0)",
+            f"(apply ih (list {self.integer(1)} {self.integer(1)}))",
+            "(map ih '(1 2 3) '(4 5 6))",
+        ]
+        return (
+            f"(let () (define (ih a b) {int_helper}) "
+            f"(define (fh u . rest) (+ (length rest) {float_helper})) "
+            f"(define (rec n acc) (if (<= n 0) acc (rec (- n 1) (+ acc {step})))) "
+            f"(list {body} {self.rng.choice(calls)} {self.rng.choice(calls)}))"
+        )
 
 
 def generate(seed: int, count: int) -> list[str]:
@@ -231,8 +247,13 @@ def run_guile_batch(programs: list[str], guile: str, timeout_s: float = 120.0) -
         driver, source = Path(tmp) / "driver.scm", Path(tmp) / "programs.scm"
         driver.write_text(GUILE_BATCH_DRIVER)
         source.write_text("\n".join(programs) + "\n")
-        proc = subprocess.run([guile, "--no-auto-compile", "-s", str(driver), str(source)],
-                              capture_output=True, text=True, timeout=timeout_s, check=True)
+        proc = subprocess.run(
+            [guile, "--no-auto-compile", "-s", str(driver), str(source)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        )
     lines = proc.stdout.splitlines()
     if len(lines) != len(programs):
         raise RuntimeError(f"guile wrote {len(lines)} values for {len(programs)} programs")

@@ -5,6 +5,7 @@ It covers what the corpora use: numbers, parameters and the input x, `+ - * /` (
 `exp log sqrt sin cos abs tanh square`, `let`, `let*`, `if`, `= < > <= >=`, and the bounded loop
 `(loop ((var init) ...) body)` with `(recur expr ...)` in tail position.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,10 +49,23 @@ class _Recur:
         self.values = values
 
 
-_UNARY = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "sin": torch.sin, "cos": torch.cos,
-          "abs": torch.abs, "tanh": torch.tanh, "square": lambda v: v * v}
-_COMPARE = {"=": lambda p, q: p == q, "<": lambda p, q: p < q, ">": lambda p, q: p > q,
-            "<=": lambda p, q: p <= q, ">=": lambda p, q: p >= q}
+_UNARY = {
+    "exp": torch.exp,
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "abs": torch.abs,
+    "tanh": torch.tanh,
+    "square": lambda v: v * v,
+}
+_COMPARE = {
+    "=": lambda p, q: p == q,
+    "<": lambda p, q: p < q,
+    ">": lambda p, q: p > q,
+    "<=": lambda p, q: p <= q,
+    ">=": lambda p, q: p >= q,
+}
 
 
 def _truth(value) -> bool:

@@ -7,17 +7,21 @@ vector operations (vsum, dot, elementwise math over x) and branches on the sign 
 expression (so lanes diverge). The torch rendering follows the same tree, branch by branch per lane,
 so NDVM's value and gradient must equal torch autograd's.
 """
+
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 UNARY = {
-    "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "softplus": lambda z: torch.logaddexp(z, torch.zeros_like(z)),
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "softplus": lambda z: torch.logaddexp(z, torch.zeros_like(z)),
     "square": lambda z: z * z,
 }
 
@@ -111,16 +115,23 @@ class ModelGenerator:
                 for _ in range(n):
                     value = 0.5 * value + 0.5 * torch.tanh(f_step({**env, acc: value}))
                 return value
-            return (f"(let loop (({i} 0) ({acc} {s0})) (if (= {i} {n}) {acc} "
-                    f"(loop (+ {i} 1) (+ (* 0.5 {acc}) (* 0.5 (tanh {s_step}))))))"), run_loop
+
+            return (
+                f"(let loop (({i} 0) ({acc} {s0})) (if (= {i} {n}) {acc} "
+                f"(loop (+ {i} 1) (+ (* 0.5 {acc}) (* 0.5 (tanh {s_step}))))))"
+            ), run_loop
         if choice == 13:  # list map / apply
             (s1, f1), (s2, f2) = self.scalar(d), self.scalar(d)
-            return (f"(apply + (map (lambda (t) (* t t)) (list {s1} {s2} 0.5)))",
-                    lambda env: f1(env) ** 2 + f2(env) ** 2 + 0.25)
+            return (
+                f"(apply + (map (lambda (t) (* t t)) (list {s1} {s2} 0.5)))",
+                lambda env: f1(env) ** 2 + f2(env) ** 2 + 0.25,
+            )
         if choice == 14:  # vector expression reduced to a scalar
             (s1, f1) = self.scalar(d)
-            return (f"(/ (vsum (sin (+ (* {s1} x) b))) (size x))",
-                    lambda env: torch.sum(torch.sin(f1(env) * env["x"] + env["b"])) / env["x"].shape[0])
+            return (
+                f"(/ (vsum (sin (+ (* {s1} x) b))) (size x))",
+                lambda env: torch.sum(torch.sin(f1(env) * env["x"] + env["b"])) / env["x"].shape[0],
+            )
         (s1, f1), (s2, f2) = self.scalar(d), self.scalar(d)
         return (f"(dot (vec {s1} {s2}) (vec 0.5 -1.5))", lambda env: 0.5 * f1(env) - 1.5 * f2(env))
 
@@ -131,6 +142,7 @@ class ModelGenerator:
 
         def torch_fn(theta, x, fn=fn):
             return fn({"a": theta[0], "b": theta[1], "x": x}) * torch.ones((), dtype=torch.float64)
+
         return Model(program, torch_fn)
 
 
