@@ -901,7 +901,7 @@ class Discovery:
         left = len(batch.items) - sum(counts.values())
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none recorded"
         if left:
-            summary += f"; {left} left pending ({kind})"
+            summary += f"; {left} left pending ({what})"
         return Completed(message=f"{len(batch.items)} candidates: {summary}", data=dict(counts, pending=left))
 
     # ------------------------------------------------------------------ tracking stage
