@@ -38,7 +38,8 @@ FROM ${PYTHON_IMAGE} AS runtime
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin ndvm \
  && mkdir -p /work/runs && chown -R ndvm:ndvm /work
 COPY --from=build /opt/venv /opt/venv
-# Offline and quiet (telemetry and price-list look-ups off; see the README "Offline and quiet").
+# Offline and quiet (telemetry and price-list look-ups off; README "Offline and quiet"). ENV cannot
+# read a file: these lines repeat flows/offline.env, and tests/test_environment.py checks they match.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     DO_NOT_TRACK=true \

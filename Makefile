@@ -5,16 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ndvm-installed
 
-# Telemetry and network look-ups at start-up, switched off (see README "Offline and quiet").
-export DO_NOT_TRACK := true
-export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
+# Telemetry and network look-ups at start-up, switched off (see README "Offline and quiet"): the
+# KEY=value lines of flows/offline.env, the one list that ndvm's Python side reads as well.
+include flows/offline.env
+export $(shell sed -n 's/^\([A-Z][A-Z0-9_]*\)=.*/\1/p' flows/offline.env)
 export PREFECT_HOME ?= $(CURDIR)/runs/prefect
-export MLFLOW_DISABLE_TELEMETRY := true
-export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
-export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
-export LITELLM_LOCAL_MODEL_COST_MAP := True
-export DASK_LOGGING__DISTRIBUTED := warning
 
 .PHONY: run test test-all lint bench build fuzz sanitize ui venv clean distclean help
 

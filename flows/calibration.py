@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from flows.options import option
+from ndvm.calibrate import OPTIMIZERS
 
 # The held-out metrics of the forecast task kept per lead (all twelve would crowd the UI).
 FORECAST_LEADS_LOGGED = (1, 3, 6, 12)
@@ -31,10 +32,14 @@ FORECAST_LEADS_LOGGED = (1, 3, 6, 12)
 
 @dataclass(frozen=True)
 class CalibrationOptions:
-    """How each candidate is fitted (``ndvm.calibrate_many`` keyword arguments)."""
+    """How each candidate is fitted (``ndvm.calibrate_many`` keyword arguments).
+
+    The pipeline's calibration defaults, the one place for them (the CLI options, the discover and
+    recalibrate flows read these): fewer steps and restarts than ``ndvm.calibrate``'s own defaults
+    (ndvm/calibrate.py), since a run fits thousands of candidates and re-fits only the best."""
 
     optimizer: str = field(
-        default="adam", metadata=option("optimizer of every fit", group="calibration", choices=("adam", "lbfgs", "gd"))
+        default="adam", metadata=option("optimizer of every fit", group="calibration", choices=OPTIMIZERS)
     )
     steps: int = field(default=100, metadata=option("optimizer steps per fit", group="calibration"))
     lr: float = field(default=0.05, metadata=option("learning rate (adam, gd)", group="calibration"))

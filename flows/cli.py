@@ -19,25 +19,17 @@ from typing import Any
 
 from flows.dask_worker import add_worker_command
 from flows.datasets_cli import register_datasets_command
+from flows.environment import OFFLINE_ENV, apply_offline_env, with_offline_env
 
 DEFAULT_FOLDER = "runs"
 
-# Telemetry and network look-ups at start-up, off unless the user set them (see STACK.md).
-QUIET_ENV = {
-    "DO_NOT_TRACK": "true",
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "DASK_LOGGING__DISTRIBUTED": "warning",
-}
+# Telemetry and network look-ups at start-up, off unless the user set them (flows/offline.env).
+# Kept under this name for flows/dask_worker.py.
+QUIET_ENV = OFFLINE_ENV
 
 
 def _quiet_environment(verbose: bool = False) -> None:
-    for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
+    apply_offline_env()
     # Prefect's temporary server keeps its sqlite database in PREFECT_HOME and cannot create the
     # folder itself (the Makefile points it at runs/prefect, absent before the first run).
     if os.environ.get("PREFECT_HOME"):
@@ -502,7 +494,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
             f"ndvm ui: binding to {args.host}: anyone who can reach this machine can read the results", file=sys.stderr
         )
     command = mlflow_server_command(args.folder, args.host, args.port)
-    env = {**os.environ, **{k: v for k, v in QUIET_ENV.items() if k not in os.environ}}
+    env = with_offline_env(os.environ)
     # Its own process group: on Ctrl-C or SIGTERM (docker stop) the server and its uvicorn worker
     # are stopped together, never orphaned.
     process = subprocess.Popen(command, env=env, start_new_session=True)

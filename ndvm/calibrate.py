@@ -25,6 +25,12 @@ if TYPE_CHECKING:  # for the annotation only: ndvm.stderr is imported on first u
 
 LOSSES = ("mse", "gaussian_nll", "value")
 OPTIMIZERS = ("adam", "lbfgs", "gd")
+# calibrate's and calibrate_many's defaults, in one place (datasets/tasks/curve.py reads
+# DEFAULT_RESTARTS too). The discovery pipeline fits cheaper by default: flows/calibration.py.
+DEFAULT_OPTIMIZER = "adam"
+DEFAULT_STEPS = 200
+DEFAULT_LR = 0.05
+DEFAULT_RESTARTS = 32
 # The runtime's enums (native/src/optim.h, error.h), by name: a lane's status name is what
 # Fit.lane_status reports, an error kind K is raised as ndvm.errors' class K + "Error".
 _LANE_STATUS = {int(v): name for name, v in _native.LaneStatus.__members__.items()}
@@ -201,10 +207,10 @@ def calibrate(
     inputs: Mapping[str, Any] | None = None,
     target: Any = None,
     loss: str = "mse",
-    optimizer: str = "adam",
-    steps: int = 200,
-    lr: float = 0.05,
-    restarts: int = 32,
+    optimizer: str = DEFAULT_OPTIMIZER,
+    steps: int = DEFAULT_STEPS,
+    lr: float = DEFAULT_LR,
+    restarts: int = DEFAULT_RESTARTS,
     seed: int = 0,
     lane_inputs: Mapping[str, Any] | None = None,
     init: Any = "declared",
@@ -240,10 +246,10 @@ def calibrate_many(
     inputs: Mapping[str, Any] | None = None,
     target: Any = None,
     loss: str = "mse",
-    optimizer: str = "adam",
-    steps: int = 200,
-    lr: float = 0.05,
-    restarts: int = 32,
+    optimizer: str = DEFAULT_OPTIMIZER,
+    steps: int = DEFAULT_STEPS,
+    lr: float = DEFAULT_LR,
+    restarts: int = DEFAULT_RESTARTS,
     seed: int = 0,
     lane_inputs: Mapping[str, Any] | None = None,
     init: Any = "declared",

@@ -19,18 +19,11 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-QUIET = {
-    "DO_NOT_TRACK": "true",
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "DASK_LOGGING__DISTRIBUTED": "warning",
-}
-for _key, _value in QUIET.items():
-    os.environ.setdefault(_key, _value)
+from flows.environment import OFFLINE_ENV, apply_offline_env
+
+# The offline environment (flows/offline.env) for this process and every subprocess it starts.
+QUIET = dict(OFFLINE_ENV)
+apply_offline_env()
 
 REPO = Path(__file__).resolve().parents[1]
 ENSO_RUN_BUDGET = {"minutes": 3.0, "max_candidates": 40}

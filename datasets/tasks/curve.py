@@ -175,9 +175,9 @@ class CurveTask(Task):
         self.loss = loss
         self.per_group = per_group and dataset.group is not None
         # group_lanes: fit all groups in one calibration, one block of lanes per group (MSE only;
-        # see _fit_lanes). Same fits as the per-group loop but measured slower (Severson 82 cells,
-        # L-BFGS 200 steps x 8 restarts: 17 s in lanes vs 1.7 s looping), because every lane is padded
-        # to the longest cell and runs until the slowest lane stops; so the loop is the default.
+        # see _fit_lanes). Same fits as the per-group loop but slower (BENCHMARKS.md, "Figures behind
+        # choices in the code"), because every lane is padded to the longest cell and runs until the
+        # slowest lane stops; so the loop is the default.
         self.group_lanes = group_lanes and self.per_group and loss == "mse"
         self.is_battery = dataset.group == "cell_id" and dataset.x == "cycle"
         self.x_scale = float(x_scale) if x_scale is not None else (100.0 if self.is_battery else 1.0)
@@ -478,8 +478,13 @@ class CurveTask(Task):
             f"  (/ (vsum (* {LANE_W} (square (- ndvm-task-pred {LANE_Y})))) (vsum {LANE_W})))"
         )
 
-    def _fit_lanes(self, ndvm, candidate: str, *, restarts: int = 32, **calibrate_options):
-        """All groups in one ``ndvm.calibrate``: ``restarts`` lanes per group, best lane per group."""
+    def _fit_lanes(self, ndvm, candidate: str, *, restarts: int | None = None, **calibrate_options):
+        """All groups in one ``ndvm.calibrate``: ``restarts`` lanes per group (default: the runtime's),
+        best lane per group."""
+        if restarts is None:
+            from ndvm.calibrate import DEFAULT_RESTARTS
+
+            restarts = DEFAULT_RESTARTS
         groups = self.groups()
         program = ndvm.compile(self.lanes_source(candidate))
         xs, ys = zip(*(self._xy(g, TRAIN) for g in groups))

@@ -52,10 +52,10 @@ from .runtime import require_ndvm
 
 SERIES = "ndvm-task-series"  # the only input; reserved, candidates may not mention it
 # Origins of the multi-step training loss: every FIT_STRIDE-th month after the burn-in. Each
-# origin costs `leads` predict/update steps: every origin made an ENSO fit 12-22x the cost of the
-# one-step loss (measured 329-367 vs 15-31 ms per candidate, 100 Adam steps x 8 restarts, loaded
-# 2-core machine), every 5th 1.4x (42 vs 31 ms). 5 is coprime to 12, so the origins still cycle
-# through every calendar month, and every lead 1..leads is scored from each of them.
+# origin costs `leads` predict/update steps, so every month as an origin made a fit an order of
+# magnitude dearer than the one-step loss, every 5th month less than 1.5x (BENCHMARKS.md, "Figures
+# behind choices in the code"). 5 is coprime to 12, so the origins still cycle through every
+# calendar month, and every lead 1..leads is scored from each of them.
 FIT_STRIDE = 5
 RESERVED_PREFIX = "ndvm-task-"
 REQUIRED = ("init", "predict", "update")

@@ -251,7 +251,7 @@ inline void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes,
     case O_VSUM:
     case O_NORM:
       if (lanes == 1) {  // the sum in a register (o may alias x for the compiler: a store per element
-        double s = 0;    // was a store-to-load chain, 5x slower); the same additions in the same order
+        double s = 0;    // makes a store-to-load chain); the same additions in the same order
         if (op == O_VSUM)
           for (uint32_t e = 0; e < ne; ++e) s += x[e];
         else
