@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   LossSpec value;
   auto r = run_batch(*p, *vm, theta.data(), B, in, true, &value, lim);
   std::printf("value %.10f  grad %.10f %.10f  tape records %zu\n", r.values[0], r.grads[0], r.grads[1],
-              vm->tape.size());
+              vm->tape_size());
   auto time_per_call = [&](bool grad, const Limits& l) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) {

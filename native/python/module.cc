@@ -475,18 +475,18 @@ PYBIND11_MODULE(_native, m) {
   });
 
   m.def("hardware_threads", &hardware_threads);
-  // This thread's replay statistics (see program.cc): runs replayed from the tape, and replays
+  // This thread's replay statistics (see replay.cc): runs replayed from the tape, and replays
   // abandoned for a walk (a guard that failed, other inputs, an error).
   m.def("replay_counts", []() {
     const VM& vm = thread_vm();
-    return py::make_tuple(vm.replay.replayed, vm.replay.fell_back);
+    return py::make_tuple(vm.replays_done(), vm.replays_abandoned());
   });
   // What this thread's last evaluation (evaluate, value_and_grad, run) used of its budgets:
   // steps of its last lane group, element operations (work) of the whole evaluation.
   m.def("last_usage", []() {
     const VM& vm = thread_vm();
     py::dict d;
-    d["steps"] = vm.steps;
+    d["steps"] = vm.steps_taken();
     d["work"] = vm.work_used();
     return d;
   });

@@ -185,10 +185,10 @@ inline std::string opname(const Node* site) {
 // The lanes' outcomes of a chained numeric comparison of n scalars.
 template <class V>
 inline void compare_mask(VM& vm, int prim, const V* args, int n, uint8_t* m) {
-  std::memset(m, 1, vm.L);
+  std::memset(m, 1, vm.lane_count());
   for (int i = 0; i + 1 < n; ++i) {
     View a = view(vm, args[i], true), b = view(vm, args[i + 1], true);
-    for (int l = 0; l < vm.L; ++l) {
+    for (int l = 0; l < vm.lane_count(); ++l) {
       double x = a.p[l * a.ls], y = b.p[l * b.ls];
       bool r;
       switch (prim) {
@@ -207,7 +207,7 @@ inline void compare_mask(VM& vm, int prim, const V* args, int n, uint8_t* m) {
 template <class V>
 inline void pred_mask(VM& vm, int prim, const V& a, uint8_t* m, const Node* site) {
   View v = view(vm, a, true);
-  int lanes = a.uniform() ? 1 : vm.L;
+  int lanes = a.uniform() ? 1 : vm.lane_count();
   for (int l = 0; l < lanes; ++l) {
     double x = v.p[l * v.ls];
     bool r;
@@ -230,10 +230,10 @@ inline void pred_mask(VM& vm, int prim, const V& a, uint8_t* m, const Node* site
 // The lanes' outcomes of eqv? on the elements of two numbers of one shape.
 template <class V>
 inline void eqv_mask(VM& vm, const V& a, const V& b, uint8_t* m) {
-  std::memset(m, 1, vm.L);
+  std::memset(m, 1, vm.lane_count());
   View va = view(vm, a, false), vb = view(vm, b, false);
   for (uint32_t e = 0; e < a.numel(); ++e)
-    for (int l = 0; l < vm.L; ++l) {
+    for (int l = 0; l < vm.lane_count(); ++l) {
       double x = va.p[e * va.es + l * va.ls], y = vb.p[e * vb.es + l * vb.ls];
       m[l] &= x == y && std::signbit(x) == std::signbit(y);  // (eqv? 0.0 -0.0) is #f
     }

@@ -19,7 +19,7 @@ int64_t index_arg(VM& vm, const Value& v, const Node* site, const char* what) {
   if (v.tag == T_INT) return v.i;
   if (v.tag != T_NUM || v.rank != 0) vm.type_error(site, what, v);
   if (!v.uniform()) err_at(site, std::string("'") + site->name + "': " + what + " must be the same in every lane");
-  double x = vm.pay[v.n.off];
+  double x = vm.data(v)[0];
   if (x != std::floor(x) || !std::isfinite(x) || std::fabs(x) > 9e18)
     err_at(site, std::string("'") + site->name + "': " + what + " must be an integer");
   return static_cast<int64_t>(x);
@@ -33,14 +33,14 @@ const Pair* pair_of(VM& vm, const Value& v, const Node* site) {
 // Collects a proper list into `out`; a type error otherwise.
 void list_items(VM& vm, Value l, std::vector<Value>& out, const Node* site) {
   Value cur = l;
-  const size_t max_items = vm.lim->max_bytes / sizeof(Value);  // the copy counts against the budget
+  const size_t max_items = vm.limits().max_bytes / sizeof(Value);  // the copy counts against the budget
   const size_t before = out.size();
   while (cur.tag == T_PAIR) {
     const Pair* p = static_cast<const Pair*>(cur.ptr);
     out.push_back(p->car);
     cur = p->cdr;
     if (out.size() > max_items)
-      limit_error("memory budget (max_bytes=" + std::to_string(vm.lim->max_bytes >> 20) +
+      limit_error("memory budget (max_bytes=" + std::to_string(vm.limits().max_bytes >> 20) +
                       " MiB per evaluation) exceeded: a list of more than " + std::to_string(max_items) + " elements",
                   site ? site->line : 0, site ? site->col : 0);
   }

@@ -1,6 +1,7 @@
-// The evaluation driver: loads parameters and inputs into a VM, runs the program over a group of
+// The evaluation driver: has a VM load parameters and inputs and run the program over a group of
 // lanes, and splits the group when its lanes disagree on a branch (Divergence). Each part is run
-// again on its own, so a lane's result never depends on the other lanes of the batch.
+// again on its own, so a lane's result never depends on the other lanes of the batch. It reaches
+// the VM only through its public interface (vm.h); replaying a kept tape is the VM's (replay.cc).
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -40,156 +41,6 @@ void check_inputs(const Program& p, const Inputs& in, int B, const std::vector<i
   }
 }
 
-Value load_array(VM& vm, const Array& a, bool uniform) { return vm.alloc_num(a.rank, a.rows, a.cols, uniform); }
-
-// Loads parameters (lane-varying, active when differentiating) and inputs into a reset VM.
-// Returns where the parameters end (the inputs follow them, up to vm.pay_top).
-size_t load(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
-            bool grad, const std::vector<int>* input_grad_ids, const std::vector<int>* lane_map = nullptr) {
-  auto data_lane = [&](int l) { return lane_map ? (*lane_map)[lanes[l]] : lanes[l]; };
-  int L = static_cast<int>(lanes.size());
-  for (int j = 0; j < P; ++j) {
-    Value v = vm.alloc_num(0, 1, 1, false);
-    double* d = vm.data(v);
-    for (int l = 0; l < L; ++l) d[l] = theta[static_cast<size_t>(lanes[l]) * P + j];
-    if (p.f32)
-      for (int l = 0; l < L; ++l) d[l] = static_cast<float>(d[l]);
-    if (grad) {
-      v.flags |= NF_ACTIVE;
-      vm.zero_adjoint(v);
-    }
-    vm.params[j] = v;
-  }
-  const size_t params_end = vm.pay_top;
-  for (size_t i = 0; i < p.inputs.size(); ++i) {
-    Value v;
-    if (i < in.per_lane.size() && !in.per_lane[i].empty()) {
-      const Array& first = in.per_lane[i][data_lane(0)];
-      v = load_array(vm, first, false);
-      double* d = vm.data(v);
-      uint32_t ne = v.numel();
-      for (int l = 0; l < L; ++l) {
-        const Array& a = in.per_lane[i][data_lane(l)];
-        if (a.numel() != ne || a.rank != first.rank)
-          eval_error("lane input '" + p.inputs[i] + "' has lanes of different shapes");
-        for (uint32_t e = 0; e < ne; ++e) d[static_cast<size_t>(e) * L + l] = a.data[e];
-      }
-    } else {
-      const Array& a = in.shared[i];
-      v = load_array(vm, a, true);
-      std::memcpy(vm.data(v), a.data.data(), sizeof(double) * a.numel());  // inputs are data: inexact
-    }
-    if (p.f32) {
-      double* d = vm.data(v);
-      for (size_t e = 0; e < static_cast<size_t>(v.numel()) * vm.lanes_of(v); ++e) d[e] = static_cast<float>(d[e]);
-    }
-    if (grad && input_grad_ids)
-      for (int id : *input_grad_ids)
-        if (id == static_cast<int>(i)) {
-          v.flags |= NF_ACTIVE;
-          vm.zero_adjoint(v);
-        }
-    vm.inputs[i] = v;
-  }
-  return params_end;
-}
-
-bool same_limits(const Limits& a, const Limits& b) {
-  return a.max_steps == b.max_steps && a.max_depth == b.max_depth && a.max_bytes == b.max_bytes &&
-         a.max_work == b.max_work && a.max_seconds == b.max_seconds;
-}
-
-// Replay: when a gradient run walks the program over all lanes without a divergence, the VM keeps
-// its tape and arena. The next gradient run of the same program over as many lanes, with the same
-// inputs and limits, then re-executes the tape with the new parameters instead of walking the
-// program: structure (lists, closures, exact integers, shapes) cannot have changed, because every
-// decision that read a parameter-dependent number is a guard on the tape (comparisons, numeric
-// predicates, eqv? of numbers), checked lane by lane. A guard that fails, or any error, falls back
-// to an ordinary run, which also records afresh. Values and gradients are the walked run's, bit
-// for bit: replay computes with the evaluator's own kernels.
-void save_replay(const Program& p, VM& vm, size_t params_end, size_t inputs_end, const Value& result,
-                 const Limits& lim) {
-  VM::Replay& r = vm.replay;
-  r.prog = &p;
-  r.serial = p.serial;
-  r.lanes = vm.L;
-  r.params_end = params_end;
-  r.inputs_end = inputs_end;
-  r.top = vm.pay_top;
-  r.inputs.assign(vm.pay + params_end, vm.pay + inputs_end);
-  r.result = result;
-  r.limits = lim;
-  // charged once per replay, before it runs: the tape and its dimensions do not change
-  r.extra_work = 0;
-  for (const TapeRec& t : vm.tape)
-    if (tape_op_has<tapeflag::EXTRA>(t.op)) r.extra_work += record_extra_work(vm, t);
-  r.valid = true;
-}
-
-bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
-                 const std::vector<int>* lane_map, const Limits& lim);
-
-// A replay that gives up is not charged to the work budget: the walk it falls back to gets the
-// whole budget, so an evaluation passes or fails its budgets alike with replay on or off.
-bool try_replay(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
-                const std::vector<int>* lane_map, const Limits& lim) {
-  VM::Replay& r = vm.replay;
-  if (!lim.replay || !r.valid || r.prog != &p || r.serial != p.serial || r.lanes != static_cast<int>(lanes.size()) ||
-      !same_limits(r.limits, lim))
-    return false;
-  const uint64_t work0 = vm.work;
-  if (replay_tape(p, vm, theta, P, lanes, in, lane_map, lim)) return true;
-  vm.work = work0;
-  vm.pay_top = 0;  // reset() folds nothing of the abandoned replay into the work
-  return false;
-}
-
-bool replay_tape(const Program& p, VM& vm, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
-                 const std::vector<int>* lane_map, const Limits& lim) {
-  VM::Replay& r = vm.replay;
-  r.valid = false;  // until the replay has succeeded: the arena is being rewritten
-  ++r.fell_back;    // counted back below when it succeeds
-  vm.lim = &lim;
-  vm.pay_top = p.const_payload.size();
-  size_t params_end = load(p, vm, theta, P, lanes, in, true, nullptr, lane_map);  // the same offsets
-  if (params_end != r.params_end || vm.pay_top != r.inputs_end ||
-      (!r.inputs.empty() && std::memcmp(vm.pay + r.params_end, r.inputs.data(), sizeof(double) * r.inputs.size()) != 0))
-    return false;  // other inputs (or lanes of other data): walk the program
-  vm.pay_top = r.top;
-  try {
-    // A replay is charged as its walk was, before it runs: its outputs' elements through the arena
-    // (pay_top is the walk's), its products and linear algebra as r.extra_work. The wall clock, when
-    // set, is checked every kCheck records. Past a budget, the replay gives up and the walk it
-    // falls back to reports the error with its place.
-    vm.charge(r.extra_work);
-    constexpr size_t kCheck = 1024;
-    const bool clock = lim.max_seconds > 0;
-    size_t index = 0;
-    for (const TapeRec& t : vm.tape) {
-      if (clock && ++index % kCheck == 0) vm.poll_clock(nullptr);
-      if (t.op == O_GUARD) {
-        if (!guard_holds(vm, t)) return false;  // a decision would go the other way
-        continue;
-      }
-      // the adjoint, zeroed as recording does; a plain loop here measured 5 us (of 18) faster on
-      // the one-lane Kalman replay than VM::zero_adjoint's constant-size memsets
-      double* g = vm.adjoint(t.out);
-      size_t n = static_cast<size_t>(t.out.numel()) * vm.lanes_of(t.out);
-      if (n <= 4)
-        for (size_t i = 0; i < n; ++i) g[i] = 0.0;
-      else std::memset(g, 0, sizeof(double) * n);
-      forward_record(vm, t);
-    }
-    vm.check_budgets(nullptr);
-  } catch (...) {
-    return false;  // e.g. (quotient x 0.0) now: the walked run reports it with its location
-  }
-  r.valid = true;
-  --r.fell_back;
-  ++r.replayed;
-  return true;
-}
-
 struct Driver {
   const Program& p;
   VM& vm;
@@ -207,14 +58,13 @@ struct Driver {
   void run_group(const std::vector<int>& lanes) {
     int L = static_cast<int>(lanes.size());
     vm.reset(p, L, grad, lim);
-    size_t params_end = load(p, vm, theta, P, lanes, in, grad, input_grad_ids, lane_map);
-    size_t inputs_end = vm.pay_top;
+    size_t params_end = vm.load(theta, P, lanes, in, grad, input_grad_ids, lane_map);
+    size_t inputs_end = vm.inputs_end();
     Value out;
     try {
       out = vm.run();
-      // the allocations since the last check, before a tape over the budget could be kept for replay
-      if (vm.over_work()) vm.work_error(nullptr);
-      if (grad && !input_grad_ids && L == B && lim.replay) save_replay(p, vm, params_end, inputs_end, out, lim);
+      vm.check_work();  // before a tape over the budget could be kept for replay
+      if (grad && !input_grad_ids && L == B && lim.replay) vm.save_replay(params_end, inputs_end, out);
     } catch (Divergence& d) {
       std::vector<int> yes, no;
       for (int l = 0; l < L; ++l) (d.mask[l] ? yes : no).push_back(lanes[l]);
@@ -280,11 +130,11 @@ struct Driver {
           for (uint32_t e = 0; e < ne; ++e) sse += (y[e] - t[e]) * (y[e] - t[e]);
           const double log2pi = std::log(2 * M_PI);
           if (loss->sigma_param >= 0) {
-            double s = vm.data(vm.params[loss->sigma_param])[l];
+            double s = vm.data(vm.param(loss->sigma_param))[l];
             obj = 0.5 * sse / (s * s * ne) + std::log(s) + 0.5 * log2pi;
             if (seed) {
               for (uint32_t e = 0; e < ne; ++e) seed[static_cast<size_t>(e) * Lo + sl] += (y[e] - t[e]) / (s * s * ne);
-              vm.adjoint(vm.params[loss->sigma_param])[l] += -sse / (s * s * s * ne) + 1.0 / s;
+              vm.adjoint(vm.param(loss->sigma_param))[l] += -sse / (s * s * s * ne) + 1.0 / s;
             }
           } else {  // sigma profiled out: sigma^2 = mse
             double mse = sse / ne;
@@ -300,14 +150,14 @@ struct Driver {
     if (!grad) return;
     if (out.active()) vm.backward();
     for (int j = 0; j < P; ++j) {
-      const double* g = vm.adjoint(vm.params[j]);
+      const double* g = vm.adjoint(vm.param(j));
       for (int l = 0; l < L; ++l)
         res.grads[static_cast<size_t>(lanes[l]) * P + j] = g[l];  // adj was zeroed: 0 when inactive
     }
     if (input_grad_ids) {
       size_t base = 0;
       for (int id : *input_grad_ids) {
-        const Value& v = vm.inputs[id];
+        const Value& v = vm.input(id);
         uint32_t ne_in = v.numel(), lanes_in = vm.lanes_of(v);
         for (uint32_t e = 0; e < ne_in; ++e)
           for (uint32_t l = 0; l < lanes_in; ++l)
@@ -358,8 +208,8 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   std::vector<int> lanes(B);
   for (int l = 0; l < B; ++l) lanes[l] = l;
   vm.begin_evaluation(lim);  // one work budget and one deadline for every lane group and a replay
-  if (grad && !input_grad_ids && try_replay(p, vm, theta, P, lanes, in, lane_map, lim))
-    d.store(lanes, vm.replay.result);
+  if (grad && !input_grad_ids && vm.try_replay(p, theta, P, lanes, in, lane_map, lim))
+    d.store(lanes, vm.replay_result());
   else d.run_group(lanes);
   note_work(vm.work_used());
   return std::move(d.res);
@@ -389,7 +239,7 @@ OutValue convert(VM& vm, const Value& v, int depth, const StackProbe& probe) {
       break;
     case T_SYM:
       o.kind = OutValue::Sym;
-      o.sym = vm.prog->symbols[v.i];
+      o.sym = vm.program().symbols[v.i];
       break;
     case T_CLOSURE:
     case T_PRIM: o.kind = OutValue::Procedure; break;
@@ -430,9 +280,9 @@ OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in
   vm.begin_evaluation(lim);
   vm.reset(p, 1, false, lim);
   std::vector<int> lanes{0};
-  load(p, vm, theta, static_cast<int>(p.params.size()), lanes, in, false, nullptr);
+  vm.load(theta, static_cast<int>(p.params.size()), lanes, in, false, nullptr, nullptr);
   Value v = vm.run();
-  if (vm.over_work()) vm.work_error(nullptr);  // the allocations since the last check
+  vm.check_work();
   note_work(vm.work_used());
   const StackProbe probe;
   return convert(vm, v, 0, probe);

@@ -84,6 +84,59 @@ void VM::reset(const Program& p, int lanes, bool rec, const Limits& l) {
   inputs.assign(p.inputs.size(), Value());
 }
 
+// Parameters first (lane-varying: one value per lane of the group), then the inputs; a replay
+// relies on the same order and offsets (replay.cc).
+size_t VM::load(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in, bool grad,
+                const std::vector<int>* input_grad_ids, const std::vector<int>* lane_map) {
+  const Program& p = *prog;
+  auto data_lane = [&](int l) { return lane_map ? (*lane_map)[lanes[l]] : lanes[l]; };
+  const int n_lanes = static_cast<int>(lanes.size());
+  for (int j = 0; j < P; ++j) {
+    Value v = alloc_num(0, 1, 1, false);
+    double* d = data(v);
+    for (int l = 0; l < n_lanes; ++l) d[l] = theta[static_cast<size_t>(lanes[l]) * P + j];
+    if (p.f32)
+      for (int l = 0; l < n_lanes; ++l) d[l] = static_cast<float>(d[l]);
+    if (grad) {
+      v.flags |= NF_ACTIVE;
+      zero_adjoint(v);
+    }
+    params[j] = v;
+  }
+  const size_t params_end = pay_top;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    Value v;
+    if (i < in.per_lane.size() && !in.per_lane[i].empty()) {
+      const Array& first = in.per_lane[i][data_lane(0)];
+      v = alloc_num(first.rank, first.rows, first.cols, false);
+      double* d = data(v);
+      uint32_t ne = v.numel();
+      for (int l = 0; l < n_lanes; ++l) {
+        const Array& a = in.per_lane[i][data_lane(l)];
+        if (a.numel() != ne || a.rank != first.rank)
+          eval_error("lane input '" + p.inputs[i] + "' has lanes of different shapes");
+        for (uint32_t e = 0; e < ne; ++e) d[static_cast<size_t>(e) * n_lanes + l] = a.data[e];
+      }
+    } else {
+      const Array& a = in.shared[i];
+      v = alloc_num(a.rank, a.rows, a.cols, true);
+      std::memcpy(data(v), a.data.data(), sizeof(double) * a.numel());  // inputs are data: inexact
+    }
+    if (p.f32) {
+      double* d = data(v);
+      for (size_t e = 0; e < static_cast<size_t>(v.numel()) * lanes_of(v); ++e) d[e] = static_cast<float>(d[e]);
+    }
+    if (grad && input_grad_ids)
+      for (int id : *input_grad_ids)
+        if (id == static_cast<int>(i)) {
+          v.flags |= NF_ACTIVE;
+          zero_adjoint(v);
+        }
+    inputs[i] = v;
+  }
+  return params_end;
+}
+
 // The adjoint buffer mirrors the payload arena (same offsets), so it grows with it.
 void VM::grow_payload(size_t need) {
   if (need <= pay_cap) return;

@@ -101,19 +101,46 @@ class VM {
   VM& operator=(const VM&) = delete;
 
   // ---- a run ---------------------------------------------------------------------------------
+  // The driver (program.cc) calls, per lane group: reset, load, run, check_work, then reads the
+  // result, its adjoints and the parameters' through the accessors below.
   void reset(const Program& p, int lanes, bool recording, const Limits& lim);
-  Value run();      // evaluates the program's top level (on the VM's own large stack)
-  void backward();  // replays the tape; call after seeding adjoints with adj_of()
+  // Loads the parameters of `lanes` (rows of theta; lane-varying, active when `grad`) and the
+  // inputs (per lane, through lane_map when set, or shared) into the arena after reset(). Returns
+  // where the parameters end; the inputs follow them up to inputs_end().
+  size_t load(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in, bool grad,
+              const std::vector<int>* input_grad_ids, const std::vector<int>* lane_map);
+  size_t inputs_end() const { return pay_top; }  // right after load(): the arena's top
+  Value run();                                   // evaluates the program's top level (on the VM's own large stack)
+  void backward();                               // replays the tape; call after seeding adjoints with adjoint()
+  // After run(): the allocations since the last checkpoint, before the run's tape is kept or its
+  // work reported.
+  void check_work() {
+    if (over_work()) work_error(nullptr);
+  }
 
-  const Program* prog = nullptr;
-  int L = 1;  // lanes of the current group
-  const Limits* lim = nullptr;
-  std::vector<Value> params, inputs;
+  // The current run, read-only.
+  const Program& program() const { return *prog; }
+  int lane_count() const { return L; }  // lanes of the current group
+  const Limits& limits() const { return *lim; }
+  const Value& param(size_t j) const { return params[j]; }
+  const Value& input(size_t i) const { return inputs[i]; }
+  size_t tape_size() const { return tape.size(); }
+  uint64_t steps_taken() const { return steps; }  // evaluation steps of the current run
+
+  // ---- replay (replay.cc) --------------------------------------------------------------------
+  // Keeps the run just walked (all lanes, no divergence, recording) for replay: its tape, arena
+  // offsets, inputs and limits. params_end is load()'s result, inputs_end inputs_end()'s.
+  void save_replay(size_t params_end, size_t inputs_end, const Value& result);
+  // Re-executes the kept tape with new parameters when the program p, lanes, inputs and limits are
+  // the recorded ones and every guard still holds; false (the state as after a failed attempt,
+  // ready for reset) when the caller must walk the program instead. The result is replay_result().
+  bool try_replay(const Program& p, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+                  const std::vector<int>* lane_map, const Limits& lim);
+  const Value& replay_result() const { return replay.result; }
+  uint64_t replays_done() const { return replay.replayed; }        // statistics of this VM
+  uint64_t replays_abandoned() const { return replay.fell_back; }  // a guard failed, other inputs, an error
 
   // ---- payload arena (numbers, lane-minor) ---------------------------------------------------
-  double* pay = nullptr;
-  size_t pay_top = 0;
-
   // A number of the given shape in the arena. Its size is computed in 64 bits (rows * cols * lanes
   // can exceed 32, and wrapped it would allocate a small buffer that the kernel then overruns);
   // grow_for refuses what exceeds the memory budget or the arena's 32-bit offsets, so every
@@ -158,7 +185,6 @@ class VM {
   }
 
   // ---- tape ----------------------------------------------------------------------------------
-  std::vector<TapeRec> tape;
   // A record's inputs: kept in the record, or in targs when it has more than two.
   const NumRef* record_inputs(const TapeRec& t) const { return t.nin > 2 ? targs.data() + t.args : t.in; }
   // The lanes' outcomes a guard record (O_GUARD) recorded, one byte per lane.
@@ -245,23 +271,6 @@ class VM {
   // eqv? on two values: per-lane mask accumulation (AND) into m
   void eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site);
 
-  // ---- replay --------------------------------------------------------------------------------
-  // The last recorded run, kept so that the next evaluation of the same program over the same
-  // lanes and inputs can re-execute its tape instead of walking the program again (program.cc).
-  // Any reset() drops it: the arena and the tape it describes are overwritten.
-  struct Replay {
-    bool valid = false;
-    const Program* prog = nullptr;
-    uint64_t serial = 0;
-    int lanes = 0;
-    size_t params_end = 0, inputs_end = 0, top = 0;  // arena offsets of the recorded run
-    std::vector<double> inputs;                      // the arena's input region when recorded
-    Value result;
-    Limits limits;
-    uint64_t extra_work = 0;               // what the tape's products and linear algebra cost beyond their outputs
-    uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
-  } replay;
-
   // ---- heap ----------------------------------------------------------------------------------
   Value cons(Value a, Value b);
   Frame* new_frame(uint32_t size, Frame* parent);
@@ -277,7 +286,6 @@ class VM {
   // allocation, without a counter on that hot path; reset() folds a finished group's pay_top into
   // `work`, and a replay, whose arena is the recorded walk's, counts as that walk did. `work` holds
   // what allocation does not show: products, linear algebra, reductions, list traversals.
-  uint64_t work = 0;
   uint64_t work_used() const { return work > UINT64_MAX - pay_top ? UINT64_MAX : work + pay_top; }
   bool over_work() const { return work > lim->max_work || pay_top > lim->max_work - work; }
   // Adds `w` (an operation's cost, computed before it runs) and raises LimitError past the budget.
@@ -322,10 +330,19 @@ class VM {
   [[noreturn, gnu::cold, gnu::noinline]] void type_error(const Node* site, const char* what, const Value& got);
 
   int* pivots() { return pivots_.data(); }  // the `ints` of the last scratch_for
-  uint64_t steps = 0;                       // evaluation steps of the current run
 
-  // The VM's own state: reached only by its members (vm.cc, prims.cc, kernels.cc, linalg.cc).
+  // The VM's own state: reached only by its members (vm.cc, limits.cc, prims.cc, kernels.cc,
+  // linalg.cc, replay.cc); the driver and the kernels' free functions use the accessors above.
  private:
+  const Program* prog = nullptr;
+  int L = 1;  // lanes of the current group
+  const Limits* lim = nullptr;
+  std::vector<Value> params, inputs;
+  double* pay = nullptr;  // the payload arena (reached through data())
+  size_t pay_top = 0;
+  std::vector<TapeRec> tape;
+  uint64_t work = 0;       // what allocation does not show of the work (see work_used)
+  uint64_t steps = 0;      // evaluation steps of the current run
   bool recording = false;  // build the tape
   double* adj = nullptr;   // adjoints, same offsets as pay (reached through adjoint())
   size_t pay_cap = 0, adj_cap = 0;
@@ -344,6 +361,24 @@ class VM {
   std::vector<uint8_t> mask_, leaf_mask_;
   bool has_deadline_ = false;
   std::chrono::steady_clock::time_point start_, deadline_;
+  // The last recorded run, kept so that the next evaluation of the same program over the same
+  // lanes and inputs can re-execute its tape instead of walking the program again (replay.cc).
+  // Any reset() drops it: the arena and the tape it describes are overwritten.
+  struct Replay {
+    bool valid = false;
+    const Program* prog = nullptr;
+    uint64_t serial = 0;
+    int lanes = 0;
+    size_t params_end = 0, inputs_end = 0, top = 0;  // arena offsets of the recorded run
+    std::vector<double> inputs;                      // the arena's input region when recorded
+    Value result;
+    Limits limits;
+    uint64_t extra_work = 0;               // what the tape's products and linear algebra cost beyond their outputs
+    uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
+  } replay;
+
+  bool replay_tape(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+                   const std::vector<int>* lane_map, const Limits& lim);
   void grow_payload(size_t need);
   Value run_here();
 

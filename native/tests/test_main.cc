@@ -148,19 +148,19 @@ static void test_replay() {
   const std::vector<double>* order[] = {&near, &far, &near, &near};
   const bool expect_replay[] = {true, false, false, true};
   for (int k = 0; k < 4; ++k) {
-    uint64_t replayed = vm->replay.replayed;
+    uint64_t replayed = vm->replays_done();
     auto got = run_batch(*p, *vm, order[k]->data(), 2, in, true, &ls, lim);
     auto fresh_vm = make_vm();
     auto want = run_batch(*p, *fresh_vm, order[k]->data(), 2, in, true, &ls, lim);
     CHECK(got.values == want.values && got.grads == want.grads);
-    CHECK((vm->replay.replayed == replayed + 1) == expect_replay[k]);
+    CHECK((vm->replays_done() == replayed + 1) == expect_replay[k]);
   }
   Limits off = lim;
   off.replay = false;
-  uint64_t replayed = vm->replay.replayed;
+  uint64_t replayed = vm->replays_done();
   run_batch(*p, *vm, near.data(), 2, in, true, &ls, off);
   run_batch(*p, *vm, near.data(), 2, in, true, &ls, off);
-  CHECK(vm->replay.replayed == replayed);
+  CHECK(vm->replays_done() == replayed);
 }
 
 // Issue 17: sizes checked in 64 bits, linear-algebra scratch in the memory budget, the work budget
@@ -227,10 +227,10 @@ static void test_limits() {
   run_batch(*p, *vm, theta, 2, in, true, &ls, lim);
   uint64_t walked = vm->work_used();
   CHECK(walked >= 2ull * 50 * 50 * 50);
-  uint64_t replayed = vm->replay.replayed;
+  uint64_t replayed = vm->replays_done();
   theta[0] = 1.1;
   run_batch(*p, *vm, theta, 2, in, true, &ls, lim);
-  CHECK(vm->replay.replayed == replayed + 1);
+  CHECK(vm->replays_done() == replayed + 1);
   CHECK(vm->work_used() >= 2ull * 50 * 50 * 50 && vm->work_used() <= walked);
 }
 
