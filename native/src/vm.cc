@@ -281,13 +281,15 @@ struct RunCtx {
 #endif
 };
 
-void run_trampoline(unsigned hi, unsigned lo) {
+}  // namespace
+
+void VM::run_trampoline(unsigned hi, unsigned lo) {
   RunCtx* c = reinterpret_cast<RunCtx*>((static_cast<uintptr_t>(hi) << 32) | lo);
 #ifdef NDVM_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &c->caller_bottom, &c->caller_size);
 #endif
   try {
-    c->result = c->vm->run_here_public();
+    c->result = c->vm->run_here();
   } catch (...) {
     c->error = std::current_exception();  // exceptions must not unwind across the stack switch
   }
@@ -295,7 +297,6 @@ void run_trampoline(unsigned hi, unsigned lo) {
   __sanitizer_start_switch_fiber(nullptr, c->caller_bottom, c->caller_size);
 #endif
 }
-}  // namespace
 
 size_t thread_stack_budget() { return t_stack_budget; }
 void set_thread_stack_budget(size_t bytes) { t_stack_budget = bytes; }

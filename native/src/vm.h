@@ -381,11 +381,8 @@ class VM {
                    const std::vector<int>* lane_map, const Limits& lim);
   void grow_payload(size_t need);
   Value run_here();
-
- public:
-  Value run_here_public() { return run_here(); }
-
- private:
+  // makecontext's entry point (vm.cc): run_here on the VM's own stack, for run()
+  static void run_trampoline(unsigned hi, unsigned lo);
   // Evaluation runs on a stack of its own (reserved, committed only where touched), so deep
   // non-tail recursion is bounded by Limits, not by the calling thread's stack.
   char* eval_stack_ = nullptr;
