@@ -59,7 +59,7 @@ def _loaded_on_run(ep: Any) -> Callable[[BenchConfig], SuiteResult]:
 
 
 SUITE_NAMES = ["regimes", "amortization", "staging", "calibration", "cosearch", "multicore", "kalman-highdim"]
-# Run only when named: symreg (49 skeletons against scipy, about 10 minutes) and the pipeline's
+# Run only when named: symreg (49 skeletons against scipy, 3-5 minutes) and the pipeline's
 # suites (real discovery runs judged on their test split, about 15 minutes; the LLM proposer
 # against a recorded-output server).
 EXPLICIT_SUITES = ["symreg", *_pipeline_suites()]
