@@ -10,9 +10,9 @@ starts with one of the repository's top-level entries.
 Forms the docs use and this test understands: ``file.py:name`` and ``file.py::test`` (the name is
 looked up in the file), ``module.name`` written as ``flows/feedback.ResidualNotes`` (the module
 ``flows/feedback.py`` must define ``ResidualNotes``), globs (``tests/metacircular/*.scm``: at
-least one match) and brace lists (``programs_{forms,control}.scm``: each one). Build outputs
-under the git-ignored build folders (``native/build/``) are made by ``make build``, not kept in
-the repository, and are not checked.
+least one match) and brace lists (``programs_{forms,control}.scm``: each one). Outputs under
+the git-ignored folders (``build/``, ``native/build/``, a run's ``runs/``) are made by the tools,
+not kept in the repository, and are not checked.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# Folders that `make build` fills (both in .gitignore): what the docs name there is a build product.
-BUILD_OUTPUTS = ("build/", "native/build/")
+# Folders the tools fill, all git-ignored: `make build` (build/, native/build/) and a run's results
+# (runs/: the store, MLflow, reports). What the docs name there is a product, absent from a clone.
+BUILD_OUTPUTS = ("build/", "native/build/", "runs/", "mlruns/")
 
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
@@ -101,6 +102,7 @@ def test_the_checker_tells_existing_paths_from_missing_ones():
     assert problem_with("flows/feedback.ResidualNotes") is None
     assert problem_with("tests/conformance/programs_{forms,control}.scm") is None
     assert problem_with("native/build/anything") is None
+    assert problem_with("runs/candidates.duckdb") is None  # a run's output, absent from a clone
     assert problem_with("flows/discover.py:run_discovery") is None
     assert problem_with("flows/no_such_module.py") == "no such path flows/no_such_module.py"
     assert problem_with("flows/discover.py:no_such_function") == "flows/discover.py defines no no_such_function"
