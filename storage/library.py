@@ -36,6 +36,7 @@ from storage.store import FINAL_STATES, Candidate, CandidateStore, StoreError
 LIBRARY_ORIGIN = "library"
 # How many of the earlier runs' best programs a run starts from (the proposers' context shows five).
 DEFAULT_SEEDS = 5
+LIBRARY_LOOKAHEAD = 4  # candidates read per seed wanted (twins of better programs are dropped)
 
 
 @dataclass(frozen=True)
@@ -79,14 +80,18 @@ class ProgramLibrary:
         evaluation could not be matched again, e.g. after the task's wrapper changed its hash)."""
         if not self.enabled:
             return []
-        programs = self.best_programs(k)
-        if not programs:
-            return []
-        added = self.store.add(
-            [{"source": p.source, "origin": LIBRARY_ORIGIN, "parents": []} for p in programs],
-            self.run_id,
-            program_source=program_source,
-        )
+        # More than k, added best first until k are in: each earlier run deduplicated only within
+        # itself, so a program can compute the same function as a better one of another run (a
+        # semantic twin), and the store drops it here as a duplicate.
+        added: list[Candidate] = []
+        for program in self.best_programs(LIBRARY_LOOKAHEAD * k):
+            if len(added) == k:
+                break
+            added += self.store.add(
+                [{"source": program.source, "origin": LIBRARY_ORIGIN, "parents": []}],
+                self.run_id,
+                program_source=program_source,
+            )
         self.seeds = [c.hash for c in added]
         return self.reuse(added)
 
