@@ -143,19 +143,6 @@ class RunTracking:
             )
             return False
 
-    def log_during_run(self, status: Any, leaderboard: Callable[[Any, int], Any], k: int) -> None:
-        """Progress and the podium during the run; a failure is a warning (the end retries)."""
-        if self.tracker is None:
-            return  # MLflow was down at the start: only the end tries again (no waiting mid-run)
-        try:
-            self.tracker.log_progress(status)
-            if k:
-                leaderboard(self.tracker, k)
-        except Exception as exc:
-            self.failures += 1
-            self.error = f"{type(exc).__name__}: {str(exc)[:500]}"
-            self.log.warning("MLflow logging failed (retried at the end): %s", self.error)
-
     def finish(
         self, leaderboard: Callable[[Any, int], Any], k: int, mlflow_status: str, seconds: float = FINISH_SECONDS
     ) -> bool:
