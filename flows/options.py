@@ -1,11 +1,11 @@
 """The options of a discovery run, generated from its typed configuration.
 
-``DiscoverConfig`` (flows/discover.py) is the configuration of a run, stored with it. Each of its
+``DiscoverConfig`` (flows/config.py) is the configuration of a run, stored with it. Each of its
 fields a user sets carries ``option(...)`` metadata: help text, command-line group, and, where they
 differ from the field's, the flag and the keyword. The nested parts are walked the same way:
 ``CalibrationOptions`` (flows/calibration.py) and ``RunnerChoice`` (flows/runners.py) carry their
-own metadata; ``ProblemSpec``'s (flows/problem.py) is given here in ``PROBLEM_OPTIONS``. The
-budget's fields (``Budget`` in flows/discover.py) are options too, gathered into the flow's
+own metadata; ``ProblemSpec``'s (flows/problem.py) is given in flows/config.py's ``PROBLEM_OPTIONS``.
+The budget's fields (``Budget`` in flows/config.py) are options too, gathered into the flow's
 ``budget`` argument.
 
 From that one description come: the command-line options of ``ndvm discover`` and ``ndvm serve``
