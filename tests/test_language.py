@@ -207,6 +207,17 @@ def test_read_errors_are_the_runtimes_with_positions():
         ndvm.read(b"(+ 1 2)")
 
 
+def test_read_errors_name_the_bracket_written():
+    # a list opened with '[' closes with ']': the messages name the bracket in the text
+    with pytest.raises(ndvm.ParseError, match="unexpected ']'") as info:
+        ndvm.read("(+ 1 2)]")
+    assert (info.value.line, info.value.column) == (1, 8)
+    with pytest.raises(ndvm.ParseError, match="expected ']' after the dotted tail"):
+        ndvm.read("[a . b c]")
+    with pytest.raises(ndvm.ParseError, match="expected '\\)' after the dotted tail"):
+        ndvm.read("(a . b c)")
+
+
 def test_read_nesting_limits():
     deep = "(" * language.MAX_NESTING + ")" * language.MAX_NESTING
     assert ndvm.read(deep)  # the runtime's limit itself is readable

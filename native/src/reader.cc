@@ -153,14 +153,15 @@ class Reader {
           d->tail = datum(depth + 1);
           d->dotted = true;
           skip_space(depth + 1);
-          if (at_end() || (peek() != close)) parse_error("expected ')' after the dotted tail", line_, col_);
+          if (at_end() || (peek() != close))
+            parse_error(std::string("expected '") + close + "' after the dotted tail", line_, col_);
           next();
           return d;
         }
         d->items.push_back(datum(depth + 1));
       }
     }
-    if (ch == ')' || ch == ']') parse_error("unexpected ')'", l, c);
+    if (ch == ')' || ch == ']') parse_error(std::string("unexpected '") + ch + "'", l, c);
     if (ch == '\'') {
       next();
       auto d = make(Datum::List, l, c);
