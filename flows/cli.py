@@ -223,7 +223,14 @@ def _print_report(console, report: dict[str, Any], folder: str) -> None:
             f"[yellow]MLflow logging incomplete[/] ({report['mlflow_error'][:200]}); the results are in "
             f"the store. Log them later:  ndvm log --run {report['run_id']} --folder {folder}"
         )
-    console.print(f"browse the results:  [bold]{ui_command(folder)}[/]   (then open http://127.0.0.1:5000)")
+    if report.get("champion"):
+        console.print(f"model registry: {report['champion']}")
+    page = "http://127.0.0.1:5000/"
+    if report.get("mlflow_experiment_id"):  # the experiment's leaderboard view, not MLflow's GenAI start page
+        from storage.tracking import leaderboard_path
+
+        page += leaderboard_path(report["mlflow_experiment_id"])
+    console.print(f"browse the results:  [bold]{ui_command(folder)}[/]   (then open {page})")
     if report["pending"]:
         console.print(f"continue this run:  ndvm discover --resume {report['run_id']} --folder {folder}")
 

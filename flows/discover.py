@@ -194,6 +194,7 @@ class DiscoveryReport:
     tracking_uri: str
     mlflow_run_id: str | None
     mlflow_experiment_id: str | None
+    champion: str | None  # the model registry's decision on this run's best (None: not logged)
     logged_entries: int
     runner: str
     workers: list[str]
@@ -1262,6 +1263,7 @@ class Discovery:
             tracking_uri=self.tracking.tracking_uri,
             mlflow_run_id=self.tracking.parent_run_id or s.mlflow_run_id,
             mlflow_experiment_id=self.tracking.experiment_id,
+            champion=None if self.tracking.champion is None else self.tracking.champion.reason,
             logged_entries=self.logged_entries,
             runner=self.runner_choice.describe(),
             workers=sorted(counts.workers),

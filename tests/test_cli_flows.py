@@ -239,3 +239,21 @@ def test_recalibrate_command_prints_old_and_new_scores(enso_run, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "enso-e2e re-fitted on" in out and "recal-cli" in out and report["best_hash"] in out
     assert "logged 2 nested runs" in out
+
+
+def test_the_run_summary_names_the_registry_decision_and_links_the_leaderboard_view(enso_run):
+    import io
+
+    from rich.console import Console
+
+    from flows.cli import _print_report
+
+    report, folder = enso_run
+    # the shared run is the first on its folder's fingerprint: its best becomes the champion
+    assert report["champion"] and "ndvm-enso-forecast" in report["champion"]
+    buffer = io.StringIO()
+    _print_report(Console(file=buffer, width=400), report, str(folder))
+    out = buffer.getvalue()
+    assert f"model registry: {report['champion']}" in out
+    experiment = report["mlflow_experiment_id"]
+    assert f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning" in out
