@@ -197,8 +197,6 @@ class Reader {
         d->boolean = false;
         return d;
       }
-      if (tok.size() > 1 && tok[1] == '(')
-        parse_error("vector literals #( ... ) are not supported; use (vec ...)", l, c);
       if (tok.size() > 1 && tok[1] == '\\') parse_error("characters are not supported by the language", l, c);
       parse_error("unreadable token '" + tok + "'", l, c);
     }
