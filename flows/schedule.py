@@ -97,7 +97,8 @@ def describe(cron: str, timezone: str, after: datetime | None = None) -> str:
 # in the store. The next run of the same deployment continues it instead of starting a new one.
 # Live or killed is told by the run's status file (flows/discover.py rewrites it every second with
 # its pid, host and a heartbeat): a run whose process is gone on this host, or whose heartbeat is
-# older than STALE_HEARTBEAT_SECONDS on another host, was killed.
+# older than STALE_HEARTBEAT_SECONDS on any host, was killed. The heartbeat counts on this host too:
+# after a reboot the killed run's pid may belong to another process.
 STALE_HEARTBEAT_SECONDS = 600.0
 
 
@@ -137,9 +138,10 @@ def run_is_alive(folder: str | Path, run_id: str, now: float | None = None) -> b
         return False
     if "pid" not in beat:  # written by a version without heartbeats: only its age tells
         return False
+    fresh = (now or time.time()) - float(beat.get("heartbeat", 0.0)) < STALE_HEARTBEAT_SECONDS
     if beat.get("host") == socket.gethostname():
-        return _process_alive(int(beat["pid"]))
-    return (now or time.time()) - float(beat.get("heartbeat", 0.0)) < STALE_HEARTBEAT_SECONDS
+        return fresh and _process_alive(int(beat["pid"]))
+    return fresh
 
 
 def killed_run_of(folder: str | Path, deployment: str) -> str | None:

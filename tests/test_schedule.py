@@ -33,3 +33,30 @@ def test_the_default_is_the_machines_zone_as_an_iana_name(monkeypatch):
     monkeypatch.setattr("flows.schedule._zone_from_localtime", lambda: None)
     zone = local_timezone()  # nothing resolves: UTC, said out loud
     assert zone.name == "UTC" and "--timezone" in zone.note
+
+
+def test_a_run_on_this_host_is_alive_only_with_a_live_pid_and_a_fresh_heartbeat(tmp_path):
+    """After a reboot the killed run's pid may belong to another process: a live pid with a
+    heartbeat older than STALE_HEARTBEAT_SECONDS is a killed run, so the next night continues it."""
+    import json
+    import os
+    import socket
+    import time
+
+    from flows.discover import status_path
+    from flows.schedule import STALE_HEARTBEAT_SECONDS, run_is_alive
+
+    path = status_path(tmp_path, "night")
+    path.parent.mkdir(parents=True)
+
+    def beat(age: float) -> None:
+        path.write_text(
+            json.dumps(
+                {"phase": "proposing", "pid": os.getpid(), "host": socket.gethostname(), "heartbeat": time.time() - age}
+            )
+        )
+
+    beat(1.0)
+    assert run_is_alive(tmp_path, "night")
+    beat(STALE_HEARTBEAT_SECONDS + 60.0)  # this process lives, but the run stopped beating long ago
+    assert not run_is_alive(tmp_path, "night")
