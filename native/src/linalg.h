@@ -138,12 +138,6 @@ inline void gather(VM& vm, const V& v, uint32_t l, double* dst) {
   for (uint32_t e = 0; e < v.numel(); ++e) dst[e] = p[static_cast<size_t>(e) * lanes + l * ls];
 }
 template <class V>
-inline void scatter(VM& vm, const V& v, uint32_t l, const double* src) {
-  uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
-  double* p = vm.data(v);
-  for (uint32_t e = 0; e < v.numel(); ++e) p[static_cast<size_t>(e) * lanes + l * ls] = src[e];
-}
-template <class V>
 inline void scatter_add(VM& vm, const V& v, uint32_t l, const double* src) {
   uint32_t lanes = vm.lanes_of(v), ls = v.uniform() ? 0 : 1;
   double* p = vm.adjoint(v);
