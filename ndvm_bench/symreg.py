@@ -600,12 +600,12 @@ def summarize(records: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
         out[config] = {}
         for n in ("1", "8"):
             good = sum(as_good(r[config][n]["loss"], r[f"scipy_{n}"]["loss"]) for r in records)
-            logs = [math.log(r[f"scipy_{n}"]["seconds"] / r[config][n]["seconds"]) for r in records]
+            speedups = [r[f"scipy_{n}"]["seconds"] / r[config][n]["seconds"] for r in records]
             out[config][n] = {
                 "skeletons": len(records),
                 "as_good": good,
                 "fraction_as_good": good / len(records),
-                "geomean_speedup": math.exp(sum(logs) / len(logs)),
+                "geomean_speedup": _geomean(speedups),
                 "whole_budget": sum(r[config][n]["whole_budget"] for r in records),
                 "scipy_seconds": sum(r[f"scipy_{n}"]["seconds"] for r in records),
                 "ndvm_seconds": sum(r[config][n]["seconds"] for r in records),
