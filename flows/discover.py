@@ -630,7 +630,7 @@ class Discovery:
         with self.queue_lock:
             return len(self.queue) < self._queue_limit()
 
-    def _accept(self, proposals: list[Any]) -> None:
+    def _accept(self, proposals: list[Any]) -> list[Any]:
         """Into the store at once; the new candidates join the calibration queue. With a candidate
         budget the proposals are added in slices so the run accepts exactly that many."""
         with self.accept_lock:  # replies of concurrent requests arrive in worker threads
