@@ -726,7 +726,7 @@ class CandidateStore:
                 ).fetchall()
             )
             best = self._con.sql(
-                "SELECT score, hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 1", params=[run_id]
+                "SELECT score, hash FROM leaderboard WHERE run_id = $1 ORDER BY rank, hash LIMIT 1", params=[run_id]
             ).fetchall()
             reused = (
                 self._con.sql(

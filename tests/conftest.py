@@ -83,7 +83,10 @@ def enso_run(prefect_api, tmp_path_factory):
     from flows.discover import discover
 
     folder = tmp_path_factory.mktemp("enso-run")
+    # a fixed seed: the tests that read this run see the same run on every machine (a drawn seed
+    # found the best-hash tie fixed in storage/store.py run_status; tests/test_library.py draws)
     report = discover(
+        seed=0,
         task="enso",
         proposer="mutation",
         budget=ENSO_RUN_BUDGET,

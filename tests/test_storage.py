@@ -202,6 +202,16 @@ def test_record_top_and_history(store, run):
     assert best["heldout_metrics"]["rmse"] == 0.05 and best["loss_history"] == [1.0, 0.5, 0.25]
 
 
+def test_a_tie_for_best_names_the_same_program_in_the_status_and_the_leaderboard(store, run):
+    # Two programs can reach the same validation score (the enso run of the tests did): the run's
+    # best_hash, which the summary and the report use, is the leaderboard's first row.
+    c = store.add([AB + "(+ a (* b x))", AB + "(* a (exp (* b x)))", AB + "(/ a (+ b x))"], run)
+    store.record([_result(run, h.hash, 0.10, 0.9) for h in c])
+    top = store.top(3, run_id=run)
+    assert top["rank"].to_list() == [1, 1, 1]
+    assert store.run_status(run).best_hash == top["hash"][0] == min(h.hash for h in c)
+
+
 def test_record_rejects_bad_results_atomically(store, run):
     c = store.add([AB + "(+ a (* b x))"], run)
     bad_metric = _result(run, c[0].hash, 0.1, 0.9)
