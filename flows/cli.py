@@ -491,6 +491,27 @@ def mlflow_server_command(folder: str, host: str, port: int) -> list[str]:
     ]
 
 
+def leaderboard_links(folder: str, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
+    """One line per dataset-and-task experiment of the folder's MLflow store, linking its
+    leaderboard view: MLflow 3.17's UI opens on its GenAI pages unless the address says otherwise.
+    Read from the store directly (the server may still be starting); empty when it cannot be read."""
+    from mlflow.tracking import MlflowClient
+
+    from storage.tracking import leaderboard_path
+
+    db = Path(folder).resolve() / "mlflow.db"
+    try:
+        experiments = MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    except Exception as exc:  # the links are a convenience: the UI starts without them
+        print(f"ndvm ui: could not list the experiments of {db}: {exc}", file=sys.stderr)
+        return []
+    return [
+        f"  {e.name}: http://{host}:{port}/{leaderboard_path(e.experiment_id)}"
+        for e in sorted(experiments, key=lambda e: e.name)
+        if e.name.startswith("ndvm-")
+    ]
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     _quiet_environment()
     db = Path(args.folder).resolve() / "mlflow.db"
@@ -511,6 +532,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, terminate)
     print(f"MLflow UI: http://{args.host}:{args.port}  (store {db}; Ctrl-C stops it)", flush=True)
+    for line in leaderboard_links(args.folder, args.host, args.port):
+        print(line, flush=True)
     try:
         return process.wait()
     except KeyboardInterrupt:

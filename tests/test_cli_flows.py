@@ -257,3 +257,17 @@ def test_the_run_summary_names_the_registry_decision_and_links_the_leaderboard_v
     assert f"model registry: {report['champion']}" in out
     experiment = report["mlflow_experiment_id"]
     assert f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning" in out
+
+
+def test_ndvm_ui_links_each_experiments_leaderboard_view(enso_run):
+    from flows.cli import leaderboard_links
+
+    report, folder = enso_run
+    lines = leaderboard_links(str(folder), "127.0.0.1", 5055)
+    experiment = report["mlflow_experiment_id"]
+    # (other tests of the session may log further experiments into this folder's store)
+    assert (
+        f"  ndvm-enso-forecast: http://127.0.0.1:5055/#/experiments/{experiment}/runs"
+        "?workflowType=machine_learning&viewStateShareKey=leaderboard"
+    ) in lines
+    assert all(line.startswith("  ndvm-") and "workflowType=machine_learning" in line for line in lines)
