@@ -30,10 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.store import FINAL_STATES, Candidate, CandidateStore, StoreError
+from storage.store import FINAL_STATES, LIBRARY_ORIGIN, Candidate, CandidateStore, StoreError
 
-# The origin label of a library seed in the proposals and candidates tables.
-LIBRARY_ORIGIN = "library"
 # How many of the earlier runs' best programs a run starts from (the proposers' context shows five).
 DEFAULT_SEEDS = 5
 LIBRARY_LOOKAHEAD = 4  # candidates read per seed wanted (twins of better programs are dropped)

@@ -45,6 +45,8 @@ from storage.parsimony import candidate_complexity
 
 # store_error: the proposal could not be stored (a DuckDB write error); recorded with the error
 OUTCOMES = ("new", "duplicate_hash", "duplicate_semantic", "invalid", "store_error")
+# The origin of a program a run started from out of the program library (storage/library.py).
+LIBRARY_ORIGIN = "library"
 # What a calibrated candidate became: ok -> calibrated; crashed (killed its worker twice, the
 # second time alone) and timeout (over --candidate-seconds alone) are final like failed.
 FINAL_STATES = {"ok": "calibrated", "crashed": "crashed", "timeout": "timeout"}
@@ -736,8 +738,8 @@ class CandidateStore:
                 else 0
             )
             seeded = self._con.sql(
-                "SELECT count(*) FROM proposals WHERE run_id = $1 AND outcome = 'new' AND origin = 'library'",
-                params=[run_id],
+                "SELECT count(*) FROM proposals WHERE run_id = $1 AND outcome = 'new' AND origin = $2",
+                params=[run_id, LIBRARY_ORIGIN],
             ).fetchall()[0][0]
         return RunStatus(
             run_id=run_id,
