@@ -9,7 +9,8 @@ library, and a new run uses it twice:
   evaluated is not calibrated again. Its evaluation (parameters, losses, validation metrics,
   status) is copied into the new run with ``reused_from`` naming the run that calibrated it, so it
   is on the new run's leaderboard like any other. Failed, crashed and timed-out evaluations are
-  reused too: a program that killed a worker last night is not retried every night. When several
+  reused too: a program that killed a worker last night is not retried every night (a timeout only
+  from a run that gave each candidate at least as much time as this one). When several
   earlier evaluations exist, the best ``ok`` one is taken (else the latest).
 - **seeds**: the run starts from the best validated programs of earlier runs (ranked by the
   validation score the runs rank by; the test split is never read). They are added to the run as
@@ -125,11 +126,17 @@ def open_library(
 
 # ---------------------------------------------------------------------------- queries
 # The earlier evaluation a candidate reuses: the best ok one by the run's direction, else the latest.
+# A timeout depends on the time each candidate was allowed (--candidate-seconds, in the runs'
+# config; absent: no limit), which the fingerprint leaves out: it is reused only from a run that
+# allowed at least as much time as this one, so raising the allowance retries the slow programs.
 _SOURCE_EVALUATIONS = """
     SELECT e.* EXCLUDE (id, run_id, dataset, task, created, reused_from),
            COALESCE(e.reused_from, e.run_id) AS origin_run
-    FROM evaluations e JOIN runs r ON r.run_id = e.run_id
+    FROM evaluations e JOIN runs r ON r.run_id = e.run_id, (SELECT config FROM runs WHERE run_id = $run_id) AS cur
     WHERE r.dataset_fingerprint = $fingerprint AND e.run_id <> $run_id AND list_contains($hashes, e.candidate)
+      AND (e.status <> 'timeout'
+           OR COALESCE(TRY_CAST(json_extract(r.config, '$.candidate_seconds') AS DOUBLE), 'inf'::DOUBLE)
+              >= COALESCE(TRY_CAST(json_extract(cur.config, '$.candidate_seconds') AS DOUBLE), 'inf'::DOUBLE))
     QUALIFY row_number() OVER (
         PARTITION BY e.candidate
         ORDER BY (e.status = 'ok' AND e.score IS NOT NULL AND isfinite(e.score)) DESC,

@@ -403,3 +403,24 @@ def test_the_llm_proposers_first_prompt_shows_the_library_programs(nights, tmp_p
     prompt = build_messages(context, 4)[1]["content"]
     for program in context.best:
         assert library[program.canonical_hash].strip() in prompt
+
+
+def test_a_timeout_is_reused_only_from_a_run_that_allowed_as_much_time(tmp_path):
+    """The fingerprint leaves --candidate-seconds out (it does not change a fit), but a timeout
+    depends on it: a run that gives candidates more time calibrates last night's timeouts again."""
+
+    def run(store, run_id, seconds, seed):
+        store.start_run(run_id, dataset="toy", task="curve", metric="rmse", config={"candidate_seconds": seconds})
+        library = open_library(store, run_id, fingerprint="fp-a", parts={}, seed=seed, enabled=True, new_run=True)
+        return library, store.add(SOURCES[:2], run_id)
+
+    with CandidateStore(tmp_path / "c.duckdb") as store:
+        _, first = run(store, "short", 1.0, 1)
+        store.record([_result("short", first[0], "timeout"), _result("short", first[1], "crashed")])
+        longer, second = run(store, "longer", 5.0, 2)
+        assert [c.hash for c in longer.reuse(second)] == [first[0].hash]  # the crash is still reused
+        same, third = run(store, "same", 1.0, 3)
+        assert same.reuse(third) == []
+        assert (store.run_status("same").timeout, store.run_status("same").reused) == (1, 2)
+        unlimited, fourth = run(store, "unlimited", None, 4)
+        assert [c.hash for c in unlimited.reuse(fourth)] == [first[0].hash]
