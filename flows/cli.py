@@ -262,6 +262,20 @@ def cmd_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_promote(args: argparse.Namespace) -> int:
+    """Make a run's best program the registry's champion by hand (no comparison of scores)."""
+    _quiet_environment(getattr(args, "verbose", False))
+    from flows.mlflow_log import LogRunError, promote_stored_run
+
+    try:
+        decision = promote_stored_run(args.run, folder=args.folder, tracking_uri=args.tracking_uri)
+    except (LogRunError, *_user_errors()) as exc:
+        print(f"ndvm promote: {exc}", file=sys.stderr)
+        return 1
+    print(f"{decision.reason}\nload it with mlflow.pyfunc.load_model('{decision.uri}')")
+    return 0
+
+
 # ---------------------------------------------------------------------------- recalibrate
 def cmd_recalibrate(args: argparse.Namespace) -> int:
     _quiet_environment(getattr(args, "verbose", False))
@@ -590,6 +604,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--top-k", type=int, help="leaderboard entries to log (default: the run's --top-k)")
     _add_store_options(p)
     p.set_defaults(fn=cmd_log)
+
+    p = subparsers.add_parser(
+        "promote",
+        help="make a finished, logged run's best program the registry's champion without comparing scores "
+        "(when the champion was chosen on other data or fit settings)",
+    )
+    p.add_argument("--run", metavar="RUN_ID", help="the run (default: the latest)")
+    _add_store_options(p)
+    p.set_defaults(fn=cmd_promote)
 
     p = subparsers.add_parser("leaderboard", help="the best candidates of a run (default: the latest)")
     p.add_argument("--run", metavar="RUN_ID")

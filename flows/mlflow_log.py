@@ -272,4 +272,45 @@ def log_stored_run(
         }
 
 
-__all__ = ["CONNECT_SECONDS", "FINISH_SECONDS", "LogRunError", "RunTracking", "log_stored_run"]
+def promote_stored_run(run_id: str | None, folder: str | Path = "runs", tracking_uri: str | None = None) -> Any:
+    """Make a finished run's best program the champion of its dataset and task (``ndvm promote``),
+    without comparing validation scores: for when they cannot be compared (the champion was chosen
+    on other data, fit settings or runtime: another dataset fingerprint). The run must have been
+    logged (``ndvm log``). Returns the registry's ``ChampionDecision``."""
+    from flows.problem import ProblemSpec
+    from storage import CandidateStore, StoreError, default_store_path
+    from storage.tracking import Tracker, experiment_name
+
+    path = default_store_path(folder)
+    if not path.is_file():
+        raise LogRunError(f"no candidate store at {path}; pass the run folder with --folder")
+    try:
+        store = CandidateStore(path)
+    except StoreError as exc:
+        raise LogRunError(str(exc)) from exc
+    with store:
+        run_id = run_id or store.latest_run()
+        if run_id is None:
+            raise LogRunError(f"no runs in {path}")
+        try:
+            status = store.run_status(run_id)
+        except StoreError as exc:
+            raise LogRunError(str(exc)) from exc
+        if status.status != "finished":
+            raise LogRunError(f"run {run_id} is {status.status}: only a finished run's best can be promoted")
+        if not store.logged(run_id):
+            raise LogRunError(f"run {run_id} is not logged to MLflow: log it first with `ndvm log --run {run_id}`")
+        problem = ProblemSpec(**status.config.get("problem", {}))
+        tracker = Tracker(
+            tracking_uri or status.config.get("tracking_uri"),
+            run_folder=folder,
+            experiment=experiment_name(problem.label, str(status.task)),
+        )
+        tracker.parent_run_id = status.mlflow_run_id  # the decision is tagged on the run's parent
+        try:
+            return tracker.register_champion(store, run_id, promote=True)
+        except ValueError as exc:  # the best entry is not logged, or has no model
+            raise LogRunError(str(exc)) from exc
+
+
+__all__ = ["CONNECT_SECONDS", "FINISH_SECONDS", "LogRunError", "RunTracking", "log_stored_run", "promote_stored_run"]

@@ -578,7 +578,7 @@ class Tracker:
         return info.model_uri
 
     # ---- the registry ----------------------------------------------------------------------
-    def register_champion(self, store: Any, run_id: str) -> ChampionDecision:
+    def register_champion(self, store: Any, run_id: str, *, promote: bool = False) -> ChampionDecision:
         """Register the run's best validated program as the champion of its dataset and task when
         it beats the current one (see the module docstring); return what was decided.
 
@@ -586,7 +586,12 @@ class Tracker:
         ``ndvm.fingerprint`` (the store's dataset fingerprint, ``unknown`` when the run has none),
         ``ndvm.validation_score``, ``ndvm.metric``, ``ndvm.run_id`` and ``ndvm.hash``. A champion on
         another fingerprint scored another validation split: no comparison, the alias stays.
-        Calling it again for the same run changes nothing."""
+        Calling it again for the same run changes nothing.
+
+        ``promote`` (``ndvm promote``): a person's decision, for when the scores cannot decide (the
+        data, the fit settings or the runtime changed, so the fingerprints differ): the run's best
+        becomes the champion without comparison, the former one ``previous``; a version this run
+        already registered is reused."""
         with self._lock:
             status = store.run_status(run_id)
             if not status.dataset or not status.task:
@@ -622,16 +627,21 @@ class Tracker:
                     f"the best candidate {digest} of run {run_id} is not logged to MLflow: log the leaderboard first"
                 )
             mine = self.client.search_model_versions(f"name = '{name}' and tags.`ndvm.run_id` = '{run_id}'")
+            if mine and promote:
+                if current is not None and str(current.version) == str(mine[0].version):
+                    return decision(False, f"{name} version {current.version} of run {run_id} is the {CHAMPION}", score)
+                return self._promote(name, mine[0], current, run_id, score, decision)
             if mine:  # a retried final logging, or `ndvm log` after the run had logged
                 return decision(False, f"run {run_id} already registered {name} version {mine[0].version}", score)
-            if current is not None:
+            if current is not None and not promote:
                 if current.tags.get("ndvm.fingerprint") != fingerprint:
                     return decision(
                         False,
                         f"{name}@{CHAMPION} (version {current.version}) was chosen on dataset "
                         f"fingerprint {current.tags.get('ndvm.fingerprint')}, this run on "
                         f"{fingerprint}: validation scores of different data are not "
-                        "compared; the champion stays",
+                        f"compared; the champion stays (make this run's best the champion with "
+                        f"`ndvm promote --run {run_id}`)",
                         score,
                     )
                 better = score > held if status.higher_is_better else score < held
@@ -672,12 +682,33 @@ class Tracker:
                 reason = (
                     f"{name} version {version.version} is the first {CHAMPION} (validation {status.metric} {score:.6g})"
                 )
+            elif promote:
+                reason = self._promoted_reason(name, version, current)
             else:
                 reason = (
                     f"{name} version {version.version} is the new {CHAMPION}: validation {status.metric} "
                     f"{score:.6g} beats version {current.version} ({held:.6g}), now {PREVIOUS}"
                 )
             return decision(True, reason, score)
+
+    def _promote(self, name: str, version: Any, current: Any, run_id: str, score: float, decision: Any) -> Any:
+        """Move ``champion`` to a version this run registered earlier; the former one becomes ``previous``."""
+        if current is not None:
+            self.client.set_registered_model_alias(name, PREVIOUS, current.version)
+        self.client.set_registered_model_alias(name, CHAMPION, version.version)
+        return decision(True, self._promoted_reason(name, version, current), score)
+
+    @staticmethod
+    def _promoted_reason(name: str, version: Any, current: Any) -> str:
+        held = (
+            ""
+            if current is None
+            else (
+                f" over version {current.version} (fingerprint {current.tags.get('ndvm.fingerprint')}, validation "
+                f"{current.tags.get('ndvm.validation_score')}), now {PREVIOUS}"
+            )
+        )
+        return f"{name} version {version.version} was promoted to {CHAMPION} by hand (ndvm promote){held}"
 
     def _alias_version(self, name: str, alias: str) -> Any:
         try:

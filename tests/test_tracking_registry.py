@@ -265,3 +265,52 @@ def test_enso_champion_of_a_discovery_run_loads_in_a_fresh_process(enso_run, tmp
     fit = TaskFit(task.name, "champion", source, parameters, 0.0, 0.0)
     lead1 = task.forecasts(fit, "validation")[:, 0]
     np.testing.assert_allclose(predicted[task.origins("validation") + 1], lead1, rtol=1e-9, atol=1e-12)
+
+
+def test_promote_replaces_a_champion_of_other_data_by_hand(tmp_path):
+    """A champion chosen on another dataset fingerprint is never compared, so no run on the new data
+    could replace it: ``ndvm promote`` does, by a person's decision, and keeps the former as
+    ``previous``; promoting back reuses the version the run already registered."""
+    from flows.mlflow_log import LogRunError, promote_stored_run
+    from storage import default_store_path
+
+    folder = tmp_path / "runs"
+    with CandidateStore(default_store_path(folder)) as store:
+        old = discovery_run(store, folder, "old-data", WITH_OFFSET)
+        new = discovery_run(store, folder, "new-data", LINEAR, fingerprint="0123456789abcdef")
+        for run_id, run in (("old-data", old), ("new-data", new)):
+            store.set_run_status(run_id, "finished")
+            store.set_mlflow_run(run_id, run["parent"])
+    assert old["decision"].registered and not new["decision"].registered
+    assert "ndvm promote --run new-data" in new["decision"].reason
+    client = old["tracker"].client
+
+    def aliases() -> tuple[str, str | None]:
+        champion = client.get_model_version_by_alias(NAME, CHAMPION)
+        try:
+            previous = str(client.get_model_version_by_alias(NAME, PREVIOUS).version)
+        except Exception:  # no previous yet
+            previous = None
+        return str(champion.version), previous
+
+    assert aliases() == ("1", None)
+    promoted = promote_stored_run("new-data", folder=folder)
+    assert (
+        promoted.registered
+        and "promoted to champion by hand" in promoted.reason
+        and "over version 1" in promoted.reason
+    )
+    assert aliases() == ("2", "1")
+    assert client.get_model_version(NAME, "2").tags["ndvm.run_id"] == "new-data"
+    assert "promoted" in client.get_run(new["parent"]).data.tags["ndvm.champion"]
+    again = promote_stored_run("new-data", folder=folder)
+    assert not again.registered and aliases() == ("2", "1")
+    back = promote_stored_run("old-data", folder=folder)  # the version old-data registered, not a new one
+    assert back.registered and aliases() == ("1", "2")
+    assert len(client.search_model_versions(f"name = '{NAME}'")) == 2
+    with pytest.raises(LogRunError, match="no runs|no candidate store"):
+        promote_stored_run(None, folder=tmp_path / "elsewhere")
+    with CandidateStore(default_store_path(folder)) as store:
+        store.set_run_status("new-data", "running")
+    with pytest.raises(LogRunError, match="new-data is running"):
+        promote_stored_run("new-data", folder=folder)
