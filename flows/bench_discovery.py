@@ -171,7 +171,7 @@ def run_discovery_suite(config: Any) -> Any:
         else:
             notes.append(
                 f"Severson skipped: {SEVERSON_FILE} not found under the shared data folder "
-                f"({data or 'not found'}); set NDVM_DATA_DIR"
+                f"({data or 'not found'}); set NDVM_SHARED_DATA"
             )
     for r in runs:
         if "error" in r:

@@ -419,7 +419,7 @@ def run_proposer_suite(config: Any) -> Any:
     corpus = data / CORPUS if data else None
     if corpus is None or not corpus.is_file():
         raise SuiteSkipped(
-            f"{CORPUS} not found under the shared data folder ({data or 'not found'}); set NDVM_DATA_DIR or --data-dir"
+            f"{CORPUS} not found under the shared data folder ({data or 'not found'}); set NDVM_SHARED_DATA or --data-dir"
         )
     programs = load_corpus(corpus)
     max_requests = 60 if config.quick else 300

@@ -139,14 +139,20 @@ def require_ndvm(*names: str):
     return ndvm
 
 
+# The variable the tests read too (tests/conftest.py): one name for the shared real-data folder.
+SHARED_DATA_ENV = "NDVM_SHARED_DATA"
+
+
 def find_data_dir(config: BenchConfig) -> Path | None:
-    """The shared real-data folder: ``config.data_dir``, ``$NDVM_DATA_DIR``, or ``../shared/data``
-    beside the repository."""
+    """The shared real-data folder: ``config.data_dir`` (``--data-dir``), ``$NDVM_SHARED_DATA``, or
+    ``../shared/data`` beside the repository. A folder named explicitly that does not exist is an
+    error, not a silent fall-back to the next place."""
     candidates = []
-    if config.data_dir:
-        candidates.append(Path(config.data_dir))
-    if os.environ.get("NDVM_DATA_DIR"):
-        candidates.append(Path(os.environ["NDVM_DATA_DIR"]))
+    for named, where in ((config.data_dir, "--data-dir"), (os.environ.get(SHARED_DATA_ENV), f"${SHARED_DATA_ENV}")):
+        if named:
+            if not Path(named).is_dir():
+                raise FileNotFoundError(f"{where} names {named}, which is not a folder")
+            candidates.append(Path(named))
     repo = Path(__file__).resolve().parents[1]
     candidates.append(repo.parent / "shared" / "data")
     for c in candidates:

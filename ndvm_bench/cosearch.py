@@ -50,7 +50,7 @@ def load_task(config: BenchConfig, seed: int = 0) -> CosearchTask:
     if path is None or not path.exists():
         raise SuiteSkipped(
             "the co-search corpus (ndvm_corpora/cosearch_candidates_valid.jsonl) was not found; "
-            "set NDVM_DATA_DIR to the shared data folder"
+            "set NDVM_SHARED_DATA to the shared data folder"
         )
     rng = np.random.default_rng(seed)
     x = np.linspace(0.1, 6.0, 64)

@@ -303,6 +303,21 @@ def test_suite_amortization_quick():
     assert k[256]["per_lane"]["ndvm"] < k[1]["per_lane"]["ndvm"]  # batching amortizes the walk
 
 
+def test_a_named_data_folder_that_does_not_exist_is_an_error(tmp_path, monkeypatch):
+    """--data-dir and $NDVM_SHARED_DATA name the shared data folder; a wrong name is reported, not
+    silently replaced by ../shared/data."""
+    from ndvm_bench.common import SHARED_DATA_ENV, find_data_dir
+
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError, match="--data-dir names .*nowhere, which is not a folder"):
+        find_data_dir(BenchConfig(quick=True, data_dir=str(missing)))
+    monkeypatch.setenv(SHARED_DATA_ENV, str(missing))
+    with pytest.raises(FileNotFoundError, match=r"\$NDVM_SHARED_DATA names"):
+        find_data_dir(BenchConfig(quick=True))
+    monkeypatch.setenv(SHARED_DATA_ENV, str(tmp_path))
+    assert find_data_dir(BenchConfig(quick=True)) == tmp_path
+
+
 @pytest.mark.timeout(120)
 def test_suite_staging_quick():
     from ndvm_bench.common import find_data_dir
