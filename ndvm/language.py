@@ -24,6 +24,7 @@ reads as the same tree: numbers keep their value and exactness.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -141,7 +142,19 @@ def to_source(forms: list[Node]) -> str:
     return "\n".join(to_str(f) for f in forms)
 
 
+# A canonical form (Program.canonical_form) has no comments, strings or quote marks, and every
+# local renamed vN: parentheses and whitespace-separated atoms are all there is to it.
+_CANONICAL_TOKEN = re.compile(r"[()]|[^\s()]+")
+
+
+def canonical_tokens(canonical_form: str) -> list[str]:
+    """The parentheses and atoms of a canonical form, in order: what structural scans of stored
+    programs (complexity, niche features) walk without building a tree."""
+    return _CANONICAL_TOKEN.findall(canonical_form)
+
+
 __all__ = [
+    "canonical_tokens",
     "Symbol",
     "Dotted",
     "Node",

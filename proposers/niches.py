@@ -39,11 +39,12 @@ split never reaches it.
 from __future__ import annotations
 
 import random
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from ndvm.language import canonical_tokens
 
 T = TypeVar("T")
 
@@ -131,8 +132,6 @@ FEATURES: dict[str, frozenset[str]] = {
 }
 FEATURE_ORDER: tuple[str, ...] = tuple(FEATURES)
 
-_TOKEN = re.compile(r"[()]|[^\s()]+")
-
 
 class NicheError(ValueError):
     """A candidate whose structure cannot be described (its text does not compile alone)."""
@@ -167,7 +166,7 @@ def complexity_bin(complexity: int) -> int:
 
 def features_of_canonical(canonical_form: str) -> tuple[str, ...]:
     """The structural features a canonical form uses, in FEATURE_ORDER."""
-    tokens = _TOKEN.findall(canonical_form)
+    tokens = canonical_tokens(canonical_form)
     used = set(tokens)
     found = {name for name, marks in FEATURES.items() if used & marks}
     if "recursion" not in found and _self_reference(tokens):

@@ -22,12 +22,12 @@ after which extra complexity stops paying for itself in loss.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-_TOKEN = re.compile(r"[()]|[^\s()]+")
+from ndvm.language import canonical_tokens
+
 DEFAULT_TOLERANCE = 0.10
 
 
@@ -35,7 +35,7 @@ def complexity_of_canonical(canonical_form: str) -> int:
     """Atoms of a canonical form, outside a leading ``(params ...)`` header."""
     depth, count, in_header, header_depth = 0, 0, False, -1
     previous = None
-    for token in _TOKEN.findall(canonical_form):
+    for token in canonical_tokens(canonical_form):
         if token == "(":
             depth += 1
         elif token == ")":
