@@ -55,8 +55,44 @@ class Arity(NamedTuple):
         return n >= self.min and (self.max is None or n <= self.max)
 
 
+class Primitive(NamedTuple):
+    """A line of the runtime's primitive table (native/src/prims.h), every column."""
+
+    name: str
+    arity: Arity
+    # what it computes: "numeric" (elementwise, numbers or broadcasting arrays in, the same shape
+    # out), "comparison" (a decision on numbers), "predicate" (another test giving a boolean),
+    # "reducer" (one number from an array or a list) or "other"
+    kind: str
+    foldable: bool  # a pure numeric function: simplification may evaluate it on literals
+    range_constraint: Node | None  # the parameter constraint its values satisfy, as read, or None
+    index_args: tuple[int, ...]  # positions of arguments that are integer counts or indices
+
+
+# name -> Primitive, in the order of the native table
+PRIMITIVE_INFO: dict[str, Primitive] = {
+    p.name: Primitive(
+        p.name,
+        Arity(p.min_args, p.max_args),
+        p.kind.name,
+        p.foldable,
+        None if p.range_constraint is None else _native.read(p.range_constraint, 0)[0],
+        tuple(p.index_args),
+    )
+    for p in _native.PRIMITIVES
+}
 # name -> Arity, in the order of the native table
-PRIMITIVES: dict[str, Arity] = {name: Arity(lo, None if hi < 0 else hi) for name, lo, hi in _native.PRIMITIVES}
+PRIMITIVES: dict[str, Arity] = {name: p.arity for name, p in PRIMITIVE_INFO.items()}
+PRIMITIVE_KINDS: tuple[str, ...] = tuple(_native.PrimKind.__members__)
+
+
+def primitives_of_kind(kind: str) -> frozenset[str]:
+    """The primitives of one kind (see :class:`Primitive`); an unknown kind is an error."""
+    if kind not in PRIMITIVE_KINDS:
+        raise ValueError(f"unknown primitive kind {kind!r}: the runtime's kinds are {', '.join(PRIMITIVE_KINDS)}")
+    return frozenset(name for name, p in PRIMITIVE_INFO.items() if p.kind == kind)
+
+
 # Every keyword the compiler treats as a special form; RESERVED_FORMS are those it refuses with a
 # CheckError ("the special form 'guard' is not supported").
 SPECIAL_FORMS: frozenset[str] = frozenset(name for name, _ in _native.SPECIAL_FORMS)
@@ -159,7 +195,11 @@ __all__ = [
     "Dotted",
     "Node",
     "Arity",
+    "Primitive",
     "PRIMITIVES",
+    "PRIMITIVE_INFO",
+    "PRIMITIVE_KINDS",
+    "primitives_of_kind",
     "SPECIAL_FORMS",
     "RESERVED_FORMS",
     "MAX_NESTING",

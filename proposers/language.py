@@ -31,46 +31,16 @@ from .sexpr import Dotted, Node, Sym
 PRIMITIVE_ARITY: dict[str, tuple[int, int | None]] = {name: (a.min, a.max) for name, a in language.PRIMITIVES.items()}
 PRIMITIVES = frozenset(PRIMITIVE_ARITY)
 
-# Elementwise numeric primitives: their arguments and results are numbers or broadcast arrays.
-NUMERIC_VARIADIC = frozenset({"+", "-", "*", "/", "min", "max"})
-NUMERIC_UNARY = frozenset(
-    {
-        "abs",
-        "exp",
-        "log",
-        "sqrt",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "tanh",
-        "square",
-        "sigmoid",
-        "logistic",
-        "softplus",
-        "floor",
-        "ceiling",
-        "round",
-        "truncate",
-        "exact->inexact",
-        "inexact",
-    }
-)
-NUMERIC_BINARY = frozenset({"expt", "quotient", "remainder", "modulo"})
-NUMERIC_OPS = NUMERIC_VARIADIC | NUMERIC_UNARY | NUMERIC_BINARY
-# Primitives whose result is one number whatever the shape of their arguments.
-SCALAR_REDUCERS = frozenset({"dot", "logdet", "det", "trace", "vsum", "norm", "rows", "cols", "size", "length"})
-COMPARISONS = frozenset({"=", "<", ">", "<=", ">=", "zero?", "positive?", "negative?", "even?", "odd?"})
+# The primitives' semantic columns, read from the same table (prims.h's kind and flags):
+# elementwise numeric primitives, whose arguments and results are numbers or broadcast arrays;
+NUMERIC_OPS = language.primitives_of_kind("numeric")
+# primitives whose result is one number whatever the shape of their arguments;
+SCALAR_REDUCERS = language.primitives_of_kind("reducer")
+# decisions on numbers, whose arguments are tested;
+COMPARISONS = language.primitives_of_kind("comparison")
 # (primitive, argument indices that are integer counts or indices, not model quantities)
 INDEX_ARGS: dict[str, tuple[int, ...]] = {
-    "ref": (1, 2),
-    "list-ref": (1,),
-    "list-tail": (1,),
-    "eye": (0,),
-    "zeros": (0, 1),
-    "ones": (0, 1),
+    name: p.index_args for name, p in language.PRIMITIVE_INFO.items() if p.index_args
 }
 
 # The runtime's special-form keywords (native/src/forms.h, reserved ones included, so a program
@@ -581,9 +551,9 @@ __all__ = [
     "PRIMITIVE_ARITY",
     "PRIMITIVES",
     "NUMERIC_OPS",
-    "NUMERIC_UNARY",
-    "NUMERIC_VARIADIC",
     "SCALAR_REDUCERS",
+    "COMPARISONS",
+    "INDEX_ARGS",
     "SPECIAL_FORMS",
     "ParamDecl",
     "Site",

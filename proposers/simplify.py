@@ -36,42 +36,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ndvm import language
+
 from .sexpr import Dotted, Node, Sym, symbols_in, to_str
 
-FOLDABLE = frozenset(
-    {
-        "+",
-        "-",
-        "*",
-        "/",
-        "exp",
-        "log",
-        "sqrt",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "tanh",
-        "square",
-        "sigmoid",
-        "logistic",
-        "softplus",
-        "abs",
-        "expt",
-        "min",
-        "max",
-    }
-)
+# What the runtime's primitive table (native/src/prims.h) says of each primitive: whether it may
+# be evaluated on literals (rule 1, rule 2) and the range of its values (rule 2's constraint).
+FOLDABLE = frozenset(name for name, p in language.PRIMITIVE_INFO.items() if p.foldable)
 RANGE_CONSTRAINT: dict[str, Node] = {
-    "exp": Sym("positive"),
-    "softplus": Sym("positive"),
-    "sigmoid": Sym("unit"),
-    "logistic": Sym("unit"),
-    "sin": [Sym("between"), -1, 1],
-    "cos": [Sym("between"), -1, 1],
-    "tanh": [Sym("between"), -1, 1],
+    name: p.range_constraint for name, p in language.PRIMITIVE_INFO.items() if p.range_constraint is not None
 }
 BINDERS = frozenset({"let", "let*", "letrec", "letrec*", "lambda", "define", "do", "loop"})
 

@@ -15,6 +15,7 @@ import ndvm
 from ndvm import _native, language
 from ndvm.language import Dotted, Symbol
 from proposers import language as checks
+from proposers import simplify
 from proposers.sexpr import SexprError, read_all
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,13 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_native_primitive_is_known_to_the_static_checks_with_its_native_arity():
-    native = {name: (lo, None if hi < 0 else hi) for name, lo, hi in _native.PRIMITIVES}
+    native = {p.name: (p.min_args, p.max_args) for p in _native.PRIMITIVES}
     assert len(native) > 100 and native["apply"] == (2, None)  # prims.h: X(APPLY, "apply", 2, -1)
     assert checks.PRIMITIVE_ARITY == native
     assert {name: tuple(a) for name, a in language.PRIMITIVES.items()} == native
 
 
-@pytest.mark.parametrize("name,lo,hi", _native.PRIMITIVES)
+@pytest.mark.parametrize(
+    "name,lo,hi", [(p.name, p.min_args, -1 if p.max_args is None else p.max_args) for p in _native.PRIMITIVES]
+)
 def test_each_arity_is_the_compilers_and_the_checks(name, lo, hi):
     """One argument too few (and one too many for a fixed arity): the compiler refuses the call
     statically and the proposers' checks report it; the edges of the arity are accepted by both."""
@@ -45,11 +48,6 @@ def test_each_arity_is_the_compilers_and_the_checks(name, lo, hi):
         assert any(f"'{name}' takes" in p for p in checks.static_problems(read_all(call(n)))), (name, n)
     for n in {lo, hi if hi >= 0 else lo + 3}:
         assert not any(f"'{name}' takes" in p for p in checks.static_problems(read_all(call(n)))), (name, n)
-
-
-def test_the_proposers_value_classes_name_only_native_primitives():
-    named = checks.NUMERIC_OPS | checks.SCALAR_REDUCERS | checks.COMPARISONS | set(checks.INDEX_ARGS)
-    assert named - set(checks.PRIMITIVE_ARITY) == set()
 
 
 def test_special_forms_come_from_the_compilers_table():
@@ -109,6 +107,213 @@ def test_the_mirror_scan_would_catch_the_old_table(tmp_path):
     old = tmp_path / "old.py"
     old.write_text("ARITY = {" + ", ".join(f"{n!r}: (1, 1)" for n in list(checks.PRIMITIVE_ARITY)[:40]) + "}\n")
     assert any(len(names & set(checks.PRIMITIVE_ARITY)) > 25 for _, names in _literal_name_sets(old))
+
+
+# ---- the primitives' semantic columns (prims.h: kind and flags) ---------------------------------
+
+INFO = language.PRIMITIVE_INFO
+FOLDABLE = sorted(name for name, p in INFO.items() if p.foldable)
+RANGED = sorted(name for name, p in INFO.items() if p.range_constraint is not None)
+INDEXED = sorted(name for name, p in INFO.items() if p.index_args)
+# Categories as sets of names, for the mirror scan: the kinds and the flags.
+CATEGORIES = {kind: language.primitives_of_kind(kind) for kind in language.PRIMITIVE_KINDS if kind != "other"} | {
+    "foldable": frozenset(FOLDABLE),
+    "ranged": frozenset(RANGED),
+    "index-taking": frozenset(INDEXED),
+}
+# Names a Python copy of a category was (or would be) kept under.
+CATEGORY_NAMES = {
+    "NUMERIC_OPS",
+    "NUMERIC_UNARY",
+    "NUMERIC_BINARY",
+    "NUMERIC_VARIADIC",
+    "SCALAR_REDUCERS",
+    "COMPARISONS",
+    "PREDICATES",
+    "INDEX_ARGS",
+    "FOLDABLE",
+    "RANGE_CONSTRAINT",
+}
+
+
+def test_every_primitive_exports_its_columns():
+    kinds = set(_native.PrimKind.__members__)
+    assert kinds == set(language.PRIMITIVE_KINDS) == {"numeric", "comparison", "predicate", "reducer", "other"}
+    for p in _native.PRIMITIVES:
+        info = INFO[p.name]
+        assert info.kind in kinds and info.arity == (p.min_args, p.max_args)
+        assert info.foldable == p.foldable and info.index_args == tuple(p.index_args)
+        assert (info.range_constraint is None) == (p.range_constraint is None)
+    assert INFO["sin"].range_constraint == [Symbol("between"), -1, 1] and INFO["exp"].range_constraint == "positive"
+    assert INFO["ref"].index_args == (1, 2) and INFO["+"].foldable and not INFO["floor"].foldable
+    with pytest.raises(ValueError, match="unknown primitive kind 'unary'"):
+        language.primitives_of_kind("unary")
+
+
+def test_the_proposers_categories_are_the_runtimes_columns():
+    assert checks.NUMERIC_OPS == language.primitives_of_kind("numeric")
+    assert checks.SCALAR_REDUCERS == language.primitives_of_kind("reducer")
+    assert checks.COMPARISONS == language.primitives_of_kind("comparison")
+    assert checks.INDEX_ARGS == {name: INFO[name].index_args for name in INDEXED}
+    assert simplify.FOLDABLE == set(FOLDABLE)
+    assert simplify.RANGE_CONSTRAINT == {name: INFO[name].range_constraint for name in RANGED}
+
+
+def _category_mirrors(path: Path) -> list[str]:
+    """Literal copies of a primitive category in ``path``: a module-level name of a category bound
+    to a literal, or any literal whose primitive names are (nearly) all of one category and cover
+    most of it. Tables of another purpose (the formula printer's, the niches' feature groups, the
+    mutation operators' choices) mix categories or take a few of one, and are not copies."""
+    prims = set(language.PRIMITIVES)
+    out = []
+    tree = ast.parse(path.read_text(), str(path))
+    for node in tree.body:
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign)
+            else node.target
+            if isinstance(node, ast.AnnAssign)
+            else None
+        )
+        if isinstance(target, ast.Name) and target.id in CATEGORY_NAMES:
+            value = node.value
+            if isinstance(value, ast.Call) and value.args:  # frozenset({...})
+                value = value.args[0]
+            if isinstance(value, (ast.Set, ast.Dict, ast.List, ast.Tuple)):
+                out.append(f"{path.name}:{node.lineno} {target.id}")
+    for line, names in _literal_name_sets(path):
+        named = names & prims
+        for category, members in CATEGORIES.items():
+            inside = named & members
+            if len(inside) >= 4 and len(inside) >= 0.9 * len(named) and len(inside) >= 0.6 * len(members):
+                out.append(f"{path.name}:{line} {category}")
+    return out
+
+
+def test_no_python_mirror_of_a_primitive_category():
+    offenders = []
+    for package in ("ndvm", "proposers", "datasets", "storage", "flows"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            offenders += [f"{path.parent.name}/{o}" for o in _category_mirrors(path)]
+    assert offenders == []
+
+
+def test_the_category_scan_would_catch_a_copy(tmp_path):
+    for category, members in CATEGORIES.items():
+        copy = tmp_path / f"{category}.py"
+        copy.write_text(f"SOME_SET = frozenset({sorted(members)!r})\n")
+        assert _category_mirrors(copy), category
+    old = tmp_path / "old.py"  # the small copies proposers/language.py kept before the columns
+    old.write_text('NUMERIC_VARIADIC = frozenset({"+", "-", "*", "/", "min", "max"})\nINDEX_ARGS = {"ref": (1, 2)}\n')
+    assert len(_category_mirrors(old)) == 2
+
+
+def _same(x, y):
+    return (math.isnan(x) and math.isnan(y)) or x == y
+
+
+@pytest.mark.parametrize("name", sorted(language.primitives_of_kind("numeric")))
+def test_a_numeric_primitive_maps_numbers_to_numbers_elementwise(name):
+    """Numbers in, a number out; over a vector, the numbers of each element (a primitive that
+    takes scalars only refuses the vector with an EvalError naming it)."""
+    n = max(INFO[name].arity.min, 1)
+    rest = " 2.0" * (n - 1)
+    scalar = [ndvm.compile(f"({name} {x}{rest})").run() for x in ("3.0", "-2.0")]
+    assert all(type(v) in (float, int) for v in scalar), scalar
+    try:
+        vector = ndvm.compile(f"({name} (vec 3.0 -2.0){rest})").run()
+    except ndvm.EvalError as exc:
+        assert f"'{name}'" in str(exc)
+        return
+    assert vector.shape == (2,) and all(_same(v, s) for v, s in zip(vector, scalar)), (vector, scalar)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(language.primitives_of_kind("comparison") | language.primitives_of_kind("predicate"))
+)
+def test_comparisons_and_predicates_give_booleans(name):
+    n = max(INFO[name].arity.min, 1)
+    assert type(ndvm.compile(f"({name}{' 3.0' * n})").run()) is bool
+
+
+# One call of each reducer; a new reducer needs its line here.
+REDUCER_CALLS = {
+    "dot": "(dot (vec 1.0 2.0) (vec 3.0 4.0))",
+    "logdet": "(logdet (mat (vec 2.0 0.0) (vec 0.0 3.0)))",
+    "det": "(det (mat (vec 2.0 1.0) (vec 1.0 3.0)))",
+    "trace": "(trace (mat (vec 2.0 1.0) (vec 1.0 3.0)))",
+    "vsum": "(vsum (mat (vec 2.0 1.0) (vec 1.0 3.0)))",
+    "norm": "(norm (vec 3.0 4.0))",
+    "rows": "(rows (mat (vec 2.0 1.0 0.0) (vec 1.0 3.0 0.0)))",
+    "cols": "(cols (mat (vec 2.0 1.0 0.0) (vec 1.0 3.0 0.0)))",
+    "size": "(size (mat (vec 2.0 1.0 0.0) (vec 1.0 3.0 0.0)))",
+    "length": "(length (list 1 2 3))",
+}
+
+
+def test_reducers_give_one_number():
+    assert set(REDUCER_CALLS) == language.primitives_of_kind("reducer")
+    for name, call in REDUCER_CALLS.items():
+        assert type(ndvm.compile(call).run()) in (float, int), name
+
+
+@pytest.mark.parametrize("name", FOLDABLE)
+def test_a_foldable_primitive_folds_to_what_the_vm_computes(name):
+    """Simplification replaces the call on literals by a literal with the runtime's bits, and
+    that literal is the value the same call computes on a parameter (the model is unchanged)."""
+    assert INFO[name].kind == "numeric"
+    n = max(INFO[name].arity.min, 1)
+    literals = " ".join(["0.5", "0.25", "0.75"][:n])
+    folded = simplify.simplify(read_all(f"(* x ({name} {literals}))"))
+    assert folded.changed and folded.forms[0][:2] == ["*", "x"]
+    value = folded.forms[0][2]
+    assert type(value) is float and value == ndvm.compile(f"({name} {literals})").run()
+    params = " ".join(f"(param a{k} {v})" for k, v in enumerate(literals.split()))
+    on_params = ndvm.compile(f"{params} ({name} {' '.join(f'a{k}' for k in range(n))})")
+    assert on_params.evaluate([[float(v) for v in literals.split()]])[0] == value
+
+
+@pytest.mark.parametrize("name", sorted(language.primitives_of_kind("numeric") - set(FOLDABLE)))
+def test_a_primitive_not_foldable_is_left_alone(name):
+    n = max(INFO[name].arity.min, 1)
+    assert not simplify.simplify(read_all(f"(* x ({name}{' 0.5' * n}))")).changed
+
+
+@pytest.mark.parametrize("name", RANGED)
+def test_a_ranged_primitive_stays_in_its_range(name):
+    """Its values over a grid lie in the range its constraint names, and the constraint is one a
+    parameter declaration accepts."""
+    constraint = language.to_str(INFO[name].range_constraint)
+    ndvm.compile(f"(param p 0.5 {constraint}) p")
+    grid = ndvm.compile(f"(param a 0.0) ({name} a)").evaluate([[x] for x in range(-30, 31)] + [[0.1], [-0.1]])
+    lo, hi = {"positive": (0, math.inf), "unit": (0, 1), "(between -1 1)": (-1, 1)}[constraint]
+    assert all(lo <= v <= hi for v in grid) and not all(v == grid[0] for v in grid)
+    if constraint != "(between -1 1)":  # open ranges: the end is not reached on the grid
+        assert all(lo < v < hi for v in grid)
+
+
+# A valid call of each index-taking primitive, with ARG where an index goes.
+INDEX_CALLS = {
+    "ref": ["(ref (vec 1.0 2.0) ARG)", "(ref (mat (vec 1.0 2.0)) 0 ARG)"],
+    "list-ref": ["(list-ref (list 1 2) ARG)"],
+    "list-tail": ["(list-tail (list 1 2) ARG)"],
+    "eye": ["(eye ARG)"],
+    "zeros": ["(zeros ARG)", "(zeros 1 ARG)"],
+    "ones": ["(ones ARG)", "(ones 1 ARG)"],
+}
+
+
+@pytest.mark.parametrize("name", INDEXED)
+def test_an_index_argument_must_be_an_integer(name):
+    assert len(INDEX_CALLS[name]) == len(INFO[name].index_args)
+    for call in INDEX_CALLS[name]:
+        ndvm.compile(call.replace("ARG", "1")).run()
+        with pytest.raises(ndvm.EvalError, match=f"'{name}': an? (index|size) must be an integer"):
+            ndvm.compile(call.replace("ARG", "0.5")).run()
+
+
+def test_every_index_taking_primitive_has_a_call():
+    assert set(INDEX_CALLS) == set(INDEXED)
 
 
 # ---- error kinds, lane statuses, Limits ------------------------------------------------------

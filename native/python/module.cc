@@ -256,10 +256,45 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("replay", &Limits::replay)
       .def_readwrite("max_work", &Limits::max_work)
       .def_readwrite("max_seconds", &Limits::max_seconds);
-  // The primitive table (prims.h): (name, min arity, max arity or -1 for variadic), in table order.
+  // The primitive table (prims.h): one read-only Primitive per line, in table order, with every
+  // column (arity, kind, flags); ndvm.language and the proposers' checks read them from here.
   {
+    auto kinds = py::enum_<PrimKind>(m, "PrimKind");
+    for (int k = 0; k <= static_cast<int>(PrimKind::OTHER); ++k)
+      kinds.value(kPrimKindNames[k], static_cast<PrimKind>(k));
+    py::class_<PrimInfo>(m, "Primitive")
+        .def_property_readonly("name", [](const PrimInfo& p) { return std::string(p.name); })
+        .def_readonly("min_args", &PrimInfo::min_args)
+        .def_property_readonly(
+            "max_args",
+            [](const PrimInfo& p) -> py::object {
+              return p.max_args < 0 ? py::object(py::none()) : py::object(py::int_(p.max_args));
+            },
+            "the most arguments it takes; None: variadic")
+        .def_readonly("kind", &PrimInfo::kind)
+        .def_property_readonly(
+            "foldable", [](const PrimInfo& p) { return p.has(primflag::FOLD); },
+            "a pure numeric function of its arguments: simplification may evaluate it on literals")
+        .def_property_readonly(
+            "range_constraint",
+            [](const PrimInfo& p) -> py::object {
+              return *p.range_constraint() ? py::str(p.range_constraint()) : py::object(py::none());
+            },
+            "the parameter constraint (source text) its values satisfy, or None")
+        .def_property_readonly(
+            "index_args",
+            [](const PrimInfo& p) {
+              py::list out;
+              for (int k = 0; k < 3; ++k)
+                if (p.flags & (primflag::IDX0 << k)) out.append(k);
+              return py::tuple(out);
+            },
+            "positions (from 0) of its arguments that are integer counts or indices")
+        .def("__repr__", [](const PrimInfo& p) {
+          return std::string("<Primitive '") + p.name + "' " + kPrimKindNames[static_cast<int>(p.kind)] + ">";
+        });
     py::list prims;
-    for (const PrimInfo& p : kPrims) prims.append(py::make_tuple(p.name, p.min_args, p.max_args));
+    for (const PrimInfo& p : kPrims) prims.append(py::cast(&p, py::return_value_policy::reference));
     m.attr("PRIMITIVES") = py::tuple(prims);
   }
   // The special-form table (forms.h): (keyword, supported), in table order.

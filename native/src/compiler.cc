@@ -17,12 +17,6 @@
 
 namespace ndvm {
 
-const PrimInfo kPrims[P_COUNT] = {
-#define NDVM_PRIM_INFO(id, name, lo, hi) {name, lo, hi},
-    NDVM_PRIMS(NDVM_PRIM_INFO)
-#undef NDVM_PRIM_INFO
-};
-
 int find_prim(const char* name) {
   static const std::unordered_map<std::string, int> table = [] {
     std::unordered_map<std::string, int> t;

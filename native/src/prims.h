@@ -1,54 +1,140 @@
-// The primitive table, in the manner of Lua's lopcodes.h: one line per primitive procedure with its
-// Scheme name and its arity (-1: variadic). The compiler checks arity against it statically; the VM
-// dispatches on the enum in one switch (vm.cc, call_prim).
+// The primitive table, in the manner of Lua's lopcodes.h: one line per primitive procedure with
+//   name     its Scheme name
+//   min max  its arity (max -1: variadic); the compiler checks calls against it statically
+//   kind     what it computes (PrimKind below), for the proposers' static analysis:
+//            NUMERIC     elementwise numeric: numbers or broadcasting arrays in, the same shape out
+//            COMPARISON  a decision on numbers (= < > <= >= and the sign and parity tests)
+//            PREDICATE   any other test giving a boolean (types, identity, not)
+//            REDUCER     one number from an array or a list (dot, det, norm, length, ...)
+//            OTHER       lists, arrays, higher-order procedures, conversions, error
+//   flags    FOLD: a pure numeric function of its arguments that simplification may evaluate
+//              on literals (proposers/simplify.py folds it with the runtime itself)
+//            POSITIVE, UNIT, PM1: its values lie in (0, inf), (0, 1), [-1, 1] (the parameter
+//              constraint that replaces a function of lone parameters: positive, unit, (between -1 1))
+//            IDX0, IDX1, IDX2: that argument is an integer count or index, not a model quantity
+// The VM dispatches on the enum in one switch (prims.cc, call_prim). The Python binding exports
+// every column (_native.PRIMITIVES); nothing in Python restates them.
 #pragma once
 #include <cstdint>
 
 // clang-format off
-#define NDVM_PRIMS(X)                                                     \
-  /* arithmetic (variadic, elementwise, broadcasting) */                  \
-  X(ADD, "+", 0, -1) X(SUB, "-", 1, -1) X(MUL, "*", 0, -1) X(DIV, "/", 1, -1) \
-  X(NUM_EQ, "=", 1, -1) X(LT, "<", 1, -1) X(GT, ">", 1, -1) X(LE, "<=", 1, -1) X(GE, ">=", 1, -1) \
-  X(MIN, "min", 1, -1) X(MAX, "max", 1, -1)                               \
-  /* elementwise unary math */                                            \
-  X(ABS, "abs", 1, 1) X(FLOOR, "floor", 1, 1) X(CEILING, "ceiling", 1, 1) \
-  X(ROUND, "round", 1, 1) X(TRUNCATE, "truncate", 1, 1)                   \
-  X(EXP, "exp", 1, 1) X(LOG, "log", 1, 2) X(SQRT, "sqrt", 1, 1)          \
-  X(SIN, "sin", 1, 1) X(COS, "cos", 1, 1) X(TAN, "tan", 1, 1)             \
-  X(ASIN, "asin", 1, 1) X(ACOS, "acos", 1, 1) X(ATAN, "atan", 1, 2)       \
-  X(TANH, "tanh", 1, 1) X(SQUARE, "square", 1, 1) X(SIGMOID, "sigmoid", 1, 1) \
-  X(LOGISTIC, "logistic", 1, 1) X(SOFTPLUS, "softplus", 1, 1)             \
-  X(EXPT, "expt", 2, 2) X(QUOTIENT, "quotient", 2, 2) X(REMAINDER, "remainder", 2, 2) \
-  X(MODULO, "modulo", 2, 2) X(EXACT_TO_INEXACT, "exact->inexact", 1, 1)   \
-  X(INEXACT, "inexact", 1, 1) X(INEXACT_TO_EXACT, "inexact->exact", 1, 1) X(EXACT, "exact", 1, 1) \
-  /* predicates */                                                        \
-  X(ZEROP, "zero?", 1, 1) X(POSITIVEP, "positive?", 1, 1) X(NEGATIVEP, "negative?", 1, 1) \
-  X(EVENP, "even?", 1, 1) X(ODDP, "odd?", 1, 1) X(NUMBERP, "number?", 1, 1) \
-  X(INTEGERP, "integer?", 1, 1) X(EXACTP, "exact?", 1, 1) X(INEXACTP, "inexact?", 1, 1) \
-  X(BOOLEANP, "boolean?", 1, 1) X(SYMBOLP, "symbol?", 1, 1) X(PROCEDUREP, "procedure?", 1, 1) \
-  X(NULLP, "null?", 1, 1) X(PAIRP, "pair?", 1, 1) X(LISTP, "list?", 1, 1) \
-  X(NOT, "not", 1, 1) X(EQP, "eq?", 2, 2) X(EQVP, "eqv?", 2, 2) X(EQUALP, "equal?", 2, 2) \
-  /* pairs and lists */                                                   \
-  X(CONS, "cons", 2, 2) X(CAR, "car", 1, 1) X(CDR, "cdr", 1, 1)           \
-  X(CAAR, "caar", 1, 1) X(CADR, "cadr", 1, 1) X(CDAR, "cdar", 1, 1) X(CDDR, "cddr", 1, 1) \
-  X(CADDR, "caddr", 1, 1) X(CDDDR, "cdddr", 1, 1) X(CADDDR, "cadddr", 1, 1) \
-  X(LIST, "list", 0, -1) X(LENGTH, "length", 1, 1) X(LIST_REF, "list-ref", 2, 2) \
-  X(LIST_TAIL, "list-tail", 2, 2) X(APPEND, "append", 0, -1) X(REVERSE, "reverse", 1, 1) \
-  X(MAP, "map", 2, -1) X(FOR_EACH, "for-each", 2, -1) X(FILTER, "filter", 2, 2) \
-  X(FOLD_LEFT, "fold-left", 3, 3) X(FOLD_RIGHT, "fold-right", 3, 3) X(REDUCE, "reduce", 3, 3) \
-  X(APPLY, "apply", 2, -1)                                                \
-  X(ASSQ, "assq", 2, 2) X(ASSV, "assv", 2, 2) X(ASSOC, "assoc", 2, 2)     \
-  X(MEMQ, "memq", 2, 2) X(MEMV, "memv", 2, 2) X(MEMBER, "member", 2, 2)   \
-  X(ERROR, "error", 1, -1)                                                \
-  /* vectors and matrices (dense, numeric) */                             \
-  X(VEC, "vec", 1, -1) X(MAT, "mat", 1, -1) X(REF, "ref", 2, 3)           \
-  X(DOT, "dot", 2, 2) X(OUTER, "outer", 2, 2) X(MATVEC, "matvec", 2, 2)   \
-  X(MATMUL, "matmul", 2, 2) X(TRANSPOSE, "transpose", 1, 1) X(TRACE, "trace", 1, 1) \
-  X(EYE, "eye", 1, 1) X(ZEROS, "zeros", 1, 2) X(ONES, "ones", 1, 2)       \
-  X(VSUM, "vsum", 1, 1) X(NORM, "norm", 1, 1) X(INV, "inv", 1, 1)         \
-  X(SOLVE, "solve", 2, 2) X(DET, "det", 1, 1) X(LOGDET, "logdet", 1, 1)   \
-  X(CHOLESKY, "cholesky", 1, 1) X(ROWS, "rows", 1, 1) X(COLS, "cols", 1, 1) \
-  X(SIZE, "size", 1, 1) X(VEC_TO_LIST, "vec->list", 1, 1) X(LIST_TO_VEC, "list->vec", 1, 1)
+#define NDVM_PRIMS(X) \
+  /* arithmetic (variadic, elementwise, broadcasting) and chained comparisons */ \
+  X(ADD,              "+",              0,  -1, NUMERIC,    FOLD)                \
+  X(SUB,              "-",              1,  -1, NUMERIC,    FOLD)                \
+  X(MUL,              "*",              0,  -1, NUMERIC,    FOLD)                \
+  X(DIV,              "/",              1,  -1, NUMERIC,    FOLD)                \
+  X(NUM_EQ,           "=",              1,  -1, COMPARISON, 0)                   \
+  X(LT,               "<",              1,  -1, COMPARISON, 0)                   \
+  X(GT,               ">",              1,  -1, COMPARISON, 0)                   \
+  X(LE,               "<=",             1,  -1, COMPARISON, 0)                   \
+  X(GE,               ">=",             1,  -1, COMPARISON, 0)                   \
+  X(MIN,              "min",            1,  -1, NUMERIC,    FOLD)                \
+  X(MAX,              "max",            1,  -1, NUMERIC,    FOLD)                \
+  /* elementwise unary math */                                                   \
+  X(ABS,              "abs",            1,  1,  NUMERIC,    FOLD)                \
+  X(FLOOR,            "floor",          1,  1,  NUMERIC,    0)                   \
+  X(CEILING,          "ceiling",        1,  1,  NUMERIC,    0)                   \
+  X(ROUND,            "round",          1,  1,  NUMERIC,    0)                   \
+  X(TRUNCATE,         "truncate",       1,  1,  NUMERIC,    0)                   \
+  X(EXP,              "exp",            1,  1,  NUMERIC,    FOLD | POSITIVE)     \
+  X(LOG,              "log",            1,  2,  NUMERIC,    FOLD)                \
+  X(SQRT,             "sqrt",           1,  1,  NUMERIC,    FOLD)                \
+  X(SIN,              "sin",            1,  1,  NUMERIC,    FOLD | PM1)          \
+  X(COS,              "cos",            1,  1,  NUMERIC,    FOLD | PM1)          \
+  X(TAN,              "tan",            1,  1,  NUMERIC,    FOLD)                \
+  X(ASIN,             "asin",           1,  1,  NUMERIC,    FOLD)                \
+  X(ACOS,             "acos",           1,  1,  NUMERIC,    FOLD)                \
+  X(ATAN,             "atan",           1,  2,  NUMERIC,    FOLD)                \
+  X(TANH,             "tanh",           1,  1,  NUMERIC,    FOLD | PM1)          \
+  X(SQUARE,           "square",         1,  1,  NUMERIC,    FOLD)                \
+  X(SIGMOID,          "sigmoid",        1,  1,  NUMERIC,    FOLD | UNIT)         \
+  X(LOGISTIC,         "logistic",       1,  1,  NUMERIC,    FOLD | UNIT)         \
+  X(SOFTPLUS,         "softplus",       1,  1,  NUMERIC,    FOLD | POSITIVE)     \
+  X(EXPT,             "expt",           2,  2,  NUMERIC,    FOLD)                \
+  X(QUOTIENT,         "quotient",       2,  2,  NUMERIC,    0)                   \
+  X(REMAINDER,        "remainder",      2,  2,  NUMERIC,    0)                   \
+  X(MODULO,           "modulo",         2,  2,  NUMERIC,    0)                   \
+  X(EXACT_TO_INEXACT, "exact->inexact", 1,  1,  NUMERIC,    0)                   \
+  X(INEXACT,          "inexact",        1,  1,  NUMERIC,    0)                   \
+  X(INEXACT_TO_EXACT, "inexact->exact", 1,  1,  OTHER,      0)                   \
+  X(EXACT,            "exact",          1,  1,  OTHER,      0)                   \
+  /* predicates */                                                               \
+  X(ZEROP,            "zero?",          1,  1,  COMPARISON, 0)                   \
+  X(POSITIVEP,        "positive?",      1,  1,  COMPARISON, 0)                   \
+  X(NEGATIVEP,        "negative?",      1,  1,  COMPARISON, 0)                   \
+  X(EVENP,            "even?",          1,  1,  COMPARISON, 0)                   \
+  X(ODDP,             "odd?",           1,  1,  COMPARISON, 0)                   \
+  X(NUMBERP,          "number?",        1,  1,  PREDICATE,  0)                   \
+  X(INTEGERP,         "integer?",       1,  1,  PREDICATE,  0)                   \
+  X(EXACTP,           "exact?",         1,  1,  PREDICATE,  0)                   \
+  X(INEXACTP,         "inexact?",       1,  1,  PREDICATE,  0)                   \
+  X(BOOLEANP,         "boolean?",       1,  1,  PREDICATE,  0)                   \
+  X(SYMBOLP,          "symbol?",        1,  1,  PREDICATE,  0)                   \
+  X(PROCEDUREP,       "procedure?",     1,  1,  PREDICATE,  0)                   \
+  X(NULLP,            "null?",          1,  1,  PREDICATE,  0)                   \
+  X(PAIRP,            "pair?",          1,  1,  PREDICATE,  0)                   \
+  X(LISTP,            "list?",          1,  1,  PREDICATE,  0)                   \
+  X(NOT,              "not",            1,  1,  PREDICATE,  0)                   \
+  X(EQP,              "eq?",            2,  2,  PREDICATE,  0)                   \
+  X(EQVP,             "eqv?",           2,  2,  PREDICATE,  0)                   \
+  X(EQUALP,           "equal?",         2,  2,  PREDICATE,  0)                   \
+  /* pairs and lists */                                                          \
+  X(CONS,             "cons",           2,  2,  OTHER,      0)                   \
+  X(CAR,              "car",            1,  1,  OTHER,      0)                   \
+  X(CDR,              "cdr",            1,  1,  OTHER,      0)                   \
+  X(CAAR,             "caar",           1,  1,  OTHER,      0)                   \
+  X(CADR,             "cadr",           1,  1,  OTHER,      0)                   \
+  X(CDAR,             "cdar",           1,  1,  OTHER,      0)                   \
+  X(CDDR,             "cddr",           1,  1,  OTHER,      0)                   \
+  X(CADDR,            "caddr",          1,  1,  OTHER,      0)                   \
+  X(CDDDR,            "cdddr",          1,  1,  OTHER,      0)                   \
+  X(CADDDR,           "cadddr",         1,  1,  OTHER,      0)                   \
+  X(LIST,             "list",           0,  -1, OTHER,      0)                   \
+  X(LENGTH,           "length",         1,  1,  REDUCER,    0)                   \
+  X(LIST_REF,         "list-ref",       2,  2,  OTHER,      IDX1)                \
+  X(LIST_TAIL,        "list-tail",      2,  2,  OTHER,      IDX1)                \
+  X(APPEND,           "append",         0,  -1, OTHER,      0)                   \
+  X(REVERSE,          "reverse",        1,  1,  OTHER,      0)                   \
+  X(MAP,              "map",            2,  -1, OTHER,      0)                   \
+  X(FOR_EACH,         "for-each",       2,  -1, OTHER,      0)                   \
+  X(FILTER,           "filter",         2,  2,  OTHER,      0)                   \
+  X(FOLD_LEFT,        "fold-left",      3,  3,  OTHER,      0)                   \
+  X(FOLD_RIGHT,       "fold-right",     3,  3,  OTHER,      0)                   \
+  X(REDUCE,           "reduce",         3,  3,  OTHER,      0)                   \
+  X(APPLY,            "apply",          2,  -1, OTHER,      0)                   \
+  X(ASSQ,             "assq",           2,  2,  OTHER,      0)                   \
+  X(ASSV,             "assv",           2,  2,  OTHER,      0)                   \
+  X(ASSOC,            "assoc",          2,  2,  OTHER,      0)                   \
+  X(MEMQ,             "memq",           2,  2,  OTHER,      0)                   \
+  X(MEMV,             "memv",           2,  2,  OTHER,      0)                   \
+  X(MEMBER,           "member",         2,  2,  OTHER,      0)                   \
+  X(ERROR,            "error",          1,  -1, OTHER,      0)                   \
+  /* vectors and matrices (dense, numeric) */                                    \
+  X(VEC,              "vec",            1,  -1, OTHER,      0)                   \
+  X(MAT,              "mat",            1,  -1, OTHER,      0)                   \
+  X(REF,              "ref",            2,  3,  OTHER,      IDX1 | IDX2)         \
+  X(DOT,              "dot",            2,  2,  REDUCER,    0)                   \
+  X(OUTER,            "outer",          2,  2,  OTHER,      0)                   \
+  X(MATVEC,           "matvec",         2,  2,  OTHER,      0)                   \
+  X(MATMUL,           "matmul",         2,  2,  OTHER,      0)                   \
+  X(TRANSPOSE,        "transpose",      1,  1,  OTHER,      0)                   \
+  X(TRACE,            "trace",          1,  1,  REDUCER,    0)                   \
+  X(EYE,              "eye",            1,  1,  OTHER,      IDX0)                \
+  X(ZEROS,            "zeros",          1,  2,  OTHER,      IDX0 | IDX1)         \
+  X(ONES,             "ones",           1,  2,  OTHER,      IDX0 | IDX1)         \
+  X(VSUM,             "vsum",           1,  1,  REDUCER,    0)                   \
+  X(NORM,             "norm",           1,  1,  REDUCER,    0)                   \
+  X(INV,              "inv",            1,  1,  OTHER,      0)                   \
+  X(SOLVE,            "solve",          2,  2,  OTHER,      0)                   \
+  X(DET,              "det",            1,  1,  REDUCER,    0)                   \
+  X(LOGDET,           "logdet",         1,  1,  REDUCER,    0)                   \
+  X(CHOLESKY,         "cholesky",       1,  1,  OTHER,      0)                   \
+  X(ROWS,             "rows",           1,  1,  REDUCER,    0)                   \
+  X(COLS,             "cols",           1,  1,  REDUCER,    0)                   \
+  X(SIZE,             "size",           1,  1,  REDUCER,    0)                   \
+  X(VEC_TO_LIST,      "vec->list",      1,  1,  OTHER,      0)                   \
+  X(LIST_TO_VEC,      "list->vec",      1,  1,  OTHER,      0)
 // clang-format on
 
 // The tape-op table, in the same manner: one line per numeric operation that leaves a tape
@@ -194,18 +280,85 @@ static_assert((tape_ops_with(tapeflag::LANEADJ) & ~tape_ops_with(tapeflag::EXTRA
               "per-lane linear algebra is charged as EXTRA work");
 
 enum PrimId : int {
-#define NDVM_PRIM_ENUM(id, name, lo, hi) P_##id,
+#define NDVM_PRIM_ENUM(id, name, lo, hi, kind, flags) P_##id,
   NDVM_PRIMS(NDVM_PRIM_ENUM)
 #undef NDVM_PRIM_ENUM
       P_COUNT
 };
 
+// The `kind` column of NDVM_PRIMS.
+// clang-format off
+#define NDVM_PRIM_KINDS(X) \
+  X(NUMERIC, "numeric") X(COMPARISON, "comparison") X(PREDICATE, "predicate") X(REDUCER, "reducer") \
+  X(OTHER, "other")
+// clang-format on
+enum class PrimKind : uint8_t {
+#define NDVM_PRIM_KIND_ENUM(kind, name) kind,
+  NDVM_PRIM_KINDS(NDVM_PRIM_KIND_ENUM)
+#undef NDVM_PRIM_KIND_ENUM
+};
+inline constexpr const char* kPrimKindNames[] = {
+#define NDVM_PRIM_KIND_NAME(kind, name) name,
+    NDVM_PRIM_KINDS(NDVM_PRIM_KIND_NAME)
+#undef NDVM_PRIM_KIND_NAME
+};
+
+// The `flags` column of NDVM_PRIMS (a namespace of their own, as tapeflag).
+namespace primflag {
+enum : uint16_t {
+  FOLD = 1 << 0,
+  POSITIVE = 1 << 1,
+  UNIT = 1 << 2,
+  PM1 = 1 << 3,
+  IDX0 = 1 << 4,
+  IDX1 = 1 << 5,
+  IDX2 = 1 << 6,
+  RANGE = POSITIVE | UNIT | PM1,
+  INDEX = IDX0 | IDX1 | IDX2,
+};
+}  // namespace primflag
+
 struct PrimInfo {
   const char* name;
   int min_args, max_args;  // max_args -1: variadic
+  PrimKind kind;
+  uint16_t flags;
+  bool has(uint16_t f) const { return (flags & f) != 0; }
+  // The parameter constraint, as source text, that the primitive's values satisfy ("" if none).
+  const char* range_constraint() const {
+    return has(primflag::POSITIVE) ? "positive"
+           : has(primflag::UNIT)   ? "unit"
+           : has(primflag::PM1)    ? "(between -1 1)"
+                                   : "";
+  }
 };
 
-extern const PrimInfo kPrims[P_COUNT];
+inline constexpr PrimInfo kPrims[P_COUNT] = {
+#define NDVM_PRIM_INFO(id, name, lo, hi, kind, flags) \
+  {name, lo, hi, PrimKind::kind, [] {                 \
+     using namespace primflag;                        \
+     return static_cast<uint16_t>(flags);             \
+   }()},
+    NDVM_PRIMS(NDVM_PRIM_INFO)
+#undef NDVM_PRIM_INFO
+};
+
+// The columns' rules, checked when the table is compiled.
+constexpr bool prim_table_consistent() {
+  for (const PrimInfo& p : kPrims) {
+    const int ranges = !!(p.flags & primflag::POSITIVE) + !!(p.flags & primflag::UNIT) + !!(p.flags & primflag::PM1);
+    if (ranges > 1) return false;  // at most one range
+    if ((p.flags & (primflag::FOLD | primflag::RANGE)) && p.kind != PrimKind::NUMERIC) return false;
+    // an index argument is one the primitive takes
+    const int most = p.max_args < 0 ? 3 : p.max_args;
+    for (int k = 0; k < 3; ++k)
+      if ((p.flags & (primflag::IDX0 << k)) && k >= most) return false;
+  }
+  return true;
+}
+static_assert(prim_table_consistent(),
+              "NDVM_PRIMS: at most one range flag; FOLD and ranges only on NUMERIC primitives; IDXk only for an "
+              "argument k the primitive takes");
 
 // -1 when `name` is not a primitive
 int find_prim(const char* name);
