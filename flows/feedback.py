@@ -35,7 +35,7 @@ class RoundFeedback:
         if max_stale_rounds < 0:
             raise ValueError(f"max_stale_rounds must be >= 0 (0: never stop), got {max_stale_rounds}")
         self.max_stale_rounds = max_stale_rounds
-        self.name_duplicates = name_duplicates  # False: count them only (no store look-up per duplicate)
+        self.name_duplicates = name_duplicates  # False: counted, named only when the caller hands them in
         self._lock = threading.Lock()
         self._recent: collections.deque[tuple[int, int]] = collections.deque(maxlen=window)  # (new, duplicates)
         self.last_duplicates: list[Any] = []
@@ -52,22 +52,21 @@ class RoundFeedback:
         candidates. ``duplicates``: the round's :class:`proposers.Duplicate` records when the caller
         has them (then the store is not asked)."""
         others = [p for p in proposals if _source(p) not in new_sources]
+        named = self.name_duplicates or duplicates is not None
         if duplicates is not None:
             duplicates = list(duplicates)
-        elif self.name_duplicates and others:
-            duplicates = []
-            try:
-                duplicates = _duplicates(store, run_id, others)
-            except Exception as exc:  # feedback is advice: a failed look-up must not stop the run
-                log.warning("looking up the round's duplicates failed: %s", exc)
         else:
             duplicates = []
-        counted = len(duplicates) if self.name_duplicates or duplicates else len(others)
+            if others:
+                try:  # one store query per round; invalid proposals are not counted as duplicates
+                    duplicates = _duplicates(store, run_id, others)
+                except Exception as exc:  # feedback is advice: a failed look-up must not stop the run
+                    log.warning("looking up the round's duplicates failed: %s", exc)
         new = len(proposals) - len(others)
         with self._lock:
             self.rounds += 1
-            self._recent.append((new, counted))
-            self.last_duplicates = self._named(duplicates)
+            self._recent.append((new, len(duplicates)))
+            self.last_duplicates = self._named(duplicates) if named else []
             self.stale_rounds = 0 if new else self.stale_rounds + 1
 
     def _named(self, duplicates: list[Any]) -> list[Any]:
@@ -191,33 +190,17 @@ def _source(proposal: Any) -> str:
 def _duplicates(store: Any, run_id: str, proposals: list[Any]) -> list[Any]:
     """The proposals the store recorded as duplicates, each with the stored program it duplicates.
     Read from the store's own record of the round (the proposals table and the leaderboard), so a
-    semantic duplicate names its stored twin, not its own hash."""
+    semantic duplicate names its stored twin, not its own hash. Invalid proposals are not
+    duplicates: the proposer's failures say why they failed."""
     from proposers import Duplicate
 
+    found = store.duplicates_of(run_id, [_source(p) for p in proposals])
     out = []
     for proposal in proposals:
         source = _source(proposal)
-        with store._lock:  # the store's connection is shared by threads: its lock, as its methods do
-            rows = store._con.sql(
-                "SELECT outcome, duplicate_of FROM proposals WHERE run_id = $1 AND source = $2 "
-                "ORDER BY id DESC LIMIT 1",
-                params=[run_id, source],
-            ).fetchall()
-            row = rows[0] if rows else None
-            if row is None or not str(row[0]).startswith("duplicate") or row[1] is None:
-                continue  # invalid or not stored: the proposer's failures say why
-            scores = store._con.sql(
-                "SELECT score FROM leaderboard WHERE run_id = $1 AND hash = $2", params=[run_id, row[1]]
-            ).fetchall()
-            scored = scores[0] if scores else None
-        out.append(
-            Duplicate(
-                source,
-                row[1],
-                None if scored is None or scored[0] is None else float(scored[0]),
-                semantic=row[0] == "duplicate_semantic",
-            )
-        )
+        if source in found:
+            outcome, of, score = found[source]
+            out.append(Duplicate(source, of, score, semantic=outcome == "duplicate_semantic"))
     return out
 
 

@@ -1214,6 +1214,29 @@ class CandidateStore:
                 params=[run_id],
             ).pl()
 
+    def duplicates_of(self, run_id: str, sources: Iterable[str]) -> dict[str, tuple[str, str, float | None]]:
+        """source -> (outcome, the stored candidate it duplicates, that candidate's validation score
+        or None) for those of ``sources`` whose latest proposal in the run was a duplicate (hash or
+        semantic); invalid and new proposals are left out. One query for a whole round."""
+        sources = list(dict.fromkeys(sources))
+        if not sources:
+            return {}
+        with self._lock:
+            rows = self._con.sql(
+                """
+                WITH latest AS (
+                    SELECT source, outcome, duplicate_of FROM proposals
+                    WHERE run_id = $1 AND list_contains($2, source)
+                    QUALIFY row_number() OVER (PARTITION BY source ORDER BY id DESC) = 1
+                )
+                SELECT l.source, l.outcome, l.duplicate_of, b.score
+                FROM latest l LEFT JOIN leaderboard b ON b.run_id = $1 AND b.hash = l.duplicate_of
+                WHERE l.outcome LIKE 'duplicate%' AND l.duplicate_of IS NOT NULL
+                """,
+                params=[run_id, sources],
+            ).fetchall()
+        return {src: (outcome, of, None if score is None else float(score)) for src, outcome, of, score in rows}
+
     def complexities(self, hashes: Iterable[str]) -> dict[str, int | None]:
         """hash -> complexity (storage/parsimony.py) of the given candidates."""
         hashes = list(dict.fromkeys(hashes))

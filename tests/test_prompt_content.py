@@ -332,6 +332,31 @@ def test_cached_tokens_from_a_mocked_usage_and_the_run_summary():
     assert llm_summary(object(), new=3) is None and llm_summary_line(None) is None
 
 
+def test_round_feedback_reads_duplicates_from_the_store_and_never_counts_invalid_ones(tmp_path):
+    """A round of three proposals (one new, one the same program renamed, one that does not
+    parse): the duplicate rate counts the one duplicate, not the invalid proposal, for a prompt-less
+    proposer too (the mutation proposer's exploration reads this rate); the LLM's feedback also
+    names the stored twin with its validation score."""
+    from flows.feedback import RoundFeedback
+    from storage import CandidateStore, EvaluationResult
+
+    new, renamed, broken = "(param a 1.0)\n(* a x)", "(param k 1.0)\n(* k x)", "(param a 1.0)\n(* a x"
+    with CandidateStore(tmp_path / "c.duckdb") as store:
+        store.start_run("r", dataset="toy", task="curve", metric="rmse")
+        (stored,) = store.add([new], "r")
+        store.record(
+            [EvaluationResult(stored.hash, "r", "toy", "curve", "v", {"a": 1.0}, {}, {"rmse": 0.25}, 0.1, "ok")]
+        )
+        store.add([renamed, broken], "r")
+        assert set(store.duplicates_of("r", [new, renamed, broken])) == {renamed}
+        for name_duplicates in (False, True):
+            fb = RoundFeedback(3, name_duplicates=name_duplicates)
+            fb.record(store, "r", [new, renamed, broken], {new})
+            assert fb.duplicate_rate == pytest.approx(1 / 2)  # 1 new, 1 duplicate; the broken one is neither
+            named = [(d.duplicate_of, d.score) for d in fb.last_duplicates]
+            assert named == ([(stored.hash, 0.25)] if name_duplicates else [])
+
+
 def test_the_most_repeated_duplicates_stay_named():
     from flows.feedback import RoundFeedback
 
