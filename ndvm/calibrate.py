@@ -1,8 +1,10 @@
 """Calibration: fit a program's parameters to data with the fused native optimizers.
 
 Restarts are lanes: one walk of the program evaluates every restart at once, and the whole loop of
-``steps`` iterations runs in C++ (Adam, L-BFGS with a backtracking line search, or gradient
-descent) in unconstrained coordinates (softplus for ``positive``, logistic for ``between``).
+at most ``steps`` evaluations runs in C++ (L-BFGS with a strong Wolfe line search, Adam, or gradient
+descent) in unconstrained coordinates (softplus for ``positive``, logistic for ``between``). Each
+lane stops on its own when it converges (see ``calibrate`` for the rules) and then costs no more
+work; ``Fit.lane_reason`` says why each lane stopped.
 """
 
 from __future__ import annotations
@@ -28,12 +30,24 @@ OPTIMIZERS = ("adam", "lbfgs", "gd")
 # calibrate's and calibrate_many's defaults, in one place (datasets/tasks/curve.py reads
 # DEFAULT_RESTARTS too). The discovery pipeline fits cheaper by default: flows/calibration.py.
 DEFAULT_OPTIMIZER = "adam"
-DEFAULT_STEPS = 200
-DEFAULT_LR = 0.05
+# Per optimizer: the evaluation budget (steps) and lr when the caller gives none.
+OPTIMIZER_STEPS = {"adam": 200, "lbfgs": 1000, "gd": 200}
+OPTIMIZER_LR = {"adam": 0.05, "lbfgs": 0.05, "gd": 0.05}
+DEFAULT_STEPS = OPTIMIZER_STEPS[DEFAULT_OPTIMIZER]
+DEFAULT_LR = OPTIMIZER_LR[DEFAULT_OPTIMIZER]
 DEFAULT_RESTARTS = 32
-# The runtime's enums (native/src/optim.h, error.h), by name: a lane's status name is what
-# Fit.lane_status reports, an error kind K is raised as ndvm.errors' class K + "Error".
+# Stopping rules (0 turns one off); see calibrate's docstring.
+DEFAULT_GTOL = 1e-10
+DEFAULT_FTOL = 2.220446049250313e-09  # 1e7 machine epsilons: L-BFGS-B's default factr
+DEFAULT_XTOL = 1e-10
+DEFAULT_PATIENCE = 5
+# The runtime's enums (native/src/optim.h, error.h), by name: a lane's status and stop reason names
+# are what Fit.lane_status and Fit.lane_reason report, an error kind K is raised as ndvm.errors'
+# class K + "Error".
 _LANE_STATUS = {int(v): name for name, v in _native.LaneStatus.__members__.items()}
+_STOP_REASON = {int(v): name for name, v in _native.StopReason.__members__.items()}
+# The reasons that mean a lane converged (every one but running out of budget or non-finite).
+CONVERGED_REASONS = frozenset(_STOP_REASON.values()) - {"budget", "nonfinite"}
 _ERROR_TYPES = {int(v): getattr(errors, name + "Error") for name, v in _native.ErrorKind.__members__.items()}
 
 
@@ -48,6 +62,10 @@ class Fit:
     all_params: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     all_losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
     lane_status: list[str] = field(default_factory=list)
+    # per lane: why it stopped (a name of ndvm._native.StopReason), optimizer iterations, evaluations
+    lane_reason: list[str] = field(default_factory=list)
+    lane_iterations: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    lane_evaluations: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     status: str = "ok"  # "ok" | "nonfinite" (no restart produced a finite loss) | "error"
     error: str | None = None
     error_type: type[NDVMError] | None = None
@@ -57,6 +75,22 @@ class Fit:
     best_restart: int = -1
     # what calibrate() fitted (inputs, target, loss): fit.stderr differentiates the same loss
     _problem: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def lane_converged(self) -> list[bool]:
+        """Per lane: whether it stopped by a convergence rule (not by the budget or a non-finite loss)."""
+        return [reason in CONVERGED_REASONS for reason in self.lane_reason]
+
+    @property
+    def reason(self) -> str:
+        """Why the best lane stopped ("budget", "gradient", "decrease", "step", "plateau", "nonfinite");
+        "" for a fit without a best lane (an error, or no finite loss)."""
+        return self.lane_reason[self.best_restart] if self.best_restart >= 0 else ""
+
+    @property
+    def converged(self) -> bool:
+        """Whether the best lane converged (stopped by a rule before the budget ran out)."""
+        return self.reason in CONVERGED_REASONS
 
     @functools.cached_property
     def stderr(self) -> StdErr:
@@ -89,17 +123,64 @@ class Fit:
         return self
 
 
-def _check_options(loss: str, optimizer: str, steps: int, restarts: int, lr: float) -> None:
+@dataclass(frozen=True)
+class _Options:
+    """calibrate's optimizer options, checked, with the per-optimizer defaults filled in."""
+
+    optimizer: str
+    steps: int
+    lr: float
+    tol: float
+    patience: int
+    gtol: float
+    ftol: float
+    xtol: float
+
+
+def _number(name: str, value: Any, *, positive: bool = False) -> float:
+    """A finite float option >= 0 (> 0 when positive); ValueError naming the option otherwise."""
+    bound = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number {bound}, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return v
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _check_options(
+    loss: str,
+    optimizer: str,
+    steps: int | None,
+    restarts: int,
+    lr: float | None,
+    tol: float | None = None,
+    patience: int = DEFAULT_PATIENCE,
+    gtol: float = DEFAULT_GTOL,
+    ftol: float = DEFAULT_FTOL,
+    xtol: float = DEFAULT_XTOL,
+) -> _Options:
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSSES)}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
-    if restarts < 1:
-        raise ValueError("restarts must be >= 1")
-    if not (lr > 0):
-        raise ValueError("lr must be > 0")
+    _count("restarts", restarts)
+    return _Options(
+        optimizer=optimizer,
+        steps=_count("steps", OPTIMIZER_STEPS[optimizer] if steps is None else steps),
+        lr=_number("lr", OPTIMIZER_LR[optimizer] if lr is None else lr, positive=True),
+        tol=0.0 if tol is None else _number("tol", tol),
+        patience=_count("patience", patience),
+        gtol=_number("gtol", gtol),
+        ftol=_number("ftol", ftol),
+        xtol=_number("xtol", xtol),
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -141,14 +222,16 @@ def initial_theta(
     return np.ascontiguousarray(arr)
 
 
-def _spec(
-    optimizer: str, steps: int, lr: float, tol: float | None, loss: str, target: Any, lane_target: Any
-) -> dict[str, Any]:
+def _spec(options: _Options, loss: str, target: Any, lane_target: Any) -> dict[str, Any]:
     return {
-        "optimizer": optimizer,
-        "steps": int(steps),
-        "lr": float(lr),
-        "tol": float(tol or 0.0),
+        "optimizer": options.optimizer,
+        "steps": options.steps,
+        "lr": options.lr,
+        "tol": options.tol,
+        "patience": options.patience,
+        "gtol": options.gtol,
+        "ftol": options.ftol,
+        "xtol": options.xtol,
         "loss": loss,
         "target": None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
         "lane_target": None if lane_target is None else np.ascontiguousarray(np.asarray(lane_target, dtype=np.float64)),
@@ -178,6 +261,9 @@ def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
         all_losses=losses,
         history=res["history"][:steps, best],
         lane_status=[_LANE_STATUS[s] for s in res["status"]],
+        lane_reason=[_STOP_REASON[s] for s in res["reason"]],
+        lane_iterations=res["iterations"],
+        lane_evaluations=res["lane_evaluations"],
         seconds=seconds,
         steps=steps,
         evaluations=int(res["evaluations"]),
@@ -208,8 +294,8 @@ def calibrate(
     target: Any = None,
     loss: str = "mse",
     optimizer: str = DEFAULT_OPTIMIZER,
-    steps: int = DEFAULT_STEPS,
-    lr: float = DEFAULT_LR,
+    steps: int | None = None,
+    lr: float | None = None,
     restarts: int = DEFAULT_RESTARTS,
     seed: int = 0,
     lane_inputs: Mapping[str, Any] | None = None,
@@ -218,14 +304,20 @@ def calibrate(
     threads: int | None = None,
     lane_target: Any = None,
     jitter: float = 0.5,
+    gtol: float = DEFAULT_GTOL,
+    ftol: float = DEFAULT_FTOL,
+    xtol: float = DEFAULT_XTOL,
+    patience: int = DEFAULT_PATIENCE,
 ) -> Fit:
-    """Fits ``prog`` to data; see the module docstring. Raises on malformed programs or options."""
+    """Fits ``prog`` to data and returns a ``Fit``; raises on malformed programs, and ``ValueError``
+    naming the option on a bad option value.
+    """
     program = compile(prog) if isinstance(prog, str) else prog
-    _check_options(loss, optimizer, steps, restarts, lr)
+    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
     if loss != "value" and target is None and lane_target is None:
         raise ValueError(f"loss {loss!r} needs a target (or lane_target)")
     theta0 = initial_theta(program, restarts, seed, init, jitter)
-    spec = _spec(optimizer, steps, lr, tol, loss, target, lane_target)
+    spec = _spec(options, loss, target, lane_target)
     t0 = time.perf_counter()
     res = _native.calibrate(
         program._native,
@@ -247,8 +339,8 @@ def calibrate_many(
     target: Any = None,
     loss: str = "mse",
     optimizer: str = DEFAULT_OPTIMIZER,
-    steps: int = DEFAULT_STEPS,
-    lr: float = DEFAULT_LR,
+    steps: int | None = None,
+    lr: float | None = None,
     restarts: int = DEFAULT_RESTARTS,
     seed: int = 0,
     lane_inputs: Mapping[str, Any] | None = None,
@@ -257,14 +349,19 @@ def calibrate_many(
     threads: int | None = None,
     lane_target: Any = None,
     jitter: float = 0.5,
+    gtol: float = DEFAULT_GTOL,
+    ftol: float = DEFAULT_FTOL,
+    xtol: float = DEFAULT_XTOL,
+    patience: int = DEFAULT_PATIENCE,
     limits: Limits | None = None,
 ) -> list[Fit]:
     """Calibrates many programs on the native thread pool (GIL released). One ``Fit`` per program, in
     order; a program that fails to compile or run gives ``fit.error`` instead of an exception.
     ``threads`` defaults to the cores available; results are identical to a serial run.
     Each program runs under its own ``Limits``: a compiled ``Program`` keeps those it was compiled
-    with, source text is compiled under ``limits`` (default ``DEFAULT_LIMITS``)."""
-    _check_options(loss, optimizer, steps, restarts, lr)
+    with, source text is compiled under ``limits`` (default ``DEFAULT_LIMITS``).
+    """
+    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
     if loss != "value" and target is None and lane_target is None:
         raise ValueError(f"loss {loss!r} needs a target (or lane_target)")
     fits: list[Fit | None] = [None] * len(programs)
@@ -292,7 +389,7 @@ def calibrate_many(
         where.append(i)
         compiled.append(program)
     if natives:
-        spec = _spec(optimizer, steps, lr, tol, loss, target, lane_target)
+        spec = _spec(options, loss, target, lane_target)
         native_inputs, native_lane_inputs = _inputs(inputs), _lane_inputs(lane_inputs)
         problem = _problem_of(inputs, target, loss, lane_inputs, lane_target)  # one dict shared by the batch's fits
         # The native batch takes one Limits: programs are batched by theirs (nearly always one group).
@@ -319,3 +416,46 @@ def calibrate_many(
     if len(done) != len(fits):  # the native batch returns one result per program it was given
         raise RuntimeError(f"calibrate_many: {len(fits) - len(done)} of {len(fits)} programs got no result")
     return done
+
+
+_OPTIONS_DOC = """
+    Options (the same for ``calibrate`` and ``calibrate_many``):
+
+    - ``inputs``: name -> value (number or array) shared by every restart; ``lane_inputs``: name ->
+      array with a leading axis of one entry per restart.
+    - ``target``, ``lane_target``: what ``loss`` compares the program's value with ("mse",
+      "gaussian_nll" with a parameter named sigma; "value" minimizes the program's own value).
+    - ``optimizer``: "lbfgs" (limited-memory BFGS, memory 10, with a strong Wolfe line search:
+      c1 = 1e-4, c2 = 0.9, first step 1, at most 20 trials), "adam" (beta 0.9, 0.999) or "gd".
+    - ``steps``: the budget, in evaluations of value and gradient per lane. For L-BFGS every trial
+      point of the line search counts (scipy's ``maxfun``, not ``maxiter``); for Adam and gd an
+      evaluation is an iteration. Default per optimizer: ``OPTIMIZER_STEPS`` (lbfgs 1000, adam 200,
+      gd 200).
+    - ``lr``: Adam's and gd's learning rate; for L-BFGS the length (in unconstrained coordinates) of
+      the first step, before any curvature is known (later steps are quasi-Newton steps of length
+      1, capped at 2 per coordinate). Default per optimizer: ``OPTIMIZER_LR`` (0.05).
+    - Stopping rules, per lane (a lane that stops costs no more evaluations; 0 turns a rule off):
+      ``gtol`` (1e-10): the largest component of the gradient in unconstrained coordinates is <=
+      gtol (every optimizer; L-BFGS checks its iterates, not line-search trials). ``ftol``
+      (2.2e-9, L-BFGS-B's default factr 1e7 times machine epsilon): an L-BFGS iteration decreases
+      the loss by (f_k - f_k+1) / max(|f_k|, |f_k+1|) <= ftol. Unlike L-BFGS-B, whose denominator
+      also has a floor of 1, the rule is relative at every scale, so a fit whose loss is 1e-5 runs as
+      far as one whose loss is 1e5. ``xtol`` (1e-10): an L-BFGS iteration moves no coordinate by more
+      than xtol * (1 + max |u|). A line search that finds no decrease along a descent direction
+      (after one restart from steepest descent) also stops the lane, with reason "step". Compared
+      with scipy: ``minimize(method="BFGS")`` stops on an absolute gradient norm of 1e-5 only,
+      ``L-BFGS-B`` on a projected gradient of 1e-5 or a relative decrease of 2.2e-9 (floored at 1).
+    - ``tol``, ``patience`` (None, 5): the plateau rule, for every optimizer: a lane stops when its
+      loss changes by less than tol * (1 + |loss|) on ``patience`` evaluations in a row. Off by
+      default (the meaning ``tol`` always had).
+    - ``restarts``, ``init``, ``seed``, ``jitter``: lanes and their starting points (``initial_theta``).
+    - ``threads``: native threads (``calibrate``: lanes split in chunks of at least 8; results are
+      identical to one thread).
+
+    ``Fit.lane_reason`` says why each lane stopped ("gradient", "decrease", "step", "plateau": it
+    converged; "budget": the steps ran out; "nonfinite"), ``Fit.lane_converged``,
+    ``Fit.lane_iterations`` and ``Fit.lane_evaluations`` are per lane, ``Fit.converged`` and
+    ``Fit.reason`` are the best lane's.
+"""
+calibrate.__doc__ = (calibrate.__doc__ or "") + _OPTIONS_DOC
+calibrate_many.__doc__ = (calibrate_many.__doc__ or "") + _OPTIONS_DOC

@@ -103,6 +103,13 @@ py::array shaped(const std::vector<double>& v, std::vector<py::ssize_t> shape) {
   return std::move(a);
 }
 
+// A per-lane count vector as an int64 array [n].
+py::array shaped_int(const std::vector<int>& v) {
+  py::array_t<int64_t> a(static_cast<py::ssize_t>(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) a.mutable_data()[i] = v[i];
+  return std::move(a);
+}
+
 py::array values_array(const BatchResult& r, int B) {
   std::vector<py::ssize_t> shape{B};
   if (r.rank >= 1) shape.push_back(r.rows);
@@ -181,6 +188,10 @@ CalibSpec spec_from(const Program& p, py::dict s) {
   c.steps = s["steps"].cast<int>();
   c.lr = s["lr"].cast<double>();
   c.tol = s["tol"].cast<double>();
+  c.patience = s["patience"].cast<int>();
+  c.gtol = s["gtol"].cast<double>();
+  c.ftol = s["ftol"].cast<double>();
+  c.xtol = s["xtol"].cast<double>();
   c.loss = loss_from(p, s["loss"].cast<std::string>(), s["target"], s["lane_target"]);
   return c;
 }
@@ -190,11 +201,14 @@ CalibSpec spec_from(const Program& p, py::dict s) {
 // result was a measurable share of a 2,000-program batch).
 py::dict result_dict(const CalibResult& r, int steps) {
   // interned once, never released: they must outlive any interpreter teardown order
-  static PyObject* const keys[] = {PyUnicode_InternFromString("best_theta"), PyUnicode_InternFromString("best_loss"),
-                                   PyUnicode_InternFromString("history"),    PyUnicode_InternFromString("status"),
-                                   PyUnicode_InternFromString("steps_done"), PyUnicode_InternFromString("evaluations"),
-                                   PyUnicode_InternFromString("error"),      PyUnicode_InternFromString("error_kind"),
-                                   PyUnicode_InternFromString("error_line"), PyUnicode_InternFromString("error_col")};
+  static PyObject* const keys[] = {
+      PyUnicode_InternFromString("best_theta"),      PyUnicode_InternFromString("best_loss"),
+      PyUnicode_InternFromString("history"),         PyUnicode_InternFromString("status"),
+      PyUnicode_InternFromString("steps_done"),      PyUnicode_InternFromString("evaluations"),
+      PyUnicode_InternFromString("error"),           PyUnicode_InternFromString("error_kind"),
+      PyUnicode_InternFromString("error_line"),      PyUnicode_InternFromString("error_col"),
+      PyUnicode_InternFromString("reason"),          PyUnicode_InternFromString("iterations"),
+      PyUnicode_InternFromString("lane_evaluations")};
   py::dict d;
   auto set = [&](int k, py::object v) { d[py::handle(keys[k])] = std::move(v); };
   set(0, shaped(r.best_theta, {r.R, r.P}));
@@ -207,6 +221,9 @@ py::dict result_dict(const CalibResult& r, int steps) {
   set(7, py::int_(r.error_kind));
   set(8, py::int_(r.error_line));
   set(9, py::int_(r.error_col));
+  set(10, py::cast(r.reason));
+  set(11, shaped_int(r.iterations));
+  set(12, shaped_int(r.lane_evals));
   return d;
 }
 
@@ -246,6 +263,14 @@ PYBIND11_MODULE(_native, m) {
       .value("ok", LANE_RUNNING)
       .value("nonfinite", LANE_NONFINITE)
       .value("converged", LANE_CONVERGED);
+  // Why each lane stopped (optim.h): the strings ndvm.Fit.lane_reason reports.
+  py::enum_<StopReason>(m, "StopReason")
+      .value("budget", STOP_BUDGET)
+      .value("gradient", STOP_GRADIENT)
+      .value("decrease", STOP_DECREASE)
+      .value("step", STOP_STEP)
+      .value("plateau", STOP_PLATEAU)
+      .value("nonfinite", STOP_NONFINITE);
   // Budgets of one evaluation (program.h), with the C++ defaults; ndvm.Limits takes its defaults
   // from a default-constructed one. max_seconds 0 is off.
   py::class_<Limits>(m, "Limits")

@@ -1,8 +1,9 @@
 // Fused calibration loops (the optimizers themselves are in optimizers.cc, the pool in pool.cc).
 //
 // Restarts are lanes: every step evaluates value and gradient of all running lanes in one walk
-// (run_batch), then updates each lane's unconstrained coordinates. A lane whose loss or gradient
-// becomes non-finite is frozen (its best iterate kept); the others go on.
+// (run_batch), then updates each lane's unconstrained coordinates. A lane that stops (converged by
+// its optimizer's rules or the plateau rule, or non-finite) leaves the running set, so later walks
+// no longer evaluate it; its best iterate is kept and the others go on.
 #include "optim.h"
 
 #include <cmath>
@@ -111,6 +112,9 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
   res.best_theta.assign(theta0, theta0 + static_cast<size_t>(R) * P);
   res.best_loss.assign(R, std::numeric_limits<double>::infinity());
   res.status.assign(R, LANE_RUNNING);
+  res.reason.assign(R, STOP_BUDGET);
+  res.iterations.assign(R, 0);
+  res.lane_evals.assign(R, 0);
   res.history.assign(static_cast<size_t>(spec.steps) * R, NAN);
 
   std::vector<double> u(static_cast<size_t>(R) * P), theta(theta0, theta0 + static_cast<size_t>(R) * P);
@@ -130,6 +134,10 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
   std::vector<double> prev_loss(R, NAN);
   std::vector<int> calm(R, 0);
   std::vector<double> gu(P);
+  auto stop = [&](int r, int reason) {
+    res.reason[r] = reason;
+    res.status[r] = reason == STOP_NONFINITE ? LANE_NONFINITE : LANE_CONVERGED;
+  };
   int step = 0;
   for (; step < spec.steps && !running.empty(); ++step) {
     BatchResult br = ev.eval(theta, true);
@@ -137,16 +145,17 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
     bool changed = false;
     for (size_t k = 0; k < running.size(); ++k) {
       int r = running[k];
+      ++res.lane_evals[r];
       double f = br.losses[k];
       const double* g = br.grads.data() + k * P;
       double* ur = u.data() + static_cast<size_t>(r) * P;
       if (!std::isfinite(f) || !all_finite(g, P)) {
-        bool converged = false;
-        if (rule->on_nonfinite(r, ur, &converged)) {  // the rule tries another point
+        int next = rule->on_nonfinite(r, ur);
+        if (next == kContinue) {  // the rule tries another point
           refresh_theta(r);
           continue;
         }
-        res.status[r] = converged ? LANE_CONVERGED : LANE_NONFINITE;
+        stop(r, next);
         changed = true;
         continue;
       }
@@ -159,7 +168,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
       if (spec.tol > 0 && std::isfinite(prev_loss[r])) {
         if (std::fabs(prev_loss[r] - f) <= spec.tol * (1 + std::fabs(f))) {
           if (++calm[r] >= spec.patience) {
-            res.status[r] = LANE_CONVERGED;
+            stop(r, STOP_PLATEAU);
             changed = true;
             continue;
           }
@@ -168,8 +177,9 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
         }
       }
       prev_loss[r] = f;
-      if (!rule->update(r, step, f, gu.data(), ur)) {
-        res.status[r] = LANE_CONVERGED;
+      int next = rule->update(r, step, f, gu.data(), ur);
+      if (next != kContinue) {
+        stop(r, next);
         changed = true;
       }
       refresh_theta(r);
@@ -189,6 +199,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
     ++res.evaluations;
     for (size_t k = 0; k < running.size(); ++k) {
       int r = running[k];
+      ++res.lane_evals[r];
       double f = br.losses[k];
       if (std::isfinite(f) && f < res.best_loss[r]) {
         res.best_loss[r] = f;
@@ -196,6 +207,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
       }
     }
   }
+  for (int r = 0; r < R; ++r) res.iterations[r] = rule->iterations(r);
   return res;
 }
 
@@ -240,6 +252,9 @@ CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, i
     res.best_theta.insert(res.best_theta.end(), q.best_theta.begin(), q.best_theta.end());
     res.best_loss.insert(res.best_loss.end(), q.best_loss.begin(), q.best_loss.end());
     res.status.insert(res.status.end(), q.status.begin(), q.status.end());
+    res.reason.insert(res.reason.end(), q.reason.begin(), q.reason.end());
+    res.iterations.insert(res.iterations.end(), q.iterations.begin(), q.iterations.end());
+    res.lane_evals.insert(res.lane_evals.end(), q.lane_evals.begin(), q.lane_evals.end());
     for (int st = 0; st < spec.steps; ++st)
       for (int r = 0; r < q.R; ++r)
         res.history[static_cast<size_t>(st) * R + start[c] + r] = q.history[static_cast<size_t>(st) * q.R + r];

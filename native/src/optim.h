@@ -15,15 +15,33 @@ enum class Optimizer { Adam, LBFGS, GD };
 
 struct CalibSpec {
   Optimizer optimizer = Optimizer::Adam;
-  int steps = 200;
+  int steps = 200;  // evaluations per lane (L-BFGS: line-search trials included)
   double lr = 0.05;
-  double tol = 0;  // > 0: a lane stops when its loss changes by less than tol*(1+|loss|) for `patience` steps
+  // Plateau rule (every optimizer), > 0: a lane stops when its loss changes by less than
+  // tol*(1+|loss|) on `patience` evaluations in a row.
+  double tol = 0;
   int patience = 5;
+  // Per-lane stopping rules (0: off). gtol: the largest |gradient| component in unconstrained
+  // coordinates (every optimizer). ftol: relative decrease of an L-BFGS iteration,
+  // (f_k - f_k+1) / max(|f_k|, |f_k+1|). xtol: the largest move of an L-BFGS iteration,
+  // |u_k+1 - u_k|_inf <= xtol * (1 + |u_k+1|_inf).
+  double gtol = 0, ftol = 0, xtol = 0;
   int lbfgs_memory = 10;
   LossSpec loss;
 };
 
 enum LaneStatus : int { LANE_RUNNING = 0, LANE_NONFINITE = 1, LANE_CONVERGED = 2 };
+
+// Why a lane stopped. STOP_BUDGET: it was still running when the step budget ran out. Every reason
+// but budget and nonfinite is convergence (LANE_CONVERGED).
+enum StopReason : int {
+  STOP_BUDGET = 0,
+  STOP_GRADIENT = 1,   // gradient norm <= gtol
+  STOP_DECREASE = 2,   // relative decrease <= ftol
+  STOP_STEP = 3,       // step <= xtol, or the line search found no decrease along a descent direction
+  STOP_PLATEAU = 4,    // the tol/patience rule
+  STOP_NONFINITE = 5,  // the loss or gradient became non-finite with no finite point to fall back to
+};
 
 struct CalibResult {
   int R = 0, P = 0;
@@ -31,6 +49,9 @@ struct CalibResult {
   std::vector<double> best_loss;   // [R]
   std::vector<double> history;     // [steps, R] loss at each step (NaN once a lane stopped)
   std::vector<int> status;         // [R] LaneStatus
+  std::vector<int> reason;         // [R] StopReason
+  std::vector<int> iterations;     // [R] optimizer iterations (L-BFGS: accepted line searches)
+  std::vector<int> lane_evals;     // [R] evaluations of each lane
   int steps_done = 0;
   int evaluations = 0;
   std::string error;  // non-empty: the program failed (calibrate_many only)

@@ -1,7 +1,7 @@
 // The optimizers of fused calibration (optim.cc) as small types behind one interface: each keeps
 // its own state for R restart lanes of P unconstrained coordinates and moves a lane's coordinates
-// given its loss and gradient. calibrate() owns the loop: evaluation, best-iterate tracking,
-// convergence by tolerance, lane status.
+// given its loss and gradient, and decides when the lane has converged (its StopReason).
+// calibrate() owns the loop: evaluation, best-iterate tracking, the plateau rule, lane status.
 #pragma once
 #include <memory>
 #include <vector>
@@ -10,21 +10,29 @@
 
 namespace ndvm {
 
+// Returned by StepRule::update and on_nonfinite when the lane goes on (otherwise a StopReason).
+constexpr int kContinue = -1;
+
 class StepRule {
  public:
+  explicit StepRule(int R) : iterations_(R, 0) {}
   virtual ~StepRule() = default;
   // Lane r's finite loss f and gradient g (unconstrained coordinates) at u, the `step`-th
-  // evaluation: moves u to the next point to evaluate. false: the lane has converged.
-  virtual bool update(int r, int step, double f, const double* g, double* u) = 0;
-  // Lane r's evaluation at u was not finite. true: u was moved to a new point to try; false: the
-  // lane stops, converged (*converged) or non-finite.
-  virtual bool on_nonfinite(int r, double* u, bool* converged) {
+  // evaluation: moves u to the next point to evaluate and returns kContinue, or returns why the
+  // lane stops (u is then left as evaluated).
+  virtual int update(int r, int step, double f, const double* g, double* u) = 0;
+  // Lane r's evaluation at u was not finite: kContinue when u was moved to a new point to try,
+  // otherwise why the lane stops.
+  virtual int on_nonfinite(int r, double* u) {
     (void)r, (void)u;
-    *converged = false;
-    return false;
+    return STOP_NONFINITE;
   }
   // Whether calibrate() scores the last update after the step budget (a point not evaluated yet).
   virtual bool score_last_update() const { return true; }
+  int iterations(int r) const { return iterations_[r]; }
+
+ protected:
+  std::vector<int> iterations_;  // [R] completed iterations of each lane
 };
 
 // The rule named by spec.optimizer, with fresh state for R lanes of P coordinates.
