@@ -30,7 +30,8 @@ except PackageNotFoundError:  # running from a source tree without installation
 
 
 def build_info() -> dict[str, Any]:
-    """Facts about the native build: compiler, flags, SIMD level, threads."""
+    """Facts about the native build: compiler, flags, SIMD level (compile time), the instruction set its
+    elementwise kernels run with (``isa``) and those this CPU supports (``isas``), threads."""
     from . import _native
 
     return dict(_native.build_info())

@@ -37,6 +37,8 @@ def cmd_version(args: argparse.Namespace) -> int:
     info = ndvm.build_info()
     print(f"ndvm-discovery {ndvm.__version__}")
     print(f"native: {info['compiler']}, {info['build_type']}, flags '{info['flags'].strip()}', SIMD {info['simd']}")
+    supported = ", ".join(info["isas"])
+    print(f"instruction set: {info['isa']} (this CPU runs {supported}; NDVM_ISA chooses a lower one)")
     print(f"value word: {info['value_bytes']} bytes; threads available: {info['threads']}")
     print(f"python {sys.version.split()[0]}")
     return 0

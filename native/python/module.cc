@@ -14,6 +14,7 @@
 #include "prims.h"
 #include "program.h"
 #include "reader.h"
+#include "simd.h"
 #include "vm.h"
 
 namespace py = pybind11;
@@ -249,6 +250,9 @@ std::string simd_level() {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "NDVM native runtime";
+  // The elementwise kernels' instruction set, chosen now: an NDVM_ISA naming an unknown or
+  // unsupported one fails the import with a ValueError that says which ones this CPU runs.
+  simd::active();
 
   // ---- the language, defined here once: Python reads these instead of restating them ----------
   // Error kinds (error.h): ndvm.errors has one exception class per kind, named KIND + "Error".
@@ -552,12 +556,20 @@ PYBIND11_MODULE(_native, m) {
   });
   // The most work any successful evaluation of this process used (all threads); reset: start again.
   m.def("peak_work", [](bool reset) { return peak_work(reset); }, py::arg("reset") = false);
+  // The instruction set of the elementwise kernels (simd.h): "baseline", "avx2" or "avx512".
+  m.def("isa", []() { return std::string(simd::isa_name()); });
   m.def("build_info", []() {
     py::dict d;
     d["compiler"] = NDVM_CXX_COMPILER;
     d["flags"] = NDVM_CXX_FLAGS;
     d["build_type"] = NDVM_BUILD_TYPE;
     d["simd"] = simd_level();
+    d["isa"] = simd::isa_name();
+    int n = 0;
+    const char* const* isas = simd::supported_isas(&n);
+    py::list supported;
+    for (int i = 0; i < n; ++i) supported.append(isas[i]);
+    d["isas"] = supported;
     d["value_bytes"] = sizeof(Value);
     d["threads"] = hardware_threads();
     return d;

@@ -11,34 +11,42 @@ namespace {
 
 // Local derivatives of the binary operations: da, db given x, y and the output z.
 struct DAdd {
+  static constexpr Op kOp = O_ADD;
   static double da(double, double, double) { return 1; }
   static double db(double, double, double) { return 1; }
 };
 struct DSub {
+  static constexpr Op kOp = O_SUB;
   static double da(double, double, double) { return 1; }
   static double db(double, double, double) { return -1; }
 };
 struct DMul {
+  static constexpr Op kOp = O_MUL;
   static double da(double, double y, double) { return y; }
   static double db(double x, double, double) { return x; }
 };
 struct DDiv {
+  static constexpr Op kOp = O_DIV;
   static double da(double, double y, double) { return 1 / y; }
   static double db(double, double y, double z) { return -z / y; }
 };
 struct DPow {
+  static constexpr Op kOp = O_POW;
   static double da(double x, double y, double) { return y == 0 ? 0 : y * std::pow(x, y - 1); }
   static double db(double x, double, double z) { return z == 0 ? 0 : z * std::log(x); }
 };
 struct DAtan2 {
+  static constexpr Op kOp = O_ATAN2;
   static double da(double x, double y, double) { return y / (x * x + y * y); }
   static double db(double x, double y, double) { return -x / (x * x + y * y); }
 };
 struct DMin {
+  static constexpr Op kOp = O_MIN;
   static double da(double x, double y, double) { return y < x ? 0 : 1; }
   static double db(double x, double y, double) { return y < x ? 1 : 0; }
 };
 struct DMax {
+  static constexpr Op kOp = O_MAX;
   static double da(double x, double y, double) { return y > x ? 0 : 1; }
   static double db(double x, double y, double) { return y > x ? 1 : 0; }
 };
@@ -76,6 +84,13 @@ void bwd2(VM& vm, const NumRef* in, const double* go, const double* z, uint32_t 
   View va = view(vm, a, true), vb = view(vm, b, true);
   double* ga = a.active() ? vm.adjoint(a) : nullptr;
   double* gb = b.active() ? vm.adjoint(b) : nullptr;
+  // The SIMD kernels take every case where an active operand varies by lane (always, in a one-lane
+  // run); an active uniform operand (an input's gradient) sums over the lanes below.
+  const simd::Kernels& k = simd::active();
+  if (k.has_binary(D::kOp) && (Lo == 1 || ((!ga || va.ls) && (!gb || vb.ls)))) {
+    k.binary_adjoint(D::kOp, va, vb, ga, gb, go, z, n, Lo);
+    return;
+  }
   if (va.es == Lo && vb.es == Lo && va.ls && vb.ls) {  // same layout as the output: flat loops
     size_t total = static_cast<size_t>(n) * Lo;
     // a zero cotangent contributes nothing, even where the local derivative is infinite
@@ -149,24 +164,26 @@ void backward_one_lane(VM& vm, const TapeRec& t) {
   const double* x = vm.data(a);
   const double* y = vm.data(b);
   const uint32_t n = t.out.numel();
-  const uint32_t sa = a.ne == 1 ? 0 : 1, sb = b.ne == 1 ? 0 : 1;  // a scalar broadcast over elements
-  for (uint32_t i = 0; i < n; ++i) {
-    const double g = go[i];
-    if (g == 0) continue;  // a zero cotangent contributes nothing
-    switch (t.op) {        // the arithmetic of bwd2's one-lane loop
-      case O_ADD:
-        if (ga) ga[i * sa] += g;
-        if (gb) gb[i * sb] += g;
-        break;
-      case O_SUB:
-        if (ga) ga[i * sa] += g;
-        if (gb) gb[i * sb] += g * -1.0;
-        break;
-      default:
-        if (ga) ga[i * sa] += g * y[i * sb];
-        if (gb) gb[i * sb] += g * x[i * sa];
-        break;
-    }
+  if (n > 1) {  // data vectors: the SIMD kernels (and their order of summing a broadcast scalar's adjoint)
+    const View va{x, a.ne == 1 ? 0u : 1u, 1}, vb{y, b.ne == 1 ? 0u : 1u, 1};
+    simd::active().binary_adjoint(t.op, va, vb, ga, gb, go, vm.data(t.out), n, 1);
+    return;
+  }
+  const double g = go[0];
+  if (g == 0) return;  // a zero cotangent contributes nothing
+  switch (t.op) {      // the arithmetic of the SIMD kernels' one-element case
+    case O_ADD:
+      if (ga) ga[0] += g;
+      if (gb) gb[0] += g;
+      break;
+    case O_SUB:
+      if (ga) ga[0] += g;
+      if (gb) gb[0] += g * -1.0;
+      break;
+    default:
+      if (ga) ga[0] += g * y[0];
+      if (gb) gb[0] += g * x[0];
+      break;
   }
 }
 
@@ -203,6 +220,11 @@ void bwd_unary(VM& vm, const TapeRec& t, const Bwd& b) {
   double* ga = vm.adjoint(b.in[0]);
   size_t total = static_cast<size_t>(b.n) * b.Lo;
   Op op = static_cast<Op>(t.op);
+  const simd::Kernels& k = simd::active();
+  if (k.has_unary(op)) {
+    k.unary_adjoint(op, x, b.z, b.go, ga, total);
+    return;
+  }
   for (size_t i = 0; i < total; ++i)
     if (b.go[i] != 0) ga[i] += b.go[i] * der1(op, x[i], b.z[i]);
 }

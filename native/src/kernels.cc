@@ -65,20 +65,7 @@ Value VM::binary(Op op, Value a, Value b, const Node* site) {
   const double* pb = data(b);
   double* po = data(out);
   const uint32_t n = out.numel(), sa = na == 1 ? 0 : 1, sb = nb == 1 ? 0 : 1;
-  switch (op) {
-    case O_ADD:
-      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb];
-      break;
-    case O_SUB:
-      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb];
-      break;
-    case O_MUL:
-      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb];
-      break;
-    default:
-      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb];
-      break;
-  }
+  arith_one_lane(op, po, pa, pb, n, sa, sb);
   if (prog->f32) round_f32(po, n);
   if (recording && ((a.flags | b.flags) & NF_ACTIVE)) record2(op, out, a, b);
   return out;
@@ -131,20 +118,7 @@ Value VM::binary_general(Op op, Value a, Value b, const Node* site) {
     const double* pb = data(b);
     double* po = data(out);
     const uint32_t sa = a.rank == 0 ? 0 : 1, sb = b.rank == 0 ? 0 : 1;
-    switch (op) {
-      case O_ADD:
-        for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb];
-        break;
-      case O_SUB:
-        for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb];
-        break;
-      case O_MUL:
-        for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb];
-        break;
-      default:
-        for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb];
-        break;
-    }
+    arith_one_lane(op, po, pa, pb, n, sa, sb);
   } else {
     fwd2(op, data(out), n, Lo, view(*this, a, true), view(*this, b, true));
   }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "prims.h"
+#include "simd.h"
 #include "vm.h"
 
 namespace ndvm::kern {
@@ -22,19 +23,8 @@ namespace {
   eval_error(msg, site ? site->line : 0, site ? site->col : 0);
 }
 
-inline double sigmoid(double x) {
-  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
-  double e = std::exp(x);
-  return e / (1.0 + e);
-}
-inline double softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
-
 // A read view of a value inside a run of L lanes: element stride and lane stride.
-struct View {
-  const double* p;
-  uint32_t es;  // 0: a scalar broadcast over the elements
-  uint32_t ls;  // 0: uniform (one lane shared)
-};
+using simd::View;
 
 template <class V>  // Value or NumRef
 inline View view(VM& vm, const V& v, bool broadcast_scalar) {
@@ -42,23 +32,16 @@ inline View view(VM& vm, const V& v, bool broadcast_scalar) {
   return View{vm.data(v), (broadcast_scalar && v.numel() == 1) ? 0u : lanes, v.uniform() ? 0u : 1u};
 }
 
+// The unary ops without vector math (simd::Kernels::has_unary is false): the C library's, element
+// by element.
 inline double fwd1(Op op, double x) {
   switch (op) {
-    case O_NEG: return -x;
-    case O_EXP: return std::exp(x);
-    case O_LOG: return std::log(x);
-    case O_SQRT: return std::sqrt(x);
     case O_SIN: return std::sin(x);
     case O_COS: return std::cos(x);
     case O_TAN: return std::tan(x);
     case O_ASIN: return std::asin(x);
     case O_ACOS: return std::acos(x);
     case O_ATAN: return std::atan(x);
-    case O_TANH: return std::tanh(x);
-    case O_ABS: return std::fabs(x);
-    case O_SQUARE: return x * x;
-    case O_SIGMOID: return sigmoid(x);
-    case O_SOFTPLUS: return softplus(x);
     default: return NAN;
   }
 }
@@ -66,21 +49,12 @@ inline double fwd1(Op op, double x) {
 // d out / d in, given the input x and the output z
 inline double der1(Op op, double x, double z) {
   switch (op) {
-    case O_NEG: return -1.0;
-    case O_EXP: return z;
-    case O_LOG: return 1.0 / x;
-    case O_SQRT: return 0.5 / z;
     case O_SIN: return std::cos(x);
     case O_COS: return -std::sin(x);
     case O_TAN: return 1.0 + z * z;
     case O_ASIN: return 1.0 / std::sqrt(1.0 - x * x);
     case O_ACOS: return -1.0 / std::sqrt(1.0 - x * x);
     case O_ATAN: return 1.0 / (1.0 + x * x);
-    case O_TANH: return 1.0 - z * z;
-    case O_ABS: return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
-    case O_SQUARE: return 2.0 * x;
-    case O_SIGMOID: return z * (1.0 - z);
-    case O_SOFTPLUS: return sigmoid(x);
     default: return NAN;
   }
 }
@@ -112,13 +86,14 @@ inline void map2(double* o, uint32_t n, uint32_t Lo, View a, View b, F f) {
 // Out of line (here and in unary_loop, rounding_loop, int_div_loop, lu, lu_solve, invert): inlined
 // into forward_record, their loops made its prologue save more registers for every record (2% more
 // instructions on the one-lane Kalman replay, 7% more in forward_record at 16 lanes).
+// + - * / expt go to the SIMD kernels (simd.h); the others loop here.
 [[gnu::noinline]] inline void fwd2(Op op, double* o, uint32_t n, uint32_t Lo, View a, View b) {
+  const simd::Kernels& k = simd::active();
+  if (k.has_binary(op)) {
+    k.binary(op, o, n, Lo, a, b);
+    return;
+  }
   switch (op) {
-    case O_ADD: map2(o, n, Lo, a, b, [](double x, double y) { return x + y; }); break;
-    case O_SUB: map2(o, n, Lo, a, b, [](double x, double y) { return x - y; }); break;
-    case O_MUL: map2(o, n, Lo, a, b, [](double x, double y) { return x * y; }); break;
-    case O_DIV: map2(o, n, Lo, a, b, [](double x, double y) { return x / y; }); break;
-    case O_POW: map2(o, n, Lo, a, b, [](double x, double y) { return std::pow(x, y); }); break;
     case O_ATAN2: map2(o, n, Lo, a, b, [](double x, double y) { return std::atan2(x, y); }); break;
     case O_MIN: map2(o, n, Lo, a, b, [](double x, double y) { return y < x ? y : x; }); break;
     case O_MAX: map2(o, n, Lo, a, b, [](double x, double y) { return y > x ? y : x; }); break;
@@ -138,19 +113,38 @@ inline std::string opname(const Node* site) {
 // The evaluator and a replay (forward_record) compute through the same functions, so a replayed
 // run gives the bits of a walked one.
 
+// Vector math where the SIMD kernels have it (simd.h, vecmath.h), else the C library's.
 [[gnu::noinline]] inline void unary_loop(Op op, const double* x, double* o, size_t total) {
-  switch (op) {  // specialized loops for the common cases so they vectorize
-    case O_NEG:
-      for (size_t i = 0; i < total; ++i) o[i] = -x[i];
+  const simd::Kernels& k = simd::active();
+  if (k.has_unary(op)) {
+    k.unary(op, x, o, total);
+    return;
+  }
+  for (size_t i = 0; i < total; ++i) o[i] = fwd1(op, x[i]);
+}
+
+// One-lane + - * / of n elements with element strides sa, sb (0: a scalar broadcast, or 1): a loop
+// inline for the few elements of scalar and small-matrix code, the SIMD kernels for data vectors.
+inline void arith_one_lane(Op op, double* po, const double* pa, const double* pb, uint32_t n, uint32_t sa,
+                           uint32_t sb) {
+  constexpr uint32_t kInlineElements = 16;
+  if (n >= kInlineElements) {
+    simd::active().binary(op, po, n, 1, View{pa, sa, 1}, View{pb, sb, 1});
+    return;
+  }
+  switch (op) {
+    case O_ADD:
+      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] + pb[i * sb];
       break;
-    case O_EXP:
-      for (size_t i = 0; i < total; ++i) o[i] = std::exp(x[i]);
+    case O_SUB:
+      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] - pb[i * sb];
       break;
-    case O_SQUARE:
-      for (size_t i = 0; i < total; ++i) o[i] = x[i] * x[i];
+    case O_MUL:
+      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] * pb[i * sb];
       break;
     default:
-      for (size_t i = 0; i < total; ++i) o[i] = fwd1(op, x[i]);
+      for (uint32_t i = 0; i < n; ++i) po[i] = pa[i * sa] / pb[i * sb];
+      break;
   }
 }
 

@@ -36,20 +36,7 @@ void forward_record(VM& vm, const TapeRec& t) {
     const double* pb = vm.data(in[1]);
     const uint32_t sa = in[0].ne == 1 ? 0 : 1, sb = in[1].ne == 1 ? 0 : 1;
     const uint32_t n = out.numel();
-    switch (t.op) {
-      case O_ADD:
-        for (uint32_t i = 0; i < n; ++i) o[i] = pa[i * sa] + pb[i * sb];
-        break;
-      case O_SUB:
-        for (uint32_t i = 0; i < n; ++i) o[i] = pa[i * sa] - pb[i * sb];
-        break;
-      case O_MUL:
-        for (uint32_t i = 0; i < n; ++i) o[i] = pa[i * sa] * pb[i * sb];
-        break;
-      default:
-        for (uint32_t i = 0; i < n; ++i) o[i] = pa[i * sa] / pb[i * sb];
-        break;
-    }
+    arith_one_lane(static_cast<Op>(t.op), o, pa, pb, n, sa, sb);
     if (vm.program().f32) round_f32(o, n);
     return;
   }

@@ -1,0 +1,3 @@
+// The elementwise kernels for the avx2 instruction set (compile flags in native/CMakeLists.txt).
+#define NDVM_SIMD_NAME avx2
+#include "kernels_simd.inc"
