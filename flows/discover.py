@@ -1054,7 +1054,7 @@ class Discovery:
                 self.supervisor = CalibrationSupervisor(
                     backend,
                     candidate_seconds=self.config.candidate_seconds,
-                    threads=self.options.threads,
+                    threads=self.runner_choice.cores_per_batch(self.options.threads),
                     isolation=isolation,
                     meter=self.calibration_meter,
                     log=self.log,

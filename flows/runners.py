@@ -1,9 +1,11 @@
 """Where calibration batches run.
 
-- ``threads`` (default): one supervised worker process (``flows.supervisor.WorkerPool``) that
-  calibrates one batch at a time on every core (``ndvm.calibrate_many`` spreads a batch over
-  native threads). Not the flow's own process: a candidate that crashes the runtime must not take
-  the run down with it.
+- ``threads`` (default): ``workers`` (default 2) supervised worker processes
+  (``flows.supervisor.WorkerPool``), each calibrating one batch at a time on every core
+  (``ndvm.calibrate_many`` spreads a batch over native threads). Two batches in flight keep the
+  cores busy: while one worker scores its batch on the validation split (one Python thread) and
+  hands it back, the other's batch is on every core. Not the flow's own process: a candidate that
+  crashes the runtime must not take the run down with it.
 - ``processes``: ``workers`` supervised worker processes, one batch each, cores split between them.
   A worker that dies is replaced; only its own batch is affected (see ``flows.supervisor``).
 - ``dask``: prefect-dask's ``DaskTaskRunner`` on the cluster at ``dask_address``
@@ -28,6 +30,9 @@ from flows.calibration import BatchItem, BatchResult, CalibrationOptions, calibr
 from flows.options import option
 
 RUNNERS = ("threads", "processes", "dask")
+# Batches in flight of the threads runner: one fitting on every core while the other is scored,
+# returned and replaced (BENCHMARKS.md, "make run").
+THREADS_BATCHES_IN_FLIGHT = 2
 
 
 def calibrate_batch_on_worker(task: Any, items: list[BatchItem], options: CalibrationOptions) -> list[BatchResult]:
@@ -68,7 +73,8 @@ class RunnerChoice:
     kind: str = field(
         default="threads",
         metadata=option(
-            "where batches run: in-process threads (one supervised worker on every core), worker processes, or Dask",
+            "where batches run: native threads on every core (two supervised workers, a batch each), "
+            "worker processes with the cores split between them, or Dask",
             group="execution",
             flag="--runner",
             name="runner",
@@ -76,7 +82,12 @@ class RunnerChoice:
         ),
     )
     workers: int | None = field(
-        default=None, metadata=option("worker processes (processes/dask runners)", group="execution")
+        default=None,
+        metadata=option(
+            f"worker processes (threads: batches in flight, each on every core, default {THREADS_BATCHES_IN_FLIGHT}; "
+            "processes/dask: cores split between them)",
+            group="execution",
+        ),
     )
     dask_address: str | None = field(
         default=None,
@@ -94,18 +105,28 @@ class RunnerChoice:
         return RunnerChoice(kind, self.workers, self.dask_address)
 
     def batches_in_flight(self) -> int:
-        """How many batches to keep submitted: one per worker (threads: one, it uses every core)."""
+        """How many batches to keep submitted: one per worker process (threads: two by default)."""
         if self.kind == "threads":
-            return 1
+            return self.workers or THREADS_BATCHES_IN_FLIGHT
         return self.workers or (2 if self.kind == "dask" else max(1, os.cpu_count() or 1))
 
     def native_threads(self) -> int | None:
-        """Native threads per batch: all cores in-process; split between local worker processes."""
+        """Native threads per batch: every core (threads runner); split between local worker processes."""
         if self.kind == "threads":
             return None
         if self.kind == "processes" or (self.kind == "dask" and not self.dask_address):
             return max(1, (os.cpu_count() or 1) // self.batches_in_flight())
         return None  # a remote cluster: the worker's own cores
+
+    def cores_per_batch(self, threads: int | None) -> int | None:
+        """The cores one batch can count on while every batch in flight runs (the batch time
+        limit's divisor, flows/supervisor.py): ``threads`` per batch, or the local cores shared by
+        the batches of the threads runner; None where the worker decides (a remote cluster)."""
+        if threads is not None:
+            return threads
+        if self.kind == "threads":
+            return max(1, (os.cpu_count() or 1) // self.batches_in_flight())
+        return None
 
     @contextlib.contextmanager
     def backend(
@@ -155,7 +176,8 @@ class RunnerChoice:
             return f"dask ({self.dask_address or f'local cluster, {self.batches_in_flight()} workers'})"
         if self.kind == "processes":
             return f"processes ({self.batches_in_flight()} workers)"
-        return "threads (one worker process, all cores)"
+        n = self.batches_in_flight()
+        return f"threads ({n} worker process{'es' if n > 1 else ''}, all cores each)"
 
 
 def worker_api_url() -> str | None:
@@ -197,6 +219,7 @@ def submit_batch(runner: Any, task_obj: Any, items: list[BatchItem], options: Ca
 
 __all__ = [
     "RUNNERS",
+    "THREADS_BATCHES_IN_FLIGHT",
     "RunnerChoice",
     "RunnerError",
     "dask_batch_task",

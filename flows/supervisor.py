@@ -4,9 +4,9 @@ Candidate programs are written by a language model; one of them may kill the pro
 calibrates it (a native crash) or run far longer than the others. So calibration never runs in
 the flow's own process:
 
-- ``WorkerPool``: ndvm's own pool of spawned worker processes (``--runner threads``: one worker
-  using every core; ``--runner processes``: N workers, cores split between them). Unlike a
-  ``concurrent.futures`` process pool, where one dead worker breaks the whole pool, it watches
+- ``WorkerPool``: ndvm's own pool of spawned worker processes (``--runner threads``: two workers
+  by default, each batch on every core; ``--runner processes``: N workers, cores split between
+  them). Unlike a ``concurrent.futures`` process pool, where one dead worker breaks the whole pool, it watches
   each worker: a worker that dies is replaced and only its own batch is affected; a batch past its
   time limit has its worker killed (and replaced).
 - ``PrefectBackend``: batches submitted to a Prefect task runner (``--runner dask``); a failed or

@@ -417,3 +417,39 @@ def test_the_stale_round_stop_applies_to_the_offline_proposers_too(prefect_api, 
     )
     assert report["stop_reason"] == "stopped proposing: 2 rounds in a row gave nothing new"
     assert report["new"] == 1 and report["proposed"] == 3 * 16 and report["duplicates"] == 3 * 16 - 1
+
+
+def _stored_evaluations(folder, run_id):
+    """hash -> (status, parameters, train metrics, validation metrics) of a run's evaluations."""
+    import duckdb
+
+    con = duckdb.connect(str(folder / "candidates.duckdb"), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT candidate, status, parameters, train_metrics, heldout_metrics FROM evaluations WHERE run_id = ?",
+            [run_id],
+        ).fetchall()
+    finally:
+        con.close()
+    return {h: (status, json.loads(p), json.loads(t), json.loads(v)) for h, status, p, t, v in rows}
+
+
+def test_stored_metrics_do_not_depend_on_the_batches_in_flight(tmp_path):
+    """The same serial run (same seed, so the same proposals) with one batch in flight and with two
+    (the threads runner's default: two workers, each on every core): every candidate is stored with
+    the same parameters, training loss and validation scores, to the last bit."""
+    from flows.discover import run_discovery
+
+    assert build_config("enso", "mutation").runner.batches_in_flight() == 2  # the default
+    settings = dict(serial=True, batch_size=4, steps=20, restarts=2, top_k=1, test_top_k=1, log_every=3600.0)
+    stored, reports = {}, {}
+    for workers in (1, 2):
+        folder = tmp_path / f"in-flight-{workers}"
+        config = build_config("enso", "mutation", seed=5, folder=str(folder), workers=workers, **settings)
+        assert config.runner.kind == "threads" and config.runner.batches_in_flight() == workers
+        reports[workers] = run_discovery(config, Budget(minutes=None, max_candidates=32), run_id="in-flight")
+        stored[workers] = _stored_evaluations(folder, "in-flight")
+    assert reports[1].status == reports[2].status == "finished"
+    assert len(reports[2].workers) == 2  # both workers calibrated batches of the run
+    assert reports[1].calibrated >= 16 and len(stored[1]) == reports[1].new
+    assert stored[1] == stored[2]
