@@ -153,7 +153,7 @@ void backward_one_lane(VM& vm, const TapeRec& t) {
   double* ga = a.active() ? vm.adjoint(a) : nullptr;
   double* gb = b.active() ? vm.adjoint(b) : nullptr;
   if (t.op == O_GEMM) {
-    const GemmKernels* small = small_gemm(t.d0, t.d1, t.d2);
+    const GemmKernels* small = small_gemm(t.d0, t.d1, t.d2, 1);
     if (small && ga != gb) {
       (ga && gb ? small->bwd_ab : ga ? small->bwd_a : small->bwd_b)(vm.data(a), vm.data(b), go, ga, gb, 1);
       return;

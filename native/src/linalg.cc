@@ -2,136 +2,22 @@
 // each charged to the work budget before it runs and recorded on the tape. The kernels are in
 // linalg.h.
 #include "linalg.h"
+#include "simd.h"
 
 namespace ndvm {
 
 using namespace kern;
 
 namespace kern {
-namespace {
 
-// Small matrix products (every dimension at most 3, as in state-space models) over lanes, with
-// the dimensions known at compile time: a lane's operands are read once and its outputs summed in
-// registers instead of read-modify-write passes over lane arrays. The arithmetic of a lane is the
-// same as the one-lane loops' (q ascending from 0; i, j, q order in backward; a zero cotangent
-// adds nothing), so a lane's bits do not depend on the batch width. Operands are lane-varying.
-template <int M, int K, int N>
-void gemm_fwd_small(const double* __restrict A, const double* __restrict B, double* __restrict O, uint32_t lanes) {
-  const size_t Lo = lanes;  // size_t index arithmetic: 32-bit indices could wrap, which defeats contiguous vector loads
-  if (Lo == 1) {            // one lane: straight-line code, no vector loop set-up
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) {
-        double acc = 0;
-        for (int q = 0; q < K; ++q) acc += A[i * K + q] * B[q * N + j];
-        O[i * N + j] = acc;
-      }
-    return;
-  }
-  for (int i = 0; i < M; ++i)
-    for (int j = 0; j < N; ++j) {
-      const double* a[K];
-      const double* b[K];
-      for (int q = 0; q < K; ++q) {
-        a[q] = A + (i * K + q) * Lo;
-        b[q] = B + (q * N + j) * Lo;
-      }
-      double* __restrict o = O + (i * N + j) * Lo;
-      for (size_t l = 0; l < Lo; ++l) {
-        double acc = 0;
-        for (int q = 0; q < K; ++q) acc += a[q][l] * b[q][l];
-        o[l] = acc;
-      }
-    }
+// The small-product kernels of the instruction set the elementwise kernels use (simd.cc chooses
+// it once per process).
+const GemmTable& small_gemm_table() {
+  static const GemmTable& chosen = &simd::active() == &simd::kernels_avx512 ? avx512::kSmallGemm
+                                   : &simd::active() == &simd::kernels_avx2 ? avx2::kSmallGemm
+                                                                            : baseline::kSmallGemm;
+  return chosen;
 }
-
-// ga[i,q] += sum over j of g[i,j] b[q,j] and gb[q,j] += sum over i of g[i,j] a[i,q], each sum
-// added term by term in ascending order (the order of the one-lane loops). A zero cotangent adds
-// nothing even against an infinite operand: the operand, not the product, is selected, which
-// keeps the loop free of branches so that it vectorizes.
-template <int M, int K, int N, bool DA, bool DB>
-void gemm_bwd_small(const double* __restrict A, const double* __restrict B, const double* __restrict G,
-                    double* __restrict GA, double* __restrict GB, uint32_t lanes) {
-  const size_t Lo = lanes;
-  if (Lo == 1) {  // one lane: straight-line code with the same arithmetic
-    if (DA)
-      for (int i = 0; i < M; ++i)
-        for (int q = 0; q < K; ++q) {
-          double t = GA[i * K + q];
-          for (int j = 0; j < N; ++j) {
-            const double g = G[i * N + j], b = B[q * N + j];
-            t += g * (g != 0 ? b : 0.0);
-          }
-          GA[i * K + q] = t;
-        }
-    if (DB)
-      for (int q = 0; q < K; ++q)
-        for (int j = 0; j < N; ++j) {
-          double t = GB[q * N + j];
-          for (int i = 0; i < M; ++i) {
-            const double g = G[i * N + j], a = A[i * K + q];
-            t += g * (g != 0 ? a : 0.0);
-          }
-          GB[q * N + j] = t;
-        }
-    return;
-  }
-  if (DA)
-    for (int i = 0; i < M; ++i)
-      for (int q = 0; q < K; ++q) {
-        double* __restrict d = GA + (i * K + q) * Lo;
-        for (size_t l = 0; l < Lo; ++l) {
-          double t = d[l];
-#pragma GCC unroll 4
-          for (int j = 0; j < N; ++j) {
-            const double g = G[(i * N + j) * Lo + l], b = B[(q * N + j) * Lo + l];
-            t += g * (g != 0 ? b : 0.0);
-          }
-          d[l] = t;
-        }
-      }
-  if (DB)
-    for (int q = 0; q < K; ++q)
-      for (int j = 0; j < N; ++j) {
-        double* __restrict d = GB + (q * N + j) * Lo;
-        for (size_t l = 0; l < Lo; ++l) {
-          double t = d[l];
-#pragma GCC unroll 4
-          for (int i = 0; i < M; ++i) {
-            const double g = G[(i * N + j) * Lo + l], a = A[(i * K + q) * Lo + l];
-            t += g * (g != 0 ? a : 0.0);
-          }
-          d[l] = t;
-        }
-      }
-}
-
-template <int M, int K, int N>
-constexpr GemmKernels gemm_entry() {
-  return {gemm_fwd_small<M, K, N>, gemm_bwd_small<M, K, N, true, false>, gemm_bwd_small<M, K, N, false, true>,
-          gemm_bwd_small<M, K, N, true, true>};
-}
-
-template <int M, int K>
-constexpr void fill_n(GemmKernels* t) {
-  t[0] = gemm_entry<M, K, 1>();
-  t[1] = gemm_entry<M, K, 2>();
-  t[2] = gemm_entry<M, K, 3>();
-}
-
-}  // namespace
-
-constexpr GemmTable::GemmTable() : k{} {
-  fill_n<1, 1>(k + 0);
-  fill_n<1, 2>(k + 3);
-  fill_n<1, 3>(k + 6);
-  fill_n<2, 1>(k + 9);
-  fill_n<2, 2>(k + 12);
-  fill_n<2, 3>(k + 15);
-  fill_n<3, 1>(k + 18);
-  fill_n<3, 2>(k + 21);
-  fill_n<3, 3>(k + 24);
-}
-constexpr GemmTable kSmallGemm{};
 
 }  // namespace kern
 

@@ -8,29 +8,17 @@
 #include <utility>
 
 #include "kernels.h"
+#include "linalg_small.h"
 
 namespace ndvm::kern {
 
-using GemmFwd = void (*)(const double*, const double*, double*, uint32_t);
-using GemmBwd = void (*)(const double*, const double*, const double*, double*, double*, uint32_t);
-
-// The kernels of small matrix products (every dimension at most 3, as in state-space models) with
-// the dimensions known at compile time (linalg.cc): the forward one and the backward ones for A's
-// adjoint only, B's only, and both.
-struct GemmKernels {
-  GemmFwd fwd;
-  GemmBwd bwd_a, bwd_b, bwd_ab;
-};
-struct GemmTable {
-  GemmKernels k[27];
-  constexpr GemmTable();
-};
-extern const GemmTable kSmallGemm;
-
-// The specialized kernels for an m x k by k x n product, or nullptr.
-inline const GemmKernels* small_gemm(uint32_t m, uint32_t k, uint32_t n) {
+// The specialized kernels for an m x k by k x n product over `lanes` lanes, or nullptr. One lane
+// takes the baseline copy: its straight-line code gains nothing from wider vectors, and the
+// constant table spares the check of which instruction set was chosen.
+inline const GemmKernels* small_gemm(uint32_t m, uint32_t k, uint32_t n, uint32_t lanes) {
   if (m < 1 || m > 3 || k < 1 || k > 3 || n < 1 || n > 3) return nullptr;
-  return &kSmallGemm.k[(m - 1) * 9 + (k - 1) * 3 + (n - 1)];
+  const GemmTable& table = lanes == 1 ? baseline::kSmallGemm : small_gemm_table();
+  return &table.k[(m - 1) * 9 + (k - 1) * 3 + (n - 1)];
 }
 
 // Internal linkage in every unit that includes this header, as when these kernels lived in one
@@ -105,7 +93,7 @@ template <class V>
 inline void gemm_compute(VM& vm, const V& a, const V& b, double* o, uint32_t m, uint32_t k, uint32_t n, uint32_t Lo) {
   View va = view(vm, a, false), vb = view(vm, b, false);
   const bool poll = cost_of(m, k, n, Lo) > kPollWork;
-  const GemmKernels* small = small_gemm(m, k, n);
+  const GemmKernels* small = small_gemm(m, k, n, Lo);
   if (small && (Lo == 1 || (va.ls && vb.ls))) {
     small->fwd(va.p, vb.p, o, Lo);
     return;
@@ -351,7 +339,7 @@ inline void gemm_adjoint(VM& vm, const NumRef& a, const NumRef& b, const double*
   View va = view(vm, a, false), vb = view(vm, b, false);
   double* ga = a.active() ? vm.adjoint(a) : nullptr;
   double* gb = b.active() ? vm.adjoint(b) : nullptr;
-  const GemmKernels* small = small_gemm(m, k, nn);
+  const GemmKernels* small = small_gemm(m, k, nn, Lo);
   if (small && (Lo == 1 || (va.ls && vb.ls)) && ga != gb) {  // (matmul X X): the generic loops
     (ga && gb ? small->bwd_ab : ga ? small->bwd_a : small->bwd_b)(va.p, vb.p, go, ga, gb, Lo);
     return;

@@ -1,0 +1,38 @@
+// The table of small matrix-product kernels (linalg_simd.inc, one copy per instruction set) that
+// linalg.h calls: no standard-library header beyond the fixed-width types, so that the per-ISA
+// units (kernels_*.cc) can include it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace ndvm::kern {
+
+// (A, B, out, lanes) and (A, B, out's cotangent, A's adjoint or null, B's or null, lanes)
+using GemmFwd = void (*)(const double*, const double*, double*, uint32_t);
+using GemmBwd = void (*)(const double*, const double*, const double*, double*, double*, uint32_t);
+
+// The kernels of small matrix products (every dimension at most 3, as in state-space models) with
+// the dimensions known at compile time: the forward one and the backward ones for A's adjoint
+// only, B's only, and both; indexed (m - 1) * 9 + (k - 1) * 3 + (n - 1).
+struct GemmKernels {
+  GemmFwd fwd;
+  GemmBwd bwd_a, bwd_b, bwd_ab;
+};
+struct GemmTable {
+  GemmKernels k[27];
+};
+
+namespace baseline {
+extern const GemmTable kSmallGemm;
+}
+namespace avx2 {
+extern const GemmTable kSmallGemm;
+}
+namespace avx512 {
+extern const GemmTable kSmallGemm;
+}
+
+// The table for the instruction set chosen for this process (linalg.cc)
+const GemmTable& small_gemm_table();
+
+}  // namespace ndvm::kern
