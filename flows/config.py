@@ -264,7 +264,7 @@ class DiscoverConfig:
     log_every: float = field(
         default=10.0,
         metadata=option(
-            "seconds between MLflow progress snapshots (counters, LLM cost, the podium)", metavar="SECONDS"
+            "seconds between MLflow progress snapshots (counters, LLM cost, a new best candidate)", metavar="SECONDS"
         ),
     )
     folder: str = field(

@@ -7,7 +7,7 @@ Every stage of a run is a Prefect task, so the Prefect UI shows the pipeline wit
 duration and counts (the final state's message): ``propose-N`` (one LLM request or mutation
 round; retried on a transient failure) with its ``deduplicate-N`` (the proposals into the store,
 which drops duplicates and invalid programs), ``calibrate-batch-N`` (one batch in a supervised
-worker, its results recorded as they come), ``log-progress-N`` (counters, LLM cost and the podium
+worker, its results recorded as they come), ``log-progress-N`` (counters, LLM cost and a new best
 to MLflow; retried), then ``score-test-split``, ``report-card`` and ``log-final``. The flow's own
 thread coordinates them (``Discovery._coordinate``) with task submission and futures:
 
@@ -79,6 +79,11 @@ from flows.supervisor import CalibrationSupervisor
 from proposers.niches import NicheArchive, store_programs
 
 log = logging.getLogger("ndvm.discover")
+# Leaderboard entries a progress snapshot logs to MLflow while the run goes on: the best only. An
+# entry (pyfunc model, three plots) costs seconds of the flow process's CPU; with the top 3, the
+# snapshots of a 2-minute run logged an entry every 4 s, back to back, beside the calibration
+# (BENCHMARKS.md, "make run"). The end logs the top --top-k whatever this is.
+PROGRESS_PODIUM = 1
 
 
 def make_proposer(config: DiscoverConfig, seed_offset: int = 0) -> Any:
@@ -616,7 +621,7 @@ class Discovery:
         return self.residuals.text(next(self.store.top(1, run_id=self.run_id).iter_rows(named=True), None))
 
     def _queue_limit(self) -> int:
-        return 2 * self.config.batch_size * self.runner_choice.batches_in_flight()
+        return self.config.batch_size * self.runner_choice.queued_batches()
 
     def _may_propose(self) -> bool:
         if self.stop_proposing.is_set():
@@ -1154,7 +1159,7 @@ class Discovery:
                 done, self.batches_done = self.batches_done, set()
                 self.batch_futures = [f for f in self.batch_futures if f not in done]
             if not self.log_futures and time.monotonic() >= next_log:
-                podium = min(3, self.config.top_k) if self.leaderboard_changed.is_set() else 0
+                podium = min(PROGRESS_PODIUM, self.config.top_k) if self.leaderboard_changed.is_set() else 0
                 self.leaderboard_changed.clear()
                 self.log_number += 1
                 future = self.stages.submit(log_progress_task, run=self, number=self.log_number, podium=podium)

@@ -110,6 +110,15 @@ class RunnerChoice:
             return self.workers or THREADS_BATCHES_IN_FLIGHT
         return self.workers or (2 if self.kind == "dask" else max(1, os.cpu_count() or 1))
 
+    def queued_batches(self) -> int:
+        """Batches of candidates the proposal stage keeps queued ahead of calibration: one for each
+        local worker of the threads runner (a worker that frees up finds one ready; more would only
+        be proposed from an older leaderboard and left to the drain at the deadline), two for each
+        worker process or Dask worker."""
+        if self.kind == "threads":
+            return self.batches_in_flight()
+        return 2 * self.batches_in_flight()
+
     def native_threads(self) -> int | None:
         """Native threads per batch: every core (threads runner); split between local worker processes."""
         if self.kind == "threads":

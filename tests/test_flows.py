@@ -440,7 +440,10 @@ def test_stored_metrics_do_not_depend_on_the_batches_in_flight(tmp_path):
     the same parameters, training loss and validation scores, to the last bit."""
     from flows.discover import run_discovery
 
-    assert build_config("enso", "mutation").runner.batches_in_flight() == 2  # the default
+    runner = build_config("enso", "mutation").runner
+    assert runner.batches_in_flight() == 2 and runner.queued_batches() == 2  # the default: a batch ready per worker
+    assert runner.native_threads() is None  # each batch on every core
+    assert build_config("enso", "mutation", runner="processes", workers=2).runner.queued_batches() == 4
     settings = dict(serial=True, batch_size=4, steps=20, restarts=2, top_k=1, test_top_k=1, log_every=3600.0)
     stored, reports = {}, {}
     for workers in (1, 2):

@@ -103,6 +103,8 @@ def test_the_stages_are_prefect_tasks_that_overlap_and_logging_is_retried(prefec
     recorded = sum(int(r.state.message.split(" candidates")[0]) for r in batches)
     assert recorded == report["calibrated"] + report["failed"] == 48
     assert "leaderboard entries logged" in [r for r in runs if r.name == "log-final"][0].state.message
+    # a progress snapshot logs at most the best candidate (PROGRESS_PODIUM); the end logs the top --top-k
+    assert logs and all(r.state.message.endswith(("top 0 logged", "top 1 logged")) for r in logs)
 
     # Proposal and calibration overlap: a proposal request ran while a batch was in calibration.
     def during(p, b):
