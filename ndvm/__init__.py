@@ -3,7 +3,7 @@
     import ndvm
     prog = ndvm.compile("(param a 1.0) (param b 0.0) (+ (* a x) b)")
     prog.evaluate([[2.0, 1.0]], inputs={"x": [0.0, 1.0, 2.0]})      # -> [[1., 3., 5.]]
-    fit = ndvm.calibrate(prog, {"x": x}, target=y)                   # fused native Adam
+    fit = ndvm.calibrate(prog, {"x": x}, target=y)                   # fused native L-BFGS, per-lane stopping
     ndvm.read("(+ (* a x) b)")          # -> [[Symbol('+'), [Symbol('*'), ...], Symbol('b')]]
 
 ``ndvm`` alone is a complete library: it imports none of the pipeline (Prefect, MLflow, litellm).

@@ -29,7 +29,7 @@ LOSSES = ("mse", "gaussian_nll", "value")
 OPTIMIZERS = ("adam", "lbfgs", "gd")
 # calibrate's and calibrate_many's defaults, in one place (datasets/tasks/curve.py reads
 # DEFAULT_RESTARTS too). The discovery pipeline fits cheaper by default: flows/calibration.py.
-DEFAULT_OPTIMIZER = "adam"
+DEFAULT_OPTIMIZER = "lbfgs"
 # Per optimizer: the evaluation budget (steps) and lr when the caller gives none.
 OPTIMIZER_STEPS = {"adam": 200, "lbfgs": 1000, "gd": 200}
 OPTIMIZER_LR = {"adam": 0.05, "lbfgs": 0.05, "gd": 0.05}
