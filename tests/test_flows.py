@@ -87,6 +87,7 @@ def test_enso_run_is_scored_like_the_task_scores_it(enso_run):
     """The flow's batched calibrate_many + scoring agrees with the task's own fit and score."""
     from datasets import load
     from datasets.tasks import make_task
+    from flows.calibration import CalibrationOptions
     from storage import CandidateStore
 
     report, folder = enso_run
@@ -95,7 +96,10 @@ def test_enso_run_is_scored_like_the_task_scores_it(enso_run):
         source = row["source"]
         params = json.loads(row["parameters"])
     task = make_task(load("enso"))
-    fit = task.fit(source, steps=60, restarts=4, seed=report["seed"])  # the run's seed (drawn, recorded) fitted it
+    run_fit = CalibrationOptions(steps=60, restarts=4)  # the run's fit: the pipeline's optimizer and lr
+    fit = task.fit(  # the run's seed (drawn, recorded) fitted it
+        source, optimizer=run_fit.optimizer, lr=run_fit.lr, steps=60, restarts=4, seed=report["seed"]
+    )
     assert fit.ok
     assert fit.params == pytest.approx(params, rel=1e-6, abs=1e-9)
     assert task.score(fit)["mean_rmse"] == pytest.approx(row["score"], rel=1e-9)
