@@ -16,7 +16,7 @@ from importlib.metadata import version as _version
 from typing import Any
 
 from . import language
-from .calibrate import Fit, calibrate, calibrate_many
+from .calibrate import Fit, calibrate, calibrate_groups, calibrate_many
 from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
 from .language import read
 from .program import DEFAULT_LIMITS, Limits, Param, Program, compile
@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "calibrate",
     "calibrate_many",
+    "calibrate_groups",
     "Fit",
     "stderr",
     "StdErr",

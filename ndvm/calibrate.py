@@ -418,6 +418,92 @@ def calibrate_many(
     return done
 
 
+def calibrate_groups(
+    programs: Sequence[Program | str],
+    groups: Sequence[tuple[Mapping[str, Any], Any]],
+    loss: str = "mse",
+    optimizer: str = DEFAULT_OPTIMIZER,
+    steps: int | None = None,
+    lr: float | None = None,
+    restarts: int = DEFAULT_RESTARTS,
+    seed: int = 0,
+    init: Any = "declared",
+    tol: float | None = None,
+    threads: int | None = None,
+    jitter: float = 0.5,
+    gtol: float = DEFAULT_GTOL,
+    ftol: float = DEFAULT_FTOL,
+    xtol: float = DEFAULT_XTOL,
+    patience: int = DEFAULT_PATIENCE,
+    limits: Limits | None = None,
+) -> list[list[Fit]]:
+    """Calibrates every program on every group's own data, in one native call: ``groups`` is a
+    sequence of ``(inputs, target)`` pairs (for example one per battery cell, of different lengths).
+    Returns one list per program with one ``Fit`` per group, each identical to
+    ``calibrate_many([program], inputs, target, ...)`` on that group alone (same starting points:
+    they depend on the program and ``seed`` only). Programs x groups are the jobs of one native
+    batch, so the thread pool spreads them all (costliest first), rather than one batch per group
+    with a wait after each. A program that fails to compile gives an error ``Fit`` for every group;
+    one that fails on a group's data gives that group's ``Fit`` the error. The options are
+    ``calibrate_many``'s (below), without lane inputs or lane targets.
+    """
+    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
+    groups = list(groups)
+    for g, item in enumerate(groups):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValueError(f"calibrate_groups: group {g} must be an (inputs, target) pair, got {type(item).__name__}")
+        if loss != "value" and item[1] is None:
+            raise ValueError(f"calibrate_groups: loss {loss!r} needs a target, and group {g} has none")
+    out: list[list[Fit] | None] = [None] * len(programs)
+    natives, thetas, where, compiled = [], [], [], []
+    for i, p in enumerate(programs):
+        try:
+            if not isinstance(p, (str, Program)) and not hasattr(p, "_native"):
+                raise EvalError(f"item {i} is a {type(p).__name__}, not a program or source text")
+            program = compile(p, limits=limits) if isinstance(p, str) else p
+            theta0 = initial_theta(program, restarts, seed, init, jitter)
+        except (NDVMError, ValueError) as exc:
+            kind = type(exc) if isinstance(exc, NDVMError) else EvalError
+            out[i] = [Fit(program=None, status="error", error=str(exc), error_type=kind) for _ in groups]
+            continue
+        natives.append(program._native)
+        thetas.append(theta0)
+        where.append(i)
+        compiled.append(program)
+    if compiled and groups:
+        spec = _spec(options, loss, None, None)
+        native_groups = [
+            (
+                _inputs(inputs),
+                None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
+            )
+            for inputs, target in groups
+        ]
+        problems = [_problem_of(inputs, target, loss, None, None) for inputs, target in groups]
+        by_limits: dict[Limits, list[int]] = {}  # the native batch takes one Limits (nearly always one group)
+        for k, program in enumerate(compiled):
+            by_limits.setdefault(program.limits, []).append(k)
+        for group_limits, members in by_limits.items():
+            t0 = time.perf_counter()
+            results = _native.calibrate_groups(
+                [natives[k] for k in members],
+                [thetas[k] for k in members],
+                native_groups,
+                spec,
+                group_limits.native(),
+                int(threads or 0),
+            )
+            seconds = (time.perf_counter() - t0) / (len(members) * len(groups))
+            for k, per_group in zip(members, results):
+                fits = []
+                for res, problem in zip(per_group, problems):
+                    fit = _fit_from(compiled[k], res, seconds)
+                    fit._problem = problem
+                    fits.append(fit)
+                out[where[k]] = fits
+    return [fits if fits is not None else [] for fits in out]
+
+
 _OPTIONS_DOC = """
     Options (the same for ``calibrate`` and ``calibrate_many``):
 
@@ -459,3 +545,4 @@ _OPTIONS_DOC = """
 """
 calibrate.__doc__ = (calibrate.__doc__ or "") + _OPTIONS_DOC
 calibrate_many.__doc__ = (calibrate_many.__doc__ or "") + _OPTIONS_DOC
+calibrate_groups.__doc__ = (calibrate_groups.__doc__ or "") + _OPTIONS_DOC

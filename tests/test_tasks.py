@@ -324,22 +324,6 @@ def test_broken_candidates_score_inf_with_a_reason():
 
 
 @needs_ndvm
-@needs_data
-def test_group_lanes_give_the_same_fits_as_the_loop():
-    ds = datasets.load("battery", path=NASA)
-    loop, lanes = CurveTask(ds), CurveTask(ds, group_lanes=True)
-    assert "ndvm-task-w" in lanes.lanes_source(BATTERY_REFERENCES[2].source)
-    for ref in BATTERY_REFERENCES[:3]:
-        a = loop.fit(ref.source, optimizer="lbfgs", steps=200, restarts=4, seed=0)
-        b = lanes.fit(ref.source, optimizer="lbfgs", steps=200, restarts=4, seed=0)
-        assert a.ok and b.ok, (a.error, b.error)
-        for group in loop.groups():
-            for name in ref.param_names:
-                assert b.params[group][name] == pytest.approx(a.params[group][name], rel=1e-6, abs=1e-8)
-        assert lanes.score(b)["rmse"] == pytest.approx(loop.score(a)["rmse"], rel=1e-6)
-
-
-@needs_ndvm
 def test_forecast_gaussian_nll_with_predict_var():
     task = ForecastTask(datasets.load("enso"), loss="gaussian_nll")
     source = fc.AR1_SOURCE + "\n(param v 0.2 positive)\n(define (predict-var s) v)"

@@ -143,26 +143,23 @@ class Task(ABC):
     def fit_batch(
         self, programs: list[Any], sources: list[str], names: list[str], **calibrate_options
     ) -> list[TaskFit]:
-        """Fit every compiled program on the training part: one ``ndvm.calibrate_many`` per fit
-        group (all programs at once, on every core). Never raises for a bad program: its TaskFit
-        carries ``error`` (and an infinite training loss)."""
+        """Fit every compiled program on the training part of every fit group, in one
+        ``ndvm.calibrate_groups`` call: programs x groups are the jobs of one native batch on every
+        core (a grouped curve task: every battery cell of every candidate at once, each cell on its
+        own rows). Never raises for a bad program: its TaskFit carries ``error`` (and an infinite
+        training loss), naming the group it failed on."""
         from .runtime import require_ndvm
 
         ndvm = require_ndvm()
         started = time.perf_counter()
         groups = self.fit_groups()
-        by_group = [
-            ndvm.calibrate_many(
-                programs, self.fit_inputs(g), target=self.fit_target(g), loss=self.calibration_loss, **calibrate_options
-            )
-            if programs
-            else []
-            for g in groups
-        ]
+        data = [(self.fit_inputs(g), self.fit_target(g)) for g in groups]
+        by_program = (
+            ndvm.calibrate_groups(programs, data, loss=self.calibration_loss, **calibrate_options) if programs else []
+        )
         seconds = (time.perf_counter() - started) / max(len(programs), 1)
         out = []
-        for i, (program, source, name) in enumerate(zip(programs, sources, names)):
-            fits = [fits_of_group[i] for fits_of_group in by_group]
+        for program, source, name, fits in zip(programs, sources, names, by_program):
             errors = [
                 f"{'group ' + str(g) + ': ' if g is not None else ''}{f.error}" for g, f in zip(groups, fits) if f.error
             ]

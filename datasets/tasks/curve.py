@@ -33,8 +33,6 @@ from .metrics import rms, rmse
 from .runtime import require_ndvm
 
 INPUT = "x"
-RESERVED_PREFIX = "ndvm-task-"
-LANE_Y, LANE_W = "ndvm-task-y", "ndvm-task-w"  # per-lane target and row weights (lanes mode)
 INF = float("inf")
 
 
@@ -166,7 +164,6 @@ class CurveTask(Task):
         x_scale: float | None = None,
         loss: str = "mse",
         per_group: bool = True,
-        group_lanes: bool = False,
         references: tuple[CurveReference, ...] | None = None,
     ):
         if loss not in ("mse", "gaussian_nll"):
@@ -174,11 +171,8 @@ class CurveTask(Task):
         self.dataset = dataset
         self.loss = loss
         self.per_group = per_group and dataset.group is not None
-        # group_lanes: fit all groups in one calibration, one block of lanes per group (MSE only;
-        # see _fit_lanes). Same fits as the per-group loop but slower (BENCHMARKS.md, "Figures behind
-        # choices in the code"), because every lane is padded to the longest cell and runs until the
-        # slowest lane stops; so the loop is the default.
-        self.group_lanes = group_lanes and self.per_group and loss == "mse"
+        self._rows: dict[tuple[Any, str], tuple[np.ndarray, np.ndarray]] = {}  # see _xy
+        self._rows_of: int | None = None  # id of the frame the cached rows came from
         self.is_battery = dataset.group == "cell_id" and dataset.x == "cycle"
         self.x_scale = float(x_scale) if x_scale is not None else (100.0 if self.is_battery else 1.0)
         if self.x_scale <= 0:
@@ -216,10 +210,39 @@ class CurveTask(Task):
         return frame.sort(self.dataset.x)
 
     def _xy(self, group, part: str) -> tuple[np.ndarray, np.ndarray]:
-        frame = self._part(group, part)
+        """``group``'s rows of ``part`` as (x / x_scale, y), in x order (read-only arrays).
+
+        Every fit and score of a candidate reads each group's rows (Severson: 82 cells, four parts
+        per score), so they are cut from the frame once, in one pass, and kept (BENCHMARKS.md,
+        "Figures behind choices in the code")."""
+        if self._rows_of != id(self.dataset.frame):
+            self._rows, self._rows_of = self._split_rows(), id(self.dataset.frame)
+        rows = self._rows.get((group, part))
+        if rows is None:  # a group or part without rows (or a group the dataset does not have)
+            rows = self._rows[(group, part)] = self._arrays(self._part(group, part))
+        return rows
+
+    def _arrays(self, frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         x = frame.get_column(self.dataset.x).cast(pl.Float64).to_numpy() / self.x_scale
-        y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()
+        y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy().copy()
+        x.flags.writeable = y.flags.writeable = False  # shared by every caller
         return x, y
+
+    def _split_rows(self) -> dict[tuple[Any, str], tuple[np.ndarray, np.ndarray]]:
+        """Every (group, part)'s rows at once (one partition of the frame)."""
+        frame = self.dataset.frame.sort(self.dataset.x, maintain_order=True)
+        keys = ([self.dataset.group] if self.per_group else []) + ["split"]
+        out = {}
+        for key, part in frame.partition_by(keys, as_dict=True, maintain_order=True).items():
+            group, split = (key[0], key[1]) if self.per_group else (None, key[0])
+            out[(group, split)] = self._arrays(part)
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the rows are rebuilt where the task is unpickled (a worker process): cheaper than shipping them
+        state = dict(self.__dict__)
+        state["_rows"], state["_rows_of"] = {}, None
+        return state
 
     def train_inputs(self, group=None) -> dict[str, np.ndarray]:
         """Inputs of the training rows of ``group`` (all rows when the task is not per group)."""
@@ -408,7 +431,7 @@ class CurveTask(Task):
 
     # ------------------------------------------------------------------ fitting
     def fit(self, candidate: str, *, name: str = "candidate", **calibrate_options) -> TaskFit:
-        """Calibrate ``candidate`` on each group's training rows with ``ndvm.calibrate``.
+        """Calibrate ``candidate`` on each group's training rows (``fit_batch`` of one candidate).
 
         ``calibrate_options`` pass through (steps, restarts, optimizer, lr, seed, ...). A program that
         fails to compile, or whose calibration fails for a group, gives a TaskFit with ``error``.
@@ -419,108 +442,9 @@ class CurveTask(Task):
             program = self.compile(candidate)
         except (CandidateError, ndvm.NDVMError) as exc:
             return TaskFit(self.name, name, candidate, {}, INF, time.perf_counter() - start, error=str(exc))
-        if self.group_lanes and len(self.groups()) > 1:
-            params, fits, losses, errors = self._fit_lanes(ndvm, candidate, **calibrate_options)
-        else:
-            params, fits, losses, errors = self._fit_loop(ndvm, program, **calibrate_options)
-        result = TaskFit(
-            self.name,
-            name,
-            candidate,
-            params if self.per_group else params.get(None, {}),
-            float(np.mean(losses)) if losses and not errors else INF,
-            time.perf_counter() - start,
-            fits=fits,
-            error="; ".join(errors) or None,
-            n_params=len(program.param_names),
-        )
-        predict = self._program_predictor(program)
-        result.predictor = lambda group, inputs: predict(self._group_params(result, group), inputs)
+        (result,) = self.fit_batch([program], [candidate], [name], **calibrate_options)
+        result.seconds = time.perf_counter() - start
         return result
-
-    def _fit_loop(self, ndvm, program, **calibrate_options):
-        """One ``ndvm.calibrate`` per group (restarts are the lanes)."""
-        params, fits, losses, errors = {}, [], [], []
-        for group in self.groups():
-            try:
-                fit = ndvm.calibrate(
-                    program,
-                    self.train_inputs(group),
-                    target=self.train_target(group),
-                    loss=self.loss,
-                    **calibrate_options,
-                )
-            except ndvm.NDVMError as exc:  # the program fails on this group's data
-                errors.append(f"group {group}: {exc}")
-                continue
-            fits.append(fit)
-            if fit.error:
-                errors.append(f"group {group}: {fit.error}")
-                continue
-            params[group] = dict(fit.params)
-            losses.append(float(fit.loss))
-        return params, fits, losses, errors
-
-    def lanes_source(self, candidate: str) -> str:
-        """The candidate wrapped to return its own masked MSE, for per-group lanes.
-
-        Groups have different lengths, so each lane gets its group's training rows padded to the
-        longest group (x repeats the group's last value, so the padding stays finite) and a 0/1
-        weight vector; the wrapper returns sum(w (pred - y)^2) / sum(w), exactly the group's MSE.
-        """
-        forms = runtime.top_level_forms(self.program_source(candidate))
-        reserved = [s for s in runtime.symbols(candidate) if s.startswith(RESERVED_PREFIX)]
-        if reserved:
-            raise CandidateError(f"names starting with {RESERVED_PREFIX!r} are reserved for the task: {reserved}")
-        body, prediction = forms[:-1], forms[-1]
-        return "\n".join(body) + (
-            f"\n(let ((ndvm-task-pred {prediction}))\n"
-            f"  (/ (vsum (* {LANE_W} (square (- ndvm-task-pred {LANE_Y})))) (vsum {LANE_W})))"
-        )
-
-    def _fit_lanes(self, ndvm, candidate: str, *, restarts: int | None = None, **calibrate_options):
-        """All groups in one ``ndvm.calibrate``: ``restarts`` lanes per group (default: the runtime's),
-        best lane per group."""
-        if restarts is None:
-            from ndvm.calibrate import DEFAULT_RESTARTS
-
-            restarts = DEFAULT_RESTARTS
-        groups = self.groups()
-        program = ndvm.compile(self.lanes_source(candidate))
-        xs, ys = zip(*(self._xy(g, TRAIN) for g in groups))
-        width = max(len(x) for x in xs)
-        n_lanes = len(groups) * restarts
-        x_lanes, y_lanes, w_lanes = (np.zeros((n_lanes, width)) for _ in range(3))
-        for i, (x, y) in enumerate(zip(xs, ys)):
-            rows = slice(i * restarts, (i + 1) * restarts)
-            x_lanes[rows, : len(x)], x_lanes[rows, len(x) :] = x, x[-1]
-            y_lanes[rows, : len(y)], y_lanes[rows, len(y) :] = y, y[-1]
-            w_lanes[rows, : len(x)] = 1.0
-        try:
-            fit = ndvm.calibrate(
-                program,
-                None,
-                loss="value",
-                restarts=n_lanes,
-                lane_inputs={INPUT: x_lanes, LANE_Y: y_lanes, LANE_W: w_lanes},
-                **calibrate_options,
-            )
-        except ndvm.NDVMError as exc:
-            return {}, [], [], [str(exc)]
-        if fit.error:
-            return {}, [fit], [], [fit.error]
-        all_losses = np.where(np.isfinite(fit.all_losses), fit.all_losses, np.inf)
-        params, losses, errors = {}, [], []
-        for i, group in enumerate(groups):
-            block = all_losses[i * restarts : (i + 1) * restarts]
-            best = int(np.argmin(block))
-            if not np.isfinite(block[best]):
-                errors.append(f"group {group}: no restart reached a finite loss")
-                continue
-            row = fit.all_params[i * restarts + best]
-            params[group] = {name: float(v) for name, v in zip(program.param_names, row)}
-            losses.append(float(block[best]))
-        return params, [fit], losses, errors
 
     def _group_params(self, fit: TaskFit, group) -> dict[str, float]:
         return fit.params[group] if self.per_group else fit.params
@@ -533,13 +457,10 @@ class CurveTask(Task):
         ndvm = require_ndvm()
         program = self.compile(fit.source)
         params, errors = dict(fit.params), []
-        for group in self.test_groups():
-            x, y = self._xy(group, TEST_FIT)
-            try:
-                result = ndvm.calibrate(program, {INPUT: x}, target=y, loss=self.loss, **calibrate_options)
-            except ndvm.NDVMError as exc:
-                errors.append(f"test group {group}: {exc}")
-                continue
+        held = self.test_groups()
+        data = [({INPUT: x}, y) for x, y in (self._xy(group, TEST_FIT) for group in held)]
+        (results,) = ndvm.calibrate_groups([program], data, loss=self.loss, **calibrate_options)
+        for group, result in zip(held, results):
             if result.error or not np.isfinite(result.loss):
                 errors.append(f"test group {group}: {result.error or 'non-finite loss'}")
                 continue

@@ -538,6 +538,82 @@ PYBIND11_MODULE(_native, m) {
     return out;
   });
 
+  // A grouped fit: every program on every group's own data (shared inputs and target), all as
+  // jobs of one calibrate_many, so the pool spreads programs x groups at once. Each job is exactly
+  // the program's calibrate on that group (its restarts as lanes): same arithmetic, no padding.
+  // Returns one list per program, one result per group.
+  m.def("calibrate_groups", [](std::vector<std::shared_ptr<Program>> progs, std::vector<Arr> theta0s, py::list groups,
+                               py::dict spec_d, const Limits& lim, int threads) {
+    if (theta0s.size() != progs.size())
+      throw py::value_error("calibrate_groups: " + std::to_string(theta0s.size()) + " starting points for " +
+                            std::to_string(progs.size()) + " programs");
+    const size_t G = groups.size(), N = progs.size();
+    std::vector<std::unordered_map<std::string, Array>> group_inputs(G);
+    std::vector<py::object> group_targets(G);
+    for (size_t g = 0; g < G; ++g) {
+      py::tuple item = py::reinterpret_borrow<py::object>(groups[g]).cast<py::tuple>();
+      if (item.size() != 2)
+        throw py::value_error("calibrate_groups: group " + std::to_string(g) + " is not (inputs, target)");
+      for (auto kv : item[0].cast<py::dict>()) {
+        std::string name = py::str(kv.first);
+        group_inputs[g].emplace(name, array_from(kv.second, name));
+      }
+      group_targets[g] = item[1];
+    }
+    std::vector<Inputs> ins(N * G);
+    std::vector<CalibJob> jobs(N * G);
+    std::vector<std::string> prep_errors(N * G);
+    for (size_t i = 0; i < N; ++i) {
+      const Program& p = *progs[i];
+      for (size_t g = 0; g < G; ++g) {
+        const size_t k = i * G + g;
+        try {
+          check_theta(p, theta0s[i]);
+          Inputs& in = ins[k];
+          in.shared.resize(p.inputs.size());
+          in.per_lane.resize(p.inputs.size());
+          for (size_t n = 0; n < p.inputs.size(); ++n) {
+            auto found = group_inputs[g].find(p.inputs[n]);
+            if (found != group_inputs[g].end()) in.shared[n] = found->second;
+          }
+          py::dict d(spec_d);  // this group's target; spec_from reads it (and finds sigma for this program)
+          d["target"] = group_targets[g];
+          d["lane_target"] = py::none();
+          const int R = static_cast<int>(theta0s[i].shape(0));
+          jobs[k] = CalibJob{&p, std::vector<double>(theta0s[i].data(), theta0s[i].data() + theta0s[i].size()), R, &in,
+                             spec_from(p, d)};
+        } catch (const std::exception& e) { prep_errors[k] = e.what(); }
+      }
+    }
+    std::vector<CalibJob> runnable;
+    for (size_t k = 0; k < jobs.size(); ++k)
+      if (prep_errors[k].empty()) runnable.push_back(jobs[k]);
+    std::vector<CalibResult> rs;
+    {
+      py::gil_scoped_release nogil;
+      rs = calibrate_many(runnable, lim, threads);
+    }
+    const int steps = spec_d["steps"].cast<int>();
+    py::list out;
+    size_t next = 0;
+    for (size_t i = 0; i < N; ++i) {
+      py::list per_group;
+      for (size_t g = 0; g < G; ++g) {
+        const size_t k = i * G + g;
+        if (prep_errors[k].empty()) {
+          per_group.append(result_dict(rs[next++], steps));
+        } else {
+          CalibResult e;
+          e.error = prep_errors[k];
+          e.error_kind = static_cast<int>(ErrorKind::Eval);
+          per_group.append(result_dict(e, 0));
+        }
+      }
+      out.append(per_group);
+    }
+    return out;
+  });
+
   m.def("hardware_threads", &hardware_threads);
   // This thread's replay statistics (see replay.cc): runs replayed from the tape, and replays
   // abandoned for a walk (a guard that failed, other inputs, an error).

@@ -6,6 +6,7 @@
 // no longer evaluate it; its best iterate is kept and the others go on.
 #include "optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -264,9 +265,31 @@ CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, i
   return res;
 }
 
+namespace {
+
+// The work of one job, for ordering only: lanes x input elements (a job of a long series, such
+// as a long battery cell, costs more per step than a short one).
+double job_cost(const CalibJob& j) {
+  double elements = 1;
+  for (const Array& a : j.inputs->shared) elements += static_cast<double>(a.numel());
+  for (const std::vector<Array>& lanes : j.inputs->per_lane)
+    if (!lanes.empty()) elements += static_cast<double>(lanes[0].numel());
+  return static_cast<double>(j.R) * elements;
+}
+
+}  // namespace
+
 std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const Limits& lim, int threads) {
+  // The pool hands out items in index order: the costliest jobs go first, so that the batch does
+  // not end with one thread finishing a long job while the others wait (results stay in job order).
+  std::vector<int> order(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) order[i] = static_cast<int>(i);
+  std::vector<double> cost(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) cost[i] = job_cost(jobs[i]);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cost[a] > cost[b]; });
   std::vector<CalibResult> out(jobs.size());
-  parallel_for(static_cast<int>(jobs.size()), threads, [&](int i, VM& vm) {
+  parallel_for(static_cast<int>(jobs.size()), threads, [&](int k, VM& vm) {
+    const int i = order[k];
     const CalibJob& j = jobs[i];
     try {
       out[i] = calibrate(*j.program, vm, j.theta0.data(), j.R, *j.inputs, j.spec, lim);

@@ -69,8 +69,10 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
 CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,
                                const CalibSpec& spec, const Limits& lim, int threads);
 
-// Calibrates each program on the persistent pool (threads <= 0: all cores). Results are in
-// order, identical to a serial run; a failing program yields CalibResult.error.
+// Calibrates each job on the persistent pool (threads <= 0: all cores), costliest jobs first
+// (lanes x input elements). Results are in job order, identical to a serial run; a failing job
+// yields CalibResult.error. Jobs may differ in program and in data: a grouped fit (one job per
+// program and group, e.g. per battery cell) is one call.
 struct CalibJob {
   const Program* program;
   std::vector<double> theta0;  // [R, P]
