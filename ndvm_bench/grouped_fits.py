@@ -69,10 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", default=None, help="the shared data folder (default ../shared/data)")
     args = parser.parse_args(argv)
-    data = Path(args.data_dir or os.environ.get("NDVM_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared/data")
+    data = Path(
+        args.data_dir or os.environ.get("NDVM_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared/data"
+    )
     path = data / "battery" / "severson.csv"
     if not path.is_file():
-        print(f"skipped: {path} not found (pass --data-dir or set NDVM_DATA_DIR)")
+        print(f"skipped: {path} not found (pass --data-dir or set NDVM_SHARED_DATA)")
         return 0
     task = make_task(datasets.load("battery", path=str(path)))
     sources = task.seed_programs()
