@@ -25,7 +25,6 @@ declared), then the program must pass the static checks and, when ``validate`` i
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
 from .language import NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, analyze, static_problems, structure_key
 from .niches import NicheArchive, rank_weights
-from .sexpr import Node, SexprError, Sym, count_nodes, read_all, symbols_in, to_source
+from .sexpr import Node, SexprError, Sym, copy_node, count_nodes, read_all, symbols_in, to_source
 from .simplify import simplify as simplify_forms
 from .validate import require_compile
 
@@ -83,7 +82,7 @@ class _Edit:
     """A program being edited: deep-copied forms plus the parameters it will have to declare."""
 
     def __init__(self, parent: _Parent, rng: random.Random, reserved: set[str]):
-        self.forms = copy.deepcopy(parent.forms)
+        self.forms = [copy_node(f) for f in parent.forms]
         self.rng = rng
         self.reserved = reserved | symbols_in(self.forms)
         self.new_params: list[tuple[str, float]] = []
@@ -523,7 +522,7 @@ class MutationProposer(Proposer):
         donor_site = self._pick(candidates)
         if donor_site is None:
             return False
-        piece = copy.deepcopy(donor_site.node)
+        piece = copy_node(donor_site.node)
         declared = set(parent.analysis.params)
         parent_names = symbols_in(parent.forms)
         for name in sorted(symbols_in(piece) & set(donor.analysis.params)):
@@ -531,7 +530,7 @@ class MutationProposer(Proposer):
                 return False  # the donor's parameter name means something else in this parent
             if name not in declared:
                 decl = donor.forms[donor.analysis.params[name].form_index]
-                edit.imported_params.append(copy.deepcopy(decl))
+                edit.imported_params.append(copy_node(decl))
                 edit.reserved.add(name)
         edit.set(site.path, piece)
         if donor is not parent:
@@ -609,7 +608,7 @@ class MutationProposer(Proposer):
         if site is None:
             return False
         data_names, scalars = self._leaves(site, parent, data)
-        node = copy.deepcopy(site.node)
+        node = copy_node(site.node)
         term = [Sym("*"), edit.fresh_param(0.1), self._term(edit, data_names, scalars, self.rng.randint(0, 2))]
         shape = self.rng.random()
         if shape < 0.5:
@@ -631,7 +630,7 @@ class MutationProposer(Proposer):
         site = self._pick(targets)
         if site is None:
             return False
-        node = copy.deepcopy(site.node)
+        node = copy_node(site.node)
         if self.rng.random() < 0.5:
             edit.set(site.path, [Sym("*"), edit.fresh_param(1.0), node])
         else:
@@ -642,7 +641,7 @@ class MutationProposer(Proposer):
         site = self._pick(self._targets(parent))
         if site is None:
             return False
-        edit.set(site.path, self._wrap(edit, copy.deepcopy(site.node)))
+        edit.set(site.path, self._wrap(edit, copy_node(site.node)))
         return True
 
     def _op_hoist(self, edit, parent, parents, data, used) -> bool:
@@ -667,7 +666,7 @@ class MutationProposer(Proposer):
         choice = self._pick(inner)
         if choice is None:
             return False
-        edit.set(site.path, copy.deepcopy(choice.node))
+        edit.set(site.path, copy_node(choice.node))
         return True
 
     def _op_grow(self, edit: _Edit, data: list[str] | set[str]) -> bool:

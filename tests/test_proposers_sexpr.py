@@ -172,3 +172,32 @@ def test_reader_printer_and_checks_agree_with_the_runtime_on_the_conformance_sui
         forms = read_all(src)
         assert ndvm.compile(to_source(forms)).canonical_hash == original.canonical_hash, src
         assert static_problems(forms, set(original.inputs)) == [], src
+
+
+def test_copy_node_is_a_deep_copy_of_the_lists_sharing_only_atoms():
+    """What the mutation proposer copies its parent with: equal to copy.deepcopy of the datum, no
+    list (nor a list inside a dotted tail) shared with the original, so an edit in place leaves
+    the parent as it was."""
+    import copy
+
+    from proposers.sexpr import copy_node, read_all
+
+    forms = read_all("(param phi 0.9 (between -1 1)) (define (f x . rest) (+ (* phi x) (apply + rest))) '(1 #t 2.5)")
+    copied = [copy_node(f) for f in forms]
+    assert copied == copy.deepcopy(forms) == forms
+
+    def lists(node, out):
+        if isinstance(node, list):
+            out.append(node)
+            for x in node:
+                lists(x, out)
+        elif hasattr(node, "items"):
+            for x in node.items:
+                lists(x, out)
+            lists(node.tail, out)
+        return out
+
+    originals = {id(x) for f in forms for x in lists(f, [])}
+    assert not originals & {id(x) for f in copied for x in lists(f, [])}
+    copied[1][2][0] = "edited"
+    assert forms[1][2][0] == "+"
