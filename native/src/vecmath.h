@@ -147,13 +147,31 @@ constexpr double kPio2_3 = 0x1.3198a2e037073p-69;
 // Above this, sin and cos come from the C library (kernels_simd.inc).
 constexpr double kTrigLimit = 0x1p20;
 
-// sin and cos of r + rl (rl: the reduction's tail, |rl| <= ulp(r)), |r| <= ~pi/4: Taylor to r^19
-// and r^18 (remainders below 2^-58 relative), the leading terms added last so that one rounding
-// dominates the error: sin = r + (r z S(z) + rl (1 - z/2)), cos = (1 - z/2) + (z^2 C(z) - r rl)
-// with z = r^2 carried exactly in two parts (Dekker's product).
+// The rounding error of a * b, exactly (Dekker's product, no FMA): a and b split into halves of
+// 26 bits whose products are exact.
+inline double split_hi(double a) {
+  const double c = 134217729.0 * a;  // 2^27 + 1
+  return c - (c - a);
+}
+inline double product_error(double a, double b, double p) {
+  const double ah = split_hi(a), al = a - ah, bh = split_hi(b), bl = b - bh;
+  return (((ah * bh - p) + ah * bl) + al * bh) + al * bl;
+}
+// x / d as q + (returned) low part, for a small integer d: the remainder x - q d is exact.
+inline double divide_low(double x, double xl, double d, double q) {
+  const double m = q * d;
+  return (((x - m) - product_error(q, d, m)) + xl) / d;
+}
+
+// sin and cos of r + rl (rl: the reduction's tail, |rl| <= ulp(r)), |r| <= ~pi/4, nearly
+// correctly rounded: the two leading terms (r - r^3/6; 1 - r^2/2 + r^4/24) in two-part arithmetic,
+// the rest of the Taylor series (to r^19, r^18: remainders below 2^-58 relative) in plain doubles,
+// added last to the leading parts' low words.
 inline double sin_reduced(double r, double rl) {
-  const double z = r * r;
-  double p = -1.0 / 121645100408832000.0;  // -1/19!
+  const double z = r * r, zl = product_error(r, r, z);           // r^2 = z + zl
+  const double c = r * z, cl = product_error(r, z, c) + r * zl;  // r^3 = c + cl
+  const double q = c / 6.0, ql = divide_low(c, cl, 6.0, q);      // r^3 / 6 = q + ql
+  double p = -1.0 / 121645100408832000.0;                        // -1/19!
   p = 1.0 / 355687428096000.0 + z * p;
   p = -1.0 / 1307674368000.0 + z * p;
   p = 1.0 / 6227020800.0 + z * p;
@@ -161,27 +179,28 @@ inline double sin_reduced(double r, double rl) {
   p = 1.0 / 362880.0 + z * p;
   p = -1.0 / 5040.0 + z * p;
   p = 1.0 / 120.0 + z * p;
-  p = -1.0 / 6.0 + z * p;
-  return r + ((r * z) * p + rl * (1.0 - 0.5 * z));
+  const double rest = (c * z) * p + rl * (1.0 - 0.5 * z) - ql;
+  const double s = r - q;
+  const double e = (r - s) - q;  // exact: |r| > |q|
+  return s + (e + rest);
 }
 inline double cos_reduced(double r, double rl) {
-  // r^2 = z + ze exactly: r split into two halves of 26 bits whose products are exact
-  const double c = 134217729.0 * r;  // 2^27 + 1
-  const double rh = c - (c - r), rt = r - rh;
-  const double z = r * r;
-  const double ze = ((rh * rh - z) + 2.0 * rh * rt) + rt * rt;
-  double p = -1.0 / 6402373705728000.0;  // -1/18!
+  const double z = r * r, zl = product_error(r, r, z);                 // r^2 = z + zl
+  const double d = z * z, dl = product_error(z, z, d) + 2.0 * z * zl;  // r^4 = d + dl
+  const double q = d / 24.0, ql = divide_low(d, dl, 24.0, q);          // r^4 / 24 = q + ql
+  const double hz = 0.5 * z;                                           // exact
+  const double w = 1.0 - hz, we = (1.0 - w) - hz;                      // exact
+  double p = -1.0 / 6402373705728000.0;                                // -1/18!
   p = 1.0 / 20922789888000.0 + z * p;
   p = -1.0 / 87178291200.0 + z * p;
   p = 1.0 / 479001600.0 + z * p;
   p = -1.0 / 3628800.0 + z * p;
   p = 1.0 / 40320.0 + z * p;
   p = -1.0 / 720.0 + z * p;
-  p = 1.0 / 24.0 + z * p;
-  const double hz = 0.5 * z;
-  const double w = 1.0 - hz;
-  // 1 - hz rounded, plus what that rounding lost, the low part of z/2, z^2 C and the tail's term
-  return w + ((((1.0 - w) - hz) - 0.5 * ze) + ((z * z) * p - r * rl));
+  const double rest = (((we - 0.5 * zl) + ql) + (d * z) * p) - r * rl;
+  const double s = w + q;
+  const double e = (w - s) + q;  // exact: w > q
+  return s + (e + rest);
 }
 
 // x = n pi/2 + r + rl (r + rl: the remainder in two parts); returns r, sets rl and the quadrant
@@ -213,7 +232,7 @@ inline double sincos(double x, uint64_t quarter) {
   const uint64_t v = (bits(c) & odd) | (bits(s) & ~odd);
   return from_bits(v ^ ((q & 2) << 62));  // quadrants 2 and 3: negated
 }
-inline double sin(double x) { return sincos(x, 0); }
+inline double sin(double x) { return x == 0.0 ? x : sincos(x, 0); }  // sin(-0) = -0
 inline double cos(double x) { return sincos(x, 1); }
 
 // tanh(x) = sign(x) t / (t + 2), t = e^{2|x|} - 1; |x| >= 22 rounds to +-1.
