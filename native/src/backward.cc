@@ -143,6 +143,22 @@ void bwd2(VM& vm, const NumRef* in, const double* go, const double* z, uint32_t 
 
 }  // namespace
 
+// g += the contributions c[0..n), n <= 8: elementwise (stride 1), or summed into g[0] (stride 0)
+// in the order of simd::combine_chains (chain i holds 0 + c[i]; the chains added pairwise).
+inline void accumulate_small(double* g, const double* c, uint32_t n, uint32_t stride) {
+  if (stride) {
+    for (uint32_t i = 0; i < n; ++i) g[i] += c[i];
+    return;
+  }
+  if (n == 1) {
+    g[0] += c[0];
+    return;
+  }
+  double chain[simd::kSumChains] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (uint32_t i = 0; i < n; ++i) chain[i] += c[i];
+  g[0] += simd::combine_chains(chain, 1);
+}
+
 // The commonest records of one-lane runs (+ - * and small matrix products), in a function of their
 // own: backward_record's prologue, sized for every op, costs as much as their arithmetic.
 void backward_one_lane(VM& vm, const TapeRec& t) {
@@ -164,27 +180,28 @@ void backward_one_lane(VM& vm, const TapeRec& t) {
   const double* x = vm.data(a);
   const double* y = vm.data(b);
   const uint32_t n = t.out.numel();
-  if (n > 1) {  // data vectors: the SIMD kernels (and their order of summing a broadcast scalar's adjoint)
-    const View va{x, a.ne == 1 ? 0u : 1u, 1}, vb{y, b.ne == 1 ? 0u : 1u, 1};
-    simd::active().binary_adjoint(t.op, va, vb, ga, gb, go, vm.data(t.out), n, 1);
+  const uint32_t sa = a.ne == 1 ? 0 : 1, sb = b.ne == 1 ? 0 : 1;  // a scalar broadcast over elements
+  constexpr uint32_t kInlineElements = 8;                         // one kSumChains block: scalars and small matrices
+  if (n > kInlineElements) {                                      // data vectors: the SIMD kernels
+    simd::active().binary_adjoint(t.op, View{x, sa, 1}, View{y, sb, 1}, ga, gb, go, vm.data(t.out), n, 1);
     return;
   }
-  const double g = go[0];
-  if (g == 0) return;  // a zero cotangent contributes nothing
-  switch (t.op) {      // the arithmetic of the SIMD kernels' one-element case
-    case O_ADD:
-      if (ga) ga[0] += g;
-      if (gb) gb[0] += g;
-      break;
-    case O_SUB:
-      if (ga) ga[0] += g;
-      if (gb) gb[0] += g * -1.0;
-      break;
-    default:
-      if (ga) ga[0] += g * y[0];
-      if (gb) gb[0] += g * x[0];
-      break;
+  // The SIMD kernels' arithmetic, inline: a zero cotangent contributes nothing; an operand
+  // broadcast over n > 1 elements sums its contributions in the order of simd::combine_chains (each in a
+  // chain of its own, the chains added pairwise).
+  double ca[kInlineElements], cb[kInlineElements];
+  for (uint32_t i = 0; i < n; ++i) {
+    const double g = go[i];
+    double da = 1.0, db = t.op == O_SUB ? -1.0 : 1.0;
+    if (t.op == O_MUL) {
+      da = y[i * sb];
+      db = x[i * sa];
+    }
+    ca[i] = g != 0 ? g * da : 0.0;
+    cb[i] = g != 0 ? g * db : 0.0;
   }
+  if (ga) accumulate_small(ga, ca, n, sa);
+  if (gb) accumulate_small(gb, cb, n, sb);
 }
 
 // ---- backward ------------------------------------------------------------------------------

@@ -27,12 +27,23 @@ struct Kernels {
   // o[i] = op(x[i]) over a contiguous run
   void (*unary)(int op, const double* x, double* o, size_t total);
   // ga += go * d out/d a, gb += go * d out/d b (either may be null: inactive). An operand broadcast
-  // over the elements (es == 0) sums its contributions in the blocked order of sum_broadcast.
+  // over the elements (es == 0) sums its contributions in the order of combine_chains.
   void (*binary_adjoint)(int op, View a, View b, double* ga, double* gb, const double* go, const double* z, uint32_t n,
                          uint32_t Lo);
   // ga[i] += go[i] * d op / dx at x[i] (output z[i])
   void (*unary_adjoint)(int op, const double* x, const double* z, const double* go, double* ga, size_t total);
 };
+
+// The order in which the adjoint of a value broadcast over n > 1 elements is summed, shared by
+// the kernels and the inline one-lane paths: element i goes to chain i mod kSumChains, and the
+// chains are added pairwise. One lane then sums in kSumChains independent chains (a vector
+// register) instead of one dependent chain, and every lane count sums in the same order.
+constexpr uint32_t kSumChains = 8;
+// static: internal linkage, so that no AVX-512 copy of it can replace the others at link time.
+static inline double combine_chains(const double* c, size_t stride) {
+  return ((c[0] + c[stride]) + (c[2 * stride] + c[3 * stride])) +
+         ((c[4 * stride] + c[5 * stride]) + (c[6 * stride] + c[7 * stride]));
+}
 
 // The instruction sets, lowest first; each variant exists in every build.
 enum class Isa { Baseline = 0, Avx2 = 1, Avx512 = 2 };
