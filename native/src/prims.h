@@ -12,129 +12,133 @@
 //            POSITIVE, UNIT, PM1: its values lie in (0, inf), (0, 1), [-1, 1] (the parameter
 //              constraint that replaces a function of lone parameters: positive, unit, (between -1 1))
 //            IDX0, IDX1, IDX2: that argument is an integer count or index, not a model quantity
-// The VM dispatches on the enum in one switch (prims.cc, call_prim). The Python binding exports
-// every column (_native.PRIMITIVES); nothing in Python restates them.
+//            REAL: exact integer arguments are made inexact before the call (arrays, linear algebra)
+//   fn       the function that computes it (prims.cc; one function may serve several lines and
+//            tell them apart by the id it is given). call_prim is generated from this column:
+//            a new primitive is its line here and its function (see docs/runtime.md).
+// The Python binding exports the name, arity, kind and the proposers' flags (_native.PRIMITIVES);
+// nothing in Python restates them.
 #pragma once
 #include <cstdint>
 
 // clang-format off
-#define NDVM_PRIMS(X) \
-  /* arithmetic (variadic, elementwise, broadcasting) and chained comparisons */ \
-  X(ADD,              "+",              0,  -1, NUMERIC,    FOLD)                \
-  X(SUB,              "-",              1,  -1, NUMERIC,    FOLD)                \
-  X(MUL,              "*",              0,  -1, NUMERIC,    FOLD)                \
-  X(DIV,              "/",              1,  -1, NUMERIC,    FOLD)                \
-  X(NUM_EQ,           "=",              1,  -1, COMPARISON, 0)                   \
-  X(LT,               "<",              1,  -1, COMPARISON, 0)                   \
-  X(GT,               ">",              1,  -1, COMPARISON, 0)                   \
-  X(LE,               "<=",             1,  -1, COMPARISON, 0)                   \
-  X(GE,               ">=",             1,  -1, COMPARISON, 0)                   \
-  X(MIN,              "min",            1,  -1, NUMERIC,    FOLD)                \
-  X(MAX,              "max",            1,  -1, NUMERIC,    FOLD)                \
-  /* elementwise unary math */                                                   \
-  X(ABS,              "abs",            1,  1,  NUMERIC,    FOLD)                \
-  X(FLOOR,            "floor",          1,  1,  NUMERIC,    0)                   \
-  X(CEILING,          "ceiling",        1,  1,  NUMERIC,    0)                   \
-  X(ROUND,            "round",          1,  1,  NUMERIC,    0)                   \
-  X(TRUNCATE,         "truncate",       1,  1,  NUMERIC,    0)                   \
-  X(EXP,              "exp",            1,  1,  NUMERIC,    FOLD | POSITIVE)     \
-  X(LOG,              "log",            1,  2,  NUMERIC,    FOLD)                \
-  X(SQRT,             "sqrt",           1,  1,  NUMERIC,    FOLD)                \
-  X(SIN,              "sin",            1,  1,  NUMERIC,    FOLD | PM1)          \
-  X(COS,              "cos",            1,  1,  NUMERIC,    FOLD | PM1)          \
-  X(TAN,              "tan",            1,  1,  NUMERIC,    FOLD)                \
-  X(ASIN,             "asin",           1,  1,  NUMERIC,    FOLD)                \
-  X(ACOS,             "acos",           1,  1,  NUMERIC,    FOLD)                \
-  X(ATAN,             "atan",           1,  2,  NUMERIC,    FOLD)                \
-  X(TANH,             "tanh",           1,  1,  NUMERIC,    FOLD | PM1)          \
-  X(SQUARE,           "square",         1,  1,  NUMERIC,    FOLD)                \
-  X(SIGMOID,          "sigmoid",        1,  1,  NUMERIC,    FOLD | UNIT)         \
-  X(LOGISTIC,         "logistic",       1,  1,  NUMERIC,    FOLD | UNIT)         \
-  X(SOFTPLUS,         "softplus",       1,  1,  NUMERIC,    FOLD | POSITIVE)     \
-  X(EXPT,             "expt",           2,  2,  NUMERIC,    FOLD)                \
-  X(QUOTIENT,         "quotient",       2,  2,  NUMERIC,    0)                   \
-  X(REMAINDER,        "remainder",      2,  2,  NUMERIC,    0)                   \
-  X(MODULO,           "modulo",         2,  2,  NUMERIC,    0)                   \
-  X(EXACT_TO_INEXACT, "exact->inexact", 1,  1,  NUMERIC,    0)                   \
-  X(INEXACT,          "inexact",        1,  1,  NUMERIC,    0)                   \
-  X(INEXACT_TO_EXACT, "inexact->exact", 1,  1,  OTHER,      0)                   \
-  X(EXACT,            "exact",          1,  1,  OTHER,      0)                   \
-  /* predicates */                                                               \
-  X(ZEROP,            "zero?",          1,  1,  COMPARISON, 0)                   \
-  X(POSITIVEP,        "positive?",      1,  1,  COMPARISON, 0)                   \
-  X(NEGATIVEP,        "negative?",      1,  1,  COMPARISON, 0)                   \
-  X(EVENP,            "even?",          1,  1,  COMPARISON, 0)                   \
-  X(ODDP,             "odd?",           1,  1,  COMPARISON, 0)                   \
-  X(NUMBERP,          "number?",        1,  1,  PREDICATE,  0)                   \
-  X(INTEGERP,         "integer?",       1,  1,  PREDICATE,  0)                   \
-  X(EXACTP,           "exact?",         1,  1,  PREDICATE,  0)                   \
-  X(INEXACTP,         "inexact?",       1,  1,  PREDICATE,  0)                   \
-  X(BOOLEANP,         "boolean?",       1,  1,  PREDICATE,  0)                   \
-  X(SYMBOLP,          "symbol?",        1,  1,  PREDICATE,  0)                   \
-  X(PROCEDUREP,       "procedure?",     1,  1,  PREDICATE,  0)                   \
-  X(NULLP,            "null?",          1,  1,  PREDICATE,  0)                   \
-  X(PAIRP,            "pair?",          1,  1,  PREDICATE,  0)                   \
-  X(LISTP,            "list?",          1,  1,  PREDICATE,  0)                   \
-  X(NOT,              "not",            1,  1,  PREDICATE,  0)                   \
-  X(EQP,              "eq?",            2,  2,  PREDICATE,  0)                   \
-  X(EQVP,             "eqv?",           2,  2,  PREDICATE,  0)                   \
-  X(EQUALP,           "equal?",         2,  2,  PREDICATE,  0)                   \
-  /* pairs and lists */                                                          \
-  X(CONS,             "cons",           2,  2,  OTHER,      0)                   \
-  X(CAR,              "car",            1,  1,  OTHER,      0)                   \
-  X(CDR,              "cdr",            1,  1,  OTHER,      0)                   \
-  X(CAAR,             "caar",           1,  1,  OTHER,      0)                   \
-  X(CADR,             "cadr",           1,  1,  OTHER,      0)                   \
-  X(CDAR,             "cdar",           1,  1,  OTHER,      0)                   \
-  X(CDDR,             "cddr",           1,  1,  OTHER,      0)                   \
-  X(CADDR,            "caddr",          1,  1,  OTHER,      0)                   \
-  X(CDDDR,            "cdddr",          1,  1,  OTHER,      0)                   \
-  X(CADDDR,           "cadddr",         1,  1,  OTHER,      0)                   \
-  X(LIST,             "list",           0,  -1, OTHER,      0)                   \
-  X(LENGTH,           "length",         1,  1,  REDUCER,    0)                   \
-  X(LIST_REF,         "list-ref",       2,  2,  OTHER,      IDX1)                \
-  X(LIST_TAIL,        "list-tail",      2,  2,  OTHER,      IDX1)                \
-  X(APPEND,           "append",         0,  -1, OTHER,      0)                   \
-  X(REVERSE,          "reverse",        1,  1,  OTHER,      0)                   \
-  X(MAP,              "map",            2,  -1, OTHER,      0)                   \
-  X(FOR_EACH,         "for-each",       2,  -1, OTHER,      0)                   \
-  X(FILTER,           "filter",         2,  2,  OTHER,      0)                   \
-  X(FOLD_LEFT,        "fold-left",      3,  3,  OTHER,      0)                   \
-  X(FOLD_RIGHT,       "fold-right",     3,  3,  OTHER,      0)                   \
-  X(REDUCE,           "reduce",         3,  3,  OTHER,      0)                   \
-  X(APPLY,            "apply",          2,  -1, OTHER,      0)                   \
-  X(ASSQ,             "assq",           2,  2,  OTHER,      0)                   \
-  X(ASSV,             "assv",           2,  2,  OTHER,      0)                   \
-  X(ASSOC,            "assoc",          2,  2,  OTHER,      0)                   \
-  X(MEMQ,             "memq",           2,  2,  OTHER,      0)                   \
-  X(MEMV,             "memv",           2,  2,  OTHER,      0)                   \
-  X(MEMBER,           "member",         2,  2,  OTHER,      0)                   \
-  X(ERROR,            "error",          1,  -1, OTHER,      0)                   \
-  /* vectors and matrices (dense, numeric) */                                    \
-  X(VEC,              "vec",            1,  -1, OTHER,      0)                   \
-  X(MAT,              "mat",            1,  -1, OTHER,      0)                   \
-  X(REF,              "ref",            2,  3,  OTHER,      IDX1 | IDX2)         \
-  X(DOT,              "dot",            2,  2,  REDUCER,    0)                   \
-  X(OUTER,            "outer",          2,  2,  OTHER,      0)                   \
-  X(MATVEC,           "matvec",         2,  2,  OTHER,      0)                   \
-  X(MATMUL,           "matmul",         2,  2,  OTHER,      0)                   \
-  X(TRANSPOSE,        "transpose",      1,  1,  OTHER,      0)                   \
-  X(TRACE,            "trace",          1,  1,  REDUCER,    0)                   \
-  X(EYE,              "eye",            1,  1,  OTHER,      IDX0)                \
-  X(ZEROS,            "zeros",          1,  2,  OTHER,      IDX0 | IDX1)         \
-  X(ONES,             "ones",           1,  2,  OTHER,      IDX0 | IDX1)         \
-  X(VSUM,             "vsum",           1,  1,  REDUCER,    0)                   \
-  X(NORM,             "norm",           1,  1,  REDUCER,    0)                   \
-  X(INV,              "inv",            1,  1,  OTHER,      0)                   \
-  X(SOLVE,            "solve",          2,  2,  OTHER,      0)                   \
-  X(DET,              "det",            1,  1,  REDUCER,    0)                   \
-  X(LOGDET,           "logdet",         1,  1,  REDUCER,    0)                   \
-  X(CHOLESKY,         "cholesky",       1,  1,  OTHER,      0)                   \
-  X(ROWS,             "rows",           1,  1,  REDUCER,    0)                   \
-  X(COLS,             "cols",           1,  1,  REDUCER,    0)                   \
-  X(SIZE,             "size",           1,  1,  REDUCER,    0)                   \
-  X(VEC_TO_LIST,      "vec->list",      1,  1,  OTHER,      0)                   \
-  X(LIST_TO_VEC,      "list->vec",      1,  1,  OTHER,      0)
+#define NDVM_PRIMS(X)                                                                            \
+  /* arithmetic (variadic, elementwise, broadcasting) and chained comparisons */                 \
+  X(ADD,              "+",              0,  -1, NUMERIC,    FOLD,             add_mul)           \
+  X(SUB,              "-",              1,  -1, NUMERIC,    FOLD,             sub_div)           \
+  X(MUL,              "*",              0,  -1, NUMERIC,    FOLD,             add_mul)           \
+  X(DIV,              "/",              1,  -1, NUMERIC,    FOLD,             sub_div)           \
+  X(NUM_EQ,           "=",              1,  -1, COMPARISON, 0,                compare)           \
+  X(LT,               "<",              1,  -1, COMPARISON, 0,                compare)           \
+  X(GT,               ">",              1,  -1, COMPARISON, 0,                compare)           \
+  X(LE,               "<=",             1,  -1, COMPARISON, 0,                compare)           \
+  X(GE,               ">=",             1,  -1, COMPARISON, 0,                compare)           \
+  X(MIN,              "min",            1,  -1, NUMERIC,    FOLD,             min_max)           \
+  X(MAX,              "max",            1,  -1, NUMERIC,    FOLD,             min_max)           \
+  /* elementwise unary math */                                                                   \
+  X(ABS,              "abs",            1,  1,  NUMERIC,    FOLD,             unary<O_ABS>)      \
+  X(FLOOR,            "floor",          1,  1,  NUMERIC,    0,                rounding)          \
+  X(CEILING,          "ceiling",        1,  1,  NUMERIC,    0,                rounding)          \
+  X(ROUND,            "round",          1,  1,  NUMERIC,    0,                rounding)          \
+  X(TRUNCATE,         "truncate",       1,  1,  NUMERIC,    0,                rounding)          \
+  X(EXP,              "exp",            1,  1,  NUMERIC,    FOLD | POSITIVE,  unary<O_EXP>)      \
+  X(LOG,              "log",            1,  2,  NUMERIC,    FOLD,             log)               \
+  X(SQRT,             "sqrt",           1,  1,  NUMERIC,    FOLD,             unary<O_SQRT>)     \
+  X(SIN,              "sin",            1,  1,  NUMERIC,    FOLD | PM1,       unary<O_SIN>)      \
+  X(COS,              "cos",            1,  1,  NUMERIC,    FOLD | PM1,       unary<O_COS>)      \
+  X(TAN,              "tan",            1,  1,  NUMERIC,    FOLD,             unary<O_TAN>)      \
+  X(ASIN,             "asin",           1,  1,  NUMERIC,    FOLD,             unary<O_ASIN>)     \
+  X(ACOS,             "acos",           1,  1,  NUMERIC,    FOLD,             unary<O_ACOS>)     \
+  X(ATAN,             "atan",           1,  2,  NUMERIC,    FOLD,             atan)              \
+  X(TANH,             "tanh",           1,  1,  NUMERIC,    FOLD | PM1,       unary<O_TANH>)     \
+  X(SQUARE,           "square",         1,  1,  NUMERIC,    FOLD,             unary<O_SQUARE>)   \
+  X(SIGMOID,          "sigmoid",        1,  1,  NUMERIC,    FOLD | UNIT,      unary<O_SIGMOID>)  \
+  X(LOGISTIC,         "logistic",       1,  1,  NUMERIC,    FOLD | UNIT,      unary<O_SIGMOID>)  \
+  X(SOFTPLUS,         "softplus",       1,  1,  NUMERIC,    FOLD | POSITIVE,  unary<O_SOFTPLUS>) \
+  X(EXPT,             "expt",           2,  2,  NUMERIC,    FOLD,             expt)              \
+  X(QUOTIENT,         "quotient",       2,  2,  NUMERIC,    0,                int_div)           \
+  X(REMAINDER,        "remainder",      2,  2,  NUMERIC,    0,                int_div)           \
+  X(MODULO,           "modulo",         2,  2,  NUMERIC,    0,                int_div)           \
+  X(EXACT_TO_INEXACT, "exact->inexact", 1,  1,  NUMERIC,    0,                inexact)           \
+  X(INEXACT,          "inexact",        1,  1,  NUMERIC,    0,                inexact)           \
+  X(INEXACT_TO_EXACT, "inexact->exact", 1,  1,  OTHER,      0,                exact)             \
+  X(EXACT,            "exact",          1,  1,  OTHER,      0,                exact)             \
+  /* predicates */                                                                               \
+  X(ZEROP,            "zero?",          1,  1,  COMPARISON, 0,                num_pred)          \
+  X(POSITIVEP,        "positive?",      1,  1,  COMPARISON, 0,                num_pred)          \
+  X(NEGATIVEP,        "negative?",      1,  1,  COMPARISON, 0,                num_pred)          \
+  X(EVENP,            "even?",          1,  1,  COMPARISON, 0,                num_pred)          \
+  X(ODDP,             "odd?",           1,  1,  COMPARISON, 0,                num_pred)          \
+  X(NUMBERP,          "number?",        1,  1,  PREDICATE,  0,                numberp)           \
+  X(INTEGERP,         "integer?",       1,  1,  PREDICATE,  0,                num_pred)          \
+  X(EXACTP,           "exact?",         1,  1,  PREDICATE,  0,                exactp)            \
+  X(INEXACTP,         "inexact?",       1,  1,  PREDICATE,  0,                inexactp)          \
+  X(BOOLEANP,         "boolean?",       1,  1,  PREDICATE,  0,                booleanp)          \
+  X(SYMBOLP,          "symbol?",        1,  1,  PREDICATE,  0,                symbolp)           \
+  X(PROCEDUREP,       "procedure?",     1,  1,  PREDICATE,  0,                procedurep)        \
+  X(NULLP,            "null?",          1,  1,  PREDICATE,  0,                nullp)             \
+  X(PAIRP,            "pair?",          1,  1,  PREDICATE,  0,                pairp)             \
+  X(LISTP,            "list?",          1,  1,  PREDICATE,  0,                listp)             \
+  X(NOT,              "not",            1,  1,  PREDICATE,  0,                not_)              \
+  X(EQP,              "eq?",            2,  2,  PREDICATE,  0,                eq)                \
+  X(EQVP,             "eqv?",           2,  2,  PREDICATE,  0,                eq)                \
+  X(EQUALP,           "equal?",         2,  2,  PREDICATE,  0,                eq)                \
+  /* pairs and lists */                                                                          \
+  X(CONS,             "cons",           2,  2,  OTHER,      0,                cons)              \
+  X(CAR,              "car",            1,  1,  OTHER,      0,                car)               \
+  X(CDR,              "cdr",            1,  1,  OTHER,      0,                cdr)               \
+  X(CAAR,             "caar",           1,  1,  OTHER,      0,                cxr)               \
+  X(CADR,             "cadr",           1,  1,  OTHER,      0,                cxr)               \
+  X(CDAR,             "cdar",           1,  1,  OTHER,      0,                cxr)               \
+  X(CDDR,             "cddr",           1,  1,  OTHER,      0,                cxr)               \
+  X(CADDR,            "caddr",          1,  1,  OTHER,      0,                cxr)               \
+  X(CDDDR,            "cdddr",          1,  1,  OTHER,      0,                cxr)               \
+  X(CADDDR,           "cadddr",         1,  1,  OTHER,      0,                cxr)               \
+  X(LIST,             "list",           0,  -1, OTHER,      0,                list)              \
+  X(LENGTH,           "length",         1,  1,  REDUCER,    0,                length)            \
+  X(LIST_REF,         "list-ref",       2,  2,  OTHER,      IDX1,             list_ref_tail)     \
+  X(LIST_TAIL,        "list-tail",      2,  2,  OTHER,      IDX1,             list_ref_tail)     \
+  X(APPEND,           "append",         0,  -1, OTHER,      0,                append)            \
+  X(REVERSE,          "reverse",        1,  1,  OTHER,      0,                reverse)           \
+  X(MAP,              "map",            2,  -1, OTHER,      0,                map)               \
+  X(FOR_EACH,         "for-each",       2,  -1, OTHER,      0,                map)               \
+  X(FILTER,           "filter",         2,  2,  OTHER,      0,                filter)            \
+  X(FOLD_LEFT,        "fold-left",      3,  3,  OTHER,      0,                fold)              \
+  X(FOLD_RIGHT,       "fold-right",     3,  3,  OTHER,      0,                fold)              \
+  X(REDUCE,           "reduce",         3,  3,  OTHER,      0,                fold)              \
+  X(APPLY,            "apply",          2,  -1, OTHER,      0,                apply)             \
+  X(ASSQ,             "assq",           2,  2,  OTHER,      0,                assoc_member)      \
+  X(ASSV,             "assv",           2,  2,  OTHER,      0,                assoc_member)      \
+  X(ASSOC,            "assoc",          2,  2,  OTHER,      0,                assoc_member)      \
+  X(MEMQ,             "memq",           2,  2,  OTHER,      0,                assoc_member)      \
+  X(MEMV,             "memv",           2,  2,  OTHER,      0,                assoc_member)      \
+  X(MEMBER,           "member",         2,  2,  OTHER,      0,                assoc_member)      \
+  X(ERROR,            "error",          1,  -1, OTHER,      0,                error)             \
+  /* vectors and matrices (dense, numeric) */                                                    \
+  X(VEC,              "vec",            1,  -1, OTHER,      0,                vec)               \
+  X(MAT,              "mat",            1,  -1, OTHER,      0,                mat)               \
+  X(REF,              "ref",            2,  3,  OTHER,      IDX1 | IDX2,      ref)               \
+  X(DOT,              "dot",            2,  2,  REDUCER,    REAL,             dot)               \
+  X(OUTER,            "outer",          2,  2,  OTHER,      REAL,             outer)             \
+  X(MATVEC,           "matvec",         2,  2,  OTHER,      REAL,             matmul)            \
+  X(MATMUL,           "matmul",         2,  2,  OTHER,      REAL,             matmul)            \
+  X(TRANSPOSE,        "transpose",      1,  1,  OTHER,      REAL,             transpose)         \
+  X(TRACE,            "trace",          1,  1,  REDUCER,    REAL,             square_matrix)     \
+  X(EYE,              "eye",            1,  1,  OTHER,      IDX0,             filled)            \
+  X(ZEROS,            "zeros",          1,  2,  OTHER,      IDX0 | IDX1,      filled)            \
+  X(ONES,             "ones",           1,  2,  OTHER,      IDX0 | IDX1,      filled)            \
+  X(VSUM,             "vsum",           1,  1,  REDUCER,    REAL,             sum_norm)          \
+  X(NORM,             "norm",           1,  1,  REDUCER,    REAL,             sum_norm)          \
+  X(INV,              "inv",            1,  1,  OTHER,      REAL,             square_matrix)     \
+  X(SOLVE,            "solve",          2,  2,  OTHER,      REAL,             solve)             \
+  X(DET,              "det",            1,  1,  REDUCER,    REAL,             square_matrix)     \
+  X(LOGDET,           "logdet",         1,  1,  REDUCER,    REAL,             square_matrix)     \
+  X(CHOLESKY,         "cholesky",       1,  1,  OTHER,      REAL,             square_matrix)     \
+  X(ROWS,             "rows",           1,  1,  REDUCER,    0,                shape)             \
+  X(COLS,             "cols",           1,  1,  REDUCER,    0,                shape)             \
+  X(SIZE,             "size",           1,  1,  REDUCER,    0,                shape)             \
+  X(VEC_TO_LIST,      "vec->list",      1,  1,  OTHER,      REAL,             vec_to_list)       \
+  X(LIST_TO_VEC,      "list->vec",      1,  1,  OTHER,      0,                list_to_vec)
 // clang-format on
 
 // The tape-op table, in the same manner: one line per numeric operation that leaves a tape
@@ -280,7 +284,7 @@ static_assert((tape_ops_with(tapeflag::LANEADJ) & ~tape_ops_with(tapeflag::EXTRA
               "per-lane linear algebra is charged as EXTRA work");
 
 enum PrimId : int {
-#define NDVM_PRIM_ENUM(id, name, lo, hi, kind, flags) P_##id,
+#define NDVM_PRIM_ENUM(id, name, lo, hi, kind, flags, fn) P_##id,
   NDVM_PRIMS(NDVM_PRIM_ENUM)
 #undef NDVM_PRIM_ENUM
       P_COUNT
@@ -313,6 +317,7 @@ enum : uint16_t {
   IDX0 = 1 << 4,
   IDX1 = 1 << 5,
   IDX2 = 1 << 6,
+  REAL = 1 << 7,
   RANGE = POSITIVE | UNIT | PM1,
   INDEX = IDX0 | IDX1 | IDX2,
 };
@@ -323,9 +328,9 @@ struct PrimInfo {
   int min_args, max_args;  // max_args -1: variadic
   PrimKind kind;
   uint16_t flags;
-  bool has(uint16_t f) const { return (flags & f) != 0; }
+  constexpr bool has(uint16_t f) const { return (flags & f) != 0; }
   // The parameter constraint, as source text, that the primitive's values satisfy ("" if none).
-  const char* range_constraint() const {
+  constexpr const char* range_constraint() const {
     return has(primflag::POSITIVE) ? "positive"
            : has(primflag::UNIT)   ? "unit"
            : has(primflag::PM1)    ? "(between -1 1)"
@@ -334,10 +339,10 @@ struct PrimInfo {
 };
 
 inline constexpr PrimInfo kPrims[P_COUNT] = {
-#define NDVM_PRIM_INFO(id, name, lo, hi, kind, flags) \
-  {name, lo, hi, PrimKind::kind, [] {                 \
-     using namespace primflag;                        \
-     return static_cast<uint16_t>(flags);             \
+#define NDVM_PRIM_INFO(id, name, lo, hi, kind, flags, fn) \
+  {name, lo, hi, PrimKind::kind, [] {                     \
+     using namespace primflag;                            \
+     return static_cast<uint16_t>(flags);                 \
    }()},
     NDVM_PRIMS(NDVM_PRIM_INFO)
 #undef NDVM_PRIM_INFO
