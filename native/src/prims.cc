@@ -104,6 +104,9 @@ NDVM_PRIM_FN(min_max) {
   for (int i = 1; i < n; ++i) acc = vm.binary(id == P_MIN ? O_MIN : O_MAX, acc, a[i], site);
   return acc;
 }
+// (clamp x lo hi) = (min (max x lo) hi), elementwise and broadcasting as numpy.clip: hi wins
+// where lo > hi. Two tape ops, so its gradient, replay and lanes come with them.
+NDVM_PRIM_FN(clamp) { return vm.binary(O_MIN, vm.binary(O_MAX, a[0], a[1], site), a[2], site); }
 NDVM_PRIM_FN(compare) { return vm.compare(id, a, n, site); }
 // An elementwise unary primitive computed by one tape op.
 template <Op op>

@@ -35,6 +35,7 @@
   X(GE,               ">=",             1,  -1, COMPARISON, 0,                compare)           \
   X(MIN,              "min",            1,  -1, NUMERIC,    FOLD,             min_max)           \
   X(MAX,              "max",            1,  -1, NUMERIC,    FOLD,             min_max)           \
+  X(CLAMP,            "clamp",          3,  3,  NUMERIC,    FOLD,             clamp)             \
   /* elementwise unary math */                                                                   \
   X(ABS,              "abs",            1,  1,  NUMERIC,    FOLD,             unary<O_ABS>)      \
   X(FLOOR,            "floor",          1,  1,  NUMERIC,    0,                rounding)          \

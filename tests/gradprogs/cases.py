@@ -184,6 +184,14 @@ case(
     torch_fn=lambda t, I: torch.min(t[0], t[1]) + 2 * torch.max(t[0], t[1]),
 )
 case(
+    "clamp-data-between-params",
+    "(param a 1.2) (param lo -0.3) (param hi 1.5) (vsum (square (clamp (* a x) lo hi)))",
+    (1.2, -0.3, 1.5),
+    inputs={"x": X8},  # a*x: two elements below lo, three inside, three above hi, all far from both
+    spread=0.05,
+    torch_fn=lambda t, I: torch.sum(torch.clamp(t[0] * I["x"], min=t[1], max=t[2]) ** 2),
+)
+case(
     "floor-has-zero-gradient",
     "(param a 2.4) (+ (* 3 a) (floor a) (ceiling (* 2 a)) (round a) (truncate a))",
     (2.4,),
