@@ -179,10 +179,16 @@ NDVM_PRIM_FN(cxr) {
   return cxr_path(vm, a[0], name + 1, std::strlen(name) - 2, site);
 }
 NDVM_PRIM_FN(list) { return list_from(vm, a, n, Value::make_nil()); }
-NDVM_PRIM_FN(length) {
-  std::vector<Value> items;
-  list_items(vm, a[0], items, site);
-  return Value::make_int(static_cast<int64_t>(items.size()));
+NDVM_PRIM_FN(length) {  // counted in place: a copy of the items would only be thrown away
+  Value cur = a[0];
+  uint64_t len = 0;
+  while (cur.tag == T_PAIR) {
+    cur = static_cast<const Pair*>(cur.ptr)->cdr;
+    ++len;
+  }
+  vm.charge(len, site);  // a traversal is work, as in list_items
+  if (cur.tag != T_NIL) vm.type_error(site, "a proper list", a[0]);
+  return Value::make_int(static_cast<int64_t>(len));
 }
 NDVM_PRIM_FN(list_ref_tail) {
   int64_t k = index_arg(vm, a[1], site, "an index");
