@@ -355,18 +355,18 @@ struct DepthGuard {
 }  // namespace
 
 // Binds a closure's arguments into a fresh frame.
-static Frame* bind_args(VM& vm, const Lambda* lam, Frame* env, const Value* args, int nargs, const Node* site) {
+Frame* VM::bind_args(const Lambda* lam, Frame* env, const Value* args, int nargs, const Node* site) {
   if (nargs < lam->nreq || (!lam->rest && nargs != lam->nreq)) {
     std::string want = lam->rest ? "at least " + std::to_string(lam->nreq) : std::to_string(lam->nreq);
     eval_error("procedure '" + lam->name + "' (line " + std::to_string(lam->line) + ") expects " + want + " argument" +
                    (lam->nreq == 1 && !lam->rest ? "" : "s") + ", got " + std::to_string(nargs),
                site ? site->line : 0, site ? site->col : 0);
   }
-  Frame* fr = vm.new_frame(lam->frame_size, env);
+  Frame* fr = new_frame(lam->frame_size, env);
   for (int i = 0; i < lam->nreq; ++i) fr->slots[i] = args[i];
   if (lam->rest) {
     Value rest = Value::make_nil();
-    for (int i = nargs; i-- > lam->nreq;) rest = vm.cons(args[i], rest);
+    for (int i = nargs; i-- > lam->nreq;) rest = cons(args[i], rest);
     fr->slots[lam->nreq] = rest;
   }
   return fr;
@@ -520,7 +520,7 @@ Value VM::eval(const Node* n, Frame* env) {
           spread_apply(f, args, n);
           if (f.tag == T_CLOSURE) {
             const Closure* c = static_cast<const Closure*>(f.ptr);
-            env = bind_args(*this, c->lambda, c->env, args.data(), static_cast<int>(args.size()), n);
+            env = bind_args(c->lambda, c->env, args.data(), static_cast<int>(args.size()), n);
             n = c->lambda->body;
             continue;
           }
@@ -557,7 +557,7 @@ Value VM::eval(const Node* n, Frame* env) {
           sp = base;
           if (f.tag == T_CLOSURE && n->tail) {
             const Closure* c = static_cast<const Closure*>(f.ptr);
-            env = bind_args(*this, c->lambda, c->env, args.data(), static_cast<int>(args.size()), n);
+            env = bind_args(c->lambda, c->env, args.data(), static_cast<int>(args.size()), n);
             n = c->lambda->body;
             continue;
           }
@@ -577,7 +577,7 @@ Value VM::eval(const Node* n, Frame* env) {
                          ", which is not a procedure",
                      n->line, n->col);
         const Closure* c = static_cast<const Closure*>(f.ptr);
-        Frame* fr = bind_args(*this, c->lambda, c->env, stack + base + 1, nargs, n);
+        Frame* fr = bind_args(c->lambda, c->env, stack + base + 1, nargs, n);
         sp = base;
         if (n->tail) {
           env = fr;
@@ -608,7 +608,7 @@ Value VM::apply(Value f, const Value* args, int nargs, const Node* site) {
   }
   if (f.tag != T_CLOSURE) type_error(site, "a procedure", f);
   const Closure* c = static_cast<const Closure*>(f.ptr);
-  Frame* fr = bind_args(*this, c->lambda, c->env, args, nargs, site);
+  Frame* fr = bind_args(c->lambda, c->env, args, nargs, site);
   DepthGuard guard(depth);
   if (depth > lim->max_depth) depth_error(site);
   return eval(c->lambda->body, fr);

@@ -100,9 +100,9 @@ class VM {
   VM(const VM&) = delete;
   VM& operator=(const VM&) = delete;
 
-  // ---- a run ---------------------------------------------------------------------------------
-  // The driver (program.cc) calls, per lane group: reset, load, run, check_work, then reads the
-  // result, its adjoints and the parameters' through the accessors below.
+  // ---- the driver (program.cc, optim.cc, the binding) ----------------------------------------
+  // Per lane group: reset, load, run, check_work, then the result, its adjoints and the
+  // parameters' through the accessors below; begin_evaluation once per evaluation.
   void reset(const Program& p, int lanes, bool recording, const Limits& lim);
   // Loads the parameters of `lanes` (rows of theta; lane-varying, active when `grad`) and the
   // inputs (per lane, through lane_map when set, or shared) into the arena after reset(). Returns
@@ -117,6 +117,26 @@ class VM {
   void check_work() {
     if (over_work()) work_error(nullptr);
   }
+  // Starts the budgets of one evaluation (Limits.max_work, max_seconds), once per run_batch /
+  // run_one: the lane groups of a divergent batch, a replay and the walk it falls back to all share
+  // one budget.
+  void begin_evaluation(const Limits& l);
+  // Work (element operations, Limits::max_work) is `work` plus the values allocated in the arena by
+  // the current lane group (pay_top): every numeric result's elements count through its
+  // allocation, without a counter on that hot path; reset() folds a finished group's pay_top into
+  // `work`, and a replay, whose arena is the recorded walk's, counts as that walk did. `work` holds
+  // what allocation does not show: products, linear algebra, reductions, list traversals.
+  uint64_t work_used() const { return work > UINT64_MAX - pay_top ? UINT64_MAX : work + pay_top; }
+  void zero_adjoint(const Value& v) {
+    size_t n = static_cast<size_t>(v.numel()) * lanes_of(v);
+    double* g = adj + v.n.off;
+    switch (n) {  // the common small sizes with constant-size stores (a loop here becomes rep stos)
+      case 1: std::memset(g, 0, 8); break;
+      case 2: std::memset(g, 0, 16); break;
+      case 4: std::memset(g, 0, 32); break;
+      default: std::memset(g, 0, sizeof(double) * n);
+    }
+  }
 
   // The current run, read-only.
   const Program& program() const { return *prog; }
@@ -127,7 +147,7 @@ class VM {
   size_t tape_size() const { return tape.size(); }
   uint64_t steps_taken() const { return steps; }  // evaluation steps of the current run
 
-  // ---- replay (replay.cc) --------------------------------------------------------------------
+  // Replay (replay.cc).
   // Keeps the run just walked (all lanes, no divergence, recording) for replay: its tape, arena
   // offsets, inputs and limits. params_end is load()'s result, inputs_end inputs_end()'s.
   void save_replay(size_t params_end, size_t inputs_end, const Value& result);
@@ -140,7 +160,32 @@ class VM {
   uint64_t replays_done() const { return replay.replayed; }        // statistics of this VM
   uint64_t replays_abandoned() const { return replay.fell_back; }  // a guard failed, other inputs, an error
 
-  // ---- payload arena (numbers, lane-minor) ---------------------------------------------------
+  // ---- for the primitives (prims.cc): the operations they compute with ---------------------
+  Value apply(Value f, const Value* args, int nargs, const Node* site);  // non-tail call
+  // numeric operations (kernels.cc, linalg.cc): compute, and record a tape op when recording
+  Value binary(Op op, Value a, Value b, const Node* site);
+  Value unary(Op op, Value a, const Node* site);
+  Value rounding(int prim, Value a, const Node* site);          // floor ceiling round truncate: no gradient
+  Value int_div(int prim, Value a, Value b, const Node* site);  // quotient remainder modulo
+  Value compare(int prim, const Value* args, int n, const Node* site);
+  Value num_pred(int prim, Value a, const Node* site);
+  Value slice(const Value& a, uint32_t start, int rank, uint32_t rows, uint32_t cols);
+  Value concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols);
+  Value gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows,
+             uint32_t out_cols);
+  Value transpose(const Value& a);
+  Value reduce(Op op, const Value& a);  // trace vsum norm det logdet
+  Value inv(const Value& a, const Node* site);
+  Value solve(const Value& a, const Value& b, const Node* site);
+  Value cholesky(const Value& a, const Node* site);
+  uint8_t* lane_mask_buf(size_t n) {
+    if (mask_.size() < n) mask_.resize(n);
+    return mask_.data();
+  }
+  // Turns a per-lane truth mask into a boolean, or signals divergence when the lanes disagree.
+  Value lanes_to_bool(const uint8_t* m);
+  // eqv? on two values: per-lane mask accumulation (AND) into m
+  void eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site);
   // A number of the given shape in the arena. Its size is computed in 64 bits (rows * cols * lanes
   // can exceed 32, and wrapped it would allocate a small buffer that the kernel then overruns);
   // grow_for refuses what exceeds the memory budget or the arena's 32-bit offsets, so every
@@ -160,35 +205,53 @@ class VM {
     pay_top += n;
     return v;
   }
-  void grow_for(uint64_t n, const Node* site);  // grows the payload arena or raises LimitError
+  Value promote(Value v) { return v.tag == T_INT ? make_real(static_cast<double>(v.i)) : v; }
+  Value cons(Value a, Value b);
+  uint64_t bytes_in_use() const;  // what the memory budget counts: payload, heap, tape, guard masks
+  // Adds `w` (an operation's cost, computed before it runs) and raises LimitError past the budget.
+  void charge(uint64_t w, const Node* site = nullptr) {
+    if (__builtin_add_overflow(work, w, &work)) work = UINT64_MAX;  // a cost that overflowed is over any budget
+    if (over_work()) work_error(site);
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void memory_error(const Node* site, uint64_t more_bytes);
+  std::string describe(const Value& v);
+  [[noreturn, gnu::cold, gnu::noinline]] void type_error(const Node* site, const char* what, const Value& got);
+
+  // ---- for the kernels, replay and backward (kernels.h, linalg.h, replay.cc, backward.cc) -----
   double* data(const Value& v) { return pay + v.n.off; }
+  double* data(const NumRef& v) { return pay + v.n.off; }
   uint32_t lanes_of(const Value& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
   uint32_t lanes_of(const NumRef& v) const { return v.uniform() ? 1u : static_cast<uint32_t>(L); }
-  double* data(const NumRef& v) { return pay + v.n.off; }
   // The adjoint of a number (a Value or a tape record's NumRef): the same offset in the adjoint
   // arena as its payload in the payload arena (valid for active values, and once backward is set up).
   template <class V>
   double* adjoint(const V& v) {
     return adj + v.n.off;
   }
-  Value make_real(double x);  // an inexact uniform scalar
-  Value promote(Value v) { return v.tag == T_INT ? make_real(static_cast<double>(v.i)) : v; }
-  void zero_adjoint(const Value& v) {
-    size_t n = static_cast<size_t>(v.numel()) * lanes_of(v);
-    double* g = adj + v.n.off;
-    switch (n) {  // the common small sizes with constant-size stores (a loop here becomes rep stos)
-      case 1: std::memset(g, 0, 8); break;
-      case 2: std::memset(g, 0, 16); break;
-      case 4: std::memset(g, 0, 32); break;
-      default: std::memset(g, 0, sizeof(double) * n);
-    }
-  }
-
-  // ---- tape ----------------------------------------------------------------------------------
   // A record's inputs: kept in the record, or in targs when it has more than two.
   const NumRef* record_inputs(const TapeRec& t) const { return t.nin > 2 ? targs.data() + t.args : t.in; }
   // The lanes' outcomes a guard record (O_GUARD) recorded, one byte per lane.
   const uint8_t* guard_outcomes(const TapeRec& t) const { return guard_masks.data() + t.d1; }
+  // Linear-algebra scratch of `doubles` values (and `ints` pivots), charged to the memory budget
+  // on top of what the run holds; raises LimitError (naming `site`) past it. A small request that
+  // the kept buffers already hold is not checked (it is below any budget that leaves room to run).
+  double* scratch_for(uint64_t doubles, uint64_t ints = 0, const Node* site = nullptr) {
+    if (doubles <= 4096 && doubles <= scratch.size() && ints <= pivots_.size()) return scratch.data();
+    return scratch_grow(doubles, ints, site);
+  }
+  int* pivots() { return pivots_.data(); }  // the `ints` of the last scratch_for
+  // Raises LimitError past Limits.max_seconds (long kernels poll it).
+  void poll_clock(const Node* site) {
+    if (has_deadline_ && std::chrono::steady_clock::now() > deadline_) clock_error(site);
+  }
+
+  // Everything below is the VM's own: its evaluator, tape recording, budget checks and state,
+  // reached only by its members (vm.cc, limits.cc, call_prim in prims.cc, kernels.cc, linalg.cc,
+  // replay.cc); the driver, the primitives and the kernels' free functions use the interface above.
+ private:
+  void grow_for(uint64_t n, const Node* site);  // grows the payload arena or raises LimitError
+  Value make_real(double x);                    // an inexact uniform scalar
+
   // Appends a record for an operation of one or two inputs and marks `out` active. Inline, and
   // the record is written field by field in place: built as a temporary and copied, or with the
   // 16-byte Values copied whole, the record was written by narrow stores and read back by wide
@@ -230,69 +293,26 @@ class VM {
   // Records a value-dependent decision: the primitive, its numeric arguments, the lanes' outcomes.
   void record_guard(int prim, const Value* in, int n, const uint8_t* outcome, uint32_t flag = 0);
 
-  // ---- evaluator -----------------------------------------------------------------------------
   Value eval(const Node* n, Frame* env);
   Value operand(const Node* n, Frame* env);
   size_t push_operands(const Node* n, size_t k, Frame* env);
   void spread_apply(Value& f, std::vector<Value>& args, const Node* site);
   [[noreturn]] void depth_error(const Node* site);
-  Value apply(Value f, const Value* args, int nargs, const Node* site);  // non-tail call
   Value call_prim(int id, Value* args, int nargs, const Node* site);
 
-  // ---- numeric operations (kernels.cc) -------------------------------------------------------
-  Value binary(Op op, Value a, Value b, const Node* site);
   [[gnu::noinline]] Value binary_general(Op op, Value a, Value b, const Node* site);
-  Value unary(Op op, Value a, const Node* site);
-  Value rounding(int prim, Value a, const Node* site);          // floor ceiling round truncate: no gradient
-  Value int_div(int prim, Value a, Value b, const Node* site);  // quotient remainder modulo
-  Value compare(int prim, const Value* args, int n, const Node* site);
   Value compare_num(int prim, const Value* args, int n, const Node* site);
-  Value num_pred(int prim, Value a, const Node* site);
-  Value slice(const Value& a, uint32_t start, int rank, uint32_t rows, uint32_t cols);
-  Value concat(const Value* parts, int n, int rank, uint32_t rows, uint32_t cols);
-  Value gemm(const Value& a, const Value& b, uint32_t m, uint32_t k, uint32_t n, int out_rank, uint32_t out_rows,
-             uint32_t out_cols);
-  Value transpose(const Value& a);
-  Value reduce(Op op, const Value& a);  // trace vsum norm det logdet
-  Value inv(const Value& a, const Node* site);
-  Value solve(const Value& a, const Value& b, const Node* site);
-  Value cholesky(const Value& a, const Node* site);
-  uint8_t* lane_mask_buf(size_t n) {
-    if (mask_.size() < n) mask_.resize(n);
-    return mask_.data();
-  }
   // eqv? of two numbers inside a structure comparison (whose own mask is lane_mask_buf)
   uint8_t* leaf_mask_buf(size_t n) {
     if (leaf_mask_.size() < n) leaf_mask_.resize(n);
     return leaf_mask_.data();
   }
-  // Turns a per-lane truth mask into a boolean, or signals divergence when the lanes disagree.
-  Value lanes_to_bool(const uint8_t* m);
-  // eqv? on two values: per-lane mask accumulation (AND) into m
-  void eqv_into(Value a, Value b, uint8_t* m, bool deep, const Node* site);
 
-  // ---- heap ----------------------------------------------------------------------------------
-  Value cons(Value a, Value b);
   Frame* new_frame(uint32_t size, Frame* parent);
+  Frame* bind_args(const Lambda* lam, Frame* env, const Value* args, int nargs, const Node* site);  // a closure's frame
   void check_memory(const Node* site);
-  uint64_t bytes_in_use() const;  // what the memory budget counts: payload, heap, tape, guard masks
 
-  // ---- budgets of one evaluation (Limits.max_work, max_seconds) ------------------------------
-  // begin_evaluation starts them once per run_batch / run_one: the lane groups of a divergent
-  // batch, a replay and the walk it falls back to all share one budget.
-  void begin_evaluation(const Limits& l);
-  // Work (element operations, Limits::max_work) is `work` plus the values allocated in the arena by
-  // the current lane group (pay_top): every numeric result's elements count through its
-  // allocation, without a counter on that hot path; reset() folds a finished group's pay_top into
-  // `work`, and a replay, whose arena is the recorded walk's, counts as that walk did. `work` holds
-  // what allocation does not show: products, linear algebra, reductions, list traversals.
-  uint64_t work_used() const { return work > UINT64_MAX - pay_top ? UINT64_MAX : work + pay_top; }
   bool over_work() const { return work > lim->max_work || pay_top > lim->max_work - work; }
-  // Adds `w` (an operation's cost, computed before it runs) and raises LimitError past the budget.
-  void charge(uint64_t w, const Node* site = nullptr) {
-    if (__builtin_add_overflow(work, w, &work)) work = UINT64_MAX;  // a cost that overflowed is over any budget
-    if (over_work()) work_error(site);
-  }
   // The cost of one primitive call (a product, linear algebra, a reduction): a small one is only
   // added, and checked at the next checkpoint (at most kCheckEvery steps away, so at most
   // kCheckEvery * kDeferWork = 1.7e7 past the budget), which keeps the check off the small
@@ -308,32 +328,13 @@ class VM {
     if (over_work()) work_error(site);
     if (has_deadline_) poll_clock(site);
   }
-  void poll_clock(const Node* site) {
-    if (has_deadline_ && std::chrono::steady_clock::now() > deadline_) clock_error(site);
-  }
   [[noreturn, gnu::cold, gnu::noinline]] void work_error(const Node* site);
   [[noreturn, gnu::cold, gnu::noinline]] void clock_error(const Node* site);
-  [[noreturn, gnu::cold, gnu::noinline]] void memory_error(const Node* site, uint64_t more_bytes);
   [[gnu::noinline]] void step_checkpoint(const Node* site);  // eval's slow path, every kCheckEvery steps
   static constexpr uint64_t kCheckEvery = 4096;
-  // Linear-algebra scratch of `doubles` values (and `ints` pivots), charged to the memory budget
-  // on top of what the run holds; raises LimitError (naming `site`) past it. A small request that
-  // the kept buffers already hold is not checked (it is below any budget that leaves room to run).
-  double* scratch_for(uint64_t doubles, uint64_t ints = 0, const Node* site = nullptr) {
-    if (doubles <= 4096 && doubles <= scratch.size() && ints <= pivots_.size()) return scratch.data();
-    return scratch_grow(doubles, ints, site);
-  }
   double* scratch_grow(uint64_t doubles, uint64_t ints, const Node* site);
 
-  // error helpers
-  std::string describe(const Value& v);
-  [[noreturn, gnu::cold, gnu::noinline]] void type_error(const Node* site, const char* what, const Value& got);
-
-  int* pivots() { return pivots_.data(); }  // the `ints` of the last scratch_for
-
-  // The VM's own state: reached only by its members (vm.cc, limits.cc, prims.cc, kernels.cc,
-  // linalg.cc, replay.cc); the driver and the kernels' free functions use the accessors above.
- private:
+  // state
   const Program* prog = nullptr;
   int L = 1;  // lanes of the current group
   const Limits* lim = nullptr;
