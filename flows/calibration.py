@@ -2,15 +2,15 @@
 
 ``calibrate_batch`` is a plain function of picklable arguments (the task object, the candidates'
 sources, the calibration options) that returns plain dictionaries. It runs wherever the flow's
-task runner puts it: a thread of the flow process (the default; ``ndvm.calibrate_many`` releases
-the GIL and uses every core), a worker process (``ProcessPoolTaskRunner``) or a Dask worker
-(``DaskTaskRunner``). Workers never open the candidate store: the flow's process is its only
-writer (DuckDB allows one) and records what the workers return.
+runner puts it (``flows.runners``): a supervised worker process (the default, two of them, each
+batch on every core), or a Dask worker. Workers never open the candidate store: the flow's process
+is its only writer (DuckDB allows one) and records what the workers return.
 
-One batch is one ``ndvm.calibrate_many`` call per group of the task (``task.fit_batch``; a
-forecast task and an ungrouped curve task have one group), so the native thread pool fits all
-programs of the batch at once; each fitted candidate is then scored on the VALIDATION split by the
-task itself. The test split is scored once, at the end of a run (``flows.final``).
+One batch is one ``ndvm.calibrate_groups`` call (``task.fit_batch``): every candidate x every
+group of the task (a battery cell; a forecast task and an ungrouped curve task have one group) is
+a job of one native ``calibrate_many``, so the native thread pool fits all of them at once, each
+group on its own rows; each fitted candidate is then scored on the VALIDATION split by the task
+itself. The test split is scored once, at the end of a run (``flows.final``).
 """
 
 from __future__ import annotations
