@@ -172,7 +172,10 @@ def fingerprint(program: Any, probe_inputs: Mapping[str, Any] | None) -> Fingerp
 # ---------------------------------------------------------------------------- dataset fingerprints
 # The program library (storage/library.py) reuses an evaluation only on the same dataset
 # fingerprint: a hash of everything that decides what a candidate's evaluation comes out as.
-# Bump the version when what goes in changes meaning, so old runs stop matching new ones.
+# Bump the version when what goes in changes meaning, so old runs stop matching new ones. The
+# runtime's numbers are covered by ndvm's own version (pyproject.toml): bump it whenever a fit of
+# the same program on the same data can come out different (an optimizer's rules, the kernels'
+# arithmetic), so that no evaluation of the older runtime is reused as if it were a new one.
 DATASET_FINGERPRINT_VERSION = 1
 # Calibration settings that change a fit (and so the stored losses, parameters, scores). Left out
 # on purpose: the seed (restart starting points; each night draws its own, and an evaluation from
