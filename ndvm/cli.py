@@ -36,9 +36,12 @@ def cmd_version(args: argparse.Namespace) -> int:
 
     info = ndvm.build_info()
     print(f"ndvm-discovery {ndvm.__version__}")
-    print(f"native: {info['compiler']}, {info['build_type']}, flags '{info['flags'].strip()}', SIMD {info['simd']}")
+    # info["simd"] is what the module as a whole was compiled for (the portable baseline); the
+    # elementwise kernels exist once per instruction set and one is chosen when the module loads.
+    flags = info["flags"].strip()
+    print(f"native: {info['compiler']}, {info['build_type']}, flags '{flags}', compiled for {info['simd']}")
     supported = ", ".join(info["isas"])
-    print(f"instruction set: {info['isa']} (this CPU runs {supported}; NDVM_ISA chooses a lower one)")
+    print(f"instruction set of the kernels: {info['isa']} (this CPU runs {supported}; NDVM_ISA chooses a lower one)")
     print(f"value word: {info['value_bytes']} bytes; threads available: {info['threads']}")
     print(f"python {sys.version.split()[0]}")
     return 0

@@ -111,7 +111,7 @@ def test_version_prints_the_instruction_set():
             [sys.executable, "-m", "ndvm.cli", "version"], env=env, capture_output=True, text=True, timeout=60
         )
         assert out.returncode == 0, out.stderr
-        assert f"instruction set: {isa} (this CPU runs " in out.stdout
+        assert f"instruction set of the kernels: {isa} (this CPU runs " in out.stdout
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 17, 1003])
