@@ -14,9 +14,10 @@ The candidate store (DuckDB) is the record of a run; MLflow is a view of it. So 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -202,13 +203,10 @@ def _log_end_of_run_extras(tracker: Any, store: Any, run_id: str, folder: Path) 
         )
 
 
-def log_stored_run(
-    run_id: str | None, folder: str | Path = "runs", tracking_uri: str | None = None, top_k: int | None = None
-) -> dict[str, Any]:
-    """Log a stored run's results to MLflow (``ndvm log``): its parent run with the configuration
-    and final counters, and its top-k leaderboard as nested runs. Safe to repeat: nothing is
-    logged twice. ``tracking_uri``: default the run's own (stored) tracking URI."""
-    from flows.problem import ProblemSpec, entry_extras, load_problem
+@contextlib.contextmanager
+def _stored_run(folder: str | Path, run_id: str | None) -> Iterator[tuple[Any, str, Any]]:
+    """The run folder's store, opened, with the run (default: the latest) and its status; every
+    way this can fail is a LogRunError that says what to pass."""
     from storage import CandidateStore, StoreError, default_store_path
 
     path = default_store_path(folder)
@@ -226,6 +224,18 @@ def log_stored_run(
             status = store.run_status(run_id)
         except StoreError as exc:
             raise LogRunError(str(exc)) from exc
+        yield store, run_id, status
+
+
+def log_stored_run(
+    run_id: str | None, folder: str | Path = "runs", tracking_uri: str | None = None, top_k: int | None = None
+) -> dict[str, Any]:
+    """Log a stored run's results to MLflow (``ndvm log``): its parent run with the configuration
+    and final counters, and its top-k leaderboard as nested runs. Safe to repeat: nothing is
+    logged twice. ``tracking_uri``: default the run's own (stored) tracking URI."""
+    from flows.problem import ProblemSpec, entry_extras, load_problem
+
+    with _stored_run(folder, run_id) as (store, run_id, status):
         if status.status == "running":
             raise LogRunError(
                 f"run {run_id} is marked running: it is still going (or was killed; "
@@ -278,24 +288,9 @@ def promote_stored_run(run_id: str | None, folder: str | Path = "runs", tracking
     on other data, fit settings or runtime: another dataset fingerprint). The run must have been
     logged (``ndvm log``). Returns the registry's ``ChampionDecision``."""
     from flows.problem import ProblemSpec
-    from storage import CandidateStore, StoreError, default_store_path
     from storage.tracking import Tracker, experiment_name
 
-    path = default_store_path(folder)
-    if not path.is_file():
-        raise LogRunError(f"no candidate store at {path}; pass the run folder with --folder")
-    try:
-        store = CandidateStore(path)
-    except StoreError as exc:
-        raise LogRunError(str(exc)) from exc
-    with store:
-        run_id = run_id or store.latest_run()
-        if run_id is None:
-            raise LogRunError(f"no runs in {path}")
-        try:
-            status = store.run_status(run_id)
-        except StoreError as exc:
-            raise LogRunError(str(exc)) from exc
+    with _stored_run(folder, run_id) as (store, run_id, status):
         if status.status != "finished":
             raise LogRunError(f"run {run_id} is {status.status}: only a finished run's best can be promoted")
         if not store.logged(run_id):

@@ -333,6 +333,15 @@ def calibrate(
     return fit
 
 
+def _by_limits(programs: Sequence[Program]) -> dict[Limits, list[int]]:
+    """Indices of ``programs`` by their Limits: one native batch takes one Limits, so programs are
+    batched by theirs (nearly always a single batch)."""
+    batches: dict[Limits, list[int]] = {}
+    for k, program in enumerate(programs):
+        batches.setdefault(program.limits, []).append(k)
+    return batches
+
+
 def calibrate_many(
     programs: Sequence[Program | str],
     inputs: Mapping[str, Any] | None = None,
@@ -392,11 +401,7 @@ def calibrate_many(
         spec = _spec(options, loss, target, lane_target)
         native_inputs, native_lane_inputs = _inputs(inputs), _lane_inputs(lane_inputs)
         problem = _problem_of(inputs, target, loss, lane_inputs, lane_target)  # one dict shared by the batch's fits
-        # The native batch takes one Limits: programs are batched by theirs (nearly always one group).
-        groups: dict[Limits, list[int]] = {}
-        for k, program in enumerate(compiled):
-            groups.setdefault(program.limits, []).append(k)
-        for group_limits, members in groups.items():
+        for group_limits, members in _by_limits(compiled).items():
             t0 = time.perf_counter()
             results = _native.calibrate_many(
                 [natives[k] for k in members],
@@ -480,10 +485,7 @@ def calibrate_groups(
             for inputs, target in groups
         ]
         problems = [_problem_of(inputs, target, loss, None, None) for inputs, target in groups]
-        by_limits: dict[Limits, list[int]] = {}  # the native batch takes one Limits (nearly always one group)
-        for k, program in enumerate(compiled):
-            by_limits.setdefault(program.limits, []).append(k)
-        for group_limits, members in by_limits.items():
+        for group_limits, members in _by_limits(compiled).items():
             t0 = time.perf_counter()
             results = _native.calibrate_groups(
                 [natives[k] for k in members],
