@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -342,6 +342,34 @@ def _by_limits(programs: Sequence[Program]) -> dict[Limits, list[int]]:
     return batches
 
 
+def _prepare(
+    programs: Sequence[Program | str], limits: Limits | None, restarts: int, seed: int, init: Any, jitter: float
+) -> tuple[list[Any], list[Any], list[int], list[Program], dict[int, Callable[[], Fit]]]:
+    """Each item of a batch compiled (source text under ``limits``) with its starting points: the
+    native programs, their starts, their positions in ``programs``, the compiled Programs, and for
+    each item that is not a program or fails to compile or start, a maker of its error ``Fit``."""
+    natives: list[Any] = []
+    thetas: list[Any] = []
+    where: list[int] = []
+    compiled: list[Program] = []
+    failed: dict[int, Callable[[], Fit]] = {}
+    for i, p in enumerate(programs):
+        try:
+            if not isinstance(p, (str, Program)) and not hasattr(p, "_native"):
+                raise EvalError(f"item {i} is a {type(p).__name__}, not a program or source text")
+            program = compile(p, limits=limits) if isinstance(p, str) else p
+            theta0 = initial_theta(program, restarts, seed, init, jitter)
+        except (NDVMError, ValueError) as exc:  # a bad start (ValueError) is the program's error too
+            error, kind = str(exc), type(exc) if isinstance(exc, NDVMError) else EvalError
+            failed[i] = functools.partial(Fit, program=None, status="error", error=error, error_type=kind)
+            continue
+        natives.append(program._native)
+        thetas.append(theta0)
+        where.append(i)
+        compiled.append(program)
+    return natives, thetas, where, compiled, failed
+
+
 def calibrate_many(
     programs: Sequence[Program | str],
     inputs: Mapping[str, Any] | None = None,
@@ -374,29 +402,9 @@ def calibrate_many(
     if loss != "value" and target is None and lane_target is None:
         raise ValueError(f"loss {loss!r} needs a target (or lane_target)")
     fits: list[Fit | None] = [None] * len(programs)
-    natives, thetas, where, compiled = [], [], [], []
-    for i, p in enumerate(programs):
-        if not isinstance(p, (str, Program)) and not hasattr(p, "_native"):
-            fits[i] = Fit(
-                program=None,
-                status="error",
-                error_type=EvalError,
-                error=f"item {i} is a {type(p).__name__}, not a program or source text",
-            )
-            continue
-        try:
-            program = compile(p, limits=limits) if isinstance(p, str) else p
-            theta0 = initial_theta(program, restarts, seed, init, jitter)
-        except NDVMError as exc:
-            fits[i] = Fit(program=None, status="error", error=str(exc), error_type=type(exc))
-            continue
-        except ValueError as exc:
-            fits[i] = Fit(program=None, status="error", error=str(exc), error_type=EvalError)
-            continue
-        natives.append(program._native)
-        thetas.append(theta0)
-        where.append(i)
-        compiled.append(program)
+    natives, thetas, where, compiled, failed = _prepare(programs, limits, restarts, seed, init, jitter)
+    for i, failure in failed.items():
+        fits[i] = failure()
     if natives:
         spec = _spec(options, loss, target, lane_target)
         native_inputs, native_lane_inputs = _inputs(inputs), _lane_inputs(lane_inputs)
@@ -460,21 +468,9 @@ def calibrate_groups(
         if loss != "value" and item[1] is None:
             raise ValueError(f"calibrate_groups: loss {loss!r} needs a target, and group {g} has none")
     out: list[list[Fit] | None] = [None] * len(programs)
-    natives, thetas, where, compiled = [], [], [], []
-    for i, p in enumerate(programs):
-        try:
-            if not isinstance(p, (str, Program)) and not hasattr(p, "_native"):
-                raise EvalError(f"item {i} is a {type(p).__name__}, not a program or source text")
-            program = compile(p, limits=limits) if isinstance(p, str) else p
-            theta0 = initial_theta(program, restarts, seed, init, jitter)
-        except (NDVMError, ValueError) as exc:
-            kind = type(exc) if isinstance(exc, NDVMError) else EvalError
-            out[i] = [Fit(program=None, status="error", error=str(exc), error_type=kind) for _ in groups]
-            continue
-        natives.append(program._native)
-        thetas.append(theta0)
-        where.append(i)
-        compiled.append(program)
+    natives, thetas, where, compiled, failed = _prepare(programs, limits, restarts, seed, init, jitter)
+    for i, failure in failed.items():
+        out[i] = [failure() for _ in groups]
     if compiled and groups:
         spec = _spec(options, loss, None, None)
         native_groups = [
