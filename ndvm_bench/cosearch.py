@@ -33,6 +33,8 @@ from ndvm_bench.common import (
 )
 
 STEPS, LR, SUCCESS_R2 = 50, 0.05, 0.9
+# How every candidate is fitted, in the sequential loop and in the batched one alike.
+FIT_OPTIONS = dict(loss="mse", optimizer="adam", steps=STEPS, lr=LR, restarts=1)
 
 
 @dataclass
@@ -90,12 +92,8 @@ def replay_ndvm(task: CosearchTask, budget_s: float = math.inf) -> dict:
                 prog,
                 {"x": task.x_train},
                 target=task.y_train,
-                loss="mse",
-                optimizer="adam",
-                steps=STEPS,
-                lr=LR,
-                restarts=1,
                 threads=1,
+                **FIT_OPTIONS,
             )
             r2 = r_squared(fit.predict({"x": task.x_test}), task.y_test) if fit.error is None else -math.inf
         except ndvm.NDVMError:
@@ -202,12 +200,8 @@ def run_multicore(config: BenchConfig) -> SuiteResult:
                 programs,
                 {"x": task.x_train},
                 target=task.y_train,
-                loss="mse",
-                optimizer="adam",
-                steps=STEPS,
-                lr=LR,
-                restarts=1,
                 threads=threads,
+                **FIT_OPTIONS,
             )
             wall, c1 = time.perf_counter() - t0, os.times()
             runs.append((wall, (c1.user - c0.user) + (c1.system - c0.system)))
