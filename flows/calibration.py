@@ -93,6 +93,25 @@ class BatchResult:
     loss_history: list[float] | None = None
     worker: str = ""  # host:pid of the process that computed it
 
+    def evaluation(self, run_id: str, dataset: str, task: str, split: str) -> Any:
+        """The store's record of this result (``storage.EvaluationResult``) in run ``run_id``."""
+        from storage import EvaluationResult
+
+        return EvaluationResult(
+            candidate=self.hash,
+            run_id=run_id,
+            dataset=dataset,
+            task=task,
+            split=split,
+            parameters=self.parameters,
+            train_metrics=self.train_metrics,
+            heldout_metrics=self.heldout_metrics,
+            seconds=self.seconds,
+            status=self.status,
+            error=self.error,
+            loss_history=self.loss_history,
+        )
+
 
 def worker_identity() -> str:
     import os

@@ -786,28 +786,11 @@ class Discovery:
 
     def _record(self, items: list[BatchItem], results: list[BatchResult]) -> None:
         from proposers import Failure
-        from storage import EvaluationResult
 
         sources = {item.hash: item.source for item in items}
         faults.checkpoint("recording", hashes=[r.hash for r in results])
         self.store.record(
-            [
-                EvaluationResult(
-                    candidate=r.hash,
-                    run_id=self.run_id,
-                    dataset=self.config.problem.label,
-                    task=self.task.kind,
-                    split=self.split_label,
-                    parameters=r.parameters,
-                    train_metrics=r.train_metrics,
-                    heldout_metrics=r.heldout_metrics,
-                    seconds=r.seconds,
-                    status=r.status,
-                    error=r.error,
-                    loss_history=r.loss_history,
-                )
-                for r in results
-            ]
+            [r.evaluation(self.run_id, self.config.problem.label, self.task.kind, self.split_label) for r in results]
         )
         for r in results:
             if r.status != "ok":

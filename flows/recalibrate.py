@@ -39,7 +39,7 @@ def run_recalibration(
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """The recalibration without Prefect's flow wrapper; returns the report (a dict)."""
-    from storage import CandidateStore, EvaluationResult, StoreError, default_store_path
+    from storage import CandidateStore, StoreError, default_store_path
     from storage.tracking import Tracker, experiment_name
 
     options = options or CalibrationOptions()
@@ -73,25 +73,7 @@ def run_recalibration(
         new = store.add(proposals, run_id, program_source=task.program_source)
         items = [BatchItem(c.hash, c.source, c.program_source or c.source) for c in new]
         results = calibrate_batch(task, items, options) if items else []
-        store.record(
-            [
-                EvaluationResult(
-                    candidate=r.hash,
-                    run_id=run_id,
-                    dataset=problem.label,
-                    task=task.kind,
-                    split=task.split_label(),
-                    parameters=r.parameters,
-                    train_metrics=r.train_metrics,
-                    heldout_metrics=r.heldout_metrics,
-                    seconds=r.seconds,
-                    status=r.status,
-                    error=r.error,
-                    loss_history=r.loss_history,
-                )
-                for r in results
-            ]
-        )
+        store.record([r.evaluation(run_id, problem.label, task.kind, task.split_label()) for r in results])
 
         tracker = Tracker(tracking_uri, run_folder=folder, experiment=experiment_name(problem.label, task.kind))
         parent = tracker.start_run(
