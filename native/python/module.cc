@@ -339,7 +339,10 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "read",
       [](const std::string& source, int max_nesting) {
-        if (max_nesting < 0) throw py::value_error("read: max_nesting must be positive (0: the runtime's limit)");
+        // the bound is the runtime's: a deeper reader would outrun the stack probe's margins
+        if (max_nesting < 0 || max_nesting > kMaxNesting)
+          throw py::value_error("read: max_nesting must be from 1 to " + std::to_string(kMaxNesting) +
+                                " (0: the runtime's limit), got " + std::to_string(max_nesting));
         std::vector<DatumP> forms;
         {
           py::gil_scoped_release nogil;

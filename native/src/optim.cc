@@ -59,11 +59,6 @@ double dnatural_du(const ParamDecl& d, double u) {
   }
 }
 
-// Copies P doubles; P may be 0 (a program without parameters), where memcpy's pointers may be null.
-inline void copy_row(double* dst, const double* src, int P) {
-  if (P > 0) std::memcpy(dst, src, sizeof(double) * P);
-}
-
 bool all_finite(const double* x, int n) {
   for (int i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) return false;

@@ -11,11 +11,6 @@ namespace ndvm {
 
 namespace {
 
-// Copies P doubles; P may be 0 (a program without parameters), where memcpy's pointers may be null.
-inline void copy_row(double* dst, const double* src, int P) {
-  if (P > 0) std::memcpy(dst, src, sizeof(double) * P);
-}
-
 double inf_norm(const double* x, int P) {
   double m = 0;
   for (int j = 0; j < P; ++j) m = std::max(m, std::fabs(x[j]));

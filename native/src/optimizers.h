@@ -3,12 +3,18 @@
 // given its loss and gradient, and decides when the lane has converged (its StopReason).
 // calibrate() owns the loop: evaluation, best-iterate tracking, the plateau rule, lane status.
 #pragma once
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "optim.h"
 
 namespace ndvm {
+
+// Copies P doubles; P may be 0 (a program without parameters), where memcpy's pointers may be null.
+inline void copy_row(double* dst, const double* src, int P) {
+  if (P > 0) std::memcpy(dst, src, sizeof(double) * P);
+}
 
 // Returned by StepRule::update and on_nonfinite when the lane goes on (otherwise a StopReason).
 constexpr int kContinue = -1;
