@@ -58,6 +58,9 @@ class Fit:
     program: Program | None
     params: dict[str, float] = field(default_factory=dict)
     loss: float = math.inf
+    # the best restart's loss at each walk it took part in, up to its last finite one (a lane that
+    # stopped early has no entries for the walks the other lanes went on with; NaN marks a walk
+    # where its loss was not finite)
     history: np.ndarray = field(default_factory=lambda: np.zeros(0))
     all_params: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     all_losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -71,6 +74,8 @@ class Fit:
     error_type: type[NDVMError] | None = None
     seconds: float = 0.0
     steps: int = 0
+    # walks of value and gradient made over the running lanes (with threads, each thread walks its
+    # own chunk of lanes: the walks of all chunks); per lane: lane_evaluations
     evaluations: int = 0
     best_restart: int = -1
     # what calibrate() fitted (inputs, target, loss): fit.stderr differentiates the same loss
@@ -238,6 +243,13 @@ def _spec(options: _Options, loss: str, target: Any, lane_target: Any) -> dict[s
     }
 
 
+def _lane_history(column: np.ndarray) -> np.ndarray:
+    """One lane's column of the native [steps, R] history, without the NaNs after its last finite
+    loss (the walks that ran after the lane stopped)."""
+    finite = np.flatnonzero(np.isfinite(column))
+    return column[: finite[-1] + 1] if finite.size else column[:0]
+
+
 def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
     # Runs once per program of a calibrate_many call, serially after the parallel native part:
     # plain Python on the few restarts' losses (numpy calls on tiny arrays cost more than the
@@ -259,7 +271,7 @@ def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
         program=program,
         all_params=res["best_theta"],
         all_losses=losses,
-        history=res["history"][:steps, best],
+        history=_lane_history(res["history"][:steps, best]),
         lane_status=[_LANE_STATUS[s] for s in res["status"]],
         lane_reason=[_STOP_REASON[s] for s in res["reason"]],
         lane_iterations=res["iterations"],

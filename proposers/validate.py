@@ -136,9 +136,6 @@ def canonical_hash(source: str) -> str | None:
         return None
 
 
-__all__ = ["Validation", "validate_source", "canonical_hash", "require_compile", "runtime_available", "RuntimeMissing"]
-
-
 def validate_static(
     source: str,
     inputs: set[str] | None = None,
@@ -169,4 +166,12 @@ def validate_static(
     return Validation(True, source, param_names=names)
 
 
-__all__.append("validate_static")
+__all__ = [
+    "Validation",
+    "validate_source",
+    "validate_static",
+    "canonical_hash",
+    "require_compile",
+    "runtime_available",
+    "RuntimeMissing",
+]

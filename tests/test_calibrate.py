@@ -29,7 +29,7 @@ def test_optimizers_reach_least_squares(linear_data, optimizer, steps, lr):
     mse = np.mean((np.column_stack([inputs["x1"], inputs["x2"], np.ones(50)]) @ beta - y) ** 2)
     assert fit.loss == pytest.approx(mse, rel=1e-6)
     np.testing.assert_allclose(fit.predict(inputs), np.column_stack([inputs["x1"], inputs["x2"], np.ones(50)]) @ got)
-    assert fit.history.shape[0] == fit.steps and fit.history[0] >= fit.loss
+    assert fit.history.shape[0] <= fit.steps and fit.history[0] >= fit.loss
 
 
 def test_constraints_are_respected():

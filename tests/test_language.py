@@ -433,6 +433,9 @@ def test_read_nesting_limits():
     for bad in (0, -1, language.MAX_NESTING + 1, True, 2.5):
         with pytest.raises(ValueError, match="max_nesting"):
             ndvm.read("x", max_nesting=bad)
+    for bad in (-1, language.MAX_NESTING + 1):  # the native reader holds the same bounds itself
+        with pytest.raises(ValueError, match="max_nesting"):
+            _native.read("x", bad)
     with pytest.raises(SexprError, match="nesting deeper than 256 levels"):  # the proposers' limit
         read_all("(" * 300 + ")" * 300)
 
