@@ -168,7 +168,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from flows.discover import DiscoveryError
     from flows.recalibrate import RecalibrationError
     from flows.runners import RunnerError
-    from proposers.llm import LLMFatalError
+    from proposers.base import LLMFatalError
     from storage import StoreError
 
     return (DiscoveryError, RecalibrationError, RunnerError, StoreError, DatasetError, TaskError, LLMFatalError)

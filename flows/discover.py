@@ -76,6 +76,7 @@ from flows.problem import entry_extras, load_problem, probe_inputs, task_spec
 from flows.report import finish_report
 from flows.runners import worker_environment
 from flows.supervisor import CalibrationSupervisor
+from proposers.base import LLMFatalError
 from proposers.niches import NicheArchive, store_programs
 
 log = logging.getLogger("ndvm.discover")
@@ -261,13 +262,20 @@ def status_path(folder: str | Path, run_id: str) -> Path:
 _TASK = dict(cache_policy=NO_CACHE, persist_result=False, log_prints=False)
 
 
+class ProposalsNotRecorded(RuntimeError):
+    """A proposal request's reply arrived but recording its proposals failed (deduplication,
+    library reuse, feedback). Never retried: a retry would send the request, and pay for it, again."""
+
+
 def _retry_request(task: Any, task_run: Any, state: Any) -> bool:
     """A failed proposal request is retried unless the proposer said retrying cannot help (a
-    wrong key or model: LLMFatalError)."""
+    wrong key or model: LLMFatalError) or the request itself succeeded (ProposalsNotRecorded)."""
     try:
         state.result()
-    except Exception as exc:
-        return type(exc).__name__ != "LLMFatalError"
+    except (LLMFatalError, ProposalsNotRecorded):
+        return False
+    except Exception:
+        return True
     return True
 
 
@@ -713,12 +721,31 @@ class Discovery:
         if self.finished.is_set():  # the run ended while this request was out: the store is closing
             return Completed(message=f"{len(proposals)} proposals arrived after the end of the run; dropped", data=0)
         if proposals:
-            counts = self.stages.call(deduplicate_task, run=self, number=number, proposals=proposals)
+            try:
+                counts = self.stages.call(deduplicate_task, run=self, number=number, proposals=proposals)
+            except Exception as exc:
+                kept = self._keep_unrecorded(proposals)
+                raise ProposalsNotRecorded(
+                    f"request {number}: {len(proposals)} proposals arrived but recording them failed "
+                    f"({type(exc).__name__}: {exc}); {kept}"
+                ) from exc
         else:  # a round with no valid proposal at all gave nothing new either
             self.feedback.record(self.store, self.run_id, [], set())
             counts = {"proposals": 0, "new": 0}
         self._check_stale()
         return Completed(message=f"{len(proposals)} proposals, {counts['new']} new", data=len(proposals))
+
+    def _keep_unrecorded(self, proposals: list[Any]) -> str:
+        """Proposals whose recording failed, appended to the run folder's replay file (they may
+        have been paid for: ``--proposer replay --replay FILE`` feeds them to a later run)."""
+        from proposers.base import write_jsonl
+
+        path = self.folder / f"unrecorded-{self.run_id}.jsonl"
+        try:
+            write_jsonl(proposals, path)
+        except OSError as error:
+            return f"they could not be kept either ({error})"
+        return f"kept in {path}"
 
     def deduplicate(self, proposals: list[Any]) -> Any:
         """The ``deduplicate`` task: ``proposals`` into the store (``_accept``)."""
@@ -737,10 +764,13 @@ class Discovery:
         (the next prompt names it), counted as a round with nothing new; the run goes on."""
         from proposers import Failure
 
-        if type(error).__name__ == "LLMFatalError":  # a wrong key or model: retrying all night helps nobody
+        if isinstance(error, LLMFatalError):  # a wrong key or model: retrying all night helps nobody
             raise error
         self.log.warning("proposal request failed: %s", error)
-        self.failures.append(Failure("api", f"{type(error).__name__}: {error}"[:500], proposer=self.config.proposer))
+        if not isinstance(error, ProposalsNotRecorded):  # the pipeline's own fault is not the model's to hear
+            self.failures.append(
+                Failure("api", f"{type(error).__name__}: {error}"[:500], proposer=self.config.proposer)
+            )
         self.feedback.record(self.store, self.run_id, [], set())
         self._check_stale()
 

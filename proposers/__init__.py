@@ -12,6 +12,7 @@ from .base import (
     Column,
     Duplicate,
     Failure,
+    LLMFatalError,
     Origin,
     Proposal,
     ProposalContext,
@@ -26,7 +27,7 @@ from .mutation import MutationProposer, MutationStats
 from .replay import ReplayProposer, with_declarations
 from .validate import Validation, canonical_hash, runtime_available, validate_source, validate_static
 
-_LAZY = {"LLMFatalError", "LLMProposer", "Usage", "build_messages", "extract_programs"}
+_LAZY = {"LLMProposer", "Usage", "build_messages", "extract_programs"}
 
 
 def __getattr__(name: str):
@@ -42,6 +43,7 @@ __all__ = [
     "Column",
     "Duplicate",
     "Failure",
+    "LLMFatalError",
     "Origin",
     "Proposal",
     "ProposalContext",

@@ -72,6 +72,11 @@ class ScoredProgram:
     params: dict[str, float] | None = None  # fitted parameter values, shown to LLMs
 
 
+class LLMFatalError(RuntimeError):
+    """An error that no retry can fix (authentication, permission, unknown model): stop the run.
+    Raised by proposers.llm; defined here so the pipeline recognises it without importing litellm."""
+
+
 @dataclass(frozen=True)
 class Failure:
     """Something that did not become a proposal.
@@ -268,6 +273,7 @@ __all__ = [
     "TaskSpec",
     "ScoredProgram",
     "Failure",
+    "LLMFatalError",
     "Duplicate",
     "Budget",
     "ProposalContext",

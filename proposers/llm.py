@@ -39,7 +39,16 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # noqa: E402
 
-from .base import Failure, Origin, Proposal, ProposalContext, Proposer, TaskSpec, load_prompt  # noqa: E402
+from .base import (  # noqa: E402
+    Failure,
+    LLMFatalError,
+    Origin,
+    Proposal,
+    ProposalContext,
+    Proposer,
+    TaskSpec,
+    load_prompt,
+)
 from .validate import Validation, validate_source  # noqa: E402
 
 log = logging.getLogger("proposers.llm")
@@ -309,10 +318,6 @@ def repair_message(failure: Failure) -> dict:
         source=(failure.source or "").strip(), kind=failure.kind, where=where, message=failure.message
     )
     return {"role": "user", "content": text}
-
-
-class LLMFatalError(RuntimeError):
-    """An error that no retry can fix (authentication, permission, unknown model): stop the run."""
 
 
 def _fatal(exc: BaseException) -> str | None:

@@ -320,3 +320,60 @@ def test_a_scheduled_run_continues_the_killed_run_of_its_deployment(prefect_api,
     # the killed attempt's tokens (calls still in flight at the kill were never answered nor counted)
     assert tuple(report["tokens"]) == (killed.llm_tokens_in, killed.llm_tokens_out)
     assert report["tokens"][0] % 900 == 0 and 0 < report["tokens"][0] <= 900 * calls  # 900 per answered call
+
+
+def test_a_reply_whose_recording_fails_is_kept_and_not_requested_again(prefect_api, tmp_path, monkeypatch):
+    # Recording the first reply fails after the request succeeded (a paid LLM request): Prefect must
+    # not retry the propose task (a retry would send the request again); the reply's proposals go
+    # to a replay file in the run folder; the run goes on.
+    from flows.discover import Discovery, discover
+    from proposers import MutationProposer
+    from proposers.replay import ReplayProposer
+
+    requests = []
+    real_apropose = MutationProposer.apropose
+
+    async def counted(self, context, n):
+        requests.append(n)
+        return await real_apropose(self, context, n)
+
+    real_dedup = Discovery.deduplicate
+    broken = []
+
+    def dedup_fails_once(self, proposals):
+        if not broken:
+            broken.append(len(proposals))
+            raise OSError("disk briefly full")
+        return real_dedup(self, proposals)
+
+    monkeypatch.setattr(MutationProposer, "apropose", counted)
+    monkeypatch.setattr(Discovery, "deduplicate", dedup_fails_once)
+    state = discover(
+        task="enso",
+        proposer="mutation",
+        budget={"minutes": 1.0, "max_candidates": 24},
+        seed=5,
+        batch_size=8,
+        steps=30,
+        restarts=2,
+        top_k=1,
+        test_top_k=1,
+        folder=str(tmp_path),
+        run_id="unrecorded",
+        return_state=True,
+    )
+    assert state.is_completed(), state
+    report = state.result()
+    assert report["status"] == "finished" and report["new"] == 24
+    proposals = _family(_task_runs(state.state_details.flow_run_id), "propose")
+    assert len(requests) == len(proposals)  # every request sent once: no retry re-sent one
+    failed = [r for r in proposals if not r.state.is_completed()]
+    assert len(failed) == 1 and failed[0].run_count == 1 and "recording them failed" in failed[0].state.message
+    kept = tmp_path / "unrecorded-unrecorded.jsonl"
+    assert len(kept.read_text().splitlines()) == broken[0] > 0
+    from flows.problem import ProblemSpec, load_problem, task_spec
+    from proposers import ProposalContext
+
+    spec = task_spec(*load_problem(ProblemSpec(dataset="enso")))
+    replayed = ReplayProposer(kept).propose(ProposalContext(task=spec), broken[0])  # the kept file replays
+    assert len(replayed) == broken[0]
