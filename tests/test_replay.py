@@ -193,3 +193,54 @@ def test_threaded_calibrate_many_is_the_same_with_and_without_replay():
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a.all_params, b.all_params)
         np.testing.assert_array_equal(a.all_losses, b.all_losses)
+
+
+KALMAN_LIKE = """
+(param q 0.3 positive) (param r 0.3 positive)
+(define I (eye 2))
+(let loop ((t 0) (x (zeros 2)) (P I) (nll 0.0))
+  (if (= t (rows ys)) nll
+      (let* ((Pp (+ P (* q I))) (S (+ Pp (* r I))) (e (- (ref ys t) x)) (Si (inv S)) (K (matmul Pp Si)))
+        (loop (+ t 1) (+ x (matvec K e)) (matmul (- I K) Pp) (+ nll (logdet S) (dot e (matvec Si e)))))))
+"""
+
+
+@pytest.mark.parametrize("lanes", [257, 600, 1024])
+def test_a_wide_batch_runs_in_chunks_that_replay_with_every_lane_its_own_bits(lanes):
+    """Past 256 lanes a replayable batch runs in equal chunks (the last padded): the first walks,
+    the others replay its tape; every lane equals its one-lane run, bit for bit, also on the calls
+    after (all chunks replayed), and a lane that diverges is split off inside its chunk."""
+    rng = np.random.default_rng(lanes)
+    ys = np.cumsum(rng.normal(size=(12, 2)), axis=0)
+    theta = rng.uniform(0.1, 1.0, size=(lanes, 2))
+    prog = ndvm.compile(KALMAN_LIKE)
+    chunks = -(-lanes // 256)
+    r0 = counts()[0]
+    v1, g1 = prog.value_and_grad(theta, {"ys": ys})
+    assert counts()[0] == r0 + chunks - 1  # the first chunk walked and was recorded
+    r1 = counts()[0]
+    v2, g2 = prog.value_and_grad(theta, {"ys": ys})
+    assert counts()[0] == r1 + chunks
+    for lane in (0, 255, 256, lanes // 2, lanes - 1):
+        one = ndvm.compile(KALMAN_LIKE).value_and_grad(theta[lane : lane + 1], {"ys": ys})
+        for v, g in ((v1, g1), (v2, g2)):
+            assert v[lane] == one[0][0] and np.array_equal(g[lane], one[1][0])
+    branchy = ndvm.compile("(param a 1.0) (if (< a 0) (* a a) (* 3 a))")
+    a = np.linspace(-1.0, 1.0, lanes).reshape(-1, 1)
+    for _ in range(2):
+        v, g = branchy.value_and_grad(a)
+        np.testing.assert_array_equal(v, np.where(a[:, 0] < 0, a[:, 0] ** 2, 3 * a[:, 0]))
+        np.testing.assert_array_equal(g[:, 0], np.where(a[:, 0] < 0, 2 * a[:, 0], 3.0))
+
+
+def test_a_wide_batch_with_per_lane_inputs_is_not_chunked():
+    """Chunks of other per-lane data could not replay each other's tape: such a batch runs whole."""
+    prog = ndvm.compile("(param k 1.0) (vsum (* k (exp (* k x))))")
+    x = np.linspace(0, 1, 5) + np.arange(300)[:, None] * 1e-3
+    theta = np.full((300, 1), 0.5)
+    v, g = prog.value_and_grad(theta, lane_inputs={"x": x})
+    r0 = counts()[0]
+    v2, g2 = prog.value_and_grad(theta, lane_inputs={"x": x})
+    assert counts()[0] == r0 + 1 and np.array_equal(v, v2) and np.array_equal(g, g2)
+    one = ndvm.compile(prog.source).value_and_grad(theta[7:8], {"x": x[7]})
+    assert v[7] == one[0][0] and g[7, 0] == one[1][0, 0]

@@ -2,6 +2,7 @@
 // lanes, and splits the group when its lanes disagree on a branch (Divergence). Each part is run
 // again on its own, so a lane's result never depends on the other lanes of the batch. It reaches
 // the VM only through its public interface (vm.h); replaying a kept tape is the VM's (replay.cc).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -41,6 +42,16 @@ void check_inputs(const Program& p, const Inputs& in, int B, const std::vector<i
   }
 }
 
+// Lanes per chunk of a wide batch (run_batch). kalman2d_T80 keeps about 60 KB of values and adjoints
+// per lane: 256 lanes stay within the last-level cache, 1,024 do not.
+constexpr int kChunkLanes = 256;
+
+bool all_inputs_shared(const Program& p, const Inputs& in) {
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    if (i < in.per_lane.size() && !in.per_lane[i].empty()) return false;
+  return true;
+}
+
 struct Driver {
   const Program& p;
   VM& vm;
@@ -54,6 +65,7 @@ struct Driver {
   const std::vector<int>* lane_map;
   BatchResult res;
   bool shape_set = false;
+  int group_lanes = 0;  // lanes of a whole group (B, or a chunk's width): a walk over them is kept for replay
 
   void run_group(const std::vector<int>& lanes) {
     int L = static_cast<int>(lanes.size());
@@ -64,7 +76,7 @@ struct Driver {
     try {
       out = vm.run();
       vm.check_work();  // before a tape over the budget could be kept for replay
-      if (grad && !input_grad_ids && L == B && lim.replay) vm.save_replay(params_end, inputs_end, out);
+      if (grad && !input_grad_ids && L == group_lanes && lim.replay) vm.save_replay(params_end, inputs_end, out);
     } catch (Divergence& d) {
       std::vector<int> yes, no;
       for (int l = 0; l < L; ++l) (d.mask[l] ? yes : no).push_back(lanes[l]);
@@ -205,12 +217,23 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
     for (int id : *input_grad_ids) total += in.shared[id].numel();
     d.res.input_grads.assign(total, 0.0);
   }
-  std::vector<int> lanes(B);
-  for (int l = 0; l < B; ++l) lanes[l] = l;
   vm.begin_evaluation(lim);  // one work budget and one deadline for every lane group and a replay
-  if (grad && !input_grad_ids && vm.try_replay(p, theta, P, lanes, in, lane_map, lim))
-    d.store(lanes, vm.replay_result());
-  else d.run_group(lanes);
+  const bool replayable = grad && !input_grad_ids;
+  // A wide batch of a replayable program with shared inputs runs in chunks of equal width: the first
+  // chunk walks (or replays the last call's tape), the others replay it, so one chunk's values and
+  // adjoints stay in the caches where the whole batch's arena would not. A lane's bits do not depend
+  // on the lanes beside it, so chunking changes no result. The last chunk is padded with copies of
+  // its last lane (computed and stored again, identically) to keep the width, and so the tape.
+  const int chunks =
+      replayable && lim.replay && B > kChunkLanes && all_inputs_shared(p, in) ? (B + kChunkLanes - 1) / kChunkLanes : 1;
+  const int width = (B + chunks - 1) / chunks;
+  d.group_lanes = width;
+  std::vector<int> lanes(width);
+  for (int c = 0; c < chunks; ++c) {
+    for (int l = 0; l < width; ++l) lanes[l] = std::min(c * width + l, B - 1);
+    if (replayable && vm.try_replay(p, theta, P, lanes, in, lane_map, lim)) d.store(lanes, vm.replay_result());
+    else d.run_group(lanes);
+  }
   note_work(vm.work_used());
   return std::move(d.res);
 }

@@ -124,6 +124,8 @@ bool VM::try_replay(const Program& p, const double* theta, int P, const std::vec
   if (!l.replay || !r.valid || r.prog != &p || r.serial != p.serial || r.lanes != static_cast<int>(lanes.size()) ||
       !same_limits(r.limits, l))
     return false;
+  work += pay_top;  // the lane group before this one (a chunk of the same batch; 0 after begin_evaluation)
+  pay_top = 0;
   const uint64_t work0 = work;
   if (replay_tape(theta, P, lanes, in, lane_map, l)) return true;
   work = work0;
