@@ -132,6 +132,8 @@ def _natural(p: Param, u: Reals) -> Reals:
 
 def as_array(value: Any, name: str) -> np.ndarray:
     """Converts an input value (number, sequence, numpy, polars or torch) to a float64 array."""
+    if type(value) is np.ndarray and value.dtype == np.float64 and value.ndim <= 2 and value.flags.c_contiguous:
+        return value  # already what the conversions below produce (the common case, per call)
     if hasattr(value, "detach"):  # torch tensor
         value = value.detach().cpu().numpy()
     elif hasattr(value, "to_numpy") and not isinstance(value, np.ndarray):  # polars / pandas
@@ -208,6 +210,14 @@ class Program:
             return self.theta()
         if isinstance(theta, Mapping):
             return self.theta(theta)
+        if (
+            type(theta) is np.ndarray
+            and theta.dtype == np.float64
+            and theta.ndim == 2
+            and theta.shape[1] == len(self.params)
+            and theta.flags.c_contiguous
+        ):
+            return theta  # already what the conversions below produce (a calibration loop's case)
         arr = np.asarray(theta, dtype=np.float64)
         if arr.ndim == 1 and len(self.params) > 0 and arr.shape[0] == len(self.params):
             arr = arr[None, :]
