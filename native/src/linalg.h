@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kernels.h"
+#include "linalg_2x2.h"
 #include "linalg_small.h"
 
 namespace ndvm::kern {
@@ -29,24 +30,7 @@ namespace {
 // A kernel longer than this many multiply-adds checks the wall clock (Limits.max_seconds) as it goes.
 constexpr uint64_t kPollWork = 1u << 22;
 
-// ---- 2x2 closed forms over lanes -----------------------------------------------------------
-// Each runs `n` lanes of 2x2 matrices whose element e of a lane is at e * Lo (Lo == n for a whole
-// batch; the separate stride lets a caller run a range of a batch's lanes). The evaluator, replay
-// and backward all compute through these, so a lane's bits are the same on every path.
-
-// Y = A^-1 (NaN in a lane where A is singular)
-inline void inv2_lanes(const double* __restrict a, double* __restrict y, size_t n, size_t Lo) {
-  const double *a0 = a, *a1 = a0 + Lo, *a2 = a1 + Lo, *a3 = a2 + Lo;
-  double *y0 = y, *y1 = y0 + Lo, *y2 = y1 + Lo, *y3 = y2 + Lo;
-  for (size_t l = 0; l < n; ++l) {
-    double det = a0[l] * a3[l] - a1[l] * a2[l];
-    y0[l] = a3[l] / det;
-    y1[l] = -a1[l] / det;
-    y2[l] = -a2[l] / det;
-    y3[l] = a0[l] / det;
-  }
-}
-
+// ---- 2x2 closed forms over lanes (linalg_2x2.h; det2_lanes here: it calls the C library's log) --
 // det A, or log det A (NaN / -inf for a non-positive determinant)
 inline void det2_lanes(const double* a, double* o, size_t n, size_t Lo, bool log) {
   const double *a0 = a, *a1 = a0 + Lo, *a2 = a1 + Lo, *a3 = a2 + Lo;
@@ -56,38 +40,9 @@ inline void det2_lanes(const double* a, double* o, size_t n, size_t Lo, bool log
     for (size_t l = 0; l < n; ++l) o[l] = a0[l] * a3[l] - a1[l] * a2[l];
 }
 
-// d det = det A^-T, d logdet = A^-T (z: the determinants or their logarithms; go: one cotangent
-// per lane); a zero cotangent adds nothing
-inline void det2_adjoint_lanes(const double* a, const double* go, const double* z, double* g, size_t n, size_t Lo,
-                               bool log) {
-  const double *a0 = a, *a1 = a0 + Lo, *a2 = a1 + Lo, *a3 = a2 + Lo;
-  double *g0 = g, *g1 = g0 + Lo, *g2 = g1 + Lo, *g3 = g2 + Lo;
-  for (size_t l = 0; l < n; ++l) {
-    double det = a0[l] * a3[l] - a1[l] * a2[l];
-    double s = (log ? go[l] : go[l] * z[l]) / det;  // A^-T = [a3 -a2; -a1 a0] / det
-    if (go[l] == 0) continue;
-    g0[l] += s * a3[l];
-    g1[l] -= s * a2[l];
-    g2[l] -= s * a1[l];
-    g3[l] += s * a0[l];
-  }
-}
-
-// Y = A^-1: gA += -Y^T G Y^T (y: Y, go: G)
-inline void inv2_adjoint_lanes(const double* y, const double* go, double* g, size_t n, size_t Lo) {
-  double *g0 = g, *g1 = g0 + Lo, *g2 = g1 + Lo, *g3 = g2 + Lo;
-  const double *y0 = y, *y1 = y0 + Lo, *y2 = y1 + Lo, *y3 = y2 + Lo;
-  const double *h0 = go, *h1 = h0 + Lo, *h2 = h1 + Lo, *h3 = h2 + Lo;
-  for (size_t l = 0; l < n; ++l) {
-    // W = Y^T G, R = -W Y^T
-    double w0 = y0[l] * h0[l] + y2[l] * h2[l], w1 = y0[l] * h1[l] + y2[l] * h3[l];
-    double w2 = y1[l] * h0[l] + y3[l] * h2[l], w3 = y1[l] * h1[l] + y3[l] * h3[l];
-    g0[l] -= w0 * y0[l] + w1 * y1[l];
-    g1[l] -= w0 * y2[l] + w1 * y3[l];
-    g2[l] -= w2 * y0[l] + w3 * y1[l];
-    g3[l] -= w2 * y2[l] + w3 * y3[l];
-  }
-}
+// The 2x2 closed forms of the chosen instruction set for 4 lanes or more, the baseline copy below
+// (as small_gemm: no vector gain; the same bits either way).
+inline const GemmTable& wide_table(size_t lanes) { return lanes < 4 ? baseline::kSmallGemm : small_gemm_table(); }
 
 template <class V>
 inline void gemm_compute(VM& vm, const V& a, const V& b, double* o, uint32_t m, uint32_t k, uint32_t n, uint32_t Lo) {
@@ -209,7 +164,7 @@ inline void scatter_add(VM& vm, const V& v, uint32_t l, const double* src) {
 template <class V>
 inline void inv_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
   if (n == 2) {  // closed form, vectorized over lanes: the common case of small state-space models
-    inv2_lanes(vm.data(a), o, lanes, lanes);
+    wide_table(lanes).inv2(vm.data(a), o, lanes, lanes);
     return;
   }
   const size_t nn = static_cast<size_t>(n) * n;
@@ -408,7 +363,7 @@ struct AdjointScratch {
 // d det = det A^-T, d logdet = A^-T, lane by lane (z: the determinants or their logarithms)
 inline void det_adjoint(VM& vm, const NumRef& a, const double* go, const double* z, int d, uint32_t Lo, bool log) {
   if (d == 2 && !a.uniform()) {  // closed form, vectorized over lanes
-    det2_adjoint_lanes(vm.data(a), go, z, vm.adjoint(a), Lo, Lo, log);
+    wide_table(Lo).det2_adjoint(vm.data(a), go, z, vm.adjoint(a), Lo, Lo, log);
     return;
   }
   AdjointScratch s(vm, d);
@@ -435,7 +390,7 @@ inline void det_adjoint(VM& vm, const NumRef& a, const double* go, const double*
 // Y = A^-1: gA += -Y^T G Y^T, lane by lane
 inline void inv_adjoint(VM& vm, const NumRef& a, const NumRef& out, const double* go, int d, uint32_t Lo) {
   if (d == 2 && !a.uniform()) {  // closed form, vectorized over lanes
-    inv2_adjoint_lanes(vm.data(out), go, vm.adjoint(a), Lo, Lo);
+    wide_table(Lo).inv2_adjoint(vm.data(out), go, vm.adjoint(a), Lo, Lo);
     return;
   }
   AdjointScratch s(vm, d);

@@ -8,6 +8,7 @@
 namespace ndvm::kern {
 
 // (A, B, out, lanes) and (A, B, out's cotangent, A's adjoint or null, B's or null, lanes)
+using std::size_t;
 using GemmFwd = void (*)(const double*, const double*, double*, uint32_t);
 using GemmBwd = void (*)(const double*, const double*, const double*, double*, double*, uint32_t);
 
@@ -20,6 +21,11 @@ struct GemmKernels {
 };
 struct GemmTable {
   GemmKernels k[27];
+  // the 2x2 closed forms of linalg_2x2.h: inverse (a, y, n lanes, lane stride), the inverse's
+  // adjoint (y, go, ga, ...) and det's or logdet's (a, go, z, ga, ..., log)
+  void (*inv2)(const double*, double*, size_t, size_t);
+  void (*inv2_adjoint)(const double*, const double*, double*, size_t, size_t);
+  void (*det2_adjoint)(const double*, const double*, const double*, double*, size_t, size_t, bool);
 };
 
 namespace baseline {

@@ -375,6 +375,7 @@ class VM {
     Value result;
     Limits limits;
     uint64_t extra_work = 0;               // what the tape's products and linear algebra cost beyond their outputs
+    bool zero_span = false;                // zero the adjoints of [inputs_end, top) at once, not record by record
     uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
   } replay;
 
