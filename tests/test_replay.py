@@ -244,3 +244,32 @@ def test_a_wide_batch_with_per_lane_inputs_is_not_chunked():
     assert counts()[0] == r0 + 1 and np.array_equal(v, v2) and np.array_equal(g, g2)
     one = ndvm.compile(prog.source).value_and_grad(theta[7:8], {"x": x[7]})
     assert v[7] == one[0][0] and g[7, 0] == one[1][0, 0]
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_one_lane_runs_with_the_decoded_tape_equal_runs_without_replay(count):
+    """A one-lane tape kept for replay is decoded once (a kernel per record); the walk's own
+    backward and every replay then run through it. Both must give the bits of a program that never
+    keeps a tape (Limits(replay=False): the general record-by-record path), values and gradients, on
+    generated programs, and the Kalman-like one of small-matrix records."""
+    failures, replayed = [], 0
+    sources = [(genprog.generate(seed, "model"), seed) for seed in range(count)]
+    for gen, seed in [*sources, (None, -1)]:
+        rng = np.random.default_rng(seed + 1)
+        if gen is None:
+            source, kw = KALMAN_LIKE, {"inputs": {"ys": np.cumsum(rng.normal(size=(12, 2)), axis=0)}}
+            thetas = [rng.uniform(0.1, 1.0, size=(1, 2)) for _ in range(3)]
+        else:
+            source, kw = gen.source, {"inputs": gen.inputs()}
+            thetas = [spread_theta(gen, rng)[:1] for _ in range(3)]
+        never = ndvm.compile(source, limits=ndvm.Limits(replay=False))
+        wants = [outcome(never, theta, **kw) for theta in thetas]
+        prog = ndvm.compile(source)
+        for theta, want in zip(thetas, wants):
+            before = counts()[0]
+            got = outcome(prog, theta, **kw)
+            replayed += counts()[0] > before
+            if not same(got, want):
+                failures.append(f"seed {seed}: {got!r} vs without replay {want!r}\n{source}")
+    assert not failures, report(failures, count + 1, "decoded-tape")
+    assert replayed >= count // 2, f"only {replayed} evaluations were replayed"

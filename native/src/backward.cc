@@ -204,6 +204,56 @@ void backward_one_lane(VM& vm, const TapeRec& t) {
   if (gb) accumulate_small(gb, cb, n, sb);
 }
 
+// A decoded one-lane + - * of N <= 4 elements (PlanStep, vm.h): backward_one_lane's inline
+// arithmetic with the op, shape and strides fixed, the same bits.
+template <int OP, uint32_t N, uint32_t SA, uint32_t SB>
+void arith_adjoint_step(const double* pay, double* adj, const PlanStep& s) {
+  const double* go = adj + s.out;
+  const double* x = pay + s.a;
+  const double* y = pay + s.b;
+  double ca[N], cb[N];
+  for (uint32_t i = 0; i < N; ++i) {
+    const double g = go[i];
+    double da = 1.0, db = OP == O_SUB ? -1.0 : 1.0;
+    if (OP == O_MUL) {
+      da = y[i * SB];
+      db = x[i * SA];
+    }
+    ca[i] = g != 0 ? g * da : 0.0;
+    cb[i] = g != 0 ? g * db : 0.0;
+  }
+  if (s.a_active) accumulate_small(adj + s.a, ca, N, SA);
+  if (s.b_active) accumulate_small(adj + s.b, cb, N, SB);
+}
+
+namespace {
+template <int OP, uint32_t N>
+PlanStep::Bwd arith_adjoint_for(uint32_t sa, uint32_t sb) {
+  if (sa) return sb ? arith_adjoint_step<OP, N, 1, 1> : arith_adjoint_step<OP, N, 1, 0>;
+  return sb ? arith_adjoint_step<OP, N, 0, 1> : arith_adjoint_step<OP, N, 0, 0>;
+}
+
+template <int OP>
+PlanStep::Bwd arith_adjoint_for(uint32_t n, uint32_t sa, uint32_t sb) {
+  switch (n) {
+    case 1: return arith_adjoint_for<OP, 1>(sa, sb);
+    case 2: return arith_adjoint_for<OP, 2>(sa, sb);
+    case 3: return arith_adjoint_for<OP, 3>(sa, sb);
+    case 4: return arith_adjoint_for<OP, 4>(sa, sb);
+    default: return nullptr;
+  }
+}
+}  // namespace
+
+PlanStep::Bwd plan_backward(int op, uint32_t n, uint32_t sa, uint32_t sb) {
+  switch (op) {
+    case O_ADD: return arith_adjoint_for<O_ADD>(n, sa, sb);
+    case O_SUB: return arith_adjoint_for<O_SUB>(n, sa, sb);
+    case O_MUL: return arith_adjoint_for<O_MUL>(n, sa, sb);
+    default: return nullptr;
+  }
+}
+
 // ---- backward ------------------------------------------------------------------------------
 
 namespace {

@@ -80,6 +80,89 @@ bool guard_holds(VM& vm, const TapeRec& t) {
   return std::memcmp(m, vm.guard_outcomes(t), vm.lane_count()) == 0;
 }
 
+// ---- one-lane plans: the tape decoded once (PlanStep, vm.h) -----------------------------------
+
+namespace {
+
+// + - * of N elements, each operand a scalar broadcast (stride 0) or N elements (stride 1): the
+// evaluator's one-lane arithmetic (arith_one_lane) with the shape fixed.
+template <int OP, uint32_t N, uint32_t SA, uint32_t SB>
+void arith_step(double* pay, const PlanStep& s) {
+  double* o = pay + s.out;
+  const double* x = pay + s.a;
+  const double* y = pay + s.b;
+  for (uint32_t i = 0; i < N; ++i) {
+    const double u = x[i * SA], v = y[i * SB];
+    o[i] = OP == O_ADD ? u + v : OP == O_SUB ? u - v : u * v;
+  }
+}
+
+template <int OP, uint32_t N>
+PlanStep::Fwd arith_step_for(uint32_t sa, uint32_t sb) {
+  if (sa) return sb ? arith_step<OP, N, 1, 1> : arith_step<OP, N, 1, 0>;
+  return sb ? arith_step<OP, N, 0, 1> : arith_step<OP, N, 0, 0>;
+}
+
+template <int OP>
+PlanStep::Fwd arith_step_for(uint32_t n, uint32_t sa, uint32_t sb) {
+  switch (n) {
+    case 1: return arith_step_for<OP, 1>(0, 0);
+    case 2: return arith_step_for<OP, 2>(sa, sb);
+    case 3: return arith_step_for<OP, 3>(sa, sb);
+    case 4: return arith_step_for<OP, 4>(sa, sb);
+    default: return nullptr;
+  }
+}
+
+void gemm_step(double* pay, const PlanStep& s) { s.gemm_fwd(pay + s.a, pay + s.b, pay + s.out, 1); }
+
+void gemm_adjoint_step(const double* pay, double* adj, const PlanStep& s) {
+  s.gemm_bwd(pay + s.a, pay + s.b, adj + s.out, s.a_active ? adj + s.a : nullptr, s.b_active ? adj + s.b : nullptr, 1);
+}
+
+}  // namespace
+
+// The kernels chosen here are the ones forward_record and backward_one_lane reach for the same
+// record (arith_one_lane's inline loop below 16 elements, the baseline small products), so a plan
+// computes the same bits; the records it does not cover keep null and go the general way.
+void VM::build_plan() {
+  std::vector<PlanStep>& plan = replay.plan;
+  plan.clear();
+  if (L != 1 || prog->f32) return;  // float32 rounds after each record: the general path
+  plan.resize(tape.size());
+  for (size_t i = 0; i < tape.size(); ++i) {
+    const TapeRec& t = tape[i];
+    if (t.nin != 2) continue;
+    PlanStep& s = plan[i];
+    s.out = t.out.n.off;
+    s.a = t.in[0].n.off;
+    s.b = t.in[1].n.off;
+    s.n = t.out.numel();
+    s.a_active = t.in[0].active();
+    s.b_active = t.in[1].active();
+    const uint32_t sa = t.in[0].ne == 1 ? 0 : 1, sb = t.in[1].ne == 1 ? 0 : 1;
+    switch (t.op) {
+      case O_ADD: s.fwd = arith_step_for<O_ADD>(s.n, sa, sb); break;
+      case O_SUB: s.fwd = arith_step_for<O_SUB>(s.n, sa, sb); break;
+      case O_MUL: s.fwd = arith_step_for<O_MUL>(s.n, sa, sb); break;
+      case O_GEMM: {
+        const GemmKernels* k = small_gemm(t.d0, t.d1, t.d2, 1);
+        if (!k) break;
+        s.gemm_fwd = k->fwd;
+        s.fwd = gemm_step;
+        // backward_one_lane's condition: some operand active, and not one matrix times itself
+        if ((s.a_active || s.b_active) && !(s.a_active && s.b_active && s.a == s.b)) {
+          s.gemm_bwd = s.a_active && s.b_active ? k->bwd_ab : s.a_active ? k->bwd_a : k->bwd_b;
+          s.bwd = gemm_adjoint_step;
+        }
+        break;
+      }
+      default: break;
+    }
+    if (t.op == O_ADD || t.op == O_SUB || t.op == O_MUL) s.bwd = plan_backward(t.op, s.n, sa, sb);
+  }
+}
+
 // ---- the replay driver ----------------------------------------------------------------------
 // When a gradient run walks the program over all lanes without a divergence, the VM keeps its
 // tape and arena. The next gradient run of the same program over as many lanes, with the same
@@ -122,6 +205,7 @@ void VM::save_replay(size_t params_end, size_t inputs_end, const Value& result) 
   constexpr uint64_t kSpanDoubles = 1u << 15;
   const uint64_t span = pay_top - inputs_end;
   r.zero_span = span <= kSpanDoubles && 2 * outputs >= span;
+  build_plan();
   r.valid = true;
 }
 
@@ -165,9 +249,15 @@ bool VM::replay_tape(const double* theta, int P, const std::vector<int>& lanes, 
     const bool clock = l.max_seconds > 0;
     const bool zero_each = !r.zero_span;
     if (r.zero_span) std::memset(adj + r.inputs_end, 0, sizeof(double) * (r.top - r.inputs_end));
-    size_t index = 0;
-    for (const TapeRec& t : tape) {
-      if (clock && ++index % kCheck == 0) poll_clock(nullptr);
+    const PlanStep* plan = r.plan.size() == tape.size() ? r.plan.data() : nullptr;
+    for (size_t i = 0; i < tape.size(); ++i) {
+      const TapeRec& t = tape[i];
+      if (clock && (i + 1) % kCheck == 0) poll_clock(nullptr);
+      if (plan && plan[i].fwd) {
+        if (zero_each) std::memset(adjoint(t.out), 0, sizeof(double) * plan[i].n);
+        plan[i].fwd(pay, plan[i]);
+        continue;
+      }
       if (t.op == O_GUARD) {
         if (!guard_holds(*this, t)) return false;  // a decision would go the other way
         continue;

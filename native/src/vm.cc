@@ -203,9 +203,12 @@ void VM::record_guard(int prim, const Value* in, int n, const uint8_t* outcome, 
 void VM::backward() {
   constexpr size_t kPoll = 1024;  // records between clock checks
   if (L == 1) {
+    // the decoded tape (replay.cc) while it describes this tape: kept for replay, not yet reset
+    const PlanStep* plan = replay.valid && replay.plan.size() == tape.size() ? replay.plan.data() : nullptr;
     for (size_t r = tape.size(); r-- > 0;) {
       const TapeRec& t = tape[r];
-      if (tape_op_has<tapeflag::ONELANE>(t.op)) backward_one_lane(*this, t);
+      if (plan && plan[r].bwd) plan[r].bwd(pay, adj, plan[r]);
+      else if (tape_op_has<tapeflag::ONELANE>(t.op)) backward_one_lane(*this, t);
       else backward_record(*this, t);
       if (r % kPoll == 0) poll_clock(nullptr);
     }

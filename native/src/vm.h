@@ -9,6 +9,7 @@
 
 #include "ast.h"
 #include "error.h"
+#include "linalg_small.h"
 #include "prims.h"
 #include "program.h"
 #include "value.h"
@@ -28,6 +29,25 @@ struct NumRef {
   bool active() const { return flags & NF_ACTIVE; }
   uint32_t numel() const { return ne; }
 };
+
+// One record of a one-lane tape decoded once, when the tape is kept for replay (replay.cc): its
+// forward and backward kernels chosen for its op and shape and its operands' offsets resolved, so
+// that replay and backward make one call per record instead of deciding op, shape, strides and
+// activity again on every evaluation (that dispatch was most of a one-lane Kalman replay). A record
+// without decoded kernels (null) goes the general way (forward_record, backward_one_lane/_record).
+struct PlanStep {
+  using Fwd = void (*)(double* pay, const PlanStep&);
+  using Bwd = void (*)(const double* pay, double* adj, const PlanStep&);
+  Fwd fwd = nullptr;
+  Bwd bwd = nullptr;
+  uint32_t out = 0, a = 0, b = 0;  // arena offsets (payload and adjoint alike) of the output and inputs
+  uint32_t n = 0;                  // elements of the output
+  bool a_active = false, b_active = false;
+  kern::GemmFwd gemm_fwd = nullptr;  // a small product's kernels (one-lane copies)
+  kern::GemmBwd gemm_bwd = nullptr;
+};
+// The decoded kernels of a one-lane record (backward.cc), or nulls for one without them.
+PlanStep::Bwd plan_backward(int op, uint32_t n, uint32_t sa, uint32_t sb);
 
 // One tape record: op, output, inputs, dimensions. Up to two inputs are kept in the record; an
 // O_CONCAT of more keeps them in VM::targs. Written field by field from registers (see record1).
@@ -376,9 +396,11 @@ class VM {
     Limits limits;
     uint64_t extra_work = 0;               // what the tape's products and linear algebra cost beyond their outputs
     bool zero_span = false;                // zero the adjoints of [inputs_end, top) at once, not record by record
+    std::vector<PlanStep> plan;            // one lane, float64: the tape decoded, a step per record; else empty
     uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
   } replay;
 
+  void build_plan();  // replay.plan for the tape just kept
   bool replay_tape(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
                    const std::vector<int>* lane_map, const Limits& lim);
   void grow_payload(size_t need);
