@@ -204,6 +204,20 @@ void backward_one_lane(VM& vm, const TapeRec& t) {
   if (gb) accumulate_small(gb, cb, n, sb);
 }
 
+// accumulate_small with n and the stride fixed. Summed over N = 2..4 elements, the empty chains are
+// left out: a chain holds 0 + c, never -0, so the +0 of an empty one changes no sum (same bits).
+template <uint32_t N, uint32_t STRIDE>
+inline void accumulate_fixed(double* g, const double* c) {
+  if (STRIDE || N == 1) {
+    accumulate_small(g, c, N, STRIDE);
+    return;
+  }
+  double s = (0.0 + c[0]) + (0.0 + c[1]);
+  if (N == 3) s = s + (0.0 + c[2]);
+  if (N == 4) s = s + ((0.0 + c[2]) + (0.0 + c[3]));
+  g[0] += s;
+}
+
 // A decoded one-lane + - * of N <= 4 elements (PlanStep, vm.h): backward_one_lane's inline
 // arithmetic with the op, shape and strides fixed, the same bits.
 template <int OP, uint32_t N, uint32_t SA, uint32_t SB>
@@ -222,8 +236,8 @@ void arith_adjoint_step(const double* pay, double* adj, const PlanStep& s) {
     ca[i] = g != 0 ? g * da : 0.0;
     cb[i] = g != 0 ? g * db : 0.0;
   }
-  if (s.a_active) accumulate_small(adj + s.a, ca, N, SA);
-  if (s.b_active) accumulate_small(adj + s.b, cb, N, SB);
+  if (s.a_active) accumulate_fixed<N, SA>(adj + s.a, ca);
+  if (s.b_active) accumulate_fixed<N, SB>(adj + s.b, cb);
 }
 
 namespace {

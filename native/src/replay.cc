@@ -120,6 +120,20 @@ void gemm_adjoint_step(const double* pay, double* adj, const PlanStep& s) {
   s.gemm_bwd(pay + s.a, pay + s.b, adj + s.out, s.a_active ? adj + s.a : nullptr, s.b_active ? adj + s.b : nullptr, 1);
 }
 
+// 2x2 inverse and (log) determinant of one lane: the closed forms the evaluator uses (linalg_2x2.h)
+void inv2_step(double* pay, const PlanStep& s) { inv2_lanes(pay + s.a, pay + s.out, 1, 1); }
+template <bool LOG>
+void det2_step(double* pay, const PlanStep& s) {
+  det2_lanes(pay + s.a, pay + s.out, 1, 1, LOG);
+}
+void inv2_adjoint_step(const double* pay, double* adj, const PlanStep& s) {
+  inv2_adjoint_lanes(pay + s.out, adj + s.out, adj + s.a, 1, 1);
+}
+template <bool LOG>
+void det2_adjoint_step(const double* pay, double* adj, const PlanStep& s) {
+  det2_adjoint_lanes(pay + s.a, adj + s.out, pay + s.out, adj + s.a, 1, 1, LOG);
+}
+
 }  // namespace
 
 // The kernels chosen here are the ones forward_record and backward_one_lane reach for the same
@@ -132,8 +146,19 @@ void VM::build_plan() {
   plan.resize(tape.size());
   for (size_t i = 0; i < tape.size(); ++i) {
     const TapeRec& t = tape[i];
-    if (t.nin != 2) continue;
     PlanStep& s = plan[i];
+    if (t.nin == 1 && t.d0 == 2 && (t.op == O_INV || t.op == O_DET || t.op == O_LOGDET)) {
+      s.out = t.out.n.off;
+      s.a = t.in[0].n.off;
+      s.n = t.out.numel();
+      s.a_active = t.in[0].active();
+      s.fwd = t.op == O_INV ? inv2_step : t.op == O_DET ? det2_step<false> : det2_step<true>;
+      // inv_adjoint and det_adjoint take the closed forms for a lane-varying matrix only
+      if (s.a_active && !t.in[0].uniform())
+        s.bwd = t.op == O_INV ? inv2_adjoint_step : t.op == O_DET ? det2_adjoint_step<false> : det2_adjoint_step<true>;
+      continue;
+    }
+    if (t.nin != 2) continue;
     s.out = t.out.n.off;
     s.a = t.in[0].n.off;
     s.b = t.in[1].n.off;
@@ -227,6 +252,23 @@ bool VM::try_replay(const Program& p, const double* theta, int P, const std::vec
   return false;
 }
 
+// A record without a decoded step: a guard's check, or the adjoint zeroed and forward_record. Out
+// of line, so that the loop over decoded steps stays a few instructions per record.
+bool VM::replay_record(const TapeRec& t, bool zero_each) {
+  if (t.op == O_GUARD) return guard_holds(*this, t);
+  if (zero_each) {
+    // the adjoint, zeroed as recording does; a plain loop here measured 5 us (of 18) faster on
+    // the one-lane Kalman replay than VM::zero_adjoint's constant-size memsets
+    double* g = adjoint(t.out);
+    size_t n = static_cast<size_t>(t.out.numel()) * lanes_of(t.out);
+    if (n <= 4)
+      for (size_t i = 0; i < n; ++i) g[i] = 0.0;
+    else std::memset(g, 0, sizeof(double) * n);
+  }
+  forward_record(*this, t);
+  return true;
+}
+
 bool VM::replay_tape(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
                      const std::vector<int>* lane_map, const Limits& l) {
   Replay& r = replay;
@@ -251,27 +293,13 @@ bool VM::replay_tape(const double* theta, int P, const std::vector<int>& lanes, 
     if (r.zero_span) std::memset(adj + r.inputs_end, 0, sizeof(double) * (r.top - r.inputs_end));
     const PlanStep* plan = r.plan.size() == tape.size() ? r.plan.data() : nullptr;
     for (size_t i = 0; i < tape.size(); ++i) {
-      const TapeRec& t = tape[i];
       if (clock && (i + 1) % kCheck == 0) poll_clock(nullptr);
       if (plan && plan[i].fwd) {
-        if (zero_each) std::memset(adjoint(t.out), 0, sizeof(double) * plan[i].n);
+        if (zero_each) std::memset(adj + plan[i].out, 0, sizeof(double) * plan[i].n);
         plan[i].fwd(pay, plan[i]);
-        continue;
+      } else if (!replay_record(tape[i], zero_each)) {
+        return false;  // a decision would go the other way
       }
-      if (t.op == O_GUARD) {
-        if (!guard_holds(*this, t)) return false;  // a decision would go the other way
-        continue;
-      }
-      if (zero_each) {
-        // the adjoint, zeroed as recording does; a plain loop here measured 5 us (of 18) faster on
-        // the one-lane Kalman replay than VM::zero_adjoint's constant-size memsets
-        double* g = adjoint(t.out);
-        size_t n = static_cast<size_t>(t.out.numel()) * lanes_of(t.out);
-        if (n <= 4)
-          for (size_t i = 0; i < n; ++i) g[i] = 0.0;
-        else std::memset(g, 0, sizeof(double) * n);
-      }
-      forward_record(*this, t);
     }
     check_budgets(nullptr);
   } catch (...) {

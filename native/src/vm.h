@@ -400,7 +400,8 @@ class VM {
     uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
   } replay;
 
-  void build_plan();  // replay.plan for the tape just kept
+  void build_plan();                                                       // replay.plan for the tape just kept
+  [[gnu::noinline]] bool replay_record(const TapeRec& t, bool zero_each);  // false: a guard fails
   bool replay_tape(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
                    const std::vector<int>* lane_map, const Limits& lim);
   void grow_payload(size_t need);
