@@ -273,3 +273,33 @@ def test_one_lane_runs_with_the_decoded_tape_equal_runs_without_replay(count):
                 failures.append(f"seed {seed}: {got!r} vs without replay {want!r}\n{source}")
     assert not failures, report(failures, count + 1, "decoded-tape")
     assert replayed >= count // 2, f"only {replayed} evaluations were replayed"
+
+
+SCALED_ADDS = [
+    KALMAN_LIKE,  # (+ P (* q I)) with P uniform at the first step, then lane-varying
+    "(param q 0.3) (param r 0.2) (let ((T (* q (eye 2)))) (vsum (+ (+ (* r (ones 2 2)) T) T)))",  # T read twice
+    "(param q 0.3) (param r 0.2) (vsum (* r (+ (vec 1.0 2.0 3.0) (* q (vec 0.5 -1.0 2.0)))))",  # three elements
+    "(param q 0.3) (param r 0.2) (logdet (+ (* r (eye 2)) (* q (mat (vec 1.0 0.0) (vec 0.0 0.0)))))",
+    "(param q 0.3) (dot (vec 1.0 3.0) (+ (vec 1.0 2.0) (* q (vec 0.0 -0.0))))",  # zeros in U
+]
+
+
+@pytest.mark.parametrize("source", SCALED_ADDS)
+def test_scaled_adds_run_as_one_pass_keep_every_lanes_bits(source):
+    """A pair (* s U) (+ X that) of a per-lane scalar and a constant matrix runs as one pass over the
+    lanes on replay (and in the walk's backward): values and gradients equal a program that never
+    keeps a tape, and every lane equals its one-lane run."""
+    rng = np.random.default_rng(len(source))
+    ys = np.cumsum(rng.normal(size=(12, 2)), axis=0)
+    inputs = {"ys": ys} if "ys" in source else {}
+    prog = ndvm.compile(source)
+    theta = rng.uniform(0.1, 1.0, size=(7, len(prog.param_names)))
+    never = ndvm.compile(source, limits=ndvm.Limits(replay=False))
+    for _ in range(3):
+        theta = theta * rng.uniform(0.9, 1.1, size=theta.shape)
+        v, g = prog.value_and_grad(theta, inputs)
+        wv, wg = never.value_and_grad(theta, inputs)
+        assert np.array_equal(v, wv) and np.array_equal(g, wg)
+        for lane in (0, 3, 6):
+            one = ndvm.compile(source).value_and_grad(theta[lane : lane + 1], inputs)
+            assert v[lane] == one[0][0] and np.array_equal(g[lane], one[1][0])

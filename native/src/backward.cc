@@ -384,4 +384,14 @@ void backward_record(VM& vm, const TapeRec& t) {
   }
 }
 
+// Both records' adjoints of the pair (* s U) (+ X that) ending at record r, in one pass: the
+// product's adjoint is formed in registers, never stored.
+void VM::scaled_add_backward(size_t r) {
+  const TapeRec& sum = tape[r];
+  const TapeRec& product = tape[r - 1];
+  double* gx = sum.in[0].active() ? adjoint(sum.in[0]) : nullptr;
+  wide_table(L).scaled_add_adjoint(adjoint(sum.out), gx, data(product.in[1]), adjoint(product.in[0]), sum.out.numel(),
+                                   L);
+}
+
 }  // namespace ndvm

@@ -26,6 +26,11 @@ struct GemmTable {
   void (*inv2)(const double*, double*, size_t, size_t);
   void (*inv2_adjoint)(const double*, const double*, double*, size_t, size_t);
   void (*det2_adjoint)(const double*, const double*, const double*, double*, size_t, size_t, bool);
+  // out = x + s * u for a per-lane scalar s, a uniform u and x lane-varying (x_ls 1) or uniform
+  // (x_ls 0), n elements over Lo lanes: the records (* s u) and (+ x that) in one pass; and its
+  // adjoint into gx (null: inactive) and gs, n from 2 to 4 (x, s, u, out, n, Lo; go, gx, u, gs, n, Lo)
+  void (*scaled_add)(const double*, uint32_t, const double*, const double*, double*, uint32_t, size_t);
+  void (*scaled_add_adjoint)(const double*, double*, const double*, double*, uint32_t, size_t);
 };
 
 namespace baseline {

@@ -2,6 +2,7 @@
 // (the same bits), checking a guard's outcomes, the extra work a record is charged, and the
 // driver that keeps a recorded run and re-executes its tape (VM::save_replay, VM::try_replay).
 #include <cstring>
+#include <unordered_map>
 
 #include "linalg.h"
 
@@ -188,6 +189,42 @@ void VM::build_plan() {
   }
 }
 
+// Pairs (* s U) (+ X that), as `(+ P (* q I))` of a filter step: s a per-lane active scalar, U a
+// uniform constant matrix of 2-4 elements, X of U's shape (lane-varying, or uniform and inactive),
+// the product read by that sum alone. Replay and backward run each pair in one pass over the lanes
+// (GemmTable::scaled_add): the product and its adjoint are never stored. Same bits: the pass rounds
+// as the two records do, and their adjoints are summed in the same order.
+void VM::find_scaled_adds() {
+  std::vector<uint8_t>& fused = replay.fused;
+  fused.clear();
+  if (L == 1 || prog->f32 || tape.size() < 2) return;
+  std::unordered_map<uint32_t, uint32_t> reads;  // payload offset -> records reading it
+  for (const TapeRec& t : tape) {
+    const NumRef* in = record_inputs(t);
+    const int n = t.nin == 255 ? static_cast<int>(t.d2) : t.nin;
+    for (int k = 0; k < n; ++k) ++reads[in[k].n.off];
+  }
+  if (replay.result.tag == T_NUM) ++reads[replay.result.n.off];  // the result is read by the driver
+  fused.assign(tape.size(), 0);
+  bool any = false;
+  for (size_t i = 0; i + 1 < tape.size(); ++i) {
+    const TapeRec& p = tape[i];
+    const TapeRec& a = tape[i + 1];
+    const uint32_t n = p.out.numel();
+    const bool product = p.op == O_MUL && p.nin == 2 && p.in[0].ne == 1 && !p.in[0].uniform() && p.in[0].active() &&
+                         p.in[1].uniform() && !p.in[1].active() && p.in[1].ne == n && n >= 2 && n <= 4;
+    const bool sum = a.op == O_ADD && a.nin == 2 && a.in[1].n.off == p.out.n.off && a.in[0].n.off != p.out.n.off &&
+                     a.in[0].ne == n && a.out.numel() == n && !(a.in[0].uniform() && a.in[0].active());
+    if (product && sum && reads[p.out.n.off] == 1) {
+      fused[i] = kFoldedProduct;
+      fused[i + 1] = kScaledAdd;
+      any = true;
+      ++i;
+    }
+  }
+  if (!any) fused.clear();
+}
+
 // ---- the replay driver ----------------------------------------------------------------------
 // When a gradient run walks the program over all lanes without a divergence, the VM keeps its
 // tape and arena. The next gradient run of the same program over as many lanes, with the same
@@ -231,6 +268,7 @@ void VM::save_replay(size_t params_end, size_t inputs_end, const Value& result) 
   const uint64_t span = pay_top - inputs_end;
   r.zero_span = span <= kSpanDoubles && 2 * outputs >= span;
   build_plan();
+  find_scaled_adds();
   r.valid = true;
 }
 
@@ -254,8 +292,18 @@ bool VM::try_replay(const Program& p, const double* theta, int P, const std::vec
 
 // A record without a decoded step: a guard's check, or the adjoint zeroed and forward_record. Out
 // of line, so that the loop over decoded steps stays a few instructions per record.
-bool VM::replay_record(const TapeRec& t, bool zero_each) {
+bool VM::replay_record(size_t i, bool zero_each) {
+  const TapeRec& t = tape[i];
   if (t.op == O_GUARD) return guard_holds(*this, t);
+  if (replay.fused.size() == tape.size() && replay.fused[i]) {
+    // the product of a pair is computed with its sum, and nothing else reads it or its adjoint
+    if (replay.fused[i] == kFoldedProduct) return true;
+    const TapeRec& product = tape[i - 1];
+    if (zero_each) std::memset(adjoint(t.out), 0, sizeof(double) * t.out.numel() * lanes_of(t.out));
+    wide_table(L).scaled_add(data(t.in[0]), t.in[0].uniform() ? 0 : 1, data(product.in[0]), data(product.in[1]),
+                             data(t.out), t.out.numel(), L);
+    return true;
+  }
   if (zero_each) {
     // the adjoint, zeroed as recording does; a plain loop here measured 5 us (of 18) faster on
     // the one-lane Kalman replay than VM::zero_adjoint's constant-size memsets
@@ -297,7 +345,7 @@ bool VM::replay_tape(const double* theta, int P, const std::vector<int>& lanes, 
       if (plan && plan[i].fwd) {
         if (zero_each) std::memset(adj + plan[i].out, 0, sizeof(double) * plan[i].n);
         plan[i].fwd(pay, plan[i]);
-      } else if (!replay_record(tape[i], zero_each)) {
+      } else if (!replay_record(i, zero_each)) {
         return false;  // a decision would go the other way
       }
     }

@@ -214,8 +214,11 @@ void VM::backward() {
     }
     return;
   }
+  // pairs run as one (replay.cc, find_scaled_adds) while the pairs found describe this tape
+  const uint8_t* fused = replay.valid && replay.fused.size() == tape.size() ? replay.fused.data() : nullptr;
   for (size_t r = tape.size(); r-- > 0;) {
-    backward_record(*this, tape[r]);
+    if (!fused || !fused[r]) backward_record(*this, tape[r]);
+    else if (fused[r] == kScaledAdd) scaled_add_backward(r);
     if (r % kPoll == 0) poll_clock(nullptr);
   }
 }

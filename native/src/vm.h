@@ -394,14 +394,20 @@ class VM {
     std::vector<double> inputs;                      // the arena's input region when recorded
     Value result;
     Limits limits;
-    uint64_t extra_work = 0;               // what the tape's products and linear algebra cost beyond their outputs
-    bool zero_span = false;                // zero the adjoints of [inputs_end, top) at once, not record by record
-    std::vector<PlanStep> plan;            // one lane, float64: the tape decoded, a step per record; else empty
+    uint64_t extra_work = 0;     // what the tape's products and linear algebra cost beyond their outputs
+    bool zero_span = false;      // zero the adjoints of [inputs_end, top) at once, not record by record
+    std::vector<PlanStep> plan;  // one lane, float64: the tape decoded, a step per record; else empty
+    // Several lanes: per record, 0, or kFoldedProduct / kScaledAdd for a pair (* s U) (+ X that) run
+    // as one (find_scaled_adds); else empty
+    std::vector<uint8_t> fused;
     uint64_t replayed = 0, fell_back = 0;  // statistics: runs replayed, replays abandoned
   } replay;
 
-  void build_plan();                                                       // replay.plan for the tape just kept
-  [[gnu::noinline]] bool replay_record(const TapeRec& t, bool zero_each);  // false: a guard fails
+  void build_plan();        // replay.plan for the tape just kept
+  void find_scaled_adds();  // replay.fused for the tape just kept
+  static constexpr uint8_t kFoldedProduct = 1, kScaledAdd = 2;
+  void scaled_add_backward(size_t r);                              // the pair ending at record r (backward.cc)
+  [[gnu::noinline]] bool replay_record(size_t i, bool zero_each);  // record i; false: a guard fails
   bool replay_tape(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
                    const std::vector<int>* lane_map, const Limits& lim);
   void grow_payload(size_t need);
