@@ -53,6 +53,10 @@ class Limits:
     # Re-execute the recorded tape when a gradient evaluation repeats with new parameters only
     # (same program, lanes, inputs): the same bits, without walking the program (README, "Replay").
     replay: bool = field(default=_NATIVE_DEFAULTS.replay, kw_only=True)
+    # Run a replayed point-wise tape (elementwise over the data's points, mse or likelihood loss)
+    # tile by tile over the points, forward, loss and backward together: the same bits, less memory
+    # traffic (README, "Tape replay"; docs/runtime.md, "Tiled replay"). Off: the whole-vector replay.
+    tiled: bool = field(default=_NATIVE_DEFAULTS.tiled, kw_only=True)
     # Element operations summed over lanes: each numeric result's elements, k per element of a
     # matrix product, n^3 for det/logdet/inv/cholesky of an n x n matrix (n^3 + n^2 m for solve), a
     # reduction's input, a list traversal's length; replayed work counts as walked work.
@@ -68,8 +72,9 @@ class Limits:
                 raise ValueError(f"Limits.{name} must be a positive integer, got {value!r}")
         if self.max_depth > 2**31 - 1 or max(self.max_steps, self.max_bytes, self.max_work) > 2**64 - 1:
             raise ValueError("Limits: a limit is out of range (max_depth < 2**31, the others < 2**64)")
-        if not isinstance(self.replay, (bool, np.bool_)):
-            raise ValueError(f"Limits.replay must be True or False, got {self.replay!r}")
+        for name in ("replay", "tiled"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"Limits.{name} must be True or False, got {getattr(self, name)!r}")
         if self.max_seconds is not None:
             ok = isinstance(self.max_seconds, (int, float, np.integer, np.floating)) and not isinstance(
                 self.max_seconds, bool
@@ -91,6 +96,7 @@ class Limits:
                 int(self.max_bytes),
             )
             native.replay, native.max_work = bool(self.replay), int(self.max_work)
+            native.tiled = bool(self.tiled)
             native.max_seconds = 0.0 if self.max_seconds is None else float(self.max_seconds)
             self.__dict__["_native"] = native  # a cache, not a field: equality and hashing ignore it
         return native

@@ -283,6 +283,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("max_depth", &Limits::max_depth)
       .def_readwrite("max_bytes", &Limits::max_bytes)
       .def_readwrite("replay", &Limits::replay)
+      .def_readwrite("tiled", &Limits::tiled)
       .def_readwrite("max_work", &Limits::max_work)
       .def_readwrite("max_seconds", &Limits::max_seconds);
   // The primitive table (prims.h): one read-only Primitive per line, in table order, with every
@@ -624,6 +625,8 @@ PYBIND11_MODULE(_native, m) {
     const VM& vm = thread_vm();
     return py::make_tuple(vm.replays_done(), vm.replays_abandoned());
   });
+  // This thread's replays run tile by tile over the points (tiled.cc).
+  m.def("tiled_replay_count", []() { return thread_vm().tiled_replays_done(); });
   // What this thread's last evaluation (evaluate, value_and_grad, run) used of its budgets:
   // steps of its last lane group, element operations (work) of the whole evaluation.
   m.def("last_usage", []() {

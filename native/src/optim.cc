@@ -86,7 +86,8 @@ struct LaneEvaluator {
     std::vector<double> th(lanes.size() * P);
     for (size_t k = 0; k < lanes.size(); ++k)
       copy_row(th.data() + k * P, theta_all.data() + static_cast<size_t>(lanes[k]) * P, P);
-    return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &spec.loss, lim, nullptr, &lanes);
+    return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &spec.loss, lim, nullptr, &lanes,
+                     false);  // the optimizers read losses and gradients only
   }
 };
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "nesting.h"
+#include "simd.h"
 #include "vm.h"
 
 namespace ndvm {
@@ -50,6 +51,14 @@ bool all_inputs_shared(const Program& p, const Inputs& in) {
   for (size_t i = 0; i < p.inputs.size(); ++i)
     if (i < in.per_lane.size() && !in.per_lane[i].empty()) return false;
   return true;
+}
+
+// sum_e (y[e] - t[e])^2 in the order of simd.h (element e into chain e mod kSumChains, the chains
+// combined pairwise), which a tiled replay (tiled.cc) follows across its tiles.
+double sum_of_squares(const double* y, const double* t, uint32_t ne) {
+  double chain[simd::kSumChains] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (uint32_t e = 0; e < ne; ++e) chain[e % simd::kSumChains] += (y[e] - t[e]) * (y[e] - t[e]);
+  return simd::combine_chains(chain, 1);
 }
 
 struct Driver {
@@ -131,15 +140,13 @@ struct Driver {
           if (seed) seed[sl] += 1.0;
           break;
         case LossKind::MSE: {
-          for (uint32_t e = 0; e < ne; ++e) obj += (y[e] - t[e]) * (y[e] - t[e]);
-          obj /= ne;
+          obj = sum_of_squares(y, t, ne) / ne;
           if (seed)
             for (uint32_t e = 0; e < ne; ++e) seed[static_cast<size_t>(e) * Lo + sl] += 2.0 * (y[e] - t[e]) / ne;
           break;
         }
         case LossKind::GaussianNLL: {
-          double sse = 0;
-          for (uint32_t e = 0; e < ne; ++e) sse += (y[e] - t[e]) * (y[e] - t[e]);
+          const double sse = sum_of_squares(y, t, ne);
           const double log2pi = std::log(2 * M_PI);
           if (loss->sigma_param >= 0) {
             double s = vm.data(vm.param(loss->sigma_param))[l];
@@ -205,7 +212,7 @@ struct Driver {
 
 BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, const Inputs& in, bool grad,
                       const LossSpec* loss, const Limits& lim, const std::vector<int>* input_grad_ids,
-                      const std::vector<int>* lane_map) {
+                      const std::vector<int>* lane_map, bool want_values) {
   if (B <= 0) eval_error("theta must have at least one row (lane)");
   check_inputs(p, in, B, lane_map);
   int P = static_cast<int>(p.params.size());
@@ -231,6 +238,11 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   std::vector<int> lanes(width);
   for (int c = 0; c < chunks; ++c) {
     for (int l = 0; l < width; ++l) lanes[l] = std::min(c * width + l, B - 1);
+    // a point-wise tape: forward, loss and backward tile by tile (tiled.cc), values into d.res
+    if (replayable && loss && want_values && !d.shape_set && vm.tiled_points(p, width, lim))
+      d.set_shape(1, vm.tiled_points(p, width, lim), 1);
+    if (replayable && loss && vm.try_replay_tiled(p, theta, P, lanes, in, lane_map, lim, *loss, d.res, want_values))
+      continue;
     if (replayable && vm.try_replay(p, theta, P, lanes, in, lane_map, lim)) d.store(lanes, vm.replay_result());
     else d.run_group(lanes);
   }

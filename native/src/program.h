@@ -28,6 +28,7 @@ struct Limits {
   int max_depth = 100'000;          // nested evaluations (also bounded by C stack bytes)
   uint64_t max_bytes = 1ull << 30;  // payload + heap + tape + linear-algebra scratch per run
   bool replay = true;               // re-execute the last tape when only parameters changed
+  bool tiled = true;                // a replayed point-wise tape runs tile by tile (tiled.cc)
   // Element operations, summed over lanes: every numeric result counts its elements, a product
   // m*k*n, det/inv/logdet/cholesky of an n x n matrix n^3, solve n^3 + n^2*m, a reduction its
   // input, a list traversal its length. Replayed records count as walked ones. 5e8 is 0.1-1.5 s of
@@ -118,9 +119,10 @@ class VM;
 // every lane computes exactly what a one-lane run computes.
 // `lane_map` (optional): row k of theta is lane lane_map[k] of the per-lane inputs and targets,
 // so a subset of lanes is evaluated without copying their data.
+// `want_values` false: the caller reads only losses and gradients (values may be left empty).
 BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, const Inputs& in, bool grad,
                       const LossSpec* loss, const Limits& lim, const std::vector<int>* input_grad_ids = nullptr,
-                      const std::vector<int>* lane_map = nullptr);
+                      const std::vector<int>* lane_map = nullptr, bool want_values = true);
 
 // One lane, any result type.
 OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in, const Limits& lim);

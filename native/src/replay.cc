@@ -269,18 +269,21 @@ void VM::save_replay(size_t params_end, size_t inputs_end, const Value& result) 
   r.zero_span = span <= kSpanDoubles && 2 * outputs >= span;
   build_plan();
   find_scaled_adds();
+  plan_tiles(result);
   r.valid = true;
 }
 
 // A replay that gives up is not charged to the work budget: the walk it falls back to gets the
 // whole budget, so an evaluation passes or fails its budgets alike with replay on or off.
-bool VM::try_replay(const Program& p, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
-                    const std::vector<int>* lane_map, const Limits& l) {
+bool VM::replay_matches(const Program& p, int lanes, const Limits& l) const {
   const Replay& r = replay;
   // valid: the last reset() was the recorded run's, so prog is r.prog (and p when they match)
-  if (!l.replay || !r.valid || r.prog != &p || r.serial != p.serial || r.lanes != static_cast<int>(lanes.size()) ||
-      !same_limits(r.limits, l))
-    return false;
+  return l.replay && r.valid && r.prog == &p && r.serial == p.serial && r.lanes == lanes && same_limits(r.limits, l);
+}
+
+bool VM::try_replay(const Program& p, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+                    const std::vector<int>* lane_map, const Limits& l) {
+  if (!replay_matches(p, static_cast<int>(lanes.size()), l)) return false;
   work += pay_top;  // the lane group before this one (a chunk of the same batch; 0 after begin_evaluation)
   pay_top = 0;
   const uint64_t work0 = work;

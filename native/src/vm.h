@@ -16,6 +16,11 @@
 
 namespace ndvm {
 
+struct TilePlan;  // tiled.cc: how a kept tape of point-wise work runs tile by tile
+struct TilePlanDeleter {
+  void operator()(TilePlan* p) const;
+};
+
 // What the tape keeps of a number: its payload offset, its element count and its flags (uniform,
 // active). Shapes live in the record's dimensions where an op needs them. The accessors mirror
 // Value's, so kernels read either alike.
@@ -177,6 +182,15 @@ class VM {
   bool try_replay(const Program& p, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
                   const std::vector<int>* lane_map, const Limits& lim);
   const Value& replay_result() const { return replay.result; }
+  // Tiled replay (tiled.cc): when the kept tape is point-wise (elementwise over the data's points,
+  // plus scalar parameter code) and the loss is mse or a likelihood with a sigma parameter,
+  // re-executes it tile by tile over the points, forward, loss and backward together, and fills
+  // res (losses, grads; values, sized by the caller, when want_values) for `lanes`, with the bits of try_replay followed
+  // by the driver's loss and backward. False (the state as after a failed attempt) otherwise.
+  bool try_replay_tiled(const Program& p, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+                        const std::vector<int>* lane_map, const Limits& lim, const LossSpec& loss, BatchResult& res,
+                        bool want_values);
+  uint64_t tiled_replays_done() const;                             // statistics of this VM: replays run tile by tile
   uint64_t replays_done() const { return replay.replayed; }        // statistics of this VM
   uint64_t replays_abandoned() const { return replay.fell_back; }  // a guard failed, other inputs, an error
 
@@ -410,6 +424,15 @@ class VM {
   [[gnu::noinline]] bool replay_record(size_t i, bool zero_each);  // record i; false: a guard fails
   bool replay_tape(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
                    const std::vector<int>* lane_map, const Limits& lim);
+  // whether the kept run can be replayed for program p over `lanes` lanes under limits l
+  bool replay_matches(const Program& p, int lanes, const Limits& l) const;
+  void plan_tiles(const Value& result);  // at save_replay: whether and how the tape runs tile by tile
+  bool replay_tiles(const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
+                    const std::vector<int>* lane_map, const Limits& lim, const LossSpec& loss, BatchResult& res,
+                    bool want_values);
+  std::unique_ptr<TilePlan, TilePlanDeleter> tiles_;  // with its workspace, reused across evaluations
+  std::vector<const double*> tile_targets_;           // the lanes' targets of a tiled replay
+  std::vector<double> tile_scales_;                   // and their likelihood's scale
   void grow_payload(size_t need);
   Value run_here();
   // makecontext's entry point (vm.cc): run_here on the VM's own stack, for run()
