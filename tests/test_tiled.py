@@ -150,6 +150,28 @@ def test_programs_beyond_point_work_keep_the_whole_vector_replay(source):
     assert _native.replay_counts()[0] == replays + 1  # still replayed, as a whole
 
 
+def test_a_wide_batch_runs_its_chunks_tiled_with_the_same_values_and_bits():
+    """Past 256 lanes run_batch evaluates chunks of lanes (the first walks, the others replay): the
+    tiled chunks give the values, losses and gradients of the whole-vector ones."""
+    t, target = data(203)
+    source = SKELETONS["exp_cos"]
+    theta = theta_for(source, 300)
+    results = {}
+    for tiled in (True, False):
+        prog = ndvm.compile(source, limits=ndvm.Limits(tiled=tiled))
+        before = tiled_runs()
+        prog.loss_and_grad(theta, {"t": t}, target)
+        # the native call returns the values too (loss_and_grad drops them)
+        values, losses, grads, _ = prog._native.value_and_grad(
+            theta * 1.001, {"t": t}, {}, prog.limits.native(), [], "mse", target
+        )
+        results[tiled] = (values, losses, grads)
+        assert (tiled_runs() - before > 0) == tiled
+    for a, b in zip(results[True], results[False]):
+        assert np.array_equal(a, b)
+    assert results[True][0].shape == (300, 203)
+
+
 def test_calibration_is_the_same_with_and_without_tiling():
     t, target = data()
     source = SKELETONS["exp_cos"]

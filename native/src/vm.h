@@ -185,11 +185,15 @@ class VM {
   // Tiled replay (tiled.cc): when the kept tape is point-wise (elementwise over the data's points,
   // plus scalar parameter code) and the loss is mse or a likelihood with a sigma parameter,
   // re-executes it tile by tile over the points, forward, loss and backward together, and fills
-  // res (losses, grads; values, sized by the caller, when want_values) for `lanes`, with the bits of try_replay followed
-  // by the driver's loss and backward. False (the state as after a failed attempt) otherwise.
+  // res (losses, grads; values, sized by the caller, when want_values) for `lanes`, with the bits
+  // of try_replay followed by the driver's loss and backward. False (the state as after a failed
+  // attempt) otherwise.
   bool try_replay_tiled(const Program& p, const double* theta, int P, const std::vector<int>& lanes, const Inputs& in,
                         const std::vector<int>* lane_map, const Limits& lim, const LossSpec& loss, BatchResult& res,
                         bool want_values);
+  // The points of the kept tape when a try_replay_tiled of p over `lanes` lanes could run (its
+  // values are [lanes][points]; the caller sizes them), else 0.
+  uint32_t tiled_points(const Program& p, int lanes, const Limits& lim) const;
   uint64_t tiled_replays_done() const;                             // statistics of this VM: replays run tile by tile
   uint64_t replays_done() const { return replay.replayed; }        // statistics of this VM
   uint64_t replays_abandoned() const { return replay.fell_back; }  // a guard failed, other inputs, an error
