@@ -187,6 +187,27 @@ def test_calibration_is_the_same_with_and_without_tiling():
     assert np.array_equal(a.history, b.history, equal_nan=True)
 
 
+def test_a_calibration_keeps_its_width_until_half_its_lanes_stop():
+    """From 8 starts whose lanes stop at different times, the batch is walked at most four times
+    (widths 8, 4, 2, 1: stopped lanes' places filled by copies of a running lane until half stop),
+    every other evaluation a tiled replay; each lane's fit equals its one-start fit, bit for bit."""
+    t, target = data()
+    source = SKELETONS["exp_cos"]
+    prog = ndvm.compile(source)
+    init = 0.5 + np.random.default_rng(2).random((8, 4))
+    replayed0, tiled0 = _native.replay_counts()[0], tiled_runs()
+    fit = ndvm.calibrate(prog, {"t": t}, target=target, restarts=8, init=init, threads=1)
+    replayed, tiled = _native.replay_counts()[0] - replayed0, tiled_runs() - tiled0
+    assert len(set(fit.lane_evaluations.tolist())) > 1, "the lanes must stop at different times"
+    walks = fit.evaluations - replayed  # (and a value-only walk scoring the last step, if the budget ended)
+    assert 1 <= walks <= 5 and tiled == replayed
+    for lane in range(8):
+        one = ndvm.calibrate(prog, {"t": t}, target=target, restarts=1, init=init[lane : lane + 1], threads=1)
+        assert one.all_losses[0] == fit.all_losses[lane]
+        assert np.array_equal(one.all_params[0], fit.all_params[lane])
+        assert one.lane_evaluations[0] == fit.lane_evaluations[lane]
+
+
 def test_budgets_hold_on_the_tiled_path():
     """A tiled replay is charged the walk's work (the same figure as the whole-vector replay), and a
     replay past the work budget gives up: the walk it falls back to raises LimitError."""

@@ -74,16 +74,29 @@ struct LaneEvaluator {
   const CalibSpec& spec;
   const Limits& lim;
   int P;
-  std::vector<int> lanes;  // original lane ids of the compact batch
+  std::vector<int> lanes;  // original lane ids evaluated: the running ones, then copies of the last
+  size_t width = 0;        // lanes evaluated per walk
+  std::vector<double> th;  // their parameters, reused across the evaluations of the fit
 
   LaneEvaluator(const Program& p_, VM& vm_, const Inputs& in_, const CalibSpec& s, const Limits& l)
       : p(p_), vm(vm_), in(in_), spec(s), lim(l), P(static_cast<int>(p_.params.size())) {}
 
-  void set_lanes(const std::vector<int>& ls) { lanes = ls; }
+  // The batch keeps its width while more than half of it still runs, the stopped lanes' places
+  // taken by copies of a running lane (their results are not read): a batch of another width is
+  // walked and recorded afresh (a replay needs the recorded lane count), which costs several
+  // replays. Below half, it shrinks to the next power of two (the lane counts the tiled replay's
+  // lane loops are compiled for). A lane's results do not depend on the lanes beside it.
+  void set_lanes(const std::vector<int>& running) {
+    if (width == 0) width = running.size();
+    else if (running.size() <= width / 2)
+      for (width = 1; width < running.size();) width *= 2;
+    lanes.assign(running.begin(), running.end());
+    lanes.resize(width, running.back());
+  }
 
-  // theta_all [R, P] natural units -> result for the current lanes
+  // theta_all [R, P] natural units -> result for the current lanes (the running ones first)
   BatchResult eval(const std::vector<double>& theta_all, bool grad) {
-    std::vector<double> th(lanes.size() * P);
+    th.resize(lanes.size() * P);
     for (size_t k = 0; k < lanes.size(); ++k)
       copy_row(th.data() + k * P, theta_all.data() + static_cast<size_t>(lanes[k]) * P, P);
     return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &spec.loss, lim, nullptr, &lanes,
