@@ -2,8 +2,9 @@
 this CPU runs, chosen with NDVM_ISA in a subprocess each:
 
 - B lanes equal B one-lane runs bit for bit (values, losses and gradients) on programs that use
-  every vectorized operation (+ - * / expt, negation, abs square sqrt exp log sin cos tanh sigmoid
-  softplus) in every stride pattern (a per-lane scalar against a shared data vector, per-lane data
+  every vectorized operation (+ - * / expt and two-argument atan, negation, abs square sqrt exp log
+  sin cos tan asin acos atan tanh sigmoid softplus; expt with a parameter in the exponent and in
+  the base, so both of its adjoints) in every stride pattern (a per-lane scalar against a shared data vector, per-lane data
   vectors, shared vectors, scalars), over 1,003 points: a length that leaves a scalar tail after
   the vector body at every vector width, and a remainder in the blocked sums of broadcast
   parameters' adjoints;
@@ -31,7 +32,9 @@ PROGRAM = """
 (define q (/ (* a c) (- d 3.0)))
 (vsum (+ (exp (- x)) (log (+ 1.5 (sin y))) (cos (* c t)) (tanh (/ x (+ 1 (square y))))
          (sigmoid (- y c)) (softplus (* d u)) (sqrt (+ 0.1 (abs y))) (expt (+ 2 (square x)) d)
-         (- (- x) y) (* q (exp (* d (sin x)))) (softplus q)))
+         (- (- x) y) (* q (exp (* d (sin x)))) (softplus q)
+         (tan (* 0.1 y)) (asin (* 0.5 (tanh x))) (acos (* 0.9 (sin y))) (atan (* c y)) (atan y (- x 2.5))
+         (expt (+ 1.5 (sin y)) (- 3.0 b)) (expt (+ 0.5 (square a)) 2.5) (expt (+ 3.5 t) -1.5)))
 """
 # The symbolic-regression form through calibrate's loss: a prediction against a target (mse).
 SKELETON = "(param p0 1.0) (param p1 0.2) (param p2 2.0) (param p3 0.1)\n(+ (* p0 (exp (- (* p1 t))) (cos (+ (* p2 t) p3))) 0.5)"

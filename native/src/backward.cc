@@ -30,15 +30,17 @@ struct DDiv {
   static double da(double, double y, double) { return 1 / y; }
   static double db(double, double y, double z) { return -z / y; }
 };
+// expt and atan2: the SIMD kernels' own derivatives (vector pow and log), so that a uniform
+// operand's adjoint summed here has the bits of the one-lane run's
 struct DPow {
   static constexpr Op kOp = O_POW;
-  static double da(double x, double y, double) { return y == 0 ? 0 : y * std::pow(x, y - 1); }
-  static double db(double x, double, double z) { return z == 0 ? 0 : z * std::log(x); }
+  static double da(double x, double y, double z) { return simd::active().binary_derivative(kOp, 0, x, y, z); }
+  static double db(double x, double y, double z) { return simd::active().binary_derivative(kOp, 1, x, y, z); }
 };
 struct DAtan2 {
   static constexpr Op kOp = O_ATAN2;
-  static double da(double x, double y, double) { return y / (x * x + y * y); }
-  static double db(double x, double y, double) { return -x / (x * x + y * y); }
+  static double da(double x, double y, double z) { return simd::active().binary_derivative(kOp, 0, x, y, z); }
+  static double db(double x, double y, double z) { return simd::active().binary_derivative(kOp, 1, x, y, z); }
 };
 struct DMin {
   static constexpr Op kOp = O_MIN;

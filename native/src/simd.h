@@ -19,7 +19,7 @@ struct View {
 
 struct Kernels {
   const char* isa;  // "baseline", "avx2", "avx512"
-  // True for the tape ops these kernels compute (binary: + - * / expt; unary: the vector-math ops).
+  // True for the tape ops these kernels compute (binary: + - * / expt atan2; unary: the vector-math ops).
   bool (*has_binary)(int op);
   bool (*has_unary)(int op);
   // o[i, l] = a[i, l] op b[i, l] over n elements and Lo lanes (the output is [n][Lo], contiguous).
@@ -32,6 +32,9 @@ struct Kernels {
                          uint32_t Lo);
   // ga[i] += go[i] * d op / dx at x[i] (output z[i])
   void (*unary_adjoint)(int op, const double* x, const double* z, const double* go, double* ga, size_t total);
+  // One element's d out / d a (operand 0) or d out / d b (1) of expt or atan2, as binary_adjoint
+  // computes it (for the adjoints of uniform operands, summed over lanes by the caller).
+  double (*binary_derivative)(int op, int operand, double x, double y, double z);
 };
 
 // The order in which the adjoint of a value broadcast over n > 1 elements is summed, shared by

@@ -15,6 +15,9 @@
 #pragma once
 #include <cstdint>
 
+// The larger functions are forced inline: a call in a loop body would keep it from vectorizing.
+#define NDVM_VM_INLINE [[gnu::always_inline]] inline
+
 namespace ndvm::simd {
 namespace {
 namespace vm {
@@ -50,9 +53,9 @@ constexpr double kExpMax = 710.0, kExpMin = -746.0;
 // 2^k for an integral double k in [-1022, 1023]: the biased exponent shifted into place.
 inline double pow2(double k) { return from_bits(bits(k + (1023.0 + kShift)) << 52); }
 
-// e^r - 1 for |r| <= ln2/2 (a little more after rounding): Taylor to r^13, whose remainder is
-// below 2^-57 relative.
-inline double expm1_reduced(double r) {
+// e^r - 1 - r for |r| <= ln2/2 (a little more after rounding): Taylor to r^13, whose remainder is
+// below 2^-57 relative to e^r - 1.
+inline double expm1_tail(double r) {
   double p = 1.0 / 6227020800.0;  // 1/13!
   p = 1.0 / 479001600.0 + r * p;
   p = 1.0 / 39916800.0 + r * p;
@@ -65,8 +68,10 @@ inline double expm1_reduced(double r) {
   p = 1.0 / 24.0 + r * p;
   p = 1.0 / 6.0 + r * p;
   p = 0.5 + r * p;
-  return r + (r * r) * p;
+  return (r * r) * p;
 }
+// e^r - 1 for |r| <= ln2/2
+inline double expm1_reduced(double r) { return r + expm1_tail(r); }
 
 // x = k ln2 + r with k integral, |r| <= ~ln2/2; returns r, sets k (as a double).
 inline double exp_reduce(double x, double* k) {
@@ -99,7 +104,7 @@ inline double expm1_nonneg(double x) {
 
 // log(x) = k ln2 + log(m), m in [sqrt(1/2), sqrt(2)); log(m) = log(1 + f) from the series of
 // 2 atanh(s), s = f / (2 + f), written so that f itself (exact) carries the leading bits.
-inline double log(double x) {
+NDVM_VM_INLINE double log(double x) {
   const bool sub = x < 0x1p-1022;  // subnormal (and zero, negative: fixed up below)
   const double xs = sub ? x * 0x1p54 : x;
   const uint64_t u = bits(xs);
@@ -167,7 +172,14 @@ inline double divide_low(double x, double xl, double d, double q) {
 // correctly rounded: the two leading terms (r - r^3/6; 1 - r^2/2 + r^4/24) in two-part arithmetic,
 // the rest of the Taylor series (to r^19, r^18: remainders below 2^-58 relative) in plain doubles,
 // added last to the leading parts' low words.
-inline double sin_reduced(double r, double rl) {
+// A double-double: hi + lo (the extended-precision intermediates of pow, tan and the inverse
+// trigonometric functions; normalized, |lo| <= ulp(hi), except where said).
+struct DD {
+  double hi, lo;
+};
+
+// (hi, lo not normalized: lo may exceed ulp(hi))
+inline DD sin_reduced_dd(double r, double rl) {
   const double z = r * r, zl = product_error(r, r, z);           // r^2 = z + zl
   const double c = r * z, cl = product_error(r, z, c) + r * zl;  // r^3 = c + cl
   const double q = c / 6.0, ql = divide_low(c, cl, 6.0, q);      // r^3 / 6 = q + ql
@@ -182,9 +194,9 @@ inline double sin_reduced(double r, double rl) {
   const double rest = (c * z) * p + rl * (1.0 - 0.5 * z) - ql;
   const double s = r - q;
   const double e = (r - s) - q;  // exact: |r| > |q|
-  return s + (e + rest);
+  return {s, e + rest};
 }
-inline double cos_reduced(double r, double rl) {
+inline DD cos_reduced_dd(double r, double rl) {
   const double z = r * r, zl = product_error(r, r, z);                 // r^2 = z + zl
   const double d = z * z, dl = product_error(z, z, d) + 2.0 * z * zl;  // r^4 = d + dl
   const double q = d / 24.0, ql = divide_low(d, dl, 24.0, q);          // r^4 / 24 = q + ql
@@ -200,7 +212,15 @@ inline double cos_reduced(double r, double rl) {
   const double rest = (((we - 0.5 * zl) + ql) + (d * z) * p) - r * rl;
   const double s = w + q;
   const double e = (w - s) + q;  // exact: w > q
-  return s + (e + rest);
+  return {s, e + rest};
+}
+inline double sin_reduced(double r, double rl) {
+  const DD d = sin_reduced_dd(r, rl);
+  return d.hi + d.lo;
+}
+inline double cos_reduced(double r, double rl) {
+  const DD d = cos_reduced_dd(r, rl);
+  return d.hi + d.lo;
 }
 
 // x = n pi/2 + r + rl (r + rl: the remainder in two parts); returns r, sets rl and the quadrant
@@ -253,6 +273,251 @@ inline double sigmoid(double x) {
 inline double softplus(double x) {
   const double l = log1p(exp(-abs(x)));
   return x > 0.0 ? x + l : l;
+}
+
+// ---- extended precision: pow, tan and the inverse trigonometric functions ----------------------
+// Conditions combine with & and | (not && and ||), whose short-circuit branches would keep the
+// loops from vectorizing. Their results come from a double-double value (hi + lo, about 100 bits, computed with Dekker's
+// exact products and Knuth's exact sums) rounded once at the end, so that they stay within about
+// half an ulp plus the last rounding (tests/test_vecmath.py, README "Vector math").
+
+// a + b = s + e exactly
+NDVM_VM_INLINE DD two_sum(double a, double b) {
+  const double s = a + b, bb = s - a;
+  return {s, (a - (s - bb)) + (b - bb)};
+}
+// a + b = s + e exactly when |a| >= |b| (or a == 0)
+NDVM_VM_INLINE DD fast_two_sum(double a, double b) {
+  const double s = a + b;
+  return {s, b - (s - a)};
+}
+// a * b = p + e exactly (|a|, |b| below 2^995, no underflow in the parts)
+NDVM_VM_INLINE DD two_prod(double a, double b) {
+  const double p = a * b;
+  return {p, product_error(a, b, p)};
+}
+// (a.hi + a.lo)(b.hi + b.lo) to about 2^-100 relative
+NDVM_VM_INLINE DD dd_mul(DD a, DD b) {
+  const DD p = two_prod(a.hi, b.hi);
+  return fast_two_sum(p.hi, p.lo + (a.hi * b.lo + a.lo * b.hi));
+}
+// (n.hi + n.lo) / (d.hi + d.lo): the quotient and the correction from its exact remainder
+NDVM_VM_INLINE DD dd_div(DD n, DD d) {
+  const double q = n.hi / d.hi;
+  const DD p = two_prod(q, d.hi);
+  // n.hi - p.hi is exact (Sterbenz: p.hi is within a rounding of n.hi)
+  return {q, (((n.hi - p.hi) - p.lo) + (n.lo - q * d.lo)) / d.hi};
+}
+
+// 1/3 and 1/5 in two parts
+constexpr double kThirdHi = 0x1.5555555555555p-2, kThirdLo = 0x1.5555555555555p-56;
+constexpr double kFifthHi = 0x1.999999999999ap-3, kFifthLo = -0x1.999999999999ap-57;
+
+// log(x) as hi + lo for x positive and finite (subnormals included), relative error below 2^-70:
+// enough that pow's y log(x) stays exact to 2^-60 however large (up to 745 before exp overflows).
+// As log() above, log(m) = 2 atanh(s), s = f / (2 + f), but the series' three leading terms
+// 2s (1 + z/3 + z^2/5 + z^3 R(z)), z = s^2 <= 0.0295, in double-double.
+NDVM_VM_INLINE DD log_dd(double x) {
+  const bool sub = x < 0x1p-1022;
+  const double xs = sub ? x * 0x1p54 : x;
+  const uint64_t u = bits(xs);
+  double k = from_bits(((u >> 52) & 0x7ff) | bits(kShift)) - kShift - 1023.0;
+  k = sub ? k - 54.0 : k;
+  double m = from_bits((u & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL);
+  const bool big = m > 0x1.6a09e667f3bcdp+0;
+  m = big ? m * 0.5 : m;
+  k = big ? k + 1.0 : k;
+  const double f = m - 1.0;                             // exact
+  const DD s = dd_div({f, 0.0}, fast_two_sum(2.0, f));  // f / (2 + f)
+  const DD z = fast_two_sum(s.hi * s.hi, product_error(s.hi, s.hi, s.hi * s.hi) + 2.0 * s.hi * s.lo);
+  // R(z) = sum_{j=3..13} z^(j-3) / (2j + 1): the series to s^27, whose remainder is below 2^-70
+  double R = 1.0 / 27.0;
+  R = 1.0 / 25.0 + z.hi * R;
+  R = 1.0 / 23.0 + z.hi * R;
+  R = 1.0 / 21.0 + z.hi * R;
+  R = 1.0 / 19.0 + z.hi * R;
+  R = 1.0 / 17.0 + z.hi * R;
+  R = 1.0 / 15.0 + z.hi * R;
+  R = 1.0 / 13.0 + z.hi * R;
+  R = 1.0 / 11.0 + z.hi * R;
+  R = 1.0 / 9.0 + z.hi * R;
+  R = 1.0 / 7.0 + z.hi * R;
+  // P = 1/3 + z/5 + z^2 R: the first two terms in two parts, the rest (below 2^-11 of P) plain
+  const DD z5 = dd_mul(z, {kFifthHi, kFifthLo});
+  const DD p0 = two_sum(kThirdHi, z5.hi);
+  const DD P = fast_two_sum(p0.hi, ((p0.lo + z5.lo) + (z.hi * z.hi) * R) + kThirdLo);
+  const DD c = dd_mul(dd_mul(s, z), P);  // s z P: log(m) = 2 (s + c)
+  const DD lm = fast_two_sum(s.hi, c.hi);
+  const double lm_lo = lm.lo + (s.lo + c.lo);
+  // k ln2 + 2 (s + c): k kLn2Hi is exact; |k ln2| >= |log m| unless k = 0
+  const DD h = fast_two_sum(k * kLn2Hi, 2.0 * lm.hi);
+  return fast_two_sum(h.hi, h.lo + (k * kLn2Lo + 2.0 * lm_lo));
+}
+
+// e^(h + l), |l| <= ulp(h): as exp() above, with the argument's low part carried through the
+// reduction and 1 + r added exactly, so that only the last rounding is a half ulp.
+NDVM_VM_INLINE double exp_dd(double h, double l) {
+  const bool out = !((h >= kExpMin) & (h <= kExpMax));  // NaN is not passed here
+  h = h < kExpMin ? kExpMin : (h > kExpMax ? kExpMax : h);
+  l = out ? 0.0 : l;
+  double k = h * kInvLn2 + kShift;
+  k -= kShift;
+  const DD r = two_sum(h - k * kLn2Hi, l - k * kLn2Lo);  // h - k kLn2Hi is exact
+  const double a = 1.0 + r.hi, ae = (1.0 - a) + r.hi;    // exact: |r| < 1
+  const double m = a + (ae + (expm1_tail(r.hi) + r.lo * (1.0 + r.hi)));
+  const bool low = k < -1000.0, high = k > 1000.0;
+  const double k2 = low ? -600.0 : (high ? 100.0 : 0.0);
+  const double f2 = low ? 0x1p-600 : (high ? 0x1p100 : 1.0);
+  return (m * pow2(k - k2)) * f2;
+}
+
+// x^y, C99 Annex F's special cases included: x^0 = 1 and 1^y = 1 (NaN too), a negative x to an
+// odd integer power negative and to a non-integer power NaN, 0 and inf to positive and negative
+// powers, overflow to inf and underflow to 0 (subnormal results rounded once more). Otherwise
+// e^(y log|x|) with log|x| in double-double (log_dd) and the product y log|x| exact to 2^-100.
+NDVM_VM_INLINE double pow(double x, double y) {
+  const double ax = abs(x), ay = abs(y);
+  // y integral (every |y| >= 2^52 is) and odd (none >= 2^53 is): adding and subtracting 2^52
+  // rounds a smaller |y| (or |y| / 2) to an integer
+  const bool integral = (ay < 0x1p52 ? (ay + 0x1p52) - 0x1p52 : ay) == ay;
+  const double half = 0.5 * ay;
+  const bool odd = integral & (ay < 0x1p53) & (((half + 0x1p52) - 0x1p52) != half);
+  // the finite path on tame inputs (0, inf, NaN are fixed up below); beyond 2^64, y log|x| is
+  // beyond exp's range for every x other than 1 (|log x| >= 2^-53)
+  const double xs = ((ax > 0.0) & (ax < kInf)) ? ax : 1.0;
+  const double ys = ay < 0x1p64 ? y : copysign(0x1p64, y);
+  const DD lx = log_dd(xs);
+  const double ph = ys * lx.hi;
+  double mag = exp_dd(ph, product_error(ys, lx.hi, ph) + ys * lx.lo);
+  mag = ax == 0.0 ? (y > 0.0 ? 0.0 : kInf) : mag;
+  mag = ax == kInf ? (y > 0.0 ? kInf : 0.0) : mag;
+  double r = (odd & (copysign(1.0, x) < 0.0)) ? -mag : mag;  // -0 and -inf included
+  r = ((x < 0.0) & (x > -kInf) & (integral == false)) ? __builtin_nan("") : r;
+  r = ((x != x) | (y != y)) ? x + y : r;
+  return ((y == 0.0) | (x == 1.0)) ? 1.0 : r;
+}
+
+// tan of x, |x| <= kTrigLimit (beyond: the C library, kernels_simd.inc): sin/cos (even quadrants)
+// or -cos/sin (odd) of the reduced argument, both in double-double, divided in double-double.
+NDVM_VM_INLINE double tan(double x) {
+  uint64_t q;
+  double rl;
+  const double r = trig_reduce(x, &rl, &q);
+  // normalized: the polynomials' low parts hold their higher terms, far above an ulp
+  const DD s0 = sin_reduced_dd(r, rl), c0 = cos_reduced_dd(r, rl);
+  const DD s = fast_two_sum(s0.hi, s0.lo), c = fast_two_sum(c0.hi, c0.lo);
+  const bool odd = (q & 1) != 0;
+  const DD v = dd_div({odd ? c.hi : s.hi, odd ? c.lo : s.lo}, {odd ? s.hi : c.hi, odd ? s.lo : c.lo});
+  const double t = v.hi + v.lo;
+  return x == 0.0 ? x : (odd ? -t : t);  // tan(-0) = -0
+}
+
+constexpr double kPio2Hi = 0x1.921fb54442d18p+0, kPio2Lo = 0x1.1a62633145c07p-54;
+constexpr double kPiHi = 0x1.921fb54442d18p+1, kPiLo = 0x1.1a62633145c07p-53;
+
+// atan(n / d) in [0, pi/2] as hi + lo, for n, d >= 0 (double-double), finite, not both zero, and
+// of moderate exponents (the callers scale): u = min(n, d) / max(n, d) in [0, 1], atan(u) =
+// atan(c) + atan(t), c = j/4 the nearest quarter, t = (u - c) / (1 + u c), |t| <= 1/8, from its
+// Taylor series to t^21 (remainder below 2^-60 relative); for n > d, pi/2 - atan(u).
+NDVM_VM_INLINE DD atan_ratio(DD n, DD d) {
+  const bool inv = n.hi > d.hi;
+  const DD u = dd_div({inv ? d.hi : n.hi, inv ? d.lo : n.lo}, {inv ? n.hi : d.hi, inv ? n.lo : d.lo});
+  double j = 4.0 * u.hi + kShift;
+  j -= kShift;  // 0..4
+  const double c = 0.25 * j;
+  // atan(c): 0, atan(1/4), atan(1/2), atan(3/4), pi/4 (one select after another: a chained
+  // conditional expression compiles to branches)
+  double ch = 0.0, cl = 0.0;
+  ch = j == 1.0 ? 0x1.f5b75f92c80ddp-3 : ch;
+  cl = j == 1.0 ? 0x1.8ab6e3cf7afbdp-57 : cl;
+  ch = j == 2.0 ? 0x1.dac670561bb4fp-2 : ch;
+  cl = j == 2.0 ? 0x1.a2b7f222f65e2p-56 : cl;
+  ch = j == 3.0 ? 0x1.4978fa3269ee1p-1 : ch;
+  cl = j == 3.0 ? 0x1.2419a87f2a458p-56 : cl;
+  ch = j == 4.0 ? 0x1.921fb54442d18p-1 : ch;
+  cl = j == 4.0 ? 0x1.1a62633145c07p-55 : cl;
+  const DD uc = two_prod(u.hi, c);
+  const double dh = 1.0 + uc.hi;                                   // 1 + u c: uc.hi <= 1
+  const DD den = {dh, ((1.0 - dh) + uc.hi) + (uc.lo + u.lo * c)};  //
+  const DD tt = dd_div({u.hi - c, u.lo}, den);                     // u - c is exact (Sterbenz)
+  const double t = tt.hi, z = t * t;
+  double Q = -1.0 / 21.0;
+  Q = 1.0 / 19.0 + z * Q;
+  Q = -1.0 / 17.0 + z * Q;
+  Q = 1.0 / 15.0 + z * Q;
+  Q = -1.0 / 13.0 + z * Q;
+  Q = 1.0 / 11.0 + z * Q;
+  Q = -1.0 / 9.0 + z * Q;
+  Q = 1.0 / 7.0 + z * Q;
+  Q = -1.0 / 5.0 + z * Q;
+  Q = 1.0 / 3.0 + z * Q;
+  // atan(t + tl) = t + tl - t z Q(z) (tl t^2 is below 2^-59 of t)
+  const DD a = fast_two_sum(ch, t);  // |atan c| >= |t| unless c = 0
+  const double alo = a.lo + (cl + (tt.lo - (t * z) * Q));
+  const DD b = fast_two_sum(kPio2Hi, -a.hi);  // pi/2 - atan(u) >= pi/4 >= atan(u)
+  return {inv ? b.hi : a.hi, inv ? b.lo + (kPio2Lo - alo) : alo};
+}
+
+NDVM_VM_INLINE double atan(double x) {
+  // atan(2^60) rounds to pi/2 as every larger argument does: clamping keeps Dekker's products finite
+  double a = abs(x);
+  a = a < 0x1p60 ? a : 0x1p60;  // and NaN
+  const DD v = atan_ratio({a, 0.0}, {1.0, 0.0});
+  const double r = copysign(v.hi + v.lo, x);
+  return x != x ? x : r;
+}
+
+// atan2(y, x) in [-pi, pi], C99 Annex F's special cases (signed zeros and infinities) included.
+NDVM_VM_INLINE double atan2(double y, double x) {
+  const double ay = abs(y), ax = abs(x);
+  // infinities as 1 against 0 (or 1 against 1: pi/4); two zeros as 0 against 1 (one select
+  // after another, on doubles: selects on stored flags keep the loop from vectorizing)
+  double n = ax == kInf ? 0.0 : ay;
+  n = ay == kInf ? 1.0 : n;
+  double d = ay == kInf ? 0.0 : ax;
+  d = ax == kInf ? 1.0 : d;
+  d = ((n == 0.0) & (d == 0.0)) ? 1.0 : d;
+  // both scaled by 2^(1023 - e), e the larger one's exponent field, into [2^-1022, 4)
+  const double m = n > d ? n : d;
+  double e = from_bits((bits(m) >> 52) | bits(kShift)) - kShift;
+  e = 1023.0 - e;
+  e = e < -1022.0 ? -1022.0 : (e > 1022.0 ? 1022.0 : e);
+  const double sc = pow2(e);
+  const DD v = atan_ratio({n * sc, 0.0}, {d * sc, 0.0});
+  const DD w = fast_two_sum(kPiHi, -v.hi);  // pi - v for x < 0 (and -0): pi - v >= v
+  const double r = copysign(1.0, x) < 0.0 ? w.hi + (w.lo + (kPiLo - v.lo)) : v.hi + v.lo;
+  return ((x != x) | (y != y)) ? x + y : copysign(r, y);
+}
+
+// sqrt(1 - x^2) as hi + lo, |x| <= 1: 1 - x^2 exact in two parts, one Newton correction
+NDVM_VM_INLINE DD sqrt1m_dd(double x) {
+  const DD p = two_prod(x, x);
+  const DD w = fast_two_sum(1.0, -p.hi);
+  const double wl = w.lo - p.lo;
+  const double sh = __builtin_sqrt(w.hi);
+  const DD s2 = two_prod(sh, sh);
+  const double sl = (((w.hi - s2.hi) - s2.lo) + wl) / (sh == 0.0 ? 1.0 : 2.0 * sh);
+  return {sh, sl};
+}
+
+// asin(x) = atan(|x| / sqrt(1 - x^2)), signed; NaN beyond [-1, 1]
+NDVM_VM_INLINE double asin(double x) {
+  const double a = abs(x);
+  const bool in = a <= 1.0;
+  const double as = in ? a : 0.0;
+  const DD v = atan_ratio({as, 0.0}, sqrt1m_dd(as));
+  return in ? copysign(v.hi + v.lo, x) : (x != x ? x : __builtin_nan(""));
+}
+
+// acos(x) = atan(sqrt(1 - x^2) / |x|), or pi minus it for x < 0; NaN beyond [-1, 1]
+NDVM_VM_INLINE double acos(double x) {
+  const double a = abs(x);
+  const bool in = a <= 1.0;
+  const double as = in ? a : 0.0;
+  const DD v = atan_ratio(sqrt1m_dd(as), {as, 0.0});
+  const DD w = fast_two_sum(kPiHi, -v.hi);
+  const double r = x < 0.0 ? w.hi + (w.lo + (kPiLo - v.lo)) : v.hi + v.lo;
+  return in ? r : (x != x ? x : __builtin_nan(""));
 }
 
 }  // namespace vm
