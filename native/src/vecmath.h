@@ -133,9 +133,11 @@ NDVM_VM_INLINE double log(double x) {
   const double hfsq = 0.5 * f * f;
   // log(1 + f) = f - hfsq + s (hfsq + R)
   const double r = k * kLn2Hi + (f - (hfsq - (s * (hfsq + R) + k * kLn2Lo)));
-  // log(0) = -inf, log(x < 0) = NaN, log(+inf) = +inf, log(NaN) = NaN
-  const double special = x == 0.0 ? -kInf : (x < 0.0 ? __builtin_nan("") : x);
-  return (x > 0.0 && x < kInf) ? r : special;
+  // log(0) = -inf, log(x < 0) = NaN, log(+inf) = +inf, log(NaN) = NaN: one select after another
+  // (nested ones on a loop-invariant x keep the loop from vectorizing)
+  double v = x < kInf ? r : x;  // +inf and NaN
+  v = x < 0.0 ? __builtin_nan("") : v;
+  return x == 0.0 ? -kInf : v;
 }
 
 // log(1 + u) for u > -1, exact for tiny u: log(w) corrected by the rounding of w = 1 + u.
@@ -357,17 +359,18 @@ NDVM_VM_INLINE DD log_dd(double x) {
 // e^(h + l), |l| <= ulp(h): as exp() above, with the argument's low part carried through the
 // reduction and 1 + r added exactly, so that only the last rounding is a half ulp.
 NDVM_VM_INLINE double exp_dd(double h, double l) {
-  const bool out = !((h >= kExpMin) & (h <= kExpMax));  // NaN is not passed here
-  h = h < kExpMin ? kExpMin : (h > kExpMax ? kExpMax : h);
-  l = out ? 0.0 : l;
+  l = h >= kExpMin ? l : 0.0;  // NaN is not passed here
+  l = h <= kExpMax ? l : 0.0;
+  h = h < kExpMin ? kExpMin : h;
+  h = h > kExpMax ? kExpMax : h;
   double k = h * kInvLn2 + kShift;
   k -= kShift;
   const DD r = two_sum(h - k * kLn2Hi, l - k * kLn2Lo);  // h - k kLn2Hi is exact
   const double a = 1.0 + r.hi, ae = (1.0 - a) + r.hi;    // exact: |r| < 1
   const double m = a + (ae + (expm1_tail(r.hi) + r.lo * (1.0 + r.hi)));
-  const bool low = k < -1000.0, high = k > 1000.0;
-  const double k2 = low ? -600.0 : (high ? 100.0 : 0.0);
-  const double f2 = low ? 0x1p-600 : (high ? 0x1p100 : 1.0);
+  double k2 = k < -1000.0 ? -600.0 : 0.0, f2 = k < -1000.0 ? 0x1p-600 : 1.0;
+  k2 = k > 1000.0 ? 100.0 : k2;
+  f2 = k > 1000.0 ? 0x1p100 : f2;
   return (m * pow2(k - k2)) * f2;
 }
 
@@ -378,23 +381,36 @@ NDVM_VM_INLINE double exp_dd(double h, double l) {
 NDVM_VM_INLINE double pow(double x, double y) {
   const double ax = abs(x), ay = abs(y);
   // y integral (every |y| >= 2^52 is) and odd (none >= 2^53 is): adding and subtracting 2^52
-  // rounds a smaller |y| (or |y| / 2) to an integer
-  const bool integral = (ay < 0x1p52 ? (ay + 0x1p52) - 0x1p52 : ay) == ay;
-  const double half = 0.5 * ay;
-  const bool odd = integral & (ay < 0x1p53) & (((half + 0x1p52) - 0x1p52) != half);
+  // rounds a smaller |y| (or |y| / 2) to an integer. No bool temporaries here and below: selects
+  // on each condition where it is used, which GCC vectorizes for every instruction set.
+  const double y_rounded = ay < 0x1p52 ? (ay + 0x1p52) - 0x1p52 : ay;
+  const double half = 0.5 * ay, half_rounded = (half + 0x1p52) - 0x1p52;
   // the finite path on tame inputs (0, inf, NaN are fixed up below); beyond 2^64, y log|x| is
   // beyond exp's range for every x other than 1 (|log x| >= 2^-53)
-  const double xs = ((ax > 0.0) & (ax < kInf)) ? ax : 1.0;
+  double xs = ax < kInf ? ax : 1.0;
+  xs = ax > 0.0 ? xs : 1.0;
   const double ys = ay < 0x1p64 ? y : copysign(0x1p64, y);
   const DD lx = log_dd(xs);
   const double ph = ys * lx.hi;
-  double mag = exp_dd(ph, product_error(ys, lx.hi, ph) + ys * lx.lo);
-  mag = ax == 0.0 ? (y > 0.0 ? 0.0 : kInf) : mag;
-  mag = ax == kInf ? (y > 0.0 ? kInf : 0.0) : mag;
-  double r = (odd & (copysign(1.0, x) < 0.0)) ? -mag : mag;  // -0 and -inf included
-  r = ((x < 0.0) & (x > -kInf) & (integral == false)) ? __builtin_nan("") : r;
-  r = ((x != x) | (y != y)) ? x + y : r;
-  return ((y == 0.0) | (x == 1.0)) ? 1.0 : r;
+  double r = exp_dd(ph, product_error(ys, lx.hi, ph) + ys * lx.lo);
+  // The fix-ups as selects of one condition each, on x alone or y alone: a condition combining
+  // both keeps the loop from vectorizing when one operand is the same for every element.
+  const double zero_to_y = y > 0.0 ? 0.0 : kInf, inf_to_y = y > 0.0 ? kInf : 0.0;
+  r = ax == 0.0 ? zero_to_y : r;
+  r = ax == kInf ? inf_to_y : r;
+  // a negative x (-0 and -inf included) to an odd integer power: negative
+  double sign = half_rounded != half ? copysign(1.0, x) : 1.0;
+  sign = ay < 0x1p53 ? sign : 1.0;
+  sign = y_rounded == ay ? sign : 1.0;
+  r = sign * r;
+  // a negative finite x to a non-integer power: NaN
+  double non_integral = x < 0.0 ? __builtin_nan("") : r;
+  non_integral = x > -kInf ? non_integral : r;
+  r = y_rounded == ay ? r : non_integral;
+  r = x != x ? x : r;
+  r = y != y ? y : r;
+  r = x == 1.0 ? 1.0 : r;
+  return y == 0.0 ? 1.0 : r;
 }
 
 // tan of x, |x| <= kTrigLimit (beyond: the C library, kernels_simd.inc): sin/cos (even quadrants)
