@@ -101,7 +101,7 @@ void VM::plan_tiles(const Value& result) {
     const TapeKind kind = tape_kind(t.op);
     if (t.out.ne != n || t.nin > 2) return;
     if (kind == TapeKind::BINARY) {
-      if (!k.has_binary(t.op)) return;  // atan2, min, max: the whole-vector backward's own loops
+      if (!k.has_binary(t.op)) return;  // min, max: the whole-vector backward's own loops
     } else if (kind != TapeKind::UNARY) {
       return;
     }
