@@ -5,8 +5,8 @@
 
 Every stage of a run is a Prefect task, so the Prefect UI shows the pipeline with each stage's
 duration and counts (the final state's message): ``propose-N`` (one LLM request or mutation
-round; retried on a transient failure) with its ``deduplicate-N`` (the proposals into the store,
-which drops duplicates and invalid programs), ``calibrate-batch-N`` (one batch in a supervised
+round, then its proposals into the store, which drops duplicates and invalid programs; retried on
+a transient failure), ``calibrate-batch-N`` (one batch in a supervised
 worker, its results recorded as they come), ``log-progress-N`` (counters, LLM cost and a new best
 to MLflow; retried), then ``score-test-split``, ``report-card`` and ``log-final``. The flow's own
 thread coordinates them (``Discovery._coordinate``) with task submission and futures:
@@ -41,6 +41,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import math
 import os
 import queue
 import socket
@@ -115,6 +116,26 @@ def make_proposer(config: DiscoverConfig, seed_offset: int = 0) -> Any:
 
 
 # ---------------------------------------------------------------------------- measuring
+# Near the hard deadline a batch gets only as many candidates as one worker calibrates before it,
+# at DEADLINE_SAFETY times the recent seconds per candidate, DEADLINE_MARGIN_SECONDS ahead: a
+# batch cancelled at the deadline loses all of its fits (results come back per batch).
+DEADLINE_SAFETY = 1.5
+DEADLINE_MARGIN_SECONDS = 1.0
+# Rounds of the mutation or replay proposer (16 programs each) one `propose` task run may make.
+OFFLINE_ROUNDS_PER_REQUEST = 4
+
+
+def deadline_batch_size(batch_size: int, seconds_left: float, seconds_per_candidate: float) -> int:
+    """How many candidates a batch handed over now may hold so that it ends before a deadline
+    ``seconds_left`` away (0: none would); ``batch_size`` when the deadline is far."""
+    usable = seconds_left - DEADLINE_MARGIN_SECONDS
+    if usable <= 0:
+        return 0
+    if seconds_per_candidate <= 0 or math.isinf(usable):  # (no wall-time budget: an infinite drain)
+        return batch_size
+    return max(0, min(batch_size, int(usable / (DEADLINE_SAFETY * seconds_per_candidate))))
+
+
 class StageMeter:
     """Wall time during which a stage had at least one operation in flight."""
 
@@ -290,13 +311,6 @@ def _retry_request(task: Any, task_run: Any, state: Any) -> bool:
 def propose_task(run: Discovery, number: int, n: int) -> Any:
     """One proposal request (an LLM request, a mutation round), then its proposals into the store."""
     return run.propose_request(number, n)
-
-
-@task(name="deduplicate", task_run_name="deduplicate-{number}", **_TASK)
-def deduplicate_task(run: Discovery, number: int, proposals: list[Any]) -> Any:
-    """The proposals of one request into the store: duplicates and invalid programs are dropped
-    (and counted), the new candidates join the calibration queue."""
-    return run.deduplicate(proposals)
 
 
 @task(name="calibrate-batch", task_run_name="calibrate-batch-{number}", **_TASK)
@@ -489,6 +503,10 @@ class Discovery:
         self.queue_lock = threading.Lock()
         self.accept_lock = threading.Lock()  # keeps the candidate budget exact
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
+        # results recorded so far (store writes that change the ranking; under queue_lock), and the
+        # ranked programs read at one of them (_ranked_programs)
+        self.results_version = 0
+        self.ranked_cache: tuple[int, list[Any]] | None = None
         # duplicates and stale rounds (flows/feedback.py); only the LLM's prompt names the duplicates
         self.feedback = RoundFeedback(config.max_stale_rounds, name_duplicates=config.proposer == "llm")
         self.niches = NicheArchive(config.seed)  # parents drawn across structural niches (proposers/niches.py)
@@ -595,7 +613,31 @@ class Discovery:
             self.stop_reason = reason
             self.log.info("discovery %s: stops proposing: %s", self.run_id, reason)
             self.drain_deadline = time.monotonic() + self.budget.drain_seconds()
+            if self.budget.minutes is not None and reason != "interrupted":
+                # proposing stopped before its wall time (candidates, cost, the proposer exhausted
+                # or stale): what is queued may still use the wall time the run was given
+                self.drain_deadline = max(self.drain_deadline, self._planned_deadline())
             self.stop_proposing.set()
+
+    def _planned_deadline(self) -> float:
+        """--minutes plus the drain, from the start (a run with a wall-time budget only)."""
+        assert self.budget.minutes is not None
+        return self.started + 60.0 * self.budget.minutes + self.budget.drain_seconds()
+
+    def hard_deadline(self) -> float | None:
+        """When whatever is still in calibration is cancelled (monotonic clock); None: no wall-time
+        budget and proposing goes on."""
+        if self.drain_deadline is not None:
+            return self.drain_deadline
+        return self._planned_deadline() if self.budget.minutes is not None else None
+
+    def _batch_size_now(self) -> int:
+        """``batch_size``, or fewer near the hard deadline (``deadline_batch_size``)."""
+        deadline = self.hard_deadline()
+        per_candidate = self.supervisor.seconds_per_candidate() if self.supervisor is not None else None
+        if deadline is None or per_candidate is None:
+            return self.config.batch_size
+        return deadline_batch_size(self.config.batch_size, deadline - time.monotonic(), per_candidate)
 
     # ------------------------------------------------------------------ proposal stage
     def _context(self) -> Any:
@@ -603,7 +645,7 @@ class Discovery:
         from proposers import ProposalContext
 
         # the best program, then one per structural niche; as duplicates rise, the less-visited niches
-        best = self.niches.select(store_programs(self.store, self.run_id), 5, explore=self.feedback.duplicate_rate)
+        best = self.niches.select(self._ranked_programs(), 5, explore=self.feedback.duplicate_rate)
         b = self.budget
         left = ProposalBudget(
             proposals_left=None if b.max_candidates is None else max(0, b.max_candidates - self.accepted),
@@ -621,6 +663,16 @@ class Discovery:
             stale_rounds=fb.stale_rounds,
             residuals=self._residuals(),
         )
+
+    def _ranked_programs(self) -> list[Any]:
+        """The run's calibrated programs in rank order (``store_programs``), read again only after
+        the store recorded results: a round reads every calibrated candidate of the run, and most
+        rounds come before the next batch is recorded."""
+        with self.queue_lock:
+            version = self.results_version
+        if self.ranked_cache is None or self.ranked_cache[0] != version:
+            self.ranked_cache = (version, store_programs(self.store, self.run_id))
+        return list(self.ranked_cache[1])
 
     def _residuals(self) -> str:
         """Where the run's best program fails on validation (LLM prompt only; refreshed when the best changes)."""
@@ -667,6 +719,7 @@ class Discovery:
             new = self.library.reuse(new)  # evaluated by an earlier run on this data: recorded, not queued
             self.unrecorded += len(new)
             with self.queue_lock:
+                self.results_version += 1  # (reused evaluations are recorded results)
                 self.queue.extend(BatchItem(c.hash, c.source, c.program_source or c.source) for c in new)
         return accepted
 
@@ -704,25 +757,59 @@ class Discovery:
         return self.config.concurrency, self.config.per_request
 
     def propose_request(self, number: int, n: int) -> Any:
-        """The ``propose`` task: one request for ``n`` programs, then the ``deduplicate`` task on
-        its proposals. Raises what the proposer did not absorb (Prefect retries it)."""
+        """The ``propose`` task: one request for ``n`` programs, then its proposals into the store
+        (``deduplicate``, in the same task run: a task run costs the flow and Prefect's server as
+        much CPU as a calibration). The mutation and replay proposers go on with further rounds, each
+        from a fresh context, while the queue and the budget allow (``_rounds_per_request``): the
+        rounds the coordinator would have submitted next, without a task run each. Raises what the
+        proposer did not absorb (Prefect retries it)."""
         from prefect.states import Completed
 
+        proposed = new = 0
         self.proposal_meter.enter()
+        try:
+            for round_number in range(self._rounds_per_request()):
+                if round_number and not self._may_propose():
+                    break
+                counts = self._propose_round(number, n)
+                if counts is None:
+                    return Completed(message="cancelled at the hard deadline", data=proposed)
+                if self.finished.is_set():  # the run ended while this request was out: the store is closing
+                    return Completed(
+                        message=f"{counts['proposals']} proposals arrived after the end of the run; dropped", data=0
+                    )
+                proposed, new = proposed + counts["proposals"], new + counts["new"]
+        finally:
+            self.proposal_meter.exit()
+        return Completed(
+            message=f"{proposed} proposals: {new} new, {proposed - new} duplicate, invalid or over the candidate budget",
+            data=proposed,
+        )
+
+    def _rounds_per_request(self) -> int:
+        """Proposal rounds one ``propose`` task run may make: the offline proposers' rounds take a
+        tenth of a second, less than the task run around them; one LLM request per task run (its
+        retries are per request); one round in a serial run (calibrated before the next)."""
+        if self.config.proposer in ("mutation", "replay") and not self.config.serial:
+            return OFFLINE_ROUNDS_PER_REQUEST
+        return 1
+
+    def _propose_round(self, number: int, n: int) -> dict[str, int] | None:
+        """One proposal round of ``n`` programs (request ``number``) into the store; None: cancelled
+        at the hard deadline. Raises ProposalsNotRecorded when the reply cannot be recorded."""
         try:
             proposals = self._cancellable(self.proposer.apropose(self._context(), n))
         except asyncio.CancelledError:  # the hard deadline (_cancel_requests)
-            return Completed(message="cancelled at the hard deadline", data=0)
+            return None
         finally:
-            self.proposal_meter.exit()
             for failure in self.proposer.drain_failures():
                 self.failures.append(failure)
             self._save_usage()  # a failed request may have cost too
-        if self.finished.is_set():  # the run ended while this request was out: the store is closing
-            return Completed(message=f"{len(proposals)} proposals arrived after the end of the run; dropped", data=0)
+        if self.finished.is_set():
+            return {"proposals": len(proposals), "new": 0}
         if proposals:
             try:
-                counts = self.stages.call(deduplicate_task, run=self, number=number, proposals=proposals)
+                counts = self.deduplicate(proposals)
             except Exception as exc:
                 kept = self._keep_unrecorded(proposals)
                 raise ProposalsNotRecorded(
@@ -733,7 +820,7 @@ class Discovery:
             self.feedback.record(self.store, self.run_id, [], set())
             counts = {"proposals": 0, "new": 0}
         self._check_stale()
-        return Completed(message=f"{len(proposals)} proposals, {counts['new']} new", data=len(proposals))
+        return counts
 
     def _keep_unrecorded(self, proposals: list[Any]) -> str:
         """Proposals whose recording failed, appended to the run folder's replay file (they may
@@ -747,17 +834,11 @@ class Discovery:
             return f"they could not be kept either ({error})"
         return f"kept in {path}"
 
-    def deduplicate(self, proposals: list[Any]) -> Any:
-        """The ``deduplicate`` task: ``proposals`` into the store (``_accept``)."""
-        from prefect.states import Completed
-
+    def deduplicate(self, proposals: list[Any]) -> dict[str, int]:
+        """A request's proposals into the store (``_accept``): duplicates and invalid programs are
+        dropped (and counted), the new candidates join the calibration queue."""
         new = self._accept(proposals)
-        counts = {"proposals": len(proposals), "new": len(new)}
-        return Completed(
-            message=f"{len(proposals)} proposals: {len(new)} new, {len(proposals) - len(new)} "
-            "duplicate, invalid or over the candidate budget",
-            data=counts,
-        )
+        return {"proposals": len(proposals), "new": len(new)}
 
     def _request_failed(self, error: BaseException) -> None:
         """A proposal request that failed after its retries: recorded for the proposers' context
@@ -776,13 +857,9 @@ class Discovery:
 
     def _check_stale(self) -> None:
         if self.feedback.stale() and not self.stop_proposing.is_set():
-            # the proposer only repeats itself (or fails): stop paying for it. What is queued may
-            # still use the wall time the run was given (the usual drain counts from the stop).
+            # the proposer only repeats itself (or fails): stop paying for it (what is queued may
+            # still use the wall time the run was given: _stop)
             self._stop(self.feedback.stop_message())
-            if self.budget.minutes is not None and self.drain_deadline is not None:
-                self.drain_deadline = max(
-                    self.drain_deadline, self.started + 60.0 * self.budget.minutes + self.budget.drain_seconds()
-                )
 
     def _cancellable(self, coro: Any) -> Any:
         """Run the proposer's coroutine on an event loop of this thread, registered so that the
@@ -808,9 +885,10 @@ class Discovery:
 
     # ------------------------------------------------------------------ calibration stage
     def _take_batch(self) -> list[BatchItem]:
+        size = self._batch_size_now()
         with self.queue_lock:
             items = []
-            while self.queue and len(items) < self.config.batch_size:
+            while self.queue and len(items) < size:
                 items.append(self.queue.popleft())
             return items
 
@@ -822,6 +900,8 @@ class Discovery:
         self.store.record(
             [r.evaluation(self.run_id, self.config.problem.label, self.task.kind, self.split_label) for r in results]
         )
+        with self.queue_lock:
+            self.results_version += 1
         for r in results:
             if r.status != "ok":
                 self.failures.append(
@@ -924,13 +1004,16 @@ class Discovery:
         return Completed(message=f"{len(batch.items)} candidates: {summary}", data=dict(counts, pending=left))
 
     # ------------------------------------------------------------------ tracking stage
-    def _log_leaderboard(self, tracker: Any, k: int) -> None:
+    def _log_leaderboard(self, tracker: Any, k: int, light: bool = False) -> None:
+        """The top ``k`` to MLflow; ``light`` (progress): new entries without their artifacts and
+        model, which the end's call (not light) adds to every entry (``Tracker.log_leaderboard``)."""
+
         def extras(digest: str) -> dict[str, Any]:
             evaluation = self.store.evaluation(self.run_id, digest)
             source = self.store.candidate(digest)["source"]
             return entry_extras(self.dataset, self.task, source, evaluation["parameters"])
 
-        logged = tracker.log_leaderboard(self.store, self.run_id, k=k, extras=extras)
+        logged = tracker.log_leaderboard(self.store, self.run_id, k=k, extras=extras, light=light)
         self.logged_entries += len(logged)
 
     # ------------------------------------------------------------------ logging stage (Prefect tasks)
@@ -947,7 +1030,7 @@ class Discovery:
         tracker.log_progress(status)
         self._log_usage(tracker)
         if podium:
-            self._log_leaderboard(tracker, podium)
+            self._log_leaderboard(tracker, podium, light=True)
         return Completed(
             message=f"{status.calibrated} calibrated, best {status.metric} {status.best_score}; top {podium} logged",
             data=status.calibrated,
@@ -1196,7 +1279,12 @@ class Discovery:
                     )
                 return
             proposing_done = self.stop_proposing.is_set() and not self.proposal_futures
-            if proposing_done and not supervisor.busy() and queued == 0:
+            if proposing_done and not supervisor.busy() and (queued == 0 or self._batch_size_now() == 0):
+                if queued:  # not even one would finish before the hard deadline: no need to wait for it
+                    self.stop_reason += (
+                        f"; {queued} queued left pending: they would not be calibrated before the hard "
+                        "deadline (resume continues)"
+                    )
                 return
             if not supervisor.busy():  # (collect() above waited for the workers)
                 # idle until a task ends; short, so the deadline and the progress display stay on time
@@ -1224,8 +1312,12 @@ class Discovery:
         s = self.store.run_status(self.run_id)
         elapsed = max(self.elapsed_final, 1e-9)
         rows = [
-            ("propose", self.request_number, f"{s.proposed} proposals", self.proposal_meter.busy_seconds()),
-            ("deduplicate", self.request_number, f"{s.new} new, {s.duplicates} duplicates, {s.invalid} invalid", None),
+            (
+                "propose",
+                self.request_number,
+                f"{s.proposed} proposals: {s.new} new, {s.duplicates} duplicates, {s.invalid} invalid",
+                self.proposal_meter.busy_seconds(),
+            ),
             (
                 "calibrate-batch",
                 self.batch_number,
@@ -1413,6 +1505,7 @@ __all__ = [
     "StageMeter",
     "add_progress_listener",
     "build_config",
+    "deadline_batch_size",
     "discover",
     "discover_options",
     "resolve_proposer",

@@ -46,6 +46,7 @@ MIN_BATCH_SECONDS = 5.0
 GRACE_SECONDS = 2.0
 WALL_CLOCK_ERROR = "wall-clock limit (max_seconds="  # how the runtime's LimitError starts
 STARTUP_FAILURES = 3  # workers that die before they are ready, in a row, before the pool gives up
+RECENT_BATCHES = 4  # batches whose time per candidate sizes the batches near the deadline
 
 
 class CalibrationPoolError(RuntimeError):
@@ -436,6 +437,8 @@ class CalibrationSupervisor:
         self._jobs: dict[int, tuple[Any, Job, str]] = {}  # id -> (backend, job, why: "" or the batch failure)
         self._next_id = 0
         self.counts = SupervisorCounts()
+        # wall seconds per candidate of the last batches that ended well (from reaching a worker)
+        self._per_candidate: collections.deque[float] = collections.deque(maxlen=RECENT_BATCHES)
 
     # -- submitting
     def _isolation(self) -> Any:
@@ -472,6 +475,10 @@ class CalibrationSupervisor:
             self.counts.batches += 1
 
     # -- collecting
+    def seconds_per_candidate(self) -> float | None:
+        """Wall seconds per candidate of a batch, the slowest of the last few (None: none yet)."""
+        return max(self._per_candidate) if self._per_candidate else None
+
     def busy(self) -> bool:
         return bool(self._jobs or self.alone)
 
@@ -484,8 +491,11 @@ class CalibrationSupervisor:
         for backend in backends.values():
             outcomes += backend.poll(timeout / len(backends))
         ready = []
+        now = time.monotonic()
         for outcome in outcomes:
             _, job, why = self._jobs.pop(outcome.job.id)
+            if outcome.kind == "done" and not job.alone and job.started is not None and job.items:
+                self._per_candidate.append((now - job.started) / len(job.items))
             if self.meter is not None:
                 self.meter.exit()
             if outcome.worker:

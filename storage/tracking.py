@@ -62,6 +62,8 @@ CHAMPION, PREVIOUS = "champion", "previous"
 # in the parameter and kept whole in the run's config.json artifact.
 _MAX_PARAM = 6000
 _MAX_TAG = 5000
+# An entry logged while its run goes on: parameters and metrics, no artifacts nor model yet.
+LIGHT_TAG = "ndvm.light"
 
 
 def _slug(text: str) -> str:
@@ -388,8 +390,10 @@ class Tracker:
             self.client.log_inputs(parent, datasets=[self._dataset_input])
 
     # ---- leaderboard entries ---------------------------------------------------------------
-    def log_entry(self, entry: LeaderboardEntry) -> tuple[str, str]:
-        """Log a leaderboard entry as a nested run named by its hash; return (nested run id, model URI)."""
+    def log_entry(self, entry: LeaderboardEntry, *, light: bool = False) -> tuple[str, str]:
+        """Log a leaderboard entry as a nested run named by its hash; return (nested run id, model
+        URI). ``light``: tags, parameters and metrics only, tagged ``ndvm.light`` (model URI "");
+        ``complete_entry`` adds the artifacts and the model later (the end of a run does)."""
         with self._lock:
             parent = self._require_parent()
             formula = entry.formula if entry.formula is not None else _formula(entry)
@@ -413,23 +417,44 @@ class Tracker:
                     if v is not None
                 }
             )
+            if light:
+                tags[LIGHT_TAG] = "true"
             run = self.client.create_run(self.experiment_id, run_name=entry.hash, tags=tags)
             run_id = run.info.run_id
             try:
                 if self.entry_hook is not None:
                     self.entry_hook(entry.hash)
-                model_uri = self._log_entry_contents(run_id, entry)
+                self._log_entry_values(run_id, entry)
+                model_uri = "" if light else self._log_entry_files(run_id, entry)
             except BaseException:
                 self.client.set_terminated(run_id, status="FAILED")
                 raise
-            self.client.set_tag(run_id, "ndvm.model_uri", model_uri)
+            if model_uri:
+                self.client.set_tag(run_id, "ndvm.model_uri", model_uri)
             if self._dataset_input is not None:
                 self.client.log_inputs(run_id, datasets=[self._dataset_input])
             self.client.set_terminated(run_id, status="FINISHED")
             return run_id, model_uri
 
+    def complete_entry(self, nested: str, entry: LeaderboardEntry) -> str:
+        """Give a light entry (``log_entry(light=True)``) its artifacts and model, as a full entry
+        has them; return the model URI. The tag ``ndvm.light`` goes last: an entry whose completion
+        was interrupted is completed again."""
+        with self._lock:
+            model_uri = self._log_entry_files(nested, entry)
+            self.client.set_tag(nested, "ndvm.model_uri", model_uri)
+            self.client.set_terminated(nested, status="FINISHED")
+            self.client.delete_tag(nested, LIGHT_TAG)
+            return model_uri
+
     def log_leaderboard(
-        self, store: Any, run_id: str, k: int = 10, extras: Callable[[str], Mapping[str, Any]] | None = None
+        self,
+        store: Any,
+        run_id: str,
+        k: int = 10,
+        extras: Callable[[str], Mapping[str, Any]] | None = None,
+        *,
+        light: bool = False,
     ) -> list[tuple[str, str]]:
         """Log the run's top ``k`` candidates that are not logged yet, and remember them in the
         store; return [(candidate hash, nested run id)]. ``extras(hash)`` supplies what the store
@@ -437,20 +462,32 @@ class Tracker:
         ``model_source``, ``model_groups``. The ``ndvm.rank`` tag of every logged entry is brought
         up to date with the run's current ranking each time.
 
+        ``light`` (progress snapshots while a run goes on): new entries get their tags, parameters
+        and metrics only (``log_entry(light=True)``); plots and the pyfunc model cost seconds of
+        CPU each. A call without ``light`` (the end of a run, ``ndvm log``) completes every light
+        entry of the run, so a finished run's entries all have what a full entry has.
+
         What the tracking store holds is the truth: a finished nested run of an entry counts as
         logged (and is remembered in the store) even if the process died before it could say so;
         an unfinished one (the process died while logging it) is deleted and logged again."""
         with self._lock:  # one logger at a time: _reconcile would take another's entry for half-logged
-            done = self._reconcile(store, run_id)
+            done, light_entries = self._reconcile(store, run_id)
+
+            def entry_of(digest: str, files: bool = True) -> LeaderboardEntry:
+                more = extras(digest) if extras and files else {}  # (plots and model inputs only)
+                return entry_from_store(store, run_id, digest, **dict(more))
+
             logged = []
             for digest in store.top(k, run_id=run_id)["hash"].to_list():
                 if digest in done:
                     continue
-                entry = entry_from_store(store, run_id, digest, **dict(extras(digest) if extras else {}))
-                nested, _ = self.log_entry(entry)
+                nested, _ = self.log_entry(entry_of(digest, files=not light), light=light)
                 store.mark_logged(run_id, digest, nested)
                 logged.append((digest, nested))
                 done[digest] = nested
+            if not light:  # every entry logged light while the run went on gets what a full one has
+                for digest in light_entries:
+                    self.complete_entry(done[digest], entry_of(digest))
             if done:
                 self._ensure_view(store.run_status(run_id))
             self._update_ranks(store, run_id, done)
@@ -493,8 +530,9 @@ class Tracker:
             self.client.set_experiment_tag(self.experiment_id, VIEW_TAG, text)
             self._view = text
 
-    def _reconcile(self, store: Any, run_id: str) -> dict[str, str]:
-        """candidate hash -> nested run id of the entries this parent run already has, finished."""
+    def _reconcile(self, store: Any, run_id: str) -> tuple[dict[str, str], list[str]]:
+        """(candidate hash -> nested run id of the entries this parent run already has, finished;
+        the hashes among them still light)."""
         parent = self._require_parent()
         children = self.client.search_runs(
             [self.experiment_id],
@@ -502,21 +540,25 @@ class Tracker:
             max_results=5000,
         )
         done: dict[str, str] = {}
+        light: list[str] = []
         for child in children:
             digest = child.data.tags.get("ndvm.hash")
             if not digest:
                 continue
             if child.info.status == "FINISHED" and digest not in done:
                 done[digest] = child.info.run_id
+                if child.data.tags.get(LIGHT_TAG):
+                    light.append(digest)
             else:  # half-logged (its process died) or a duplicate: remove it
                 self.client.delete_run(child.info.run_id)
         marked = store.logged(run_id)
         for digest, nested in done.items():
             if marked.get(digest) != nested:
                 store.mark_logged(run_id, digest, nested)
-        return done
+        return done, light
 
-    def _log_entry_contents(self, run_id: str, entry: LeaderboardEntry) -> str:
+    def _log_entry_values(self, run_id: str, entry: LeaderboardEntry) -> None:
+        """An entry's parameters and metrics (the loss curve as the metric ``loss`` over steps)."""
         stamp = int(time.time() * 1000)
         params = [mlflow.entities.Param(k, repr(float(v))) for k, v in entry.parameters.items()]
         for start in range(0, len(params), 100):  # MLflow's batch limit for params
@@ -534,6 +576,8 @@ class Tracker:
         for start in range(0, len(metrics), 1000):  # MLflow's batch limit
             self.client.log_batch(run_id, metrics=metrics[start : start + 1000])
 
+    def _log_entry_files(self, run_id: str, entry: LeaderboardEntry) -> str:
+        """An entry's artifacts (program, fit.json, plots) and its pyfunc model; returns the model URI."""
         with tempfile.TemporaryDirectory(prefix="ndvm-entry-") as tmp:
             folder = Path(tmp)
             program = folder / "program.scm"

@@ -130,6 +130,9 @@ def test_enso_run_mlflow_parent_nested_artifacts_and_model(enso_run):
         logged = store.logged("enso-e2e")
     assert set(top3) <= {c.data.tags["ndvm.hash"] for c in children}  # the final top 3 are all logged
     assert set(logged.values()) == {c.info.run_id for c in children}
+    for child in children:  # entries logged light during the run were completed at its end
+        assert "ndvm.light" not in child.data.tags and child.data.tags["ndvm.model_uri"].startswith("models:/")
+        assert {"program.scm", "fit.json", "plots"} <= {a.path for a in client.list_artifacts(child.info.run_id)}
     best = next(c for c in children if c.data.tags["ndvm.hash"] == report["best_hash"])
     assert best.data.metrics["heldout_mean_rmse"] == pytest.approx(report["best_score"])
     assert "loss" in best.data.metrics and best.data.tags["ndvm.origin"].startswith("mutation")

@@ -111,6 +111,39 @@ def test_the_supervisor_retries_a_failed_batch_alone_then_marks_the_culprit(task
     assert {recorded[items[i].hash].status for i in (0, 3)} <= {"ok", "error"}
     counts = supervisor.counts
     assert (counts.batches, counts.retried_alone, counts.crashed, counts.timeout) == (1, 4, 1, 1)
+    assert supervisor.seconds_per_candidate() is None  # a failed batch and candidates alone time nothing
+
+
+def test_the_supervisor_times_its_batches_per_candidate(task):
+    """The wall time per candidate of the batches that ended well: what sizes the batches handed
+    over near the hard deadline (flows.discover.deadline_batch_size)."""
+    from flows.calibration import CalibrationOptions
+    from flows.supervisor import CalibrationSupervisor, WorkerPool
+
+    supervisor = CalibrationSupervisor(WorkerPool(task, CalibrationOptions(**OPTIONS), workers=1), threads=1)
+    queue = [_items(task, 3)]
+    try:
+        started, deadline = time.monotonic(), time.monotonic() + 120
+        while (queue or supervisor.busy()) and time.monotonic() < deadline:
+            supervisor.fill(lambda: queue.pop() if queue else [])
+            supervisor.collect(0.2)
+        took = time.monotonic() - started  # (the worker's start-up included: the estimate leaves it out)
+    finally:
+        supervisor.close()
+    per_candidate = supervisor.seconds_per_candidate()
+    assert per_candidate is not None and 0 < per_candidate < took / 3
+
+
+def test_batches_near_the_deadline_hold_only_what_finishes_before_it():
+    from flows.discover import DEADLINE_MARGIN_SECONDS, DEADLINE_SAFETY, deadline_batch_size
+
+    assert deadline_batch_size(32, 600.0, 0.1) == 32  # far from the deadline: the configured size
+    per_batch_of_10 = DEADLINE_MARGIN_SECONDS + 10 * DEADLINE_SAFETY * 0.1
+    assert deadline_batch_size(32, per_batch_of_10 + 1e-9, 0.1) == 10
+    assert deadline_batch_size(32, per_batch_of_10 - 0.1, 0.1) == 9
+    assert deadline_batch_size(32, DEADLINE_MARGIN_SECONDS + 0.1, 0.1) == 0  # not even one would finish
+    assert deadline_batch_size(32, -5.0, 0.1) == 0
+    assert deadline_batch_size(32, float("inf"), 0.1) == 32  # no wall-time budget: the drain is unbounded
 
 
 def test_batch_limit_grows_with_the_batch_and_shrinks_with_threads():

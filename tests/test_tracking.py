@@ -235,3 +235,70 @@ def test_log_leaderboard_logs_each_entry_once(logged):
     assert set(store.logged(run)) == {logged["cand"].hash, second.hash}
     assert tracker.log_leaderboard(store, run, k=5) == []
     tracker.end_run()
+
+
+def test_light_entries_while_running_are_completed_like_full_ones_at_the_end(tmp_path):
+    """A progress snapshot logs an entry light (tags, parameters, metrics; no artifacts, no model);
+    the end's log_leaderboard completes it in place: the same nested run then has every artifact,
+    the model and the metrics that an entry logged whole has, its loss curve logged once."""
+    store = CandidateStore(tmp_path / "candidates.duckdb")
+    run = store.start_run("light-1", dataset="toy", task="curve", proposer="replay", model="none", config={}, budget={})
+    sources = [PROGRAM, "(param a 0.5) (param b 0.1) (* a (exp (- 0.0 (* b x))))"]
+    cands = store.add([{"source": s, "origin": "replay"} for s in sources], run)
+    fits = {}
+    for rmse, cand in zip((0.1, 0.2), cands):
+        fit = ndvm.calibrate(cand.program, {"x": X[~HELD]}, target=Y[~HELD], steps=50, restarts=2, seed=0)
+        fits[cand.hash] = fit
+        store.record(
+            [
+                EvaluationResult.from_fit(
+                    fit,
+                    candidate=cand.hash,
+                    run_id=run,
+                    dataset="toy",
+                    task="curve",
+                    split="x>4.5",
+                    train_metrics={"mse": float(fit.loss)},
+                    heldout_metrics={"rmse": rmse},
+                )
+            ]
+        )
+    tracker = Tracker(run_folder=tmp_path / "runs")
+    tracker.start_run(run, dataset="toy", task="curve", proposer="replay", model="none", config={}, budget={})
+
+    def extras(digest: str) -> dict:
+        prediction = np.asarray(fits[digest].predict({"x": X}))
+        return {
+            "fit_plot": FitPlot(X, Y, prediction, HELD, x_label="x", y_label="y", title=digest),
+            "input_example": pd.DataFrame({"x": X[:5]}),
+        }
+
+    [(best, light_run)] = tracker.log_leaderboard(store, run, k=1, extras=extras, light=True)
+    client = tracker.client
+    light = client.get_run(light_run)
+    assert light.data.tags["ndvm.light"] == "true" and "ndvm.model_uri" not in light.data.tags
+    assert light.info.status == "FINISHED" and client.list_artifacts(light_run) == []
+    assert {"train_mse", "heldout_rmse"} <= set(light.data.metrics) and set(light.data.params) == {"a", "b", "c"}
+
+    logged = dict(tracker.log_leaderboard(store, run, k=2, extras=extras))  # the end: not light
+    assert list(logged) == [cands[1].hash]  # the best keeps its nested run; the second is logged whole
+    assert store.logged(run) == {best: light_run, cands[1].hash: logged[cands[1].hash]}
+    full_runs = {best: light_run, cands[1].hash: logged[cands[1].hash]}
+    contents = {}
+    for digest, nested in full_runs.items():
+        entry = client.get_run(nested)
+        assert "ndvm.light" not in entry.data.tags and entry.info.status == "FINISHED"
+        files = {a.path for a in client.list_artifacts(nested)} | {
+            a.path for a in client.list_artifacts(nested, "plots")
+        }
+        contents[digest] = files
+        history = np.asarray(fits[digest].history)
+        assert len(client.get_metric_history(nested, "loss")) == np.isfinite(history).sum() > 0
+        model = mlflow.pyfunc.load_model(entry.data.tags["ndvm.model_uri"])
+        got = np.asarray(model.predict(pd.DataFrame({"x": X})))
+        np.testing.assert_allclose(got, np.asarray(fits[digest].predict({"x": X})), rtol=1e-12, atol=0)
+    assert contents[best] == contents[cands[1].hash]
+    assert {"program.scm", "fit.json", "plots/fit.png", "plots/loss_curve.png"} <= contents[best]
+    assert tracker.log_leaderboard(store, run, k=2, extras=extras) == []  # nothing left to log or complete
+    tracker.end_run()
+    store.close()
