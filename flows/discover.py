@@ -81,10 +81,11 @@ from proposers.base import LLMFatalError
 from proposers.niches import NicheArchive, store_programs
 
 log = logging.getLogger("ndvm.discover")
-# Leaderboard entries a progress snapshot logs to MLflow while the run goes on: the best only. An
-# entry (pyfunc model, three plots) costs seconds of the flow process's CPU; with the top 3, the
-# snapshots of a 2-minute run logged an entry every 4 s, back to back, beside the calibration
-# (BENCHMARKS.md, "make run"). The end logs the top --top-k whatever this is.
+# Leaderboard entries a progress snapshot logs to MLflow while the run goes on: the best only, and
+# light (no plots, no pyfunc model: those cost seconds of the flow process's CPU per entry; the end
+# completes them). With the top 3 logged whole, the snapshots of a 2-minute run logged an entry
+# every 4 s, back to back, beside the calibration (BENCHMARKS.md, "make run"). The end logs the
+# top --top-k whatever this is.
 PROGRESS_PODIUM = 1
 
 
@@ -123,6 +124,8 @@ DEADLINE_SAFETY = 1.5
 DEADLINE_MARGIN_SECONDS = 1.0
 # Rounds of the mutation or replay proposer (16 programs each) one `propose` task run may make.
 OFFLINE_ROUNDS_PER_REQUEST = 4
+# The longest a proposal round waits for results already back from a worker to be recorded.
+RECORD_WAIT_SECONDS = 2.0
 
 
 def deadline_batch_size(batch_size: int, seconds_left: float, seconds_per_candidate: float) -> int:
@@ -507,6 +510,10 @@ class Discovery:
         # ranked programs read at one of them (_ranked_programs)
         self.results_version = 0
         self.ranked_cache: tuple[int, list[Any]] | None = None
+        # results back from a worker, not recorded yet (their batch's task records them): a
+        # proposal round waits for them (_await_recorded), under this condition
+        self.results_in_transit = 0
+        self.recorded = threading.Condition()
         # duplicates and stale rounds (flows/feedback.py); only the LLM's prompt names the duplicates
         self.feedback = RoundFeedback(config.max_stale_rounds, name_duplicates=config.proposer == "llm")
         self.niches = NicheArchive(config.seed)  # parents drawn across structural niches (proposers/niches.py)
@@ -794,9 +801,20 @@ class Discovery:
             return OFFLINE_ROUNDS_PER_REQUEST
         return 1
 
+    def _await_recorded(self) -> None:
+        """Wait (at most RECORD_WAIT_SECONDS) until the results back from the workers are in the
+        store, so that a round's context ranks them: a worker that frees up takes the next batch
+        at once, the queue falls below its limit and a round starts, while its batch's task is
+        still recording what it returned."""
+        with self.recorded:
+            self.recorded.wait_for(
+                lambda: self.results_in_transit == 0 or self.finished.is_set(), timeout=RECORD_WAIT_SECONDS
+            )
+
     def _propose_round(self, number: int, n: int) -> dict[str, int] | None:
         """One proposal round of ``n`` programs (request ``number``) into the store; None: cancelled
         at the hard deadline. Raises ProposalsNotRecorded when the reply cannot be recorded."""
+        self._await_recorded()
         try:
             proposals = self._cancellable(self.proposer.apropose(self._context(), n))
         except asyncio.CancelledError:  # the hard deadline (_cancel_requests)
@@ -902,6 +920,9 @@ class Discovery:
         )
         with self.queue_lock:
             self.results_version += 1
+        with self.recorded:
+            self.results_in_transit = max(0, self.results_in_transit - len(results))
+            self.recorded.notify_all()
         for r in results:
             if r.status != "ok":
                 self.failures.append(
@@ -966,6 +987,8 @@ class Discovery:
             entry[1].append(item)
             entry[2].append(result)
         for batch, its, res in by_batch.values():
+            with self.recorded:
+                self.results_in_transit += len(res)
             batch.pieces.put(("results", (its, res)))
             batch.waiting -= {r.hash for r in res}
             if not batch.waiting:
