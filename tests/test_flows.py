@@ -463,3 +463,33 @@ def test_stored_metrics_do_not_depend_on_the_batches_in_flight(tmp_path):
     assert len(reports[2].workers) == 2  # both workers calibrated batches of the run
     assert reports[1].calibrated >= 16 and len(stored[1]) == reports[1].new
     assert stored[1] == stored[2]
+
+
+def test_a_proposal_round_waits_for_the_results_back_from_a_worker_to_be_recorded():
+    """The round's context must rank the batch a worker just returned: the round waits until the
+    results in transit are recorded (here by another thread after 0.3 s), at most
+    RECORD_WAIT_SECONDS when they never are."""
+    import threading
+
+    from flows.discover import RECORD_WAIT_SECONDS, Discovery
+
+    run = Discovery.__new__(Discovery)  # only the hand-off between recording and proposing
+    run.recorded, run.results_in_transit, run.finished = threading.Condition(), 32, threading.Event()
+
+    def record() -> None:
+        time.sleep(0.3)
+        with run.recorded:
+            run.results_in_transit = 0
+            run.recorded.notify_all()
+
+    recorder = threading.Thread(target=record)
+    started = time.monotonic()
+    recorder.start()
+    run._await_recorded()
+    waited = time.monotonic() - started
+    recorder.join()
+    assert run.results_in_transit == 0 and 0.3 <= waited < RECORD_WAIT_SECONDS
+    run.results_in_transit = 5  # never recorded (a batch released at the deadline): bounded
+    started = time.monotonic()
+    run._await_recorded()
+    assert RECORD_WAIT_SECONDS <= time.monotonic() - started < RECORD_WAIT_SECONDS + 1.0

@@ -366,9 +366,10 @@ def test_a_reply_whose_recording_fails_is_kept_and_not_requested_again(prefect_a
     report = state.result()
     assert report["status"] == "finished" and report["new"] == 24
     proposals = _family(_task_runs(state.state_details.flow_run_id), "propose")
-    assert len(requests) == len(proposals)  # every request sent once: no retry re-sent one
+    # every request sent once: no retry re-sent one (a propose task run makes up to 4 mutation rounds)
+    assert all(r.run_count == 1 for r in proposals) and len(proposals) <= len(requests) <= 4 * len(proposals)
     failed = [r for r in proposals if not r.state.is_completed()]
-    assert len(failed) == 1 and failed[0].run_count == 1 and "recording them failed" in failed[0].state.message
+    assert len(failed) == 1 and "recording them failed" in failed[0].state.message
     kept = tmp_path / "unrecorded-unrecorded.jsonl"
     assert len(kept.read_text().splitlines()) == broken[0] > 0
     from flows.problem import ProblemSpec, load_problem, task_spec
