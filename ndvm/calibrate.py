@@ -250,7 +250,8 @@ def _lane_history(column: np.ndarray) -> np.ndarray:
     return column[: finite[-1] + 1] if finite.size else column[:0]
 
 
-def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
+def _fit_from(program: Program, res: dict[str, Any], seconds: float, problem: dict[str, Any] | None) -> Fit:
+    # ``problem``: what was fitted (inputs, target, loss), kept for fit.stderr.
     # Runs once per program of a calibrate_many call, serially after the parallel native part:
     # plain Python on the few restarts' losses (numpy calls on tiny arrays cost more than the
     # arithmetic), so that it does not cap the multicore speedup.
@@ -261,6 +262,7 @@ def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
             error=res["error"],
             error_type=_ERROR_TYPES.get(res["error_kind"], EvalError),
             seconds=seconds,
+            _problem=problem,
         )
     losses = res["best_loss"]
     loss_list = losses.tolist()
@@ -279,6 +281,7 @@ def _fit_from(program: Program, res: dict[str, Any], seconds: float) -> Fit:
         seconds=seconds,
         steps=steps,
         evaluations=int(res["evaluations"]),
+        _problem=problem,
     )
     if ranked[best] == math.inf:  # no restart produced a finite loss
         fit.history = np.zeros(0)
@@ -340,8 +343,7 @@ def calibrate(
         program.limits.native(),
         int(threads or 0),
     )
-    fit = _fit_from(program, res, time.perf_counter() - t0)
-    fit._problem = _problem_of(inputs, target, loss, lane_inputs, lane_target)
+    fit = _fit_from(program, res, time.perf_counter() - t0, _problem_of(inputs, target, loss, lane_inputs, lane_target))
     return fit
 
 
@@ -434,9 +436,7 @@ def calibrate_many(
             )
             seconds = (time.perf_counter() - t0) / len(members)
             for k, res in zip(members, results):
-                fit = _fit_from(compiled[k], res, seconds)
-                fit._problem = problem
-                fits[where[k]] = fit
+                fits[where[k]] = _fit_from(compiled[k], res, seconds, problem)
     done = [item for item in fits if item is not None]
     if len(done) != len(fits):  # the native batch returns one result per program it was given
         raise RuntimeError(f"calibrate_many: {len(fits) - len(done)} of {len(fits)} programs got no result")
@@ -505,12 +505,9 @@ def calibrate_groups(
             )
             seconds = (time.perf_counter() - t0) / (len(members) * len(groups))
             for k, per_group in zip(members, results):
-                fits = []
-                for res, problem in zip(per_group, problems):
-                    fit = _fit_from(compiled[k], res, seconds)
-                    fit._problem = problem
-                    fits.append(fit)
-                out[where[k]] = fits
+                out[where[k]] = [
+                    _fit_from(compiled[k], res, seconds, problem) for res, problem in zip(per_group, problems)
+                ]
     return [fits if fits is not None else [] for fits in out]
 
 

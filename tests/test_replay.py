@@ -17,6 +17,7 @@ import pytest
 
 import ndvm
 from ndvm import _native
+from ndvm_bench.programs import KALMAN_SOURCE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import genprog  # noqa: E402
@@ -195,16 +196,6 @@ def test_threaded_calibrate_many_is_the_same_with_and_without_replay():
         np.testing.assert_array_equal(a.all_losses, b.all_losses)
 
 
-KALMAN_LIKE = """
-(param q 0.3 positive) (param r 0.3 positive)
-(define I (eye 2))
-(let loop ((t 0) (x (zeros 2)) (P I) (nll 0.0))
-  (if (= t (rows ys)) nll
-      (let* ((Pp (+ P (* q I))) (S (+ Pp (* r I))) (e (- (ref ys t) x)) (Si (inv S)) (K (matmul Pp Si)))
-        (loop (+ t 1) (+ x (matvec K e)) (matmul (- I K) Pp) (+ nll (logdet S) (dot e (matvec Si e)))))))
-"""
-
-
 @pytest.mark.parametrize("lanes", [257, 600, 1024])
 def test_a_wide_batch_runs_in_chunks_that_replay_with_every_lane_its_own_bits(lanes):
     """Past 256 lanes a replayable batch runs in equal chunks (the last padded): the first walks,
@@ -213,7 +204,7 @@ def test_a_wide_batch_runs_in_chunks_that_replay_with_every_lane_its_own_bits(la
     rng = np.random.default_rng(lanes)
     ys = np.cumsum(rng.normal(size=(12, 2)), axis=0)
     theta = rng.uniform(0.1, 1.0, size=(lanes, 2))
-    prog = ndvm.compile(KALMAN_LIKE)
+    prog = ndvm.compile(KALMAN_SOURCE)
     chunks = -(-lanes // 256)
     r0 = counts()[0]
     v1, g1 = prog.value_and_grad(theta, {"ys": ys})
@@ -222,7 +213,7 @@ def test_a_wide_batch_runs_in_chunks_that_replay_with_every_lane_its_own_bits(la
     v2, g2 = prog.value_and_grad(theta, {"ys": ys})
     assert counts()[0] == r1 + chunks
     for lane in (0, 255, 256, lanes // 2, lanes - 1):
-        one = ndvm.compile(KALMAN_LIKE).value_and_grad(theta[lane : lane + 1], {"ys": ys})
+        one = ndvm.compile(KALMAN_SOURCE).value_and_grad(theta[lane : lane + 1], {"ys": ys})
         for v, g in ((v1, g1), (v2, g2)):
             assert v[lane] == one[0][0] and np.array_equal(g[lane], one[1][0])
     branchy = ndvm.compile("(param a 1.0) (if (< a 0) (* a a) (* 3 a))")
@@ -257,7 +248,7 @@ def test_one_lane_runs_with_the_decoded_tape_equal_runs_without_replay(count):
     for gen, seed in [*sources, (None, -1)]:
         rng = np.random.default_rng(seed + 1)
         if gen is None:
-            source, kw = KALMAN_LIKE, {"inputs": {"ys": np.cumsum(rng.normal(size=(12, 2)), axis=0)}}
+            source, kw = KALMAN_SOURCE, {"inputs": {"ys": np.cumsum(rng.normal(size=(12, 2)), axis=0)}}
             thetas = [rng.uniform(0.1, 1.0, size=(1, 2)) for _ in range(3)]
         else:
             source, kw = gen.source, {"inputs": gen.inputs()}
@@ -276,7 +267,7 @@ def test_one_lane_runs_with_the_decoded_tape_equal_runs_without_replay(count):
 
 
 SCALED_ADDS = [
-    KALMAN_LIKE,  # (+ P (* q I)) with P uniform at the first step, then lane-varying
+    KALMAN_SOURCE,  # (+ P (* q I)) with P uniform at the first step, then lane-varying
     "(param q 0.3) (param r 0.2) (let ((T (* q (eye 2)))) (vsum (+ (+ (* r (ones 2 2)) T) T)))",  # T read twice
     "(param q 0.3) (param r 0.2) (vsum (* r (+ (vec 1.0 2.0 3.0) (* q (vec 0.5 -1.0 2.0)))))",  # three elements
     "(param q 0.3) (param r 0.2) (logdet (+ (* r (eye 2)) (* q (mat (vec 1.0 0.0) (vec 0.0 0.0)))))",
