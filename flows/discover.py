@@ -506,10 +506,6 @@ class Discovery:
         self.queue_lock = threading.Lock()
         self.accept_lock = threading.Lock()  # keeps the candidate budget exact
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
-        # results recorded so far (store writes that change the ranking; under queue_lock), and the
-        # ranked programs read at one of them (_ranked_programs)
-        self.results_version = 0
-        self.ranked_cache: tuple[int, list[Any]] | None = None
         # results back from a worker, not recorded yet (their batch's task records them): a
         # proposal round waits for them (_await_recorded), under this condition
         self.results_in_transit = 0
@@ -652,7 +648,7 @@ class Discovery:
         from proposers import ProposalContext
 
         # the best program, then one per structural niche; as duplicates rise, the less-visited niches
-        best = self.niches.select(self._ranked_programs(), 5, explore=self.feedback.duplicate_rate)
+        best = self.niches.select(store_programs(self.store, self.run_id), 5, explore=self.feedback.duplicate_rate)
         b = self.budget
         left = ProposalBudget(
             proposals_left=None if b.max_candidates is None else max(0, b.max_candidates - self.accepted),
@@ -670,16 +666,6 @@ class Discovery:
             stale_rounds=fb.stale_rounds,
             residuals=self._residuals(),
         )
-
-    def _ranked_programs(self) -> list[Any]:
-        """The run's calibrated programs in rank order (``store_programs``), read again only after
-        the store recorded results: a round reads every calibrated candidate of the run, and most
-        rounds come before the next batch is recorded."""
-        with self.queue_lock:
-            version = self.results_version
-        if self.ranked_cache is None or self.ranked_cache[0] != version:
-            self.ranked_cache = (version, store_programs(self.store, self.run_id))
-        return list(self.ranked_cache[1])
 
     def _residuals(self) -> str:
         """Where the run's best program fails on validation (LLM prompt only; refreshed when the best changes)."""
@@ -726,7 +712,6 @@ class Discovery:
             new = self.library.reuse(new)  # evaluated by an earlier run on this data: recorded, not queued
             self.unrecorded += len(new)
             with self.queue_lock:
-                self.results_version += 1  # (reused evaluations are recorded results)
                 self.queue.extend(BatchItem(c.hash, c.source, c.program_source or c.source) for c in new)
         return accepted
 
@@ -918,8 +903,6 @@ class Discovery:
         self.store.record(
             [r.evaluation(self.run_id, self.config.problem.label, self.task.kind, self.split_label) for r in results]
         )
-        with self.queue_lock:
-            self.results_version += 1
         with self.recorded:
             self.results_in_transit = max(0, self.results_in_transit - len(results))
             self.recorded.notify_all()
