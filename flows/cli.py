@@ -385,7 +385,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from storage.leaderboard import show_leaderboard, show_pareto
 
     if args.pareto:
-        show_pareto(default_store_path(args.folder), run_id=args.run, tolerance=args.tolerance, console=_console())
+        show_pareto(default_store_path(args.folder), run_id=args.run, console=_console())
         return 0
     show_leaderboard(default_store_path(args.folder), run_id=args.run, k=args.k, metric=args.metric, console=_console())
     return 0
@@ -411,7 +411,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     try:
         with CandidateStore(default_store_path(args.folder), read_only=True) as store:
-            report = build_report(store, args.run, tolerance=args.tolerance)
+            report = build_report(store, args.run)
     except (ReportError, *_user_errors()) as exc:
         print(f"ndvm report: {exc}", file=sys.stderr)
         return 1
@@ -622,13 +622,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--pareto",
         action="store_true",
-        help="the Pareto front of complexity vs validation loss, with the recommended model",
-    )
-    p.add_argument(
-        "--tolerance",
-        type=float,
-        default=None,
-        help="recommended model: within this fraction of the best loss (default 0.10)",
+        help="the Pareto front of complexity vs validation loss, with the run's champion marked",
     )
     p.set_defaults(fn=cmd_leaderboard)
 
@@ -640,7 +634,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--run", metavar="RUN_ID", help="default: the latest run")
     p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown card")
     p.add_argument("--folder", default=DEFAULT_FOLDER)
-    p.add_argument("--tolerance", type=float, default=None, help="Pareto rule tolerance (default 0.10)")
     p.set_defaults(fn=cmd_report)
 
     register_datasets_command(subparsers)  # ndvm datasets [show NAME | fetch NAME] (flows/datasets_cli.py)

@@ -2,8 +2,9 @@
 
 During the search nothing reads the test split: candidates are fitted on train and ranked by their
 validation metrics (flows/calibration.py). When a run finishes, ``score_final`` takes the final
-top ``k`` of the leaderboard (validation order), rebuilds each fit from its stored parameters
-(``task.restore_fit``), lets the task complete it for the test split (``task.prepare_test_fit``:
+top ``k`` of the leaderboard (validation order) and the run's champion (``storage.selection``: the
+simplest candidate within one standard error of the best validation score, which may rank below
+k), rebuilds each fit from its stored parameters (``task.restore_fit``), lets the task complete it for the test split (``task.prepare_test_fit``:
 for whole held-out battery cells, a fit on each cell's own ``test_fit`` rows) and scores it with
 ``task.score(fit, "test")``. The task's reference models are fitted and scored on validation and on
 test alike. Everything goes into the store's ``test_scores`` table in one transaction (a resumed
@@ -19,7 +20,10 @@ import math
 import warnings
 from typing import Any
 
+import polars as pl
+
 from flows.calibration import CalibrationOptions, heldout_metrics
+from storage.selection import champion_of_run
 
 
 def _metrics(task: Any, score: dict[str, Any]) -> tuple[dict[str, float], str | None]:
@@ -41,7 +45,11 @@ def score_final(store: Any, run_id: str, task: Any, options: CalibrationOptions,
     calibrate_kwargs = options.as_kwargs()
     with warnings.catch_warnings():  # all-NaN correlations (a constant forecast) warn in numpy
         warnings.simplefilter("ignore", RuntimeWarning)
-        for row in store.top(k, run_id=run_id).iter_rows(named=True):
+        top = store.top(k, run_id=run_id)
+        choice = champion_of_run(store, run_id)
+        if choice is not None and choice.hash not in top["hash"].to_list():  # the champion is always scored
+            top = pl.concat([top, store.top(10**9, run_id=run_id).filter(pl.col("hash") == choice.hash)])
+        for row in top.iter_rows(named=True):
             parameters = json.loads(row["parameters"] or "{}")
             validation = json.loads(row["heldout_metrics"] or "{}")
             try:

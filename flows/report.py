@@ -4,7 +4,8 @@
 What it says, all on the **test split** (read here after the search, as the end-of-run test scores
 are; nothing here feeds back into the search):
 
-- the **champion** (the leaderboard's first entry: best validation score) and every reference
+- the **champion** (``storage.selection``: the simplest candidate within one standard error of the
+  best validation score; the report says why when it is not the best) and every reference
   model of the task (persistence, damped persistence, AR, SARIMAX; the battery fade laws), per
   lead (forecasts) or per group (curves);
 - a **paired test** of the champion against the best reference (the reference with the best test
@@ -14,8 +15,8 @@ are; nothing here feeds back into the search):
   curves a paired bootstrap interval of the RMSE difference (whole groups resampled when there are
   several, a moving-block bootstrap of one series otherwise; ``storage.stats``). The verdict is a
   sentence with the interval or p-value, never a bare "beats AR";
-- the **Pareto front** of complexity vs validation loss (``storage.parsimony``) with the
-  recommended model, and the **formulas** (``storage.formula``) of the champion, the recommended
+- the **Pareto front** of complexity vs validation loss (``storage.parsimony``), on which the
+  champion is the recommended model (one best model), and the **formulas** (``storage.formula``) of the champion, the recommended
   model and the front;
 - the champion's **standard errors** (``ndvm.stderr``), flagged where not identifiable;
 - how well validation predicted test: Spearman's rank correlation of the validation and test
@@ -34,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from datasets.tasks import CurveTask, Errors, ForecastTask, task_class
 from datasets.tasks.base import format_number as _num
+from storage.selection import champion_of_run
 
 
 class ReportError(RuntimeError):
@@ -139,11 +142,11 @@ def _stderr_of(task: Any, source: str, parameters: dict) -> dict[str, Any]:
     return out
 
 
-def _front(store: Any, run_id: str, tolerance: float) -> list[dict[str, Any]]:
+def _front(store: Any, run_id: str) -> list[dict[str, Any]]:
     from storage.parsimony import run_front
 
     out = []
-    for entry in run_front(store, run_id, tolerance):
+    for entry in run_front(store, run_id):
         row = entry.extra
         out.append(
             {
@@ -168,13 +171,11 @@ def build_report(
     run_id: str | None = None,
     task: Any = None,
     *,
-    tolerance: float | None = None,
     replicates: int = 2000,
     split: str = "test",
     calibrate_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report card of ``run_id`` (default: the latest run) as a JSON-ready dict."""
-    from storage.parsimony import DEFAULT_TOLERANCE
     from storage.stats import spearman
 
     run_id = run_id or store.latest_run()
@@ -184,10 +185,10 @@ def build_report(
     config = None
     if task is None:
         task, config = task_of_run(store, run_id)
-    top = store.top(1, run_id=run_id)
-    if top.is_empty():
+    choice = champion_of_run(store, run_id)  # the one-standard-error rule, validation only
+    if choice is None:
         raise ReportError(f"run {run_id}: no calibrated candidate, nothing to report")
-    champ = top.row(0, named=True)
+    champ = store.top(10**9, run_id=run_id).filter(pl.col("hash") == choice.hash).row(0, named=True)
     parameters = json.loads(champ["parameters"] or "{}")
     if calibrate_options is None:  # held-out groups are fitted as the run fitted (curve tasks)
         calibrate_options = config.calibration.as_kwargs() if config is not None else {}
@@ -220,7 +221,9 @@ def build_report(
             "error": champion.error,
             "formula": _formula(champ["source"], parameters),
             "complexity": store.complexities([champ["hash"]]).get(champ["hash"]),
+            "validation_rank": int(champ["rank"]),
         },
+        "selection": choice.to_dict(),
         "references": [{"name": r.name, "test_score": r.primary(), "error": r.error} for r in references],
     }
     if only is not None:  # the others as the end-of-run scoring stored them
@@ -255,16 +258,14 @@ def build_report(
             if champion.error
             else "No paired test: no reference model could be scored."
         )
-    tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
-    front = _front(store, run_id, tol)
+    front = _front(store, run_id)
     for entry in front:
         entry["formula"] = _formula(entry["source"], entry["parameters"])
+    for entry in front:  # one best model: the front recommends the champion (always on the front)
+        entry["recommended"] = entry["hash"] == choice.hash
     report["pareto_front"] = front
-    report["pareto_rule"] = (
-        f"recommended: the largest drop of log(validation {status.metric}) per unit of complexity "
-        f"from the previous front entry, among front entries within {tol:.0%} of the best"
-    )
-    report["recommended"] = next((e["hash"] for e in front if e["recommended"]), None)
+    report["pareto_rule"] = f"recommended: the champion ({choice.rule})"
+    report["recommended"] = choice.hash
     try:
         scored = store.test_scores(run_id)
         cand = scored.filter(scored["entry_kind"] == "candidate") if not scored.is_empty() else scored
@@ -301,7 +302,7 @@ def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
         "",
         f"{report['dataset']} / {report['task']}; metric {report['metric']} (lower is better); "
         f"{report['counts']['calibrated']} candidates calibrated. Scores below are on the **{report['split']}** split "
-        "(never seen by the search); the champion is the best on validation.",
+        "(never seen by the search); the champion is chosen on validation alone (see Selection).",
         "",
         "## Verdict",
         "",
@@ -313,6 +314,9 @@ def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
         f"test {_num(c['test_score'])}",
         "",
     ]
+    if report.get("selection"):
+        sel = report["selection"]
+        lines += [f"Selection: {sel['reason']} ({sel['rule']}.)", ""]
     f = c["formula"]
     lines += [f"    {f['text']}", "", f"LaTeX: `{f['latex']}`", ""] if f["ok"] else [f"({f['reason']})", ""]
     lines += ["```scheme", c["source"].strip(), "```", ""]

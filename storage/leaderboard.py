@@ -12,6 +12,7 @@ read-only, so it fails with a clear message while a discovery run still holds th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from storage.selection import champion_of_run
 from storage.store import CandidateStore, RunStatus, StoreError, default_store_path
 
 
@@ -130,7 +132,7 @@ def show_leaderboard(
     return top
 
 
-def pareto_table(front: list, status: RunStatus, tolerance: float, width: int | None = None) -> Table:
+def pareto_table(front: list, status: RunStatus, width: int | None = None) -> Table:
     """The Pareto front (``storage.parsimony.pareto_front`` entries whose ``extra`` is a top() row)."""
     table = Table(
         title=f"run {status.run_id} · Pareto front of complexity vs validation {status.metric} ({len(front)} models)",
@@ -150,7 +152,7 @@ def pareto_table(front: list, status: RunStatus, tolerance: float, width: int | 
                 str(e.complexity),
                 f"{e.loss:.6g}",
                 f"{e.score:.3g}",
-                "recommended" if e.recommended else "",
+                "champion" if e.recommended else "",
                 str(e.extra["rank"]),
                 e.hash[:10],
                 _formula_or_program(e.extra["source"], e.extra["parameters"]),
@@ -160,8 +162,8 @@ def pareto_table(front: list, status: RunStatus, tolerance: float, width: int | 
         width,
     )
     table.caption = (
-        f"score: drop of log(loss) per unit of complexity from the previous entry; recommended: "
-        f"the highest score within {tolerance:.0%} of the best loss (storage/parsimony.py)"
+        "score: drop of log(loss) per unit of complexity from the previous entry; champion: the simplest "
+        "candidate within one standard error of the best validation score (storage/selection.py)"
     )
     return table
 
@@ -169,24 +171,26 @@ def pareto_table(front: list, status: RunStatus, tolerance: float, width: int | 
 def show_pareto(
     store_path: str | Path | None = None,
     run_id: str | None = None,
-    tolerance: float | None = None,
     console: Console | None = None,
 ) -> list:
     """Print the Pareto front of a run (default: the latest) and return its entries."""
-    from storage.parsimony import DEFAULT_TOLERANCE, run_front
+    from storage.parsimony import run_front
 
-    tolerance = DEFAULT_TOLERANCE if tolerance is None else tolerance
     store_path = default_store_path() if store_path is None else store_path
     with CandidateStore(store_path, read_only=True) as store:
         run_id, status = _run_and_status(store, store_path, run_id)
         if status.higher_is_better:
             raise StoreError(f"run {run_id} ranks by {status.metric}, higher is better: the Pareto front needs a loss")
-        front = run_front(store, run_id, tolerance)
+        front = run_front(store, run_id)
+        choice = champion_of_run(store, run_id)
+    # One best model: the front marks the run's champion (the one-standard-error rule), which is
+    # always on the front, rather than a second pick of its own.
+    front = [dataclasses.replace(e, recommended=choice is not None and e.hash == choice.hash) for e in front]
     console = console or Console()
     if not front:
         console.print(f"run {run_id}: no calibrated candidate with a complexity yet")
     else:
-        console.print(pareto_table(front, status, tolerance, width=console.width))
+        console.print(pareto_table(front, status, width=console.width))
     return front
 
 

@@ -15,9 +15,10 @@ with the fitted parameters, train and validation metrics (``heldout_*``), artifa
 source, a fit plot with the validation region marked, a forecast plot for time series, the loss
 curve) and a pyfunc model that predicts from a DataFrame of new inputs.
 
-The registry: the best validated program per dataset and task is the registered model
+The registry: the champion of a run (``storage.selection``: the simplest candidate within one
+standard error of the best validation score) is registered per dataset and task as the model
 ``ndvm-<dataset>-<task>`` with alias ``champion`` (``register_champion``). A later run moves the
-alias only when its best beats the champion's validation score on the same dataset fingerprint;
+alias only when its champion beats the registered one's validation score on the same dataset fingerprint;
 the former champion keeps its version and gets the alias ``previous``.
 
 The default store is a local sqlite database, ``sqlite:///<run folder>/mlflow.db``, with artifacts
@@ -46,6 +47,7 @@ from mlflow.tracking import MlflowClient
 
 from storage.plots import FitPlot, ForecastPlot, plot_fit, plot_forecast, plot_loss
 from storage.pyfunc_model import NDVMProgramModel
+from storage.selection import champion_of_run
 from storage.store import RunStatus, redact
 
 # The models-from-code script logged with each entry; it builds an NDVMProgramModel.
@@ -478,7 +480,11 @@ class Tracker:
                 return entry_from_store(store, run_id, digest, **dict(more))
 
             logged = []
-            for digest in store.top(k, run_id=run_id)["hash"].to_list():
+            digests = store.top(k, run_id=run_id)["hash"].to_list()
+            choice = champion_of_run(store, run_id)
+            if choice is not None and choice.hash not in digests:  # the registry needs it logged
+                digests.append(choice.hash)
+            for digest in digests:
                 if digest in done:
                     continue
                 nested, _ = self.log_entry(entry_of(digest, files=not light), light=light)
@@ -623,7 +629,7 @@ class Tracker:
 
     # ---- the registry ----------------------------------------------------------------------
     def register_champion(self, store: Any, run_id: str, *, promote: bool = False) -> ChampionDecision:
-        """Register the run's best validated program as the champion of its dataset and task when
+        """Register the run's champion (``storage.selection.champion_of_run``) as the champion of its dataset and task when
         it beats the current one (see the module docstring); return what was decided.
 
         The best entry must have been logged (``log_leaderboard``). Its version carries the tags
@@ -642,7 +648,7 @@ class Tracker:
                 raise ValueError(f"run {run_id} has no dataset or task recorded: no registered model to name")
             name = model_name(status.dataset, status.task)
             fingerprint = getattr(status, "dataset_fingerprint", None) or "unknown"
-            top = store.top(1, run_id=run_id)
+            choice = champion_of_run(store, run_id)  # the one-standard-error rule (storage/selection.py)
             current = self._alias_version(name, CHAMPION)
             held = None if current is None else float(current.tags.get("ndvm.validation_score", "nan"))
 
@@ -662,13 +668,13 @@ class Tracker:
                     self.client.set_tag(self.parent_run_id, "ndvm.champion", reason[:_MAX_TAG])
                 return result
 
-            if top.height == 0:
+            if choice is None:
                 return decision(False, f"no validated program in run {run_id}: {name} unchanged")
-            digest, score = top["hash"][0], float(top["score"][0])
+            digest, score = choice.hash, choice.score
             nested = store.logged(run_id).get(digest)
             if nested is None:
                 raise ValueError(
-                    f"the best candidate {digest} of run {run_id} is not logged to MLflow: log the leaderboard first"
+                    f"the champion {digest} of run {run_id} is not logged to MLflow: log the leaderboard first"
                 )
             mine = self.client.search_model_versions(f"name = '{name}' and tags.`ndvm.run_id` = '{run_id}'")
             if mine and promote:

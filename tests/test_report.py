@@ -55,7 +55,9 @@ def test_enso_run_ends_with_a_report_card(enso_run):
     card_dir = folder / "reports" / "enso-e2e"
     card = json.loads((card_dir / "report.json").read_text())
     md = (card_dir / "report.md").read_text()
-    assert card["champion"]["hash"] == report["best_hash"] and card["kind"] == "forecast"
+    # the champion is the one-standard-error choice (storage/selection.py) from the run's best validation
+    assert card["selection"]["best_hash"] == report["best_hash"] and card["kind"] == "forecast"
+    assert card["champion"]["hash"] == card["selection"]["hash"] == card["recommended"]
     assert "## Verdict" in md and card["verdict"] in md and "Diebold-Mariano" in card["verdict"]
     assert len(card["paired_test"]["per_lead"]) == 12 and card["paired_test"]["overall"]["h"] == 12
     names = {r["name"] for r in card["references"]}
@@ -63,7 +65,7 @@ def test_enso_run_ends_with_a_report_card(enso_run):
     with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
         scores = {(r["entry_kind"], r["entry"]): r for r in store.test_scores("enso-e2e").iter_rows(named=True)}
     assert card["champion"]["test_score"] == pytest.approx(
-        scores[("candidate", report["best_hash"])]["test_score"], rel=1e-9
+        scores[("candidate", card["champion"]["hash"])]["test_score"], rel=1e-9
     )
     for ref in card["references"]:
         assert ref["test_score"] == pytest.approx(scores[("reference", ref["name"])]["test_score"], rel=1e-9)
@@ -107,7 +109,8 @@ def test_report_command(enso_run, capsys):
     assert main(["report", "--folder", str(folder), "--run", "no-such-run"]) == 1
     assert "no-such-run" in capsys.readouterr().err
     assert main(["leaderboard", "--folder", str(folder), "--run", "enso-e2e", "--pareto"]) == 0
-    assert "recommended" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "champion" in out and "one standard error" in out  # the front marks the run's champion
 
 
 def test_curve_run_report_card(prefect_api, tmp_path):

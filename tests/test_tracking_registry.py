@@ -233,13 +233,17 @@ def test_enso_champion_of_a_discovery_run_loads_in_a_fresh_process(enso_run, tmp
     from datasets import load
     from datasets.tasks import make_task
     from datasets.tasks.base import TaskFit
+    from storage.selection import champion_of_run
     from storage.tracking import default_tracking_uri
 
     report, folder = enso_run
+    with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
+        choice = champion_of_run(store, "enso-e2e")  # the one-standard-error rule picks what is registered
+    assert choice is not None and choice.best_hash == report["best_hash"]
     uri = default_tracking_uri(folder)
     champion = MlflowClient(uri).get_model_version_by_alias("ndvm-enso-forecast", CHAMPION)
-    assert champion.tags["ndvm.run_id"] == "enso-e2e" and champion.tags["ndvm.hash"] == report["best_hash"]
-    assert float(champion.tags["ndvm.validation_score"]) == pytest.approx(report["best_score"], rel=1e-12)
+    assert champion.tags["ndvm.run_id"] == "enso-e2e" and champion.tags["ndvm.hash"] == choice.hash
+    assert float(champion.tags["ndvm.validation_score"]) == pytest.approx(choice.score, rel=1e-12)
     task = make_task(load("enso"))
     script = (
         "import json, sys, mlflow, pandas as pd\n"
@@ -260,8 +264,8 @@ def test_enso_champion_of_a_discovery_run_loads_in_a_fresh_process(enso_run, tmp
     assert result.returncode == 0, result.stderr[-3000:]
     predicted = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
     with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
-        parameters = store.evaluation("enso-e2e", report["best_hash"])["parameters"]
-        source = store.candidate(report["best_hash"])["source"]
+        parameters = store.evaluation("enso-e2e", choice.hash)["parameters"]
+        source = store.candidate(choice.hash)["source"]
     fit = TaskFit(task.name, "champion", source, parameters, 0.0, 0.0)
     lead1 = task.forecasts(fit, "validation")[:, 0]
     np.testing.assert_allclose(predicted[task.origins("validation") + 1], lead1, rtol=1e-9, atol=1e-12)
