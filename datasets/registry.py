@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import battery, enso, userfile
+from . import battery, enso, macro, userfile
 from .catalog import definition, definitions, register, registered  # noqa: F401  (the registry's API)
 from .errors import UnknownDatasetError
 from .schema import Dataset, DatasetDefinition
@@ -82,6 +82,25 @@ register(
         default_task="forecast",
         needs_download=True,
         notes="options: path=, source=psl|psl-sst|cpc-sstoi|cpc-detrend, url=, cache_dir=, train_end_year=1989, validation_end_year=1999 (test: 2000 on), start_year=1950.",
+    )
+)
+
+register(
+    DatasetDefinition(
+        name="us-unemployment",
+        title="US civilian unemployment rate, quarterly 1959Q1-2009Q3 (embedded in statsmodels)",
+        kind="timeseries",
+        columns=macro.UNEMPLOYMENT_COLUMNS,
+        source="statsmodels.datasets.macrodata (US Federal Reserve Economic Data, BLS unemployment rate)",
+        licence="public domain (US government data)",
+        citation=(
+            "US Bureau of Labor Statistics unemployment rate via FRED, as distributed in statsmodels "
+            "(statsmodels.datasets.macrodata); Seabold & Perktold (2010), Proc. 9th Python in Science Conf."
+        ),
+        loader=macro.load_us_unemployment,
+        default_task="forecast",
+        notes="203 quarters; default split: train 1959-1989 (124), validation 1990-1999 (40), test 2000-2009Q3 (39); "
+        "period 4, leads 1-8. options: train_end_year=1989, validation_end_year=1999.",
     )
 )
 

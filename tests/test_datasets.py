@@ -44,7 +44,15 @@ def _isolated_cache(tmp_path, monkeypatch):
 def test_list_datasets_rows():
     rows = datasets.list_datasets()
     names = [r["name"] for r in rows]
-    assert names == ["battery", "battery-nasa", "battery-severson", "battery-synthetic", "enso", "enso-nino34"]
+    assert names == [
+        "battery",
+        "battery-nasa",
+        "battery-severson",
+        "battery-synthetic",
+        "enso",
+        "enso-nino34",
+        "us-unemployment",
+    ]
     for row in rows:
         assert {"name", "title", "kind", "task", "columns", "source", "licence", "synthetic", "download"} <= set(row)
     synthetic = {r["name"]: r["synthetic"] for r in rows}
@@ -55,6 +63,7 @@ def test_list_datasets_rows():
         "battery-synthetic": True,
         "enso": False,
         "enso-nino34": False,
+        "us-unemployment": False,
     }
     assert "SYNTHETIC" in datasets.definition("battery-synthetic").title
     assert all(datasets.definition(n).citation for n in names)
