@@ -57,6 +57,10 @@ SERIES = "ndvm-task-series"  # the only input; reserved, candidates may not ment
 # behind choices in the code"). 5 is coprime to 12, so the origins still cycle through every
 # calendar month, and every lead 1..leads is scored from each of them.
 FIT_STRIDE = 5
+# Validation blocks: by default one block per BLOCK_LEADS x leads validation origins (enso and
+# enso-nino34: 120 validation months, leads 12 -> 5 blocks of 24 origins). The champion rule reads
+# the standard error of the validation mean RMSE over these blocks (contract C2).
+BLOCK_LEADS = 2
 RESERVED_PREFIX = "ndvm-task-"
 REQUIRED = ("init", "predict", "update")
 INF = float("inf")
@@ -320,7 +324,14 @@ class ForecastTask(Task):
     calibration_loss = "value"  # the fitting driver returns the loss itself
 
     def __init__(
-        self, dataset: Dataset, *, leads: int = 12, burn_in: int = 12, loss: str = "mse", fit_stride: int = FIT_STRIDE
+        self,
+        dataset: Dataset,
+        *,
+        leads: int = 12,
+        burn_in: int = 12,
+        loss: str = "mse",
+        fit_stride: int = FIT_STRIDE,
+        validation_blocks: int | None = None,
     ):
         if loss not in ("mse", "gaussian_nll"):
             raise TaskError(f"forecast task: loss must be 'mse' or 'gaussian_nll', got {loss!r}")
@@ -352,6 +363,7 @@ class ForecastTask(Task):
         self.split_start = {VALIDATION: n_train, TEST: n_train + n_val}
         self.first_month = int(frame.get_column("month")[0]) if "month" in frame.columns else None
         self.name = f"forecast:{dataset.name}"
+        self.n_blocks = self._count_blocks(validation_blocks)
 
     # ------------------------------------------------------------------ data
     def train_inputs(self) -> dict[str, np.ndarray]:
@@ -380,6 +392,29 @@ class ForecastTask(Task):
         valid = idx < self.split_end[split]
         out[valid] = self.y[idx[valid]]
         return out
+
+    # ------------------------------------------------------------------ validation blocks (contract C2)
+    def _count_blocks(self, requested: int | None) -> int:
+        """How many contiguous blocks the validation origins are cut into: ``requested``, or by
+        default one block per ``BLOCK_LEADS * leads`` origins, at least 2 (a standard error needs
+        two blocks) and at most one per ``leads`` origins (every lead scored in every block)."""
+        n = len(self.origins(VALIDATION))
+        if requested is None:
+            requested = max(2, n // (BLOCK_LEADS * self.leads))
+        requested = int(requested)
+        if requested < 1 or requested > max(1, n // 2):
+            raise TaskError(
+                f"forecast task: validation_blocks={requested} does not fit {n} validation origins "
+                f"(use 1..{max(1, n // 2)}: each block needs at least 2 origins)"
+            )
+        return requested
+
+    def validation_blocks(self) -> list[np.ndarray]:
+        """Row indices (into ``origins("validation")``) of each validation block: the validation
+        origins in time order, cut into ``n_blocks`` contiguous runs of (nearly) equal length. A
+        block's forecasts keep every target inside the validation split (a path may cross into the
+        next block), so the blocks together score exactly the forecasts of the pooled score."""
+        return [b for b in np.array_split(np.arange(len(self.origins(VALIDATION))), self.n_blocks) if len(b)]
 
     def fit_origins(self) -> np.ndarray:
         """The origins of the multi-step training loss: every ``fit_stride``-th month after the burn-in."""
@@ -597,7 +632,8 @@ class ForecastTask(Task):
 
     # ------------------------------------------------------------------ scoring
     def score_forecasts(self, forecasts: np.ndarray, name: str, split: str = VALIDATION, **extra) -> dict[str, Any]:
-        """RMSE and ACC per lead over the targets inside ``split``, with skill against persistence."""
+        """RMSE and ACC per lead over the targets inside ``split``, with skill against persistence.
+        On validation, also the standard error over the validation blocks (``block_scores``)."""
         obs = self.targets(split)
         origins = self.origins(split)
         persistence = _persistence_forecast(None, self.y, origins, self.leads)
@@ -617,6 +653,8 @@ class ForecastTask(Task):
         finite = all(np.isfinite(rmse_by_lead))
         # ACC is NaN at a lead where the forecasts are constant; the mean is over the other leads
         defined_acc = [a for a in acc_by_lead if not np.isnan(a)]
+        if split == VALIDATION:  # its standard error over the validation blocks (contract C2)
+            extra = {**self.block_scores(forecasts, obs), **extra}
         return {
             "model": name,
             "mean_rmse": float(np.mean(rmse_by_lead)) if finite else INF,
@@ -628,6 +666,34 @@ class ForecastTask(Task):
             "error": None if finite else "non-finite forecasts",
             **extra,
         }
+
+    def block_scores(self, forecasts: np.ndarray, obs: np.ndarray) -> dict[str, Any]:
+        """The validation figures of contract C2 beside the pooled ``mean_rmse`` (the mean over leads
+        of the RMSE over every validation origin, the same figure the test split reports, so the
+        search ranks by the test's own metric): ``mean_rmse_se``, the jackknife standard error of
+        that pooled figure over the ``n_blocks`` validation blocks (each block left out in turn;
+        NaN with one block), and ``mean_rmse_block1..n``, each block's own mean RMSE (a paired
+        comparison of two models can difference these). Infinite when a forecast is not finite."""
+
+        def mean_rmse_of(rows: np.ndarray) -> float:
+            f, o = forecasts[rows], obs[rows]
+            per_lead = []
+            for k in range(self.leads):
+                valid = ~np.isnan(o[:, k])
+                if valid.any():
+                    per_lead.append(rmse(f[valid, k], o[valid, k]) if np.all(np.isfinite(f[valid, k])) else INF)
+            return float(np.mean(per_lead))
+
+        blocks = self.validation_blocks()
+        out: dict[str, Any] = {f"mean_rmse_block{i + 1}": mean_rmse_of(rows) for i, rows in enumerate(blocks)}
+        n = len(blocks)
+        if n < 2:
+            se = float("nan")
+        else:
+            left_out = np.array([mean_rmse_of(np.concatenate(blocks[:i] + blocks[i + 1 :])) for i in range(n)])
+            finite = bool(np.all(np.isfinite(left_out)))
+            se = float(np.sqrt((n - 1) / n * np.sum((left_out - left_out.mean()) ** 2))) if finite else INF
+        return {"mean_rmse_se": se, "n_blocks": n, **out}
 
     def score(self, fit: TaskFit, split: str = VALIDATION) -> dict[str, Any]:
         """Scores of a fit on ``split`` ("validation" during the search, "test" once at the end)."""
