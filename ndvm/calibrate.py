@@ -20,7 +20,17 @@ import numpy as np
 
 from . import _native, errors
 from .errors import EvalError, NDVMError
-from .program import Limits, Param, Program, _inputs, _lane_inputs, _natural, _unconstrained, compile
+from .program import (
+    Limits,
+    Param,
+    Program,
+    _inputs,
+    _lane_inputs,
+    _natural,
+    _unconstrained,
+    compile,
+    real_array,
+)
 
 if TYPE_CHECKING:  # for the annotation only: ndvm.stderr is imported on first use of Fit.stderr
     from .stderr import StdErr
@@ -153,9 +163,28 @@ def _number(name: str, value: Any, *, positive: bool = False) -> float:
     return v
 
 
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+# The native side holds steps, patience, restarts and threads in C ints (native/src/optim.h): a
+# larger value is refused here, naming the option, rather than by pybind11's cast error.
+INT_OPTION_MAX = 2**31 - 1
+# The loss history is a [steps, restarts] float64 array per program, allocated up front: at most
+# 2**27 entries (1 GiB), so a huge budget is refused before the allocation rather than by it.
+HISTORY_MAX_ENTRIES = 2**27
+# More native threads than this is a mistake (each reserves a 256 MiB stack): refused.
+MAX_THREADS = 1024
+
+
+def _count(name: str, value: Any, at_most: int = INT_OPTION_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= at_most:
+        raise ValueError(f"{name} must be an integer from 1 to {at_most}, got {value!r}")
+    return int(value)
+
+
+def _threads(value: Any) -> int:
+    """The threads option: None or 0 for every core, else 1 to MAX_THREADS."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_THREADS:
+        raise ValueError(f"threads must be None, 0 (every core) or an integer from 1 to {MAX_THREADS}, got {value!r}")
     return int(value)
 
 
@@ -176,9 +205,15 @@ def _check_options(
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
     _count("restarts", restarts)
+    n_steps = _count("steps", OPTIMIZER_STEPS[optimizer] if steps is None else steps)
+    if n_steps * int(restarts) > HISTORY_MAX_ENTRIES:
+        raise ValueError(
+            f"steps={n_steps} with restarts={restarts} needs a loss history of {n_steps * int(restarts)} entries, "
+            f"more than {HISTORY_MAX_ENTRIES} (1 GiB): lower steps or restarts"
+        )
     return _Options(
         optimizer=optimizer,
-        steps=_count("steps", OPTIMIZER_STEPS[optimizer] if steps is None else steps),
+        steps=n_steps,
         lr=_number("lr", OPTIMIZER_LR[optimizer] if lr is None else lr, positive=True),
         tol=0.0 if tol is None else _number("tol", tol),
         patience=_count("patience", patience),
@@ -219,7 +254,7 @@ def initial_theta(
         if init != "declared":
             raise ValueError(f"init must be 'declared' or an array [restarts, {P}], got {init!r}")
         return _declared_starts(tuple(program.params), int(restarts), int(seed), float(jitter))
-    arr = np.asarray(init, dtype=np.float64)
+    arr = real_array(init, "init")
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.shape != (restarts, P):
@@ -238,8 +273,8 @@ def _spec(options: _Options, loss: str, target: Any, lane_target: Any) -> dict[s
         "ftol": options.ftol,
         "xtol": options.xtol,
         "loss": loss,
-        "target": None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
-        "lane_target": None if lane_target is None else np.ascontiguousarray(np.asarray(lane_target, dtype=np.float64)),
+        "target": None if target is None else np.ascontiguousarray(real_array(target, "target").ravel()),
+        "lane_target": None if lane_target is None else np.ascontiguousarray(real_array(lane_target, "lane_target")),
     }
 
 
@@ -341,7 +376,7 @@ def calibrate(
         _lane_inputs(lane_inputs),
         spec,
         program.limits.native(),
-        int(threads or 0),
+        _threads(threads),
     )
     fit = _fit_from(program, res, time.perf_counter() - t0, _problem_of(inputs, target, loss, lane_inputs, lane_target))
     return fit
@@ -432,7 +467,7 @@ def calibrate_many(
                 native_lane_inputs,
                 spec,
                 group_limits.native(),
-                int(threads or 0),
+                _threads(threads),
             )
             seconds = (time.perf_counter() - t0) / len(members)
             for k, res in zip(members, results):
@@ -488,7 +523,7 @@ def calibrate_groups(
         native_groups = [
             (
                 _inputs(inputs),
-                None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
+                None if target is None else np.ascontiguousarray(real_array(target, "target").ravel()),
             )
             for inputs, target in groups
         ]
@@ -501,7 +536,7 @@ def calibrate_groups(
                 native_groups,
                 spec,
                 group_limits.native(),
-                int(threads or 0),
+                _threads(threads),
             )
             seconds = (time.perf_counter() - t0) / (len(members) * len(groups))
             for k, per_group in zip(members, results):

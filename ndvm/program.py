@@ -136,18 +136,39 @@ def _natural(p: Param, u: Reals) -> Reals:
     return u
 
 
-def as_array(value: Any, name: str) -> np.ndarray:
-    """Converts an input value (number, sequence, numpy, polars or torch) to a float64 array."""
-    if type(value) is np.ndarray and value.dtype == np.float64 and value.ndim <= 2 and value.flags.c_contiguous:
-        return value  # already what the conversions below produce (the common case, per call)
+# numpy dtype kinds that convert to float64 without losing anything but precision: bool, signed and
+# unsigned integers, floats. Complex (an imaginary part would be dropped), object, string, datetime
+# and the rest are refused with an EvalError naming the array.
+_REAL_KINDS = frozenset("biuf")
+
+
+def real_array(value: Any, what: str) -> np.ndarray:
+    """``value`` (number, sequence, numpy, polars or torch) as a float64 array of any shape; EvalError
+    naming ``what`` (e.g. "input 'x'", "target") when it is not real numbers."""
+    if type(value) is np.ndarray and value.dtype == np.float64:
+        return value
     if hasattr(value, "detach"):  # torch tensor
         value = value.detach().cpu().numpy()
     elif hasattr(value, "to_numpy") and not isinstance(value, np.ndarray):  # polars / pandas
         value = value.to_numpy()
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        raw = np.asarray(value)
+        if raw.dtype.kind not in _REAL_KINDS:
+            kind = "complex" if raw.dtype.kind == "c" else "not numeric"
+            raise EvalError(
+                f"{what} is {kind} (dtype {raw.dtype}): NDVM computes with real numbers only"
+                + (" (pass .real or abs() explicitly)" if raw.dtype.kind == "c" else "")
+            )
+        return raw.astype(np.float64, copy=False)
     except (TypeError, ValueError) as exc:
-        raise EvalError(f"input '{name}' is not numeric: {exc}") from None
+        raise EvalError(f"{what} is not numeric: {exc}") from None
+
+
+def as_array(value: Any, name: str) -> np.ndarray:
+    """Converts an input value (number, sequence, numpy, polars or torch) to a float64 array."""
+    if type(value) is np.ndarray and value.dtype == np.float64 and value.ndim <= 2 and value.flags.c_contiguous:
+        return value  # already what the conversions below produce (the common case, per call)
+    arr = real_array(value, f"input '{name}'")
     if arr.ndim > 2:
         raise EvalError(f"input '{name}' has {arr.ndim} dimensions; inputs are scalars, vectors or matrices")
     return np.require(arr, requirements="C")  # (np.ascontiguousarray would turn a scalar into [x])
@@ -160,7 +181,7 @@ def _inputs(inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
 def _lane_inputs(lane_inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
     out = {}
     for k, v in (lane_inputs or {}).items():
-        arr = as_array(v, str(k)) if np.ndim(v) <= 2 else np.ascontiguousarray(np.asarray(v, dtype=np.float64))
+        arr = as_array(v, str(k)) if np.ndim(v) <= 2 else np.ascontiguousarray(real_array(v, f"lane input '{k}'"))
         if arr.ndim < 1:
             raise EvalError(f"lane input '{k}' needs a leading lane axis")
         out[str(k)] = arr
@@ -224,7 +245,7 @@ class Program:
             and theta.flags.c_contiguous
         ):
             return theta  # already what the conversions below produce (a calibration loop's case)
-        arr = np.asarray(theta, dtype=np.float64)
+        arr = real_array(theta, "theta")
         if arr.ndim == 1 and len(self.params) > 0 and arr.shape[0] == len(self.params):
             arr = arr[None, :]
         if arr.ndim == 1 and len(self.params) == 0:
@@ -266,7 +287,7 @@ class Program:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per-lane loss of the output against ``target`` and its gradient: (losses [B], grads [B, P])."""
         th = self._theta(theta)
-        tgt = None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel())
+        tgt = None if target is None else np.ascontiguousarray(real_array(target, "target").ravel())
         _, losses, grads, _ = self._native.value_and_grad(
             th, _inputs(inputs), _lane_inputs(lane_inputs), self.limits.native(), [], loss, tgt
         )

@@ -267,6 +267,84 @@ CASES += [
     Case("number-exact-overflow", "(* 9223372036854775807 2)", "value", "1.8446744073709552e+19"),
     Case("quotient-by-zero", "(quotient 1 0)", "EvalError", r"quotient|zero"),
     Case("exact-division-by-zero", "(/ 1 0)", "EvalError", r"zero"),
+    # ---- Scheme's integer operations at their edges (issue 28): R7RS wants integers, exact results --
+    Case("odd-of-infinity", "(odd? +inf.0)", "EvalError", r"'odd\?': expects an integer"),
+    Case("even-of-minus-infinity", "(even? -inf.0)", "EvalError", r"'even\?': expects an integer"),
+    Case("odd-of-nan", "(odd? +nan.0)", "EvalError", r"'odd\?': expects an integer"),
+    Case("remainder-of-infinity", "(remainder +inf.0 2)", "EvalError", r"'remainder': expects integers"),
+    Case("modulo-by-infinity", "(modulo 3.0 -inf.0)", "EvalError", r"'modulo': expects integers"),
+    Case("remainder-int64-min-by-minus-one", "(remainder -9223372036854775808 -1)", "value", "0"),
+    Case("modulo-int64-min-by-minus-one-exact", "(exact? (modulo -9223372036854775808 -1))", "value", "#t"),
+    Case("quotient-int64-min-by-minus-one", "(quotient -9223372036854775808 -1)", "value", "9.223372036854776e+18"),
+    # ---- no C hexadecimal numbers: read as symbols, as Guile reads them --------------------------
+    Case("hex-literal-is-a-symbol", "(symbol? '0x10)", "value", "#t"),
+    Case("hex-float-literal-is-a-symbol", "'-0X1p3", "value", "-0X1p3"),
+    Case("hex-literal-unbound", "(+ 0x10 1)", "EvalError", r"missing input '0x10'"),
+    Case("number-with-letters", "(+ 1e5x 1)", "ParseError", r"malformed number '1e5x'"),
+    # ---- the Python API's edges: option ranges, non-real arrays (mode "python": an expression) ------
+    Case(
+        "option-steps-10^12",
+        "ndvm.calibrate('(param a 1.0) (* a a)', loss='value', steps=10**12)",
+        "ValueError",
+        r"^steps must be an integer from 1 to 2147483647, got 1000000000000$",
+        mode="python",
+    ),
+    Case(
+        "option-patience-10^18",
+        "ndvm.calibrate_many(['(param a 1.0) (* a a)'], loss='value', patience=10**18)",
+        "ValueError",
+        r"^patience must be an integer from 1 to 2147483647",
+        mode="python",
+    ),
+    Case(
+        "option-history-too-large",
+        "ndvm.calibrate('(param a 1.0) (* a a)', loss='value', steps=10**8, restarts=32)",
+        "ValueError",
+        r"steps=100000000 with restarts=32 needs a loss history of 3200000000 entries",
+        mode="python",
+    ),
+    Case(
+        "option-threads-10^12",
+        "ndvm.calibrate_many(['(param a 1.0) (* a a)'], loss='value', threads=10**12)",
+        "ValueError",
+        r"^threads must be None, 0 \(every core\) or an integer from 1 to 1024",
+        mode="python",
+    ),
+    Case(
+        "input-complex",
+        "ndvm.compile('(+ x 1)').evaluate(None, {'x': np.array([1 + 1j, 2 - 3j])})",
+        "EvalError",
+        r"input 'x' is complex \(dtype complex128\)",
+        mode="python",
+    ),
+    Case(
+        "input-object",
+        "ndvm.compile('(+ x 1)').run(inputs={'x': np.array([1.0, 2.0], dtype=object)})",
+        "EvalError",
+        r"input 'x' is not numeric \(dtype object\)",
+        mode="python",
+    ),
+    Case(
+        "target-complex",
+        "ndvm.calibrate('(param a 1.0) (* a x)', {'x': np.ones(2)}, target=np.array([1j, 2j]))",
+        "EvalError",
+        r"target is complex",
+        mode="python",
+    ),
+    Case(
+        "lane-input-complex",
+        "ndvm.compile('(+ x 1)').evaluate(np.zeros((2, 0)), lane_inputs={'x': np.ones((2, 3), dtype=np.complex64)})",
+        "EvalError",
+        r"input 'x' is complex",
+        mode="python",
+    ),
+    Case(
+        "native-input-complex",
+        "ndvm._native.compile('(+ x 1)').evaluate(np.zeros((1, 0)), {'x': np.array([1j])}, {}, ndvm.Limits().native())",
+        "TypeError",
+        r"input 'x' is not an array of real numbers \(dtype kind 'c'\)",
+        mode="python",
+    ),
     # ---- threads with small stacks, native threads ----------------------------------------------------
     Case(
         "thread-256k-deep-nesting",
@@ -329,6 +407,8 @@ _CHILD = textwrap.dedent("""
         mode = c["mode"]
         if mode == "run":
             return value_text(ndvm.compile(c["source"], limits=lim).run())
+        if mode == "python":
+            return str(eval(c["source"], {"ndvm": ndvm, "np": np}))
         if mode == "canonical":
             return ndvm.compile(c["source"], limits=lim).canonical_form
         if mode == "sexpr":
@@ -476,3 +556,77 @@ def test_fuzz_dictionary_is_generated_and_has_the_operators():
         assert op in entries, op
     files = {p.name for p in ROOT.iterdir()}
     assert not files & set(entries), files & set(entries)
+
+
+# ---- the native pool across fork() and Ctrl-C (issue 28): each in its own process, hard timeout ----
+_SLOW_FIT = (
+    "(param a 1.0) (param b 0.5) "
+    "(define (f i acc) (if (= i 0) acc (f (- i 1) (+ acc (* a (sin (* b i))))))) (square (- (f 2000 0.0) 3.0))"
+)
+
+
+def _child(code: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout * (20 if SANITIZED else 1),
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_calibrate_many_works_in_a_forked_child():
+    """After the parent's pool has run (threads=2), a forked child's calibrate_many gets a pool of
+    its own (pthread_atfork) instead of waiting forever for workers that do not exist there; so does
+    a default (fork) multiprocessing pool."""
+    code = """
+        import multiprocessing, os, ndvm
+        SRC = "(param a 1.0) (square (- a 3.0))"
+        def fit(_):
+            fits = ndvm.calibrate_many([SRC] * 4, loss="value", steps=50, restarts=2, threads=2)
+            return [round(f.params["a"], 6) for f in fits]
+        parent = fit(0)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if fit(0) == parent else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            print("pool", pool.map(fit, range(2)) == [parent, parent])
+    """
+    proc = _child(code, 60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["child", "0", "pool", "True"], proc.stdout + proc.stderr[-2000:]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("call", ["calibrate_many", "calibrate_groups", "calibrate"])
+def test_ctrl_c_stops_a_native_calibration_within_a_second(call):
+    """SIGINT during a long batch on the native pool: KeyboardInterrupt within a second, and the
+    process calibrates again at once (the pool is idle, nothing is left running)."""
+    calls = {
+        "calibrate_many": "ndvm.calibrate_many([SRC] * 400, loss='value', steps=200, restarts=8, threads=2)",
+        "calibrate_groups": "ndvm.calibrate_groups([SRC] * 100, [({}, None)] * 4, loss='value', steps=200, restarts=8, threads=2)",
+        "calibrate": "ndvm.calibrate(SRC, loss='value', optimizer='adam', gtol=0, steps=10**5, restarts=64, threads=2)",
+    }
+    code = f"""
+        import os, signal, threading, time, ndvm
+        SRC = {_SLOW_FIT!r}
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        t0 = time.perf_counter()
+        try:
+            {calls[call]}
+            print("finished", time.perf_counter() - t0)
+        except KeyboardInterrupt:
+            print("interrupted", time.perf_counter() - t0 - 1.0)
+        fits = ndvm.calibrate_many(["(param a 1.0) (square (- a 3.0))"] * 4, loss="value", steps=50, restarts=2, threads=2)
+        print("usable", all(abs(f.params["a"] - 3.0) < 1e-3 for f in fits))
+    """
+    proc = _child(code, 60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    words = proc.stdout.split()
+    assert words[0] == "interrupted", proc.stdout
+    if not SANITIZED:
+        assert float(words[1]) < 1.0, f"KeyboardInterrupt {float(words[1]):.2f} s after SIGINT"
+    assert words[2:] == ["usable", "True"], proc.stdout

@@ -52,11 +52,25 @@ py::object datum_to_python(const Datum& d, const py::handle& symbol, const py::h
   return py::none();
 }
 
+// `obj` as float64, refusing what forcecast would convert with a loss: complex numbers (the
+// imaginary part dropped), objects, strings, dates. ndvm's Python side refuses them first, with an
+// EvalError; this guards direct callers of ndvm._native.
+Arr real_arr(py::handle obj, const std::string& what) {
+  py::array raw = py::array::ensure(obj);
+  if (!raw) throw py::type_error(what + " is not numeric");
+  const char kind = raw.dtype().kind();
+  if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f')
+    throw py::type_error(what + " is not an array of real numbers (dtype kind '" + std::string(1, kind) + "')");
+  Arr a = Arr::ensure(raw);
+  if (!a) throw py::type_error(what + " is not numeric");
+  return a;
+}
+
 Array array_from(py::handle obj, const std::string& name, bool leading_lane = false, size_t lane = 0) {
   // the rank comes from the original object: array_t's conversion turns 0-d arrays into 1-d ones
   py::array raw = py::array::ensure(obj);
   if (!raw) throw py::type_error("input '" + name + "' is not numeric");
-  Arr a = Arr::ensure(raw);
+  Arr a = real_arr(raw, "input '" + name + "'");
   if (!a) throw py::type_error("input '" + name + "' is not numeric");
   Array out;
   int nd = static_cast<int>(raw.ndim()) - (leading_lane ? 1 : 0);
@@ -84,8 +98,8 @@ Inputs inputs_from(const Program& p, py::dict shared, py::dict lane, int B) {
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     py::str key(p.inputs[i]);
     if (lane.contains(key)) {
-      Arr a = Arr::ensure(lane[key]);
-      if (!a || a.ndim() < 1) throw py::value_error("lane input '" + p.inputs[i] + "' needs a leading lane axis");
+      Arr a = real_arr(lane[key], "lane input '" + p.inputs[i] + "'");
+      if (a.ndim() < 1) throw py::value_error("lane input '" + p.inputs[i] + "' needs a leading lane axis");
       int lanes = static_cast<int>(a.shape(0));
       if (B >= 0 && lanes != B)
         throw py::value_error("lane input '" + p.inputs[i] + "' has " + std::to_string(lanes) + " lanes, expected " +
@@ -163,14 +177,13 @@ LossSpec loss_from(const Program& p, const std::string& kind, py::object target,
   else throw py::value_error("unknown loss '" + kind + "' (expected value, mse or gaussian_nll)");
   if (ls.kind != LossKind::Value) {
     if (!lane_target.is_none()) {
-      Arr t = Arr::ensure(lane_target);
-      if (!t || t.ndim() != 2) throw py::value_error("lane_target must be [lanes, n]");
+      Arr t = real_arr(lane_target, "lane_target");
+      if (t.ndim() != 2) throw py::value_error("lane_target must be [lanes, n]");
       for (py::ssize_t l = 0; l < t.shape(0); ++l)
         ls.lane_target.emplace_back(t.data() + l * t.shape(1), t.data() + (l + 1) * t.shape(1));
     } else {
       if (target.is_none()) throw py::value_error("loss '" + kind + "' needs a target");
-      Arr t = Arr::ensure(target);
-      if (!t) throw py::value_error("target is not numeric");
+      Arr t = real_arr(target, "target");
       ls.target.assign(t.data(), t.data() + t.size());
     }
     for (size_t j = 0; j < p.params.size(); ++j)
@@ -196,6 +209,31 @@ CalibSpec spec_from(const Program& p, py::dict s) {
   c.loss = loss_from(p, s["loss"].cast<std::string>(), s["target"], s["lane_target"]);
   return c;
 }
+
+// Ctrl-C during a calibration on the native pool. The calling thread waits with the GIL released,
+// so Python's SIGINT handler cannot run; the pool asks this poll every kPollMs instead: on the main
+// thread it takes the GIL and runs the handlers (PyErr_CheckSignals). A handler that raises
+// (KeyboardInterrupt) sets `flag`: the pool skips the items not started, each running calibration
+// stops before its next step, and raise_if_set() re-raises the exception once the pool is idle, so
+// the process is usable again at once. On other threads Python runs no signal handlers: no poll.
+struct Interrupt {
+  std::atomic<bool> flag{false};
+  PoolPoll poll;
+  Interrupt() {
+    static const unsigned long main_ident =
+        py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+    if (PyThread_get_thread_ident() != main_ident) return;
+    poll = [this] {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) return false;
+      flag.store(true);
+      return true;
+    };
+  }
+  void raise_if_set() const {
+    if (flag.load()) throw py::error_already_set();  // the handler's exception, still set
+  }
+};
 
 // One result per program of a calibrate_many batch: converted serially under the GIL after the
 // parallel part, so it is kept cheap (the keys are interned once: building ten key strings per
@@ -455,11 +493,15 @@ PYBIND11_MODULE(_native, m) {
     int R = static_cast<int>(theta0.shape(0));
     Inputs in = inputs_from(*p, shared, lane, R);
     CalibSpec spec = spec_from(*p, spec_d);
+    Interrupt interrupt;
+    spec.cancel = &interrupt.flag;
     CalibResult r;
     {
       py::gil_scoped_release nogil;
-      r = calibrate_threaded(*p, thread_vm(), theta0.data(), R, in, spec, lim, threads == 0 ? 1 : threads);
+      r = calibrate_threaded(*p, thread_vm(), theta0.data(), R, in, spec, lim, threads == 0 ? 1 : threads,
+                             interrupt.poll);
     }
+    interrupt.raise_if_set();
     return result_dict(r, spec.steps);
   });
 
@@ -475,13 +517,15 @@ PYBIND11_MODULE(_native, m) {
     }
     for (auto item : lane) {
       std::string name = py::str(item.first);
-      Arr a = Arr::ensure(item.second);
-      if (!a || a.ndim() < 1) throw py::value_error("lane input '" + name + "' needs a leading lane axis");
+      Arr a = real_arr(item.second, "lane input '" + name + "'");
+      if (a.ndim() < 1) throw py::value_error("lane input '" + name + "' needs a leading lane axis");
       std::vector<Array> per;
       for (py::ssize_t l = 0; l < a.shape(0); ++l) per.push_back(array_from(a, name, true, l));
       lane_arrays.emplace(name, std::move(per));
     }
     CalibSpec base_spec = progs.empty() ? CalibSpec{} : spec_from(*progs[0], spec_d);
+    Interrupt interrupt;
+    base_spec.cancel = &interrupt.flag;
     std::vector<Inputs> ins(progs.size());
     std::vector<CalibJob> jobs(progs.size());
     std::vector<std::string> prep_errors(progs.size());
@@ -524,8 +568,9 @@ PYBIND11_MODULE(_native, m) {
     std::vector<CalibResult> rs;
     {
       py::gil_scoped_release nogil;
-      rs = calibrate_many(runnable, lim, threads);
+      rs = calibrate_many(runnable, lim, threads, interrupt.poll);
     }
+    interrupt.raise_if_set();
     int steps = spec_d["steps"].cast<int>();
     py::list out;
     size_t k = 0;
@@ -564,6 +609,7 @@ PYBIND11_MODULE(_native, m) {
       }
       group_targets[g] = item[1];
     }
+    Interrupt interrupt;
     std::vector<Inputs> ins(N * G);
     std::vector<CalibJob> jobs(N * G);
     std::vector<std::string> prep_errors(N * G);
@@ -586,6 +632,7 @@ PYBIND11_MODULE(_native, m) {
           const int R = static_cast<int>(theta0s[i].shape(0));
           jobs[k] = CalibJob{&p, std::vector<double>(theta0s[i].data(), theta0s[i].data() + theta0s[i].size()), R, &in,
                              spec_from(p, d)};
+          jobs[k].spec.cancel = &interrupt.flag;
         } catch (const std::exception& e) { prep_errors[k] = e.what(); }
       }
     }
@@ -595,8 +642,9 @@ PYBIND11_MODULE(_native, m) {
     std::vector<CalibResult> rs;
     {
       py::gil_scoped_release nogil;
-      rs = calibrate_many(runnable, lim, threads);
+      rs = calibrate_many(runnable, lim, threads, interrupt.poll);
     }
+    interrupt.raise_if_set();
     const int steps = spec_d["steps"].cast<int>();
     py::list out;
     size_t next = 0;

@@ -165,7 +165,11 @@ Value VM::rounding(int prim, Value a, const Node* site) {
 }
 
 Value VM::int_div(int prim, Value a, Value b, const Node* site) {
-  if (a.tag == T_INT && b.tag == T_INT && !(a.i == INT64_MIN && b.i == -1)) {  // that one overflows
+  // INT64_MIN / -1: the quotient 2^63 overflows 64 bits (computed inexactly below), while the
+  // remainder and modulo are exactly 0 (R7RS: exact arguments, exact result)
+  if (a.tag == T_INT && b.tag == T_INT && a.i == INT64_MIN && b.i == -1 && prim != P_QUOTIENT)
+    return Value::make_int(0);
+  if (a.tag == T_INT && b.tag == T_INT && !(a.i == INT64_MIN && b.i == -1)) {
     int64_t x = a.i, y = b.i;
     if (y == 0) err_at(site, opname(site) + ": division by zero");
     int64_t r = prim == P_QUOTIENT ? x / y : x % y;  // C++ truncates: R7RS quotient/remainder

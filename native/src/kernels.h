@@ -163,7 +163,9 @@ inline void arith_one_lane(Op op, double* po, const double* pa, const double* pb
 [[gnu::noinline]] inline void int_div_loop(Op op, View va, View vb, double* o, uint32_t Lo, const Node* site) {
   for (uint32_t l = 0; l < Lo; ++l) {
     double x = va.p[l * va.ls], y = vb.p[l * vb.ls];
-    if (x != std::floor(x) || y != std::floor(y)) err_at(site, opname(site) + ": expects integers");
+    // an infinity is no integer (R7RS): floor(inf) == inf would let it through
+    if (!std::isfinite(x) || !std::isfinite(y) || x != std::floor(x) || y != std::floor(y))
+      err_at(site, opname(site) + ": expects integers");
     if (y == 0) err_at(site, opname(site) + ": division by zero");
     double r;
     if (op == O_QUOTIENT) r = std::trunc(x / y);
@@ -212,7 +214,7 @@ inline void pred_mask(VM& vm, int prim, const V& a, uint8_t* m, const Node* site
       case P_INTEGERP: r = std::isfinite(x) && x == std::floor(x); break;
       case P_EVENP:
       case P_ODDP:
-        if (x != std::floor(x)) err_at(site, opname(site) + ": expects an integer");
+        if (!std::isfinite(x) || x != std::floor(x)) err_at(site, opname(site) + ": expects an integer");
         r = (std::fmod(std::fabs(x), 2.0) == 0) == (prim == P_EVENP);
         break;
       default: r = false;

@@ -149,7 +149,8 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
     res.status[r] = reason == STOP_NONFINITE ? LANE_NONFINITE : LANE_CONVERGED;
   };
   int step = 0;
-  for (; step < spec.steps && !running.empty(); ++step) {
+  auto cancelled = [&] { return spec.cancel && spec.cancel->load(std::memory_order_relaxed); };
+  for (; step < spec.steps && !running.empty() && !cancelled(); ++step) {
     BatchResult br = ev.eval(theta, true);
     ++res.evaluations;
     bool changed = false;
@@ -204,7 +205,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
   }
   res.steps_done = step;
   // the last update has not been evaluated yet: score it (best-iterate tracking)
-  if (!running.empty() && rule->score_last_update()) {
+  if (!running.empty() && rule->score_last_update() && !cancelled()) {
     BatchResult br = ev.eval(theta, false);
     ++res.evaluations;
     for (size_t k = 0; k < running.size(); ++k) {
@@ -222,7 +223,7 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
 }
 
 CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,
-                               const CalibSpec& spec, const Limits& lim, int threads) {
+                               const CalibSpec& spec, const Limits& lim, int threads, const PoolPoll& poll) {
   if (threads <= 0) threads = hardware_threads();
   int chunks = std::min(threads, R / 8);  // below 8 lanes a chunk is not worth a thread
   if (chunks <= 1) return calibrate(p, vm, theta0, R, in, spec, lim);
@@ -231,23 +232,27 @@ CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, i
   for (int c = 0; c <= chunks; ++c) start[c] = static_cast<int>(static_cast<long long>(R) * c / chunks);
   std::vector<CalibResult> parts(chunks);
   std::vector<std::string> errors(chunks);
-  parallel_for(chunks, chunks, [&](int c, VM& wvm) {
-    int lo = start[c], hi = start[c + 1];
-    Inputs sub;
-    sub.shared = in.shared;
-    sub.per_lane.resize(in.per_lane.size());
-    for (size_t i = 0; i < in.per_lane.size(); ++i)
-      if (!in.per_lane[i].empty()) sub.per_lane[i].assign(in.per_lane[i].begin() + lo, in.per_lane[i].begin() + hi);
-    CalibSpec s = spec;
-    if (!spec.loss.lane_target.empty())
-      s.loss.lane_target.assign(spec.loss.lane_target.begin() + lo, spec.loss.lane_target.begin() + hi);
-    try {
-      parts[c] = calibrate(p, wvm, theta0 + static_cast<size_t>(lo) * P, hi - lo, sub, s, lim);
-    } catch (const std::exception& e) {
-      errors[c] = e.what();
-      parts[c].error_kind = -2;
-    }
-  });
+  parallel_for(
+      chunks, chunks,
+      [&](int c, VM& wvm) {
+        int lo = start[c], hi = start[c + 1];
+        Inputs sub;
+        sub.shared = in.shared;
+        sub.per_lane.resize(in.per_lane.size());
+        for (size_t i = 0; i < in.per_lane.size(); ++i)
+          if (!in.per_lane[i].empty()) sub.per_lane[i].assign(in.per_lane[i].begin() + lo, in.per_lane[i].begin() + hi);
+        CalibSpec s = spec;
+        if (!spec.loss.lane_target.empty())
+          s.loss.lane_target.assign(spec.loss.lane_target.begin() + lo, spec.loss.lane_target.begin() + hi);
+        try {
+          parts[c] = calibrate(p, wvm, theta0 + static_cast<size_t>(lo) * P, hi - lo, sub, s, lim);
+        } catch (const std::exception& e) {
+          errors[c] = e.what();
+          parts[c].error_kind = -2;
+        }
+      },
+      poll);
+  if (spec.cancel && spec.cancel->load()) return CalibResult{};  // incomplete: the caller discards it
   for (int c = 0; c < chunks; ++c)
     if (parts[c].error_kind == -2) {
       // surface the failure as the serial run would
@@ -288,7 +293,8 @@ double job_cost(const CalibJob& j) {
 
 }  // namespace
 
-std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const Limits& lim, int threads) {
+std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const Limits& lim, int threads,
+                                        const PoolPoll& poll) {
   // The pool hands out items in index order: the costliest jobs go first, so that the batch does
   // not end with one thread finishing a long job while the others wait (results stay in job order).
   std::vector<int> order(jobs.size());
@@ -297,21 +303,24 @@ std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const
   for (size_t i = 0; i < jobs.size(); ++i) cost[i] = job_cost(jobs[i]);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cost[a] > cost[b]; });
   std::vector<CalibResult> out(jobs.size());
-  parallel_for(static_cast<int>(jobs.size()), threads, [&](int k, VM& vm) {
-    const int i = order[k];
-    const CalibJob& j = jobs[i];
-    try {
-      out[i] = calibrate(*j.program, vm, j.theta0.data(), j.R, *j.inputs, j.spec, lim);
-    } catch (const Error& e) {
-      out[i].error = e.what();
-      out[i].error_kind = static_cast<int>(e.kind);
-      out[i].error_line = e.line;
-      out[i].error_col = e.col;
-    } catch (const std::exception& e) {
-      out[i].error = std::string("internal error: ") + e.what();
-      out[i].error_kind = static_cast<int>(ErrorKind::Eval);
-    }
-  });
+  parallel_for(
+      static_cast<int>(jobs.size()), threads,
+      [&](int k, VM& vm) {
+        const int i = order[k];
+        const CalibJob& j = jobs[i];
+        try {
+          out[i] = calibrate(*j.program, vm, j.theta0.data(), j.R, *j.inputs, j.spec, lim);
+        } catch (const Error& e) {
+          out[i].error = e.what();
+          out[i].error_kind = static_cast<int>(e.kind);
+          out[i].error_line = e.line;
+          out[i].error_col = e.col;
+        } catch (const std::exception& e) {
+          out[i].error = std::string("internal error: ") + e.what();
+          out[i].error_kind = static_cast<int>(ErrorKind::Eval);
+        }
+      },
+      poll);
   return out;
 }
 

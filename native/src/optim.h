@@ -2,6 +2,7 @@
 // the whole step budget; Python is called once. The optimizers are in optimizers.h, the pool in
 // pool.h.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ struct CalibSpec {
   double gtol = 0, ftol = 0, xtol = 0;
   int lbfgs_memory = 10;
   LossSpec loss;
+  // Set (by the binding's PoolPoll, on Ctrl-C): the calibration stops before its next step; its
+  // result is then incomplete and discarded by the caller.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 enum LaneStatus : int { LANE_RUNNING = 0, LANE_NONFINITE = 1, LANE_CONVERGED = 2 };
@@ -67,11 +71,11 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
 // The same, with the restart lanes split into `threads` chunks run on the pool (threads <= 1: on
 // the calling thread with `vm`). Lanes are independent, so the result is identical either way.
 CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, int R, const Inputs& in,
-                               const CalibSpec& spec, const Limits& lim, int threads);
+                               const CalibSpec& spec, const Limits& lim, int threads, const PoolPoll& poll = nullptr);
 
 // Calibrates each job on the persistent pool (threads <= 0: all cores), costliest jobs first
 // (lanes x input elements). Results are in job order, identical to a serial run; a failing job
-// yields CalibResult.error. Jobs may differ in program and in data: a grouped fit (one job per
+// yields CalibResult.error. `poll`: see parallel_for (a cancelled batch's results are incomplete). Jobs may differ in program and in data: a grouped fit (one job per
 // program and group, e.g. per battery cell) is one call.
 struct CalibJob {
   const Program* program;
@@ -80,6 +84,7 @@ struct CalibJob {
   const Inputs* inputs;
   CalibSpec spec;
 };
-std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const Limits& lim, int threads);
+std::vector<CalibResult> calibrate_many(const std::vector<CalibJob>& jobs, const Limits& lim, int threads,
+                                        const PoolPoll& poll = nullptr);
 
 }  // namespace ndvm

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <stdexcept>
@@ -25,14 +26,23 @@ namespace {
 
 constexpr size_t kWorkerStack = 256u << 20;  // reserved, not committed: deep recursion is safe
 
+class Pool;
+Pool* the_pool = nullptr;  // never destroyed: workers may outlive static destruction
+std::once_flag pool_once;
+
 class Pool {
  public:
   static Pool& get() {
-    static Pool* pool = new Pool();  // never destroyed: workers may outlive static destruction
-    return *pool;
+    std::call_once(pool_once, [] {
+      the_pool = new Pool();
+      // The child of a fork() has only the forking thread: the workers are gone and the pool's
+      // mutexes may be held by them. It gets a new pool (the old one is leaked, never touched).
+      pthread_atfork(nullptr, nullptr, [] { the_pool = new Pool(); });
+    });
+    return *the_pool;
   }
 
-  void run(int n, int threads, const std::function<void(int, VM&)>& fn) {
+  void run(int n, int threads, const std::function<void(int, VM&)>& fn, const PoolPoll& poll) {
     std::lock_guard<std::mutex> one_job_at_a_time(job_mu_);
     ensure(threads);
     std::unique_lock<std::mutex> lk(mu_);
@@ -43,7 +53,19 @@ class Pool {
     pending_ = threads;
     ++generation_;
     cv_.notify_all();
-    done_cv_.wait(lk, [&] { return pending_ == 0; });
+    auto done = [&] { return pending_ == 0; };
+    if (!poll) {
+      done_cv_.wait(lk, done);
+    } else {
+      bool cancelled = false;
+      while (!done_cv_.wait_for(lk, std::chrono::milliseconds(kPollMs), done)) {
+        if (cancelled) continue;
+        lk.unlock();  // the poll may wait for Python's GIL: never with the pool's lock held
+        cancelled = poll();
+        if (cancelled) next_.store(n);  // items not yet handed out are skipped
+        lk.lock();
+      }
+    }
     fn_ = nullptr;
   }
 
@@ -110,11 +132,11 @@ class Pool {
 
 }  // namespace
 
-void parallel_for(int n, int threads, const std::function<void(int, VM&)>& fn) {
+void parallel_for(int n, int threads, const std::function<void(int, VM&)>& fn, const PoolPoll& poll) {
   if (threads <= 0) threads = hardware_threads();
   if (threads > n) threads = n;
   if (n <= 0) return;
-  Pool::get().run(n, threads, fn);
+  Pool::get().run(n, threads, fn, poll);
 }
 
 }  // namespace ndvm

@@ -205,7 +205,12 @@ class Reader {
       d->num = tok[1] == 'i' ? (tok[0] == '-' ? -INFINITY : INFINITY) : NAN;
       return d;
     }
-    if (looks_numeric(tok)) {
+    // C's hexadecimal numbers (0x10, 0x1p3) are no Scheme syntax: read as symbols, as Guile does
+    // (strtod below would take them)
+    if (looks_numeric(tok) && !looks_hex(tok)) {
+      for (char ch : tok)  // decimal syntax only: digits, sign, point, exponent
+        if (!(isdigit(static_cast<unsigned char>(ch)) || ch == '+' || ch == '-' || ch == '.' || ch == 'e' || ch == 'E'))
+          parse_error("malformed number '" + tok + "'", l, c);
       bool is_int = true;
       for (size_t i = 0; i < tok.size(); ++i) {
         char ch = tok[i];
@@ -238,6 +243,10 @@ class Reader {
     return d;
   }
 
+  static bool looks_hex(const std::string& t) {
+    size_t i = (t[0] == '+' || t[0] == '-') ? 1 : 0;
+    return t.size() > i + 1 && t[i] == '0' && (t[i + 1] == 'x' || t[i + 1] == 'X');
+  }
   static bool looks_numeric(const std::string& t) {
     size_t i = 0;
     if (t[0] == '+' || t[0] == '-') i = 1;
