@@ -16,7 +16,7 @@ from importlib.metadata import version as _version
 from typing import Any
 
 from . import language
-from .calibrate import Fit, calibrate, calibrate_groups, calibrate_many
+from .calibrate import Fit, calibrate, calibrate_groups, calibrate_many, calibrate_shared
 from .errors import CheckError, EvalError, LimitError, NDVMError, ParseError
 from .language import read
 from .program import DEFAULT_LIMITS, Limits, Param, Program, compile
@@ -46,6 +46,7 @@ __all__ = [
     "calibrate",
     "calibrate_many",
     "calibrate_groups",
+    "calibrate_shared",
     "Fit",
     "stderr",
     "StdErr",

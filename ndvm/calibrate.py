@@ -546,6 +546,136 @@ def calibrate_groups(
     return [fits if fits is not None else [] for fits in out]
 
 
+def _shared_starts(program: Program, theta0: np.ndarray, values: Mapping[str, float] | None) -> np.ndarray:
+    """``theta0`` with the shared parameters' columns set to ``values`` (every name of
+    ``program.shared_names``, nothing else); ``theta0`` itself when ``values`` is None."""
+    if values is None:
+        return theta0
+    names = program.shared_names
+    unknown = sorted(set(values) - set(names))
+    missing = [n for n in names if n not in values]
+    if unknown or missing:
+        raise ValueError(
+            f"calibrate_shared: shared_values must give exactly the shared parameters {names}"
+            + (f"; unknown {unknown}" if unknown else "")
+            + (f"; missing {missing}" if missing else "")
+        )
+    out = np.array(theta0, dtype=np.float64, copy=True)
+    for name, value in values.items():
+        v = float(value)
+        if not math.isfinite(v):
+            raise ValueError(f"calibrate_shared: shared value {name}={value!r} is not finite")
+        out[:, program.param_names.index(name)] = v
+    return np.ascontiguousarray(out)
+
+
+def _group_fit(program: Program, res: dict[str, Any], member: int, seconds: float, problem: dict[str, Any]) -> Fit:
+    """Group ``member``'s Fit of a joint result: its parameters at the best joint lane (the same lane
+    for every group, so the shared values agree), ``loss`` its own loss there; the lanes' losses,
+    history and stop reasons are the joint fit's."""
+    if res["error"] is not None:
+        return _fit_from(program, res, seconds, problem)
+    own = dict(res)
+    own["best_theta"] = np.ascontiguousarray(res["group_theta"][member])
+    fit = _fit_from(program, own, seconds, problem)
+    if fit.best_restart >= 0:
+        fit.loss = float(res["group_loss"][fit.best_restart, member])
+    return fit
+
+
+def calibrate_shared(
+    programs: Sequence[Program | str],
+    groups: Sequence[tuple[Mapping[str, Any], Any]],
+    loss: str = "mse",
+    optimizer: str = DEFAULT_OPTIMIZER,
+    steps: int | None = None,
+    lr: float | None = None,
+    restarts: int = DEFAULT_RESTARTS,
+    seed: int = 0,
+    init: Any = "declared",
+    tol: float | None = None,
+    threads: int | None = None,
+    jitter: float = 0.5,
+    gtol: float = DEFAULT_GTOL,
+    ftol: float = DEFAULT_FTOL,
+    xtol: float = DEFAULT_XTOL,
+    patience: int = DEFAULT_PATIENCE,
+    limits: Limits | None = None,
+    shared_values: Sequence[Mapping[str, float] | None] | None = None,
+) -> list[list[Fit]]:
+    """Grouped fits where parameters declared ``shared`` take one value for every group: for each
+    program, one native fit whose parameter vector is the shared parameters followed by one block of
+    the other parameters per group, minimizing the sum over groups of each group's loss on its own
+    data (exact gradients: a shared parameter's is the sum of the groups'). Takes and returns what
+    ``calibrate_groups`` does: one list per program, one ``Fit`` per group, whose ``params`` hold the
+    shared values and the group's own; ``loss`` is the group's own loss, while ``all_losses``,
+    ``history`` and the lane stop reasons are the joint fit's (the best lane is the joint best, the
+    same for every group). A program without shared parameters is fitted by ``calibrate_groups``
+    (its groups are independent). ``shared_values`` (one entry per program, or None): fixed values
+    of that program's shared parameters, for example from a training fit; each group then fits only
+    its own parameters (a held-out group on its early rows), as separate jobs on the pool.
+    """
+    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
+    groups = list(groups)
+    for g, item in enumerate(groups):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValueError(f"calibrate_shared: group {g} must be an (inputs, target) pair, got {type(item).__name__}")
+        if loss != "value" and item[1] is None:
+            raise ValueError(f"calibrate_shared: loss {loss!r} needs a target, and group {g} has none")
+    if shared_values is not None and len(shared_values) != len(programs):
+        raise ValueError(
+            f"calibrate_shared: shared_values has {len(shared_values)} entries for {len(programs)} programs"
+        )
+    common = dict(
+        loss=loss, optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed, init=init, tol=tol,
+        threads=threads, jitter=jitter, gtol=gtol, ftol=ftol, xtol=xtol, patience=patience, limits=limits,
+    )  # fmt: skip
+    out: list[list[Fit] | None] = [None] * len(programs)
+    natives, thetas, where, compiled, failed = _prepare(programs, limits, restarts, seed, init, jitter)
+    for i, failure in failed.items():
+        out[i] = [failure() for _ in groups]
+    plain = [k for k, program in enumerate(compiled) if not program.shared_names]
+    if plain:  # no shared parameter: independent per-group fits
+        for k, fits in zip(plain, calibrate_groups([compiled[k] for k in plain], groups, **common)):
+            out[where[k]] = fits
+    joint = [k for k, program in enumerate(compiled) if program.shared_names]
+    if joint and groups:
+        spec = _spec(options, loss, None, None)
+        native_groups = [
+            (
+                _inputs(inputs),
+                None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
+            )
+            for inputs, target in groups
+        ]
+        problems = [_problem_of(inputs, target, loss, None, None) for inputs, target in groups]
+        everyone = list(range(len(groups)))
+        for group_limits, members in _by_limits([compiled[k] for k in joint]).items():
+            batch = [joint[m] for m in members]
+            starts, jobs = [], []
+            for n, k in enumerate(batch):
+                values = shared_values[where[k]] if shared_values is not None else None
+                starts.append(_shared_starts(compiled[k], thetas[k], values))
+                if values is None:
+                    jobs.append((n, everyone, True))
+                else:  # fixed shared values: the groups are independent, one job each
+                    jobs.extend((n, [g], False) for g in everyone)
+            t0 = time.perf_counter()
+            results = _native.calibrate_shared(
+                [natives[k] for k in batch], starts, native_groups, jobs, spec, group_limits.native(), int(threads or 0)
+            )
+            seconds = (time.perf_counter() - t0) / (len(batch) * len(groups))
+            by_job = iter(results)
+            for k in batch:
+                program = compiled[k]
+                if shared_values is not None and shared_values[where[k]] is not None:
+                    out[where[k]] = [_group_fit(program, next(by_job), 0, seconds, problems[g]) for g in everyone]
+                else:
+                    res = next(by_job)
+                    out[where[k]] = [_group_fit(program, res, g, seconds, problems[g]) for g in everyone]
+    return [fits if fits is not None else [] for fits in out]
+
+
 _OPTIONS_DOC = """
     Options (the same for ``calibrate`` and ``calibrate_many``):
 
@@ -588,3 +718,4 @@ _OPTIONS_DOC = """
 calibrate.__doc__ = (calibrate.__doc__ or "") + _OPTIONS_DOC
 calibrate_many.__doc__ = (calibrate_many.__doc__ or "") + _OPTIONS_DOC
 calibrate_groups.__doc__ = (calibrate_groups.__doc__ or "") + _OPTIONS_DOC
+calibrate_shared.__doc__ = (calibrate_shared.__doc__ or "") + _OPTIONS_DOC

@@ -77,7 +77,8 @@ def _declaration(param: Any) -> str:
         tail = f" (between {_number(constraint[1])} {_number(constraint[2])})"
     else:
         raise CheckError(f"metacircular: unsupported constraint {constraint!r} of parameter {param.name}")
-    return f"(param {param.name} {_number(param.init)}{tail})"
+    shared = " shared" if getattr(param, "shared", False) else ""
+    return f"(param {param.name} {_number(param.init)}{tail}{shared})"
 
 
 def host_source(source: str, params: list[Any], inputs: list[str]) -> str:

@@ -22,14 +22,16 @@ from .errors import EvalError
 
 @dataclass(frozen=True)
 class Param:
-    """A declared parameter: ``(param NAME INIT [CONSTRAINT])``.
+    """A declared parameter: ``(param NAME INIT [CONSTRAINT] [shared])``.
 
-    ``constraint`` is ``None`` (free), ``"positive"`` or ``("between", lo, hi)``.
+    ``constraint`` is ``None`` (free), ``"positive"`` or ``("between", lo, hi)``. ``shared``: one
+    value for every group of a grouped fit (``ndvm.calibrate_shared``); other fits ignore it.
     """
 
     name: str
     init: float
     constraint: None | str | tuple[str, float, float] = None
+    shared: bool = False
 
 
 # The runtime's own defaults (native/src/program.h), read once: Limits below restates none of them.
@@ -194,10 +196,16 @@ class Program:
     def __init__(self, native: _native.Program, limits: Limits = DEFAULT_LIMITS):
         self._native = native
         self.limits = limits
-        self.params: list[Param] = [Param(n, float(i), c) for n, i, c in native.params]
+        shared = _native.shared_params(native)
+        self.params: list[Param] = [Param(n, float(i), c, s) for (n, i, c), s in zip(native.params, shared)]
         self.param_names: list[str] = [p.name for p in self.params]
         self.inputs: list[str] = list(native.inputs)
         self._canonical: str | None = None
+
+    @property
+    def shared_names(self) -> list[str]:
+        """The parameters declared ``shared`` (one value for every group of ``calibrate_shared``)."""
+        return [p.name for p in self.params if p.shared]
 
     # ---- description ----
     @property

@@ -478,6 +478,9 @@ class _Walker:
                 self.expr(form, path, top_env, "value")
 
     def param(self, form: list, index: int) -> None:
+        # a trailing `shared` (one value for every group of a grouped fit) is kept on the form as is
+        if len(form) in (4, 5) and _is_sym(form[-1], "shared"):
+            form = form[:-1]
         if (
             len(form) not in (3, 4)
             or not isinstance(form[1], Sym)
@@ -588,7 +591,10 @@ def structure_key(forms: list[Node]) -> str:
             if name in params:
                 if name not in renamed:
                     decl = params[name]
-                    constraint = walk(decl[3]) if len(decl) == 4 else ""
+                    shared = len(decl) >= 4 and _is_sym(decl[-1], "shared")
+                    body = decl[:-1] if shared else decl
+                    constraint = walk(body[3]) if len(body) == 4 else ""
+                    constraint += " shared" if shared else ""
                     renamed[name] = f"P{len(renamed)}{':' + constraint if constraint else ''}"
                 return renamed[name]
             return name

@@ -14,6 +14,7 @@
 #include "prims.h"
 #include "program.h"
 #include "reader.h"
+#include "shared.h"
 #include "simd.h"
 #include "vm.h"
 
@@ -282,6 +283,94 @@ std::string simd_level() {
 #else
   return "scalar";
 #endif
+}
+
+// The body of _native.calibrate_shared (see its m.def): data converted once per group, one
+// SharedJob per requested job, run on the pool with the GIL released.
+py::list calibrate_shared_binding(const std::vector<std::shared_ptr<Program>>& progs, const std::vector<Arr>& theta0s,
+                                  py::list groups, py::list jobs_in, py::dict spec_d, const Limits& lim, int threads) {
+  if (theta0s.size() != progs.size())
+    throw py::value_error("calibrate_shared: " + std::to_string(theta0s.size()) + " starting points for " +
+                          std::to_string(progs.size()) + " programs");
+  const size_t G = groups.size();
+  std::vector<std::unordered_map<std::string, Array>> group_inputs(G);
+  std::vector<py::object> group_targets(G);
+  for (size_t g = 0; g < G; ++g) {
+    py::tuple item = py::reinterpret_borrow<py::object>(groups[g]).cast<py::tuple>();
+    if (item.size() != 2)
+      throw py::value_error("calibrate_shared: group " + std::to_string(g) + " is not (inputs, target)");
+    for (auto kv : item[0].cast<py::dict>()) {
+      std::string name = py::str(kv.first);
+      group_inputs[g].emplace(name, array_from(kv.second, name));
+    }
+    group_targets[g] = item[1];
+  }
+  const size_t J = jobs_in.size();
+  std::vector<SharedJob> jobs(J);
+  std::vector<std::vector<Inputs>> ins(J);
+  std::vector<std::string> prep_errors(J);
+  for (size_t j = 0; j < J; ++j) {
+    try {
+      py::tuple t = py::reinterpret_borrow<py::object>(jobs_in[j]).cast<py::tuple>();
+      if (t.size() != 3) throw py::value_error("calibrate_shared: a job is (program, groups, fit_shared)");
+      const size_t i = t[0].cast<size_t>();
+      if (i >= progs.size()) throw py::value_error("calibrate_shared: job " + std::to_string(j) + ": no such program");
+      const Program& p = *progs[i];
+      check_theta(p, theta0s[i]);
+      std::vector<size_t> members = t[1].cast<std::vector<size_t>>();
+      SharedJob& job = jobs[j];
+      job.program = &p;
+      job.R = static_cast<int>(theta0s[i].shape(0));
+      job.theta0.assign(theta0s[i].data(), theta0s[i].data() + theta0s[i].size());
+      job.fit_shared = t[2].cast<bool>();
+      ins[j].resize(members.size());
+      for (size_t m = 0; m < members.size(); ++m) {
+        const size_t g = members[m];
+        if (g >= G) throw py::value_error("calibrate_shared: job " + std::to_string(j) + ": no such group");
+        Inputs& in = ins[j][m];
+        in.shared.resize(p.inputs.size());
+        in.per_lane.resize(p.inputs.size());
+        for (size_t n = 0; n < p.inputs.size(); ++n) {
+          auto found = group_inputs[g].find(p.inputs[n]);
+          if (found != group_inputs[g].end()) in.shared[n] = found->second;
+        }
+        py::dict d(spec_d);  // this group's target (spec_from finds sigma for this program)
+        d["target"] = group_targets[g];
+        d["lane_target"] = py::none();
+        job.specs.push_back(spec_from(p, d));
+      }
+      for (const Inputs& in : ins[j]) job.inputs.push_back(&in);
+    } catch (const std::exception& e) { prep_errors[j] = e.what(); }
+  }
+  std::vector<SharedJob> runnable;
+  for (size_t j = 0; j < J; ++j)
+    if (prep_errors[j].empty()) runnable.push_back(jobs[j]);
+  std::vector<SharedResult> rs;
+  {
+    py::gil_scoped_release nogil;
+    rs = calibrate_shared_many(runnable, lim, threads);
+  }
+  const int steps = spec_d["steps"].cast<int>();
+  py::list out;
+  size_t next = 0;
+  for (size_t j = 0; j < J; ++j) {
+    if (!prep_errors[j].empty()) {
+      CalibResult e;
+      e.error = prep_errors[j];
+      e.error_kind = static_cast<int>(ErrorKind::Eval);
+      out.append(result_dict(e, 0));
+      continue;
+    }
+    const SharedResult& r = rs[next++];
+    py::dict d = result_dict(r.joint, r.joint.error.empty() ? steps : 0);
+    const py::ssize_t R = r.joint.R, Gj = r.G, P = static_cast<py::ssize_t>(jobs[j].program->params.size());
+    if (r.joint.error.empty()) {
+      d["group_theta"] = shaped(r.group_theta, {Gj, R, P});
+      d["group_loss"] = shaped(r.group_loss, {R, Gj});
+    }
+    out.append(d);
+  }
+  return out;
 }
 
 }  // namespace
@@ -663,6 +752,20 @@ PYBIND11_MODULE(_native, m) {
       }
       out.append(per_group);
     }
+    return out;
+  });
+
+  // Grouped fits with shared parameters (native/src/shared.h). `jobs`: (program index, group
+  // indices, fit_shared) triples; each is one joint fit of that program over those groups (with
+  // fit_shared false, the shared parameters keep theta0's values). Returns one dict per job:
+  // result_dict of the joint fit, plus group_theta [G, R, P] and group_loss [R, G].
+  m.def("calibrate_shared", [](std::vector<std::shared_ptr<Program>> progs, std::vector<Arr> theta0s, py::list groups,
+                               py::list jobs_in, py::dict spec_d, const Limits& lim, int threads) {
+    return calibrate_shared_binding(progs, theta0s, groups, jobs_in, spec_d, lim, threads);
+  });
+  m.def("shared_params", [](const Program& p) {
+    std::vector<bool> out;
+    for (auto& d : p.params) out.push_back(d.shared);
     return out;
   });
 

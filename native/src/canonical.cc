@@ -23,8 +23,7 @@ class Canon {
     for (auto& f : forms) {
       if (f->kind == Datum::List && !f->items.empty() && f->items[0]->is_sym("param") && f->items.size() >= 3 &&
           f->items[1]->kind == Datum::Symbol) {
-        std::string c = f->items.size() == 4 ? write_datum(*f->items[3]) : "free";
-        param_constraint_[f->items[1]->sym] = c;
+        param_constraint_[f->items[1]->sym] = param_kind(f->items);
       } else {
         body.push_back(f);
       }
@@ -38,6 +37,16 @@ class Canon {
   }
 
  private:
+  // A parameter's constraint, with " shared" when it is shared across groups: (param NAME INIT
+  // [CONSTRAINT] [shared]). A shared and a per-group parameter are different models.
+  static std::string param_kind(const std::vector<DatumP>& items) {
+    size_t n = items.size();
+    const bool shared = n >= 4 && items.back()->is_sym("shared");
+    if (shared) --n;
+    std::string c = n == 4 ? write_datum(*items[3]) : "free";
+    return shared ? c + " shared" : c;
+  }
+
   const StackProbe probe_;  // the walk recurses per nesting level: bounded by the thread's stack
   std::vector<std::map<std::string, std::string>> scopes_;
   std::map<std::string, std::string> param_constraint_, param_name_;

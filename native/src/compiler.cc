@@ -248,10 +248,21 @@ class Compiler {
   }
 
   void declare_param(const Datum& f) {
-    auto& it = f.items;
+    // A trailing `shared` marks a parameter shared across the groups of a grouped fit
+    // (calibrate_shared): (param NAME INIT [CONSTRAINT] shared).
+    std::vector<DatumP> it = f.items;
+    bool shared = false;
+    if (it.size() >= 4 && it.back()->is_sym("shared")) {
+      shared = true;
+      it.pop_back();
+    }
+    for (size_t k = 3; k < it.size(); ++k)
+      if (it[k]->is_sym("shared"))
+        bad(*it[k], "param declaration: `shared` is given once, last (after the constraint)");
     if (it.size() < 3 || it.size() > 4 || it[1]->kind != Datum::Symbol)
-      bad(f, "bad param declaration: expected (param NAME INIT [positive | (between LO HI)])");
+      bad(f, "bad param declaration: expected (param NAME INIT [positive | unit | (between LO HI)] [shared])");
     ParamDecl pd;
+    pd.shared = shared;
     pd.name = it[1]->sym;
     if (is_form(pd.name) || find_prim(pd.name.c_str()) >= 0)
       bad(*it[1], "param name '" + pd.name + "' is a special form or primitive");

@@ -13,51 +13,13 @@
 
 #include "error.h"
 #include "optimizers.h"
+#include "param_transform.h"
 #include "pool.h"
 #include "vm.h"
 
 namespace ndvm {
 
 namespace {
-
-inline double sigmoid(double x) {
-  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
-  double e = std::exp(x);
-  return e / (1.0 + e);
-}
-
-// natural <-> unconstrained coordinates of one parameter
-double to_natural(const ParamDecl& d, double u) {
-  switch (d.constraint) {
-    case C_POSITIVE: return u > 30 ? u : std::log1p(std::exp(u));  // softplus
-    case C_BETWEEN: return d.lo + (d.hi - d.lo) * sigmoid(u);
-    default: return u;
-  }
-}
-double to_unconstrained(const ParamDecl& d, double x) {
-  switch (d.constraint) {
-    case C_POSITIVE: {
-      double v = x > 1e-300 ? x : 1e-300;
-      return v > 30 ? v : std::log(std::expm1(v));  // inverse softplus
-    }
-    case C_BETWEEN: {
-      double t = (x - d.lo) / (d.hi - d.lo);
-      t = std::min(std::max(t, 1e-12), 1 - 1e-12);
-      return std::log(t / (1 - t));
-    }
-    default: return x;
-  }
-}
-double dnatural_du(const ParamDecl& d, double u) {
-  switch (d.constraint) {
-    case C_POSITIVE: return sigmoid(u);
-    case C_BETWEEN: {
-      double s = sigmoid(u);
-      return (d.hi - d.lo) * s * (1 - s);
-    }
-    default: return 1.0;
-  }
-}
 
 bool all_finite(const double* x, int n) {
   for (int i = 0; i < n; ++i)

@@ -19,6 +19,7 @@ struct ParamDecl {
   double init = 0;
   Constraint constraint = C_FREE;
   double lo = 0, hi = 0;
+  bool shared = false;  // `(param NAME INIT [CONSTRAINT] shared)`: one value for every group of a grouped fit
 };
 
 // Budgets of one evaluation (one run_batch or run_one call, all its lanes and lane groups

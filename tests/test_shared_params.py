@@ -1,0 +1,145 @@
+"""Parameters shared across groups: `(param NAME INIT [CONSTRAINT] shared)`, fitted jointly over
+every group's data by one native fit (ndvm.calibrate_shared), the other parameters per group."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ndvm
+from ndvm.errors import CheckError
+
+POWER = "(param a 1.0)\n(param b 0.05 positive)\n(param z 1.0 positive shared)\n(- a (* b (expt x z)))"
+
+
+def synthetic_cells(n_cells: int = 40, z: float = 1.7, seed: int = 0, noise: float = 0.002):
+    """n_cells fade curves soh = a - b x^z with one exponent z and known per-cell a and b."""
+    rng = np.random.default_rng(seed)
+    cells, truth = [], []
+    for _ in range(n_cells):
+        a, b = rng.uniform(0.98, 1.02), rng.uniform(0.01, 0.05)
+        n = int(rng.integers(60, 200))
+        x = np.linspace(0.05, rng.uniform(2.0, 6.0), n)
+        y = a - b * x**z + rng.normal(0.0, noise, n)
+        cells.append(({"x": x}, y))
+        truth.append((a, b))
+    return cells, truth
+
+
+# ---------------------------------------------------------------- the declaration
+
+
+def test_declaration_marks_shared_parameters():
+    program = ndvm.compile(POWER)
+    assert [p.shared for p in program.params] == [False, False, True]
+    assert program.shared_names == ["z"]
+    assert program.params[2].constraint == "positive"
+    free = ndvm.compile("(param k 0.5 shared) (param c 1.0 (between 0 2) shared) (* k c x)")
+    assert free.shared_names == ["k", "c"]
+    assert free.params[0].constraint is None and free.params[1].constraint == ("between", 0.0, 2.0)
+
+
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        ("(param z 1.0 shared positive) (* z x)", "`shared` is given once, last"),
+        ("(param z 1.0 shared shared) (* z x)", "`shared` is given once, last"),
+        ("(param z 1.0 positive shared extra) (* z x)", "`shared` is given once, last"),
+        ("(param z 1.0 sharred) (* z x)", "unknown constraint"),
+        ("(param z shared) (* z x)", "initial value must be a number"),
+        ("(param z -1.0 positive shared) (* z x)", "must be > 0"),
+    ],
+)
+def test_bad_shared_declarations_are_typed_errors(source, words):
+    with pytest.raises(CheckError, match=words):
+        ndvm.compile(source)
+
+
+def test_shared_changes_the_canonical_form():
+    per_group = ndvm.compile("(param a 1.0) (param z 1.0 positive) (* a (expt x z))")
+    shared = ndvm.compile("(param a 1.0) (param z 1.0 positive shared) (* a (expt x z))")
+    assert per_group.canonical_form != shared.canonical_form
+    assert "positive shared" in shared.canonical_form
+
+
+# ---------------------------------------------------------------- the joint fit
+
+
+def test_shared_exponent_recovered_from_40_cells():
+    cells, truth = synthetic_cells()
+    (fits,) = ndvm.calibrate_shared([POWER], cells, restarts=4, steps=2000)
+    assert len(fits) == 40 and all(f.error is None for f in fits)
+    zs = {f.params["z"] for f in fits}
+    assert len(zs) == 1  # one value for every cell
+    assert abs(zs.pop() - 1.7) < 0.02
+    a_err = [abs(f.params["a"] - a) for f, (a, _) in zip(fits, truth)]
+    b_rel = [abs(f.params["b"] - b) / b for f, (_, b) in zip(fits, truth)]
+    assert max(a_err) < 0.005
+    assert max(b_rel) < 0.1
+    # each cell's own loss is that of its residuals at the joint optimum (noise 0.002: mse ~4e-6)
+    for (inputs, y), fit in zip(cells, fits):
+        pred = fit.params["a"] - fit.params["b"] * inputs["x"] ** fit.params["z"]
+        assert fit.loss == pytest.approx(float(np.mean((pred - y) ** 2)), rel=1e-9)
+        assert fit.loss < 1e-5
+
+
+def test_joint_gradient_is_exact():
+    """The joint fit's loss at its optimum cannot be lowered by moving the shared exponent: the sum
+    of the cells' losses, computed here by numpy, is stationary in z (a central difference)."""
+    cells, _ = synthetic_cells(n_cells=8, seed=3)
+    (fits,) = ndvm.calibrate_shared([POWER], cells, restarts=4, steps=3000)
+
+    def total(z):
+        return sum(
+            float(np.mean((f.params["a"] - f.params["b"] * i["x"] ** z - y) ** 2)) for (i, y), f in zip(cells, fits)
+        )
+
+    z = fits[0].params["z"]
+    h = 1e-4
+    slope = (total(z + h) - total(z - h)) / (2 * h)
+    curvature = (total(z + h) - 2 * total(z) + total(z - h)) / h**2
+    assert abs(slope / curvature) < 1e-4  # the Newton step to the minimum in z is negligible
+
+
+def test_per_group_fits_against_a_joint_fit():
+    """A shared exponent fits worse per cell than a free one but better than a wrong fixed one."""
+    cells, _ = synthetic_cells(n_cells=10, seed=1)
+    (joint,) = ndvm.calibrate_shared([POWER], cells, restarts=4, steps=2000)
+    (fixed,) = ndvm.calibrate_shared([POWER], cells, restarts=4, steps=2000, shared_values=[{"z": 1.0}])
+    assert all(f.params["z"] == 1.0 for f in fixed)
+    assert sum(f.loss for f in joint) < 0.1 * sum(f.loss for f in fixed)
+
+
+def test_held_out_cell_fits_only_its_own_parameters():
+    cells, truth = synthetic_cells(n_cells=12, seed=2)
+    train, held = cells[:10], cells[10:]
+    (fits,) = ndvm.calibrate_shared([POWER], train, restarts=4, steps=2000)
+    z = fits[0].params["z"]
+    (held_fits,) = ndvm.calibrate_shared([POWER], held, restarts=4, steps=2000, shared_values=[{"z": z}])
+    for fit, (a, b) in zip(held_fits, truth[10:]):
+        assert fit.params["z"] == z  # kept, not refitted
+        assert abs(fit.params["a"] - a) < 0.005 and abs(fit.params["b"] - b) / b < 0.1
+
+
+def test_program_without_shared_parameters_equals_calibrate_groups():
+    cells, _ = synthetic_cells(n_cells=5, seed=4)
+    plain = "(param a 1.0)\n(param b 0.05 positive)\n(param z 1.0 positive)\n(- a (* b (expt x z)))"
+    (shared_path,) = ndvm.calibrate_shared([plain], cells, restarts=4, steps=300)
+    (groups_path,) = ndvm.calibrate_groups([plain], cells, restarts=4, steps=300)
+    for f, g in zip(shared_path, groups_path):
+        assert f.params == g.params and f.loss == g.loss
+
+
+def test_bad_programs_and_options_in_a_shared_batch():
+    cells, _ = synthetic_cells(n_cells=3, seed=5)
+    broken = "(param z 1.0 shared) (+ z (car x))"  # fails at run time on a vector
+    fits = ndvm.calibrate_shared([POWER, "(param z 1.0 shared positive) x", broken], cells, restarts=2, steps=50)
+    assert all(f.error is None for f in fits[0])
+    assert len(fits[1]) == 3 and all("`shared` is given once" in f.error for f in fits[1])
+    assert len(fits[2]) == 3 and all(f.error for f in fits[2])
+    with pytest.raises(ValueError, match="missing"):
+        ndvm.calibrate_shared([POWER], cells, shared_values=[{}])
+    with pytest.raises(ValueError, match="unknown"):
+        ndvm.calibrate_shared([POWER], cells, shared_values=[{"z": 1.0, "a": 2.0}])
+    with pytest.raises(ValueError, match="entries"):
+        ndvm.calibrate_shared([POWER], cells, shared_values=[])
