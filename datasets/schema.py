@@ -84,9 +84,12 @@ class Dataset:
     definition: DatasetDefinition | None = None
     columns: tuple[Column, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
+    # every input column of a table with several (the regression task); () means (x,)
+    inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        needed = [self.x, self.y, "split"] + ([self.group] if self.group else [])
+        self.inputs = tuple(self.inputs) or (self.x,)
+        needed = [*self.inputs, self.y, "split"] + ([self.group] if self.group else [])
         missing = [c for c in needed if c not in self.frame.columns]
         if missing:
             raise DataFormatError(
@@ -133,7 +136,8 @@ class Dataset:
         held = f" ({len(self.test_groups)} whole {self.group} groups held out for test)" if self.test_groups else ""
         # The test split's size is not described: this text goes into proposers' prompts, and the
         # search has no business knowing anything about the test split.
+        x = f"x={self.x}" if len(self.inputs) == 1 else f"inputs={', '.join(self.inputs)}"
         return (
-            f"{self.name}: {self.frame.height} rows{groups}; x={self.x}, y={self.y}; "
+            f"{self.name}: {self.frame.height} rows{groups}; {x}, y={self.y}; "
             f"train {n_train} rows, validation {n_val} rows, the rest held out for the final test{held}"
         )

@@ -76,10 +76,11 @@ def _add_store_options(p: argparse.ArgumentParser) -> None:
     add_arguments(p, _options(("store",)))
 
 
-def _add_discover_options(p: argparse.ArgumentParser) -> None:
+def _add_discover_options(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     from flows.options import add_arguments
 
-    add_arguments(p, _options())
+    add_arguments(p, _options(skip=skip))
+    p.set_defaults(**{name: None for name in skip})
     r = p.add_argument_group("this run")
     r.add_argument("--run-id", help="name of the new run (default run-<time>-<random>)")
     r.add_argument(
@@ -294,6 +295,8 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
             task_kind=args.task_kind,
             train_fraction=args.train_fraction,
             validation_fraction=args.validation_fraction,
+            split=args.split,
+            name=args.dataset_name,
             top=args.top,
             steps=args.steps,
             restarts=args.restarts,
@@ -448,7 +451,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         validation_fraction=getattr(args, "validation_fraction", None),
     )
     dataset, task = load_problem(problem)
-    if args.x and args.x != dataset.x or args.y and args.y != dataset.y:
+    if args.x and len(args.x) == 1 and args.x[0] != dataset.x or args.y and args.y != dataset.y:
         raise SystemExit(
             f"ndvm calibrate: {args.data} has x={dataset.x}, y={dataset.y}; pass other columns with a "
             "file (--data FILE --x COL --y COL)"
@@ -596,7 +599,7 @@ def register(subparsers: Any) -> None:
         "--timezone", help="IANA time zone the cron is read in, e.g. Europe/Berlin (default: this machine's zone)"
     )
     p.add_argument("--name", default="nightly", help="deployment name (default nightly)")
-    _add_discover_options(p)
+    _add_discover_options(p, skip=("dataset_name",))  # --name is the deployment's; a manifest names the data
     p.set_defaults(fn=cmd_serve)
 
     p = subparsers.add_parser("log", help="log a stored run to MLflow (e.g. after MLflow was down); safe to repeat")
@@ -642,10 +645,12 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("calibrate", help="fit one program file to a dataset and print the fit")
     p.add_argument("file")
     p.add_argument("--data", required=True, help="a registered dataset name or a CSV/Parquet file")
-    p.add_argument("--x", help="input column (bound to the program's input x)")
+    p.add_argument(
+        "--x", action="append", metavar="COL", help="input column (repeat for several: a table, the regression task)"
+    )
     p.add_argument("--y", help="target column")
     p.add_argument("--group", help="group column (one fit per group)")
-    p.add_argument("--task-kind", choices=["curve", "forecast"])
+    p.add_argument("--task-kind", choices=["curve", "forecast", "regression"])
     _add_calibration_options(p)
     p.set_defaults(fn=cmd_calibrate)
 

@@ -108,6 +108,23 @@ def _dataset_options_from_args(args: Any) -> dict[str, Any] | None:
     return dataset_options(args)
 
 
+def _add_x_args(parser: Any, group: Any) -> None:
+    group.add_argument(
+        "--x",
+        dest="x",
+        action="append",
+        metavar="COL",
+        help="input column of --data; repeat it (or give COL,COL) for several inputs: a table, the regression task",
+    )
+
+
+def _x_from_args(args: Any) -> Any:
+    xs = getattr(args, "x", None)
+    if not xs:
+        return None
+    return xs[0] if len(xs) == 1 else tuple(xs)
+
+
 # The options of the problem (ProblemSpec, flows/problem.py, stores plain values and has no option
 # metadata of its own).
 PROBLEM_OPTIONS: dict[str, dict[str, Any]] = {
@@ -119,10 +136,30 @@ PROBLEM_OPTIONS: dict[str, dict[str, Any]] = {
         metavar="DATASET",
     ),
     "data": option("a CSV/Parquet file (or PSL/CPC text) instead of --task", group="data", metavar="FILE"),
-    "x": option("input column of --data", group="data"),
+    "x": option(
+        "input column of --data; repeat it (or give COL,COL) for several inputs: a table, the regression task",
+        group="data",
+        add_cli=_add_x_args,
+        from_args=_x_from_args,
+    ),
     "y": option("target column of --data", group="data"),
     "group": option("group column of --data (one series per group, e.g. cell_id)", group="data"),
-    "task_kind": option("override the dataset's default task", group="data", choices=("curve", "forecast")),
+    "task_kind": option(
+        "override the dataset's default task", group="data", choices=("curve", "forecast", "regression")
+    ),
+    "split": option(
+        "files: how rows split into train/validation/test when the file has no split column (default: "
+        "temporal for one input, random for several; grouped holds out whole --group groups)",
+        group="data",
+        choices=("temporal", "random", "grouped"),
+    ),
+    "name": option(
+        "files: the dataset's name (its MLflow experiment and registered model; default: the manifest's or the "
+        "file's stem)",
+        group="data",
+        name="dataset_name",
+        flag="--name",
+    ),
     "train_fraction": option(
         "curve data and files: the first F of each series trains (default: the manifest's, "
         "or 0.6 for files, 0.5 for battery data)",

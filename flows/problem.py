@@ -10,6 +10,7 @@ model runs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,17 +23,34 @@ class ProblemSpec:
 
     dataset: str = "enso"
     data: str | None = None  # a CSV/Parquet/PSL file instead of a registered dataset
-    x: str | None = None
+    x: str | tuple[str, ...] | None = None  # one input column, or several (a table: the regression task)
     y: str | None = None
     group: str | None = None
-    task_kind: str | None = None  # "curve" | "forecast"; None: the dataset's default task
+    task_kind: str | None = None  # "curve" | "forecast" | "regression"; None: the dataset's default task
     train_fraction: float | None = None  # user files and battery data; None: the manifest or default
     validation_fraction: float | None = None  # the next fraction of each series validates the search
     options: dict[str, Any] | None = None  # options of a registered dataset (--option KEY=VALUE, --refresh)
+    split: str | None = None  # files: "temporal" | "random" | "grouped"; None: the file's split column or the default
+    name: str | None = None  # files: the dataset's name (its MLflow experiment and registered model)
+
+    def __post_init__(self) -> None:
+        # stored configurations come back from JSON with lists; one input stays a plain string
+        if isinstance(self.x, (list, tuple)):
+            xs = tuple(self.x)
+            object.__setattr__(self, "x", xs[0] if len(xs) == 1 else (xs or None))
 
     @property
     def label(self) -> str:
-        return self.data or self.dataset
+        """What names the run's data: its MLflow experiment and registered model (storage.tracking):
+        ``--name``, else a file's manifest ``name``, else the file (named by its stem) or the dataset."""
+        return self.name or (_manifest_name(self.data) if self.data else None) or self.data or self.dataset
+
+
+@functools.lru_cache(maxsize=32)
+def _manifest_name(data: str) -> str | None:
+    from datasets.userfile import manifest_name
+
+    return manifest_name(data)
 
 
 def load_problem(spec: ProblemSpec) -> tuple[Any, Any]:
@@ -51,9 +69,23 @@ def load_problem(spec: ProblemSpec) -> tuple[Any, Any]:
                 f"--option applies to registered datasets (--task NAME), not to a file; "
                 f"got {sorted(spec.options)} with --data {spec.data}"
             )
-        options = {k: v for k, v in (("x", spec.x), ("y", spec.y), ("group", spec.group)) if v}
+        options = {
+            k: v
+            for k, v in (
+                ("x", spec.x),
+                ("y", spec.y),
+                ("group", spec.group),
+                ("split", spec.split),
+                ("name", spec.name),
+            )
+            if v
+        }
         dataset = datasets.load(spec.data, **options, **fractions)
     else:
+        if spec.split or spec.name:
+            raise datasets.DatasetError(
+                f"--split and --name apply to a file (--data FILE), not to the registered dataset {spec.dataset!r}"
+            )
         from datasets import options as dataset_options
 
         # options_of also sees the split options a loader passes on (battery-nasa, battery-severson)
@@ -97,6 +129,7 @@ def task_spec(dataset: Any, task: Any):
         seed_programs=task.seed_programs(),
         program_source=task.program_source,
         data_card=task.data_card(),
+        table_inputs=getattr(task, "table_inputs", False),
     )
 
 

@@ -142,12 +142,14 @@ def recalibrate(
     task: str = "enso",
     *,
     data: str | None = None,
-    x: str | None = None,
+    x: str | list[str] | None = None,
     y: str | None = None,
     group: str | None = None,
     task_kind: str | None = None,
     train_fraction: float | None = None,
     validation_fraction: float | None = None,
+    split: str | None = None,
+    name: str | None = None,
     top: int = 5,
     steps: int = CalibrationOptions.steps,
     restarts: int = CalibrationOptions.restarts,
@@ -168,6 +170,8 @@ def recalibrate(
         task_kind=task_kind,
         train_fraction=train_fraction,
         validation_fraction=validation_fraction,
+        split=split,
+        name=name,
     )
     options = CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed)
     report = run_recalibration(problem, from_run, top, options, folder, tracking_uri, run_id)

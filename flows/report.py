@@ -205,6 +205,7 @@ def build_report(
         "task": status.task,
         "kind": champion.kind,
         "split": split,
+        "data_split": task.split_label(),  # how the rows were split (the user's column, random, temporal...)
         "metric": status.metric,
         "counts": {
             "proposed": status.proposed,
@@ -304,6 +305,7 @@ def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
         f"{report['counts']['calibrated']} candidates calibrated. Scores below are on the **{report['split']}** split "
         "(never seen by the search); the champion is chosen on validation alone (see Selection).",
         "",
+        *([f"Data split: {report['data_split']}.", ""] if report.get("data_split") else []),
         "## Verdict",
         "",
         report["verdict"],

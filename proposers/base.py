@@ -60,6 +60,10 @@ class TaskSpec:
     # A short description of the training and validation data (units, ranges, lags, season, spread
     # across groups): ``Task.data_card()``, computed once per run; part of the prompt's cached prefix.
     data_card: str = ""
+    # True when every input is a column of one table (a vector over the same rows), so any input
+    # may enter any data sub-expression (the regression task); the mutation proposer then adds
+    # feature terms over all of them (proposers/mutation.py, ``sr_term``)
+    table_inputs: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,12 @@ sub-expressions of class ``scalar``/``data`` that are not loop control, see
 - ``insert_param``: ``e -> (* pN e)``, ``(+ e pN)``, or lift a float literal into a parameter;
 - ``wrap``: wrap a sub-expression in a smooth helper (sigmoid, softplus, tanh, exp of a negative);
 - ``hoist``: replace a sub-expression by one of its own sub-expressions (keeps sizes in check);
-- ``grow``: a new random program, used when there is no parent at all.
+- ``grow``: a new random program, used when there is no parent at all;
+- ``sr_term`` (tables only: ``TaskSpec.table_inputs``, every input a column over the same rows):
+  ``e -> (+ e (* pN f))`` with ``f`` a feature of any inputs: an input, a product or ratio of two,
+  a square or cube, a unary form (sin, cos, exp, tanh, sqrt|a|, log|a|) of a scaled input, or an
+  input times such a form. On a table, any data sub-expression may also take any input (elsewhere
+  a data site keeps the inputs it uses, so a vector keeps its shape).
 
 After each edit the parameter declarations are made consistent (unused ones removed, new ones
 declared), then the program must pass the static checks and, when ``validate`` is on,
@@ -46,7 +51,12 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "insert_param": 1.0,
     "wrap": 1.5,
     "hoist": 1.0,
+    # a table's feature term (``_op_sr_term``): weight 0 unless the task's inputs are a table's
+    # columns (TaskSpec.table_inputs), where it takes TABLE_SR_WEIGHT
+    "sr_term": 0.0,
 }
+TABLE_SR_WEIGHT = 3.0
+SR_UNARY = ("sin", "cos", "exp", "tanh", "sqrt-abs", "log-abs")
 SWAP_BINARY = ("+", "-", "*", "/")
 SWAP_UNARY = ("sin", "cos", "tanh", "sigmoid", "softplus", "exp", "square", "abs")
 GEN_UNARY = ("sin", "cos", "tanh", "sigmoid", "softplus", "exp", "square")
@@ -227,6 +237,7 @@ class MutationProposer(Proposer):
         self._parent_cache: dict[str, _Parent | None] = {}
         self.niches = NicheArchive(seed)  # the parents' niches (its descriptor cache)
         self._compile = require_compile() if validate else None
+        self._table = False  # this call's task gives a table's columns (set by propose)
 
     # -- parents ---------------------------------------------------------------------------
     def _parent(
@@ -285,6 +296,7 @@ class MutationProposer(Proposer):
     # -- public ----------------------------------------------------------------------------
     def propose(self, context: ProposalContext | None, n: int) -> list[Proposal]:
         parents = self._parents(context)
+        self._table = bool(context is not None and getattr(context.task, "table_inputs", False))
         inputs = self.inputs
         if inputs is None and context is not None:
             inputs = list(context.task.inputs)
@@ -293,6 +305,8 @@ class MutationProposer(Proposer):
         if not inputs and not parents:
             raise ValueError("MutationProposer needs parents (seed programs or context.best) or the task's inputs")
         data = self.data_inputs
+        if data is None and self._table:
+            data = list(inputs)  # a table's columns are all per-row vectors, used or not
         if data is None:
             uses: set[str] = set()
             for p in parents:
@@ -321,6 +335,8 @@ class MutationProposer(Proposer):
     ) -> Proposal | None:
         ops = list(self.weights)
         op_weights = [self.weights[o] for o in ops]
+        if self._table and "sr_term" in self.weights and self.weights["sr_term"] == 0.0:
+            op_weights[ops.index("sr_term")] = TABLE_SR_WEIGHT
         for _ in range(self.attempts):
             self.stats.attempts += 1
             if parents:
@@ -436,7 +452,7 @@ class MutationProposer(Proposer):
                 data_names.append(name)
             elif klass == "scalar":
                 scalars.append(name)
-        if site.klass == "data":
+        if site.klass == "data" and not self._table:
             own = [name for name in data_names if name in symbols_in(site.node)]
             data_names = own or data_names
         elif not self._elementwise_path(site, parent):
@@ -667,6 +683,40 @@ class MutationProposer(Proposer):
         if choice is None:
             return False
         edit.set(site.path, copy_node(choice.node))
+        return True
+
+    def _feature(self, edit: _Edit, names: list[str]) -> Node:
+        """A feature of a table's inputs (see ``sr_term`` in the module docstring)."""
+        a, b = Sym(self.rng.choice(names)), Sym(self.rng.choice(names))
+        r = self.rng.random()
+        if r < 0.15:
+            return a
+        if r < 0.35:
+            return [Sym("*"), a, b]
+        if r < 0.5:
+            return [Sym("/"), a, [Sym("+"), edit.fresh_param(1.0), [Sym("abs"), b]]] if a == b else [Sym("/"), a, b]
+        if r < 0.62:
+            return [Sym("*"), a, a] if self.rng.random() < 0.6 else [Sym("*"), a, a, a]
+        kind = self.rng.choice(SR_UNARY)
+        inner: Node = [Sym("*"), edit.fresh_param(self.rng.choice((0.5, 1.0))), b]
+        if kind == "sqrt-abs":
+            unary: Node = [Sym("sqrt"), [Sym("abs"), b]]
+        elif kind == "log-abs":
+            unary = [Sym("log"), [Sym("+"), 1e-3, [Sym("abs"), b]]]
+        elif kind == "exp":
+            unary = [Sym("exp"), [Sym("-"), inner]]
+        else:
+            unary = [Sym(kind), inner]
+        return [Sym("*"), a, unary] if r > 0.85 else unary
+
+    def _op_sr_term(self, edit, parent, parents, data, used) -> bool:
+        names = sorted(data)
+        sites = [s for s in self._targets(parent) if s.klass == "data" or self._elementwise_path(s, parent)]
+        site = self._pick(sites)
+        if site is None or not names:
+            return False
+        term = [Sym("*"), edit.fresh_param(0.1), self._feature(edit, names)]
+        edit.set(site.path, [Sym("+"), copy_node(site.node), term])
         return True
 
     def _op_grow(self, edit: _Edit, data: list[str] | set[str]) -> bool:

@@ -5,8 +5,9 @@ the ndvm runtime installed (``ndvm-discovery``), never an unpickled object.
 
 Two shapes of model share the class:
 
-- one parameter vector (a forecast candidate, a curve fitted without groups): the DataFrame's
-  columns are the program's inputs;
+- one parameter vector (a forecast candidate, a curve fitted without groups, a regression over
+  a table): the DataFrame's columns are the program's inputs (a column whose name is not a program
+  name reaches the program under its ``program_names`` name, datasets/tasks/regression.py);
 - a per-group curve (battery cells): ``fit.json`` carries a ``groups`` section with every group's
   fitted parameters, the group, x and y column names and the input scaling (``x = column / x_scale``,
   cycles / 100 for battery data). The DataFrame has the group column and the raw x column; each
@@ -76,6 +77,12 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         if self._grouped is not None:
             return self._predict_groups(model_input)
         columns = {str(c): np.asarray(model_input[c], dtype=np.float64) for c in model_input.columns}
+        # a table's column whose name is not a program name (``temp (C)``) reaches the program
+        # under the name the regression task gave it (storage/columns.py)
+        from storage.columns import program_names
+
+        for column, name in program_names(list(columns)).items():
+            columns.setdefault(name, columns[column])
         return self._evaluate(self._theta, columns, len(model_input))
 
     def _evaluate(self, theta: np.ndarray, columns: dict[str, np.ndarray], n: int) -> np.ndarray:

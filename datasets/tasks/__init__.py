@@ -22,9 +22,10 @@ from .base import Errors, Task, TaskFit
 from .curve import BATTERY_REFERENCES, CurveReference, CurveTask
 from .errors import CandidateError, RuntimeUnavailableError, TaskError
 from .forecast import ENSO_REFERENCES, ForecastReference, ForecastTask
+from .regression import RegressionTask, program_names
 from .runtime import ndvm_available
 
-TASKS = {"curve": CurveTask, "forecast": ForecastTask}
+TASKS = {"curve": CurveTask, "forecast": ForecastTask, "regression": RegressionTask}
 
 
 def task_class(kind: str) -> type[Task]:
@@ -36,12 +37,18 @@ def task_class(kind: str) -> type[Task]:
 
 
 def make_task(dataset: Dataset, kind: str | None = None, **options):
-    """The task for ``dataset``: ``kind`` ("curve" or "forecast"), else the dataset's default task."""
+    """The task for ``dataset``: ``kind`` ("curve", "forecast" or "regression"), else the dataset's
+    default task (a user file with several inputs: "regression")."""
     if kind is None:
         if dataset.definition is not None:
             kind = dataset.definition.default_task
         else:
             kind = dataset.meta.get("task", "curve")
+    if kind == "curve" and len(dataset.inputs) > 1:
+        raise TaskError(
+            f"{dataset.name}: the curve task takes one input; {len(dataset.inputs)} inputs "
+            f"({', '.join(dataset.inputs)}) need the regression task"
+        )
     return task_class(kind)(dataset, **options)
 
 
@@ -54,11 +61,13 @@ __all__ = [
     "CurveTask",
     "ForecastReference",
     "ForecastTask",
+    "RegressionTask",
     "RuntimeUnavailableError",
     "Task",
     "TaskError",
     "TaskFit",
     "make_task",
+    "program_names",
     "ndvm_available",
     "task_class",
 ]

@@ -1,0 +1,478 @@
+"""The ``regression`` task: symbolic regression on a table with any number of input columns.
+
+The candidate is a complete NDVM program whose free inputs are the table's input columns, each a
+vector with one element per row, under its program name (``program_names``): a column name that
+is a plain identifier (letters, digits, ``_``, not starting with a digit) and not a name of the
+language (``exp``, ``if``, ``param``, ...) is used as is; any other is rewritten: every run of other
+characters becomes ``_``, a leading digit (or an empty name) gets ``c_`` in front, a name of the
+language gets ``_`` behind, and a name taken twice gets ``_2``, ``_3``... (``temp (C)`` ->
+``temp_C_``, ``2theta`` -> ``c_2theta``, ``exp`` -> ``exp_``). The MLflow model takes the original
+column names (storage/pyfunc_model.py applies the same rule, ``storage.columns.program_names``).
+
+The program's value is a vector of predictions, one per row (a scalar is a constant model).
+Parameters are declared with ``(param ...)`` and fitted by mean squared error on the training rows
+(one parameter vector for the whole table; a group column only serves a grouped split).
+
+Scores: ``rmse`` on the split's rows (the primary metric), ``nmse`` (MSE / variance of the
+target on those rows), ``mae``. Contract C2: ``rmse_se`` is the standard error of the validation
+RMSE over ``VALIDATION_BLOCKS`` consecutive blocks of the validation rows in frame order (the rows
+of a random split are in random order, so the blocks are random folds; a split column's rows keep
+the file's order), ``std(block RMSEs, ddof=1) / sqrt(n_blocks)``; ``n_blocks`` says how many.
+
+Large tables: fitting every candidate on every training row costs time in proportion to the rows.
+When the training part has more than ``max_fit_rows`` rows (default: sized from a measured cost,
+``fit_row_budget``), candidates are fitted on a seeded sample of that many training rows (drawn
+once); ``prepare_test_fit`` refits the finalists on all training rows, starting from the sampled
+fit, before they are scored on the test split.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from storage.columns import program_names
+
+from ..schema import TEST, TRAIN, VALIDATION, Dataset
+from .base import TaskFit
+from .curve import CurveTask
+from .errors import CandidateError, TaskError
+from .metrics import rmse
+from .runtime import require_ndvm
+
+INF = float("inf")
+VALIDATION_BLOCKS = 5
+SAMPLE_SEED = 0  # the training sample of a large table: the same rows in every run
+
+
+@dataclass(frozen=True)
+class LinearReference:
+    """A reference model linear in its parameters: y = design(inputs) @ coefficients, fitted by
+    least squares (exact), with the same model as an NDVM program (``source``)."""
+
+    name: str
+    description: str
+    terms: tuple[tuple[str, ...], ...]  # each term a product of program input names; () is the intercept
+
+    def design(self, inputs: dict[str, np.ndarray], n: int) -> np.ndarray:
+        columns = []
+        for term in self.terms:
+            col = np.ones(n)
+            for name in term:
+                col = col * inputs[name]
+            columns.append(col)
+        return np.column_stack(columns)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(f"c{i}" for i in range(len(self.terms)))
+
+    @property
+    def source(self) -> str:
+        decls = "\n".join(f"(param {p} 0.0)" for p in self.param_names)
+        parts = []
+        for p, term in zip(self.param_names, self.terms):
+            parts.append(p if not term else f"(* {p} {' '.join(term)})")
+        body = parts[0] if len(parts) == 1 else f"(+ {' '.join(parts)})"
+        return f"{decls}\n{body}"
+
+
+def linear_terms(names: list[str]) -> tuple[tuple[str, ...], ...]:
+    return ((),) + tuple((n,) for n in names)
+
+
+def product_terms(names: list[str]) -> tuple[tuple[str, ...], ...]:
+    """Linear terms and every pairwise product of different inputs."""
+    pairs = tuple((a, b) for i, a in enumerate(names) for b in names[i + 1 :])
+    return linear_terms(names) + pairs
+
+
+def quadratic_terms(names: list[str]) -> tuple[tuple[str, ...], ...]:
+    """Linear terms, squares and pairwise products: the full quadratic."""
+    return linear_terms(names) + tuple((a, b) for i, a in enumerate(names) for b in names[i:])
+
+
+def fit_row_budget(n_params: int = 4, seconds_per_candidate: float = 0.05) -> int:
+    """How many training rows one candidate may be fitted on so that a fit (a few hundred L-BFGS
+    steps of value and gradient over the rows) takes about ``seconds_per_candidate``: measured
+    here once per process on a typical candidate (a rational function of two inputs), never less
+    than 2,000 rows."""
+    global _ROWS_PER_SECOND
+    if _ROWS_PER_SECOND is None:
+        ndvm = require_ndvm()
+        n = 20_000
+        rng = np.random.default_rng(0)
+        a, b = rng.random(n), rng.random(n)
+        program = ndvm.compile(
+            "(param p0 0.5)(param p1 0.5)(param p2 0.5)(param p3 0.5)(+ p0 (/ (* p1 a b) (+ 1.0 (square (* p2 b)))) (* p3 (exp (- a))))"
+        )
+        y = 1.0 + a * b / (1.0 + b * b) + 0.3 * np.exp(-a)
+        start = time.perf_counter()
+        ndvm.calibrate(program, {"a": a, "b": b}, target=y, steps=200, restarts=1, seed=0)
+        _ROWS_PER_SECOND = n / max(time.perf_counter() - start, 1e-6)
+    return max(2_000, int(_ROWS_PER_SECOND * seconds_per_candidate * 4 / max(n_params, 1)))
+
+
+_ROWS_PER_SECOND: float | None = None
+
+
+class RegressionTask(CurveTask):
+    """y = f(inputs) over a table; one parameter vector, scored on held-out rows (the dataset's split)."""
+
+    kind = "regression"
+    primary_metric = "rmse"
+    table_inputs = True  # every input is a column over the same rows (proposers' TaskSpec.table_inputs)
+
+    def __init__(self, dataset: Dataset, *, loss: str = "mse", max_fit_rows: int | None = None):
+        if loss not in ("mse", "gaussian_nll"):
+            raise TaskError(f"regression task: loss must be 'mse' or 'gaussian_nll', got {loss!r}")
+        self.dataset = dataset
+        self.loss = loss
+        self.per_group = False
+        self.is_battery = False
+        self.x_scale = 1.0
+        self.columns = tuple(dataset.inputs)
+        self.names = program_names(self.columns)
+        self.input_names = [self.names[c] for c in self.columns]
+        self.name = f"regression:{dataset.name}"
+        empty = [
+            part
+            for part, frame in ((TRAIN, dataset.train), (VALIDATION, dataset.validation), (TEST, dataset.test))
+            if frame.height == 0
+        ]
+        if empty:
+            raise TaskError(f"{dataset.name}: the split leaves no {' and no '.join(empty)} rows")
+        names = self.input_names
+        self.references = (
+            LinearReference("constant", "the mean of the training target", ((),)),
+            LinearReference("linear", "linear in every input", linear_terms(names)),
+            LinearReference(
+                "quadratic", "quadratic in the inputs (squares and pairwise products)", quadratic_terms(names)
+            ),
+        )
+        self._max_fit_rows = max_fit_rows
+        self._parts: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
+        self._parts_of: int | None = None
+        self._sample: tuple[dict[str, np.ndarray], np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_parts"], state["_parts_of"], state["_sample"] = {}, None, None
+        return state
+
+    # ------------------------------------------------------------------ data
+    def groups(self) -> list[Any]:
+        return [None]
+
+    def test_groups(self) -> list[Any]:
+        return []
+
+    def _rows(self, part: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """``part``'s rows as (program name -> input vector, target), cut once (read-only arrays)."""
+        if self._parts_of != id(self.dataset.frame):
+            self._parts, self._parts_of, self._sample = {}, id(self.dataset.frame), None
+        rows = self._parts.get(part)
+        if rows is None:
+            frame = self.dataset.frame.filter(pl.col("split") == part)
+            inputs = {self.names[c]: frame.get_column(c).cast(pl.Float64).to_numpy() for c in self.columns}
+            y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()
+            for v in (*inputs.values(), y):
+                v.flags.writeable = False
+            rows = self._parts[part] = (inputs, y)
+        return rows
+
+    @property
+    def max_fit_rows(self) -> int:
+        """Training rows a candidate is fitted on during the search (see the module docstring)."""
+        if self._max_fit_rows is None:
+            self._max_fit_rows = fit_row_budget()
+        return self._max_fit_rows
+
+    def sampled(self) -> bool:
+        return self._rows(TRAIN)[1].size > self.max_fit_rows
+
+    def _fit_rows(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        inputs, y = self._rows(TRAIN)
+        if y.size <= self.max_fit_rows:
+            return inputs, y
+        if self._sample is None:
+            pick = np.sort(np.random.default_rng(SAMPLE_SEED).choice(y.size, self.max_fit_rows, replace=False))
+            self._sample = ({k: v[pick] for k, v in inputs.items()}, y[pick])
+        return self._sample
+
+    def _xy(self, group, part: str):  # the curve task's accessor, for the inherited helpers
+        return self._rows(part)
+
+    def train_inputs(self, group=None) -> dict[str, np.ndarray]:
+        return self._rows(TRAIN)[0]
+
+    def train_target(self, group=None) -> np.ndarray:
+        return self._rows(TRAIN)[1]
+
+    def split_inputs(self, split: str, group=None) -> dict[str, np.ndarray]:
+        return self._rows(split)[0]
+
+    def split_target(self, split: str, group=None) -> np.ndarray:
+        return self._rows(split)[1]
+
+    def fit_inputs(self, group=None) -> dict[str, np.ndarray]:
+        return self._fit_rows()[0]
+
+    def fit_target(self, group=None) -> np.ndarray:
+        return self._fit_rows()[1]
+
+    # ------------------------------------------------------------------ programs
+    def program_source(self, candidate: str) -> str:
+        from . import runtime
+
+        if not runtime.last_form_is_expression(candidate):
+            raise CandidateError("a regression program must end with an expression: the prediction for every row")
+        return candidate
+
+    def check_program(self, program: Any) -> None:
+        extra = sorted(set(program.inputs) - set(self.input_names))
+        if extra:
+            raise CandidateError(
+                f"unknown input(s) {extra}: a regression program may use the inputs {self.input_names} "
+                "(and its own params and definitions)"
+            )
+
+    def _program_predictor(self, program):
+        def predict(params: dict[str, float], inputs: dict[str, np.ndarray]) -> np.ndarray:
+            theta = (
+                np.array([[params[name] for name in program.param_names]], dtype=float) if program.param_names else None
+            )
+            used = {k: v for k, v in inputs.items() if k in program.inputs}
+            n = len(next(iter(inputs.values())))
+            values = program.evaluate(theta=theta, inputs=used)
+            return self._as_rows(np.asarray(values)[0] if np.ndim(values) else values, n)
+
+        return predict
+
+    def predict(self, fit: TaskFit, group=None, part: str = VALIDATION) -> np.ndarray:
+        if fit.predictor is None:
+            raise TaskError(f"fit {fit.name!r} has no predictor (it was not made by this task)")
+        return fit.predictor(None, self._rows(part)[0])
+
+    def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
+        """A finalist fitted on a sample is refitted on every training row (from its sampled fit)."""
+        if not fit.ok or not self.sampled() or not fit.fits:
+            return fit
+        ndvm = require_ndvm()
+        program = self.compile(fit.source)
+        inputs, y = self._rows(TRAIN)
+        start = np.array([[float(fit.params[n]) for n in program.param_names]])
+        keep = ("optimizer", "steps", "lr", "tol", "threads", "gtol", "ftol", "xtol", "patience")
+        options = {k: v for k, v in calibrate_options.items() if k in keep}
+        full = ndvm.calibrate(program, inputs, target=y, loss=self.loss, restarts=1, init=start, **options)
+        if full.error or not math.isfinite(full.loss):
+            return fit
+        out = TaskFit(
+            fit.task,
+            fit.name,
+            fit.source,
+            dict(full.params),
+            float(full.loss),
+            fit.seconds,
+            fits=[full],
+            n_params=fit.n_params,
+        )
+        self.attach_predictor(out, program)
+        return out
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, fit: TaskFit, split: str = VALIDATION) -> dict[str, Any]:
+        """The curve task's scores on ``split`` (one group: all rows) plus ``nmse``, and on the
+        validation split ``rmse_se`` and ``n_blocks`` (contract C2, see the module docstring)."""
+        out = super().score(fit, split)
+        out.pop("per_group", None)
+        y = self.split_target(split)
+        blocks = min(VALIDATION_BLOCKS, y.size)
+        out["n_blocks"] = blocks
+        if not math.isfinite(out["rmse"]):
+            out.update(nmse=INF, rmse_se=INF)
+            return out
+        p = self.predict(fit, None, split)
+        var = float(np.var(y))
+        out["nmse"] = float(np.mean((p - y) ** 2) / var) if var > 0 else INF
+        per_block = [rmse(pp, yy) for pp, yy in zip(np.array_split(p, blocks), np.array_split(y, blocks))]
+        out["rmse_se"] = float(np.std(per_block, ddof=1) / math.sqrt(blocks)) if blocks > 1 else INF
+        return out
+
+    def fit_reference(self, ref: Any, test_groups: bool = False) -> TaskFit:
+        """A linear reference fitted by least squares on every training row."""
+        start = time.perf_counter()
+        inputs, y = self._rows(TRAIN)
+        design = ref.design(inputs, y.size)
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        mse = float(np.mean((design @ coef - y) ** 2))
+        params = dict(zip(ref.param_names, map(float, coef)))
+
+        def predictor(group, rows):
+            n = len(next(iter(rows.values())))
+            return ref.design(rows, n) @ coef
+
+        return TaskFit(
+            self.name,
+            ref.name,
+            ref.source,
+            params,
+            mse,
+            time.perf_counter() - start,
+            n_params=len(coef),
+            predictor=predictor,
+        )
+
+    def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
+        return [self.score(self.fit_reference(ref), split) for ref in self.references]
+
+    def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
+        return None  # three least-squares fits: cheap
+
+    # ------------------------------------------------------------------ proposers and prompts
+    def _ranges(self) -> dict[str, tuple[float, float]]:
+        inputs, _ = self._rows(TRAIN)
+        return {k: (float(np.min(v)), float(np.max(v))) for k, v in inputs.items()}
+
+    def probe_inputs(self) -> dict[str, np.ndarray]:
+        """24 training rows spread over the part (every input at the same rows)."""
+        inputs, y = self._rows(TRAIN)
+        pick = np.linspace(0, y.size - 1, min(24, y.size)).astype(int)
+        return {k: np.asarray(v[pick], dtype=float) for k, v in inputs.items()}
+
+    def proposer_inputs(self) -> dict[str, str]:
+        units = {c.name: c.unit for c in self.dataset.columns}
+        out = {}
+        for column, (name, (lo, hi)) in zip(self.columns, self._ranges().items()):
+            label = f"the column {column!r}" if column != name else f"the column {column}"
+            out[name] = (
+                f"vector [n]: {label} [{units.get(column, '?')}], {lo:.4g}..{hi:.4g} on the training rows, "
+                "one element per row"
+            )
+        return out
+
+    def split_label(self) -> str:
+        kind = self.dataset.meta.get("split", "random")
+        how = {
+            "column": "the file's split column, as given",
+            "random": f"random rows (seed {self.dataset.meta.get('split_seed', 0)})",
+            "grouped": f"whole {self.dataset.group} groups held out (seed {self.dataset.meta.get('split_seed', 0)})",
+            "temporal": f"temporal, in {self.dataset.x} order",
+        }.get(kind, kind)
+        return f"{kind} split: {how}; validation = {VALIDATION_BLOCKS} blocks of the validation rows"
+
+    def seed_programs(self) -> list[str]:
+        """Linear in every input, the pairwise products, and the full quadratic."""
+        names = self.input_names
+        seeds = [
+            LinearReference("linear", "", linear_terms(names)).source,
+            LinearReference("products", "", product_terms(names)).source,
+        ]
+        if len(names) > 1:
+            seeds.append(LinearReference("quadratic", "", quadratic_terms(names)).source)
+        return list(dict.fromkeys(seeds))
+
+    def data_card(self) -> str:
+        """The base card (every column's unit and range) and how the target moves with each input
+        (correlation over the training and validation rows)."""
+        from proposers.datacard import num
+
+        lines = [super(CurveTask, self).data_card()]
+        frame = self.seen_frame()
+        y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()
+        for column in self.columns:
+            v = frame.get_column(column).cast(pl.Float64).to_numpy()
+            if np.std(v) > 0 and np.std(y) > 0:
+                corr = float(np.corrcoef(v, y)[0, 1])
+                name = self.names[column]
+                alias = f" (program input `{name}`)" if name != column else ""
+                lines.append(f"- correlation of {self.dataset.y} with {column}{alias}: {num(corr)}")
+        if self.sampled():
+            lines.append(
+                f"- candidates are fitted on a seeded sample of {self.max_fit_rows} of the "
+                f"{self._rows(TRAIN)[1].size} training rows"
+            )
+        return "\n".join(lines)
+
+    def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
+        """RMSE and bias of the candidate on the validation rows by range (thirds) of each input."""
+        from proposers.datacard import num
+
+        try:
+            fit = self.restore_fit(source, parameters, name="best")
+            p = self.predict(fit, None, VALIDATION)
+        except Exception as exc:  # advice for a prompt: say why rather than fail the request
+            return f"The best program could not be scored on validation: {type(exc).__name__}: {exc}"
+        inputs, y = self._rows(VALIDATION)
+        err = p - y
+        if not np.all(np.isfinite(err)):
+            return "The best program gives non-finite predictions on some validation rows."
+        lines = [f"Validation residuals of the best program (RMSE {num(rmse(p, y))}), by thirds of each input:"]
+        for name, v in inputs.items():
+            edges = np.quantile(v, [0, 1 / 3, 2 / 3, 1])
+            cells = []
+            for i in range(3):
+                m = (v >= edges[i]) & (v <= edges[i + 1])
+                if m.any():
+                    cells.append(
+                        f"{num(edges[i])}..{num(edges[i + 1])}: rmse {num(np.sqrt(np.mean(err[m] ** 2)))}, "
+                        f"bias {num(np.mean(err[m]))}"
+                    )
+            lines.append(f"- {name}: " + "; ".join(cells))
+        return "\n".join(lines)
+
+    def contract_text(self) -> str:
+        ds = self.dataset
+        units = {c.name: c.unit for c in ds.columns}
+        inputs = "\n".join(f"  - `{n}`: {d}" for n, d in self.proposer_inputs().items())
+        example = self.references[1].source
+        return f"""Task: symbolic regression on the dataset `{ds.name}`.
+Write a program in the NDVM language (a Scheme subset) that predicts `{ds.y}` ({units.get(ds.y, "?")}) from
+the inputs below (each a vector with one element per row).
+
+Contract:
+- Inputs:
+{inputs}
+  Arithmetic and math functions work elementwise on vectors, so `(+ a (* b {self.input_names[0]}))` gives
+  one prediction per row. No other inputs exist.
+- The program's value (its last top-level expression) must be a vector with one prediction per row.
+- Declare every fitted constant: `(param name init)`, `(param name init positive)` or
+  `(param name init (between lo hi))`. Use 1 to 8 parameters; give sensible initial values.
+- Allowed: define, lambda, let, let*, if, cond, and, or, + - * / expt exp log sqrt tanh sigmoid
+  softplus min max abs square. No strings, no set!, no I/O.
+- Fit: {"mean squared error" if self.loss == "mse" else "Gaussian negative log-likelihood"} on the training
+  rows; score: RMSE on the validation rows ({self.split_label()}), lower is better. Simpler formulas
+  that score as well are preferred.
+
+Example:
+{example}
+"""
+
+    def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
+        """What MLflow logs for a leaderboard entry: predictions against the first input over
+        (at most 2,000 of) the training and validation rows, validation marked held out, and an
+        input example with the table's own column names (what the pyfunc model predicts from)."""
+        import pandas as pd
+
+        from storage.plots import FitPlot
+
+        parts = [self._rows(TRAIN), self._rows(VALIDATION)]
+        inputs = {k: np.concatenate([p[0][k] for p in parts]) for k in self.input_names}
+        y = np.concatenate([p[1] for p in parts])
+        held = np.concatenate([np.zeros(parts[0][1].size, bool), np.ones(parts[1][1].size, bool)])
+        if y.size > 2000:
+            pick = np.sort(np.random.default_rng(0).choice(y.size, 2000, replace=False))
+            inputs, y, held = {k: v[pick] for k, v in inputs.items()}, y[pick], held[pick]
+        program = self.compile(source)
+        plain = {n: parameters[n] for n in program.param_names}
+        prediction = self._program_predictor(program)(plain, inputs)
+        first = self.input_names[0]
+        return {
+            "fit_plot": FitPlot(inputs[first], y, prediction, held, x_label=self.columns[0], y_label=self.dataset.y),
+            "input_example": pd.DataFrame({c: inputs[self.names[c]][:5] for c in self.columns}),
+        }
