@@ -30,6 +30,7 @@ COPY proposers/ proposers/
 COPY datasets/ datasets/
 COPY storage/ storage/
 COPY flows/ flows/
+COPY pipeline_bench/ pipeline_bench/
 # A regular (non-editable) install: the wheel carries the compiled extension and every package.
 RUN pip install -q . && python -c "import ndvm, flows.cli; print('ndvm', ndvm.__version__, ndvm.build_info()['simd'])"
 

@@ -16,6 +16,8 @@ itself. The test split is scored once, at the end of a run (``flows.final``).
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from flows.dask_worker import WORKER_THREADS_ENV, batch_threads, current_worker, host_slots
 from flows.options import option
 from ndvm.calibrate import OPTIMIZERS
 
@@ -57,8 +60,6 @@ class CalibrationOptions:
         return None if self.max_seconds is None else ndvm.Limits(max_seconds=self.max_seconds)
 
     def as_kwargs(self) -> dict[str, Any]:
-        from flows.dask_worker import batch_threads
-
         # threads=None on a Dask worker: the worker's share of the cores, not all of them
         return {
             "optimizer": self.optimizer,
@@ -114,10 +115,19 @@ class BatchResult:
 
 
 def worker_identity() -> str:
-    import os
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def calibration_threads_here() -> dict:
+    """What a calibration batch with default options would use in this process (submit it to a
+    Dask worker to check its setting, flows/dask_worker.py): {"threads", "pid", "setting", "host_slots"}."""
+    worker = current_worker()
+    return {
+        "threads": CalibrationOptions().as_kwargs()["threads"],
+        "pid": os.getpid(),
+        "setting": os.environ.get(WORKER_THREADS_ENV),
+        "host_slots": host_slots(worker) if worker else None,
+    }
 
 
 def _finite(metrics: dict[str, Any]) -> dict[str, float]:
@@ -206,4 +216,11 @@ def calibrate_batch(task: Any, items: list[BatchItem], options: CalibrationOptio
     return [results[item.hash] for item in items]
 
 
-__all__ = ["BatchItem", "BatchResult", "CalibrationOptions", "calibrate_batch", "heldout_metrics"]
+__all__ = [
+    "BatchItem",
+    "BatchResult",
+    "CalibrationOptions",
+    "calibrate_batch",
+    "calibration_threads_here",
+    "heldout_metrics",
+]

@@ -23,6 +23,8 @@ import sys
 import time
 from urllib.parse import urlparse
 
+from flows.environment import OFFLINE_ENV
+
 WORKER_THREADS_ENV = "NDVM_WORKER_THREADS"
 
 
@@ -34,7 +36,7 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _current_worker():
+def current_worker():
     try:
         from distributed import get_worker
 
@@ -49,7 +51,7 @@ def batch_threads(requested: int | None) -> int | None:
     if requested is not None:
         return requested
     env = os.environ.get(WORKER_THREADS_ENV)
-    worker = _current_worker()
+    worker = current_worker()
     if worker is None:
         return None
     if env:
@@ -89,20 +91,6 @@ def host_slots(worker) -> int:
         pass
     _SLOTS_CACHE[host] = (time.monotonic(), slots)
     return slots
-
-
-def calibration_threads_here() -> dict:
-    """What a calibration batch with default options would use in this process (submit it to a
-    worker to check its setting): {"threads", "pid", "setting"}."""
-    from flows.calibration import CalibrationOptions
-
-    worker = _current_worker()
-    return {
-        "threads": CalibrationOptions().as_kwargs()["threads"],
-        "pid": os.getpid(),
-        "setting": os.environ.get(WORKER_THREADS_ENV),
-        "host_slots": host_slots(worker) if worker else None,
-    }
 
 
 # ---------------------------------------------------------------------------- ndvm worker
@@ -157,10 +145,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print(f"ndvm worker: --nthreads must be >= 1, got {args.nthreads}", file=sys.stderr)
         return 2
     threads = args.nthreads or usable_cores()
-    from flows.cli import QUIET_ENV
-
     env = {
-        **{k: v for k, v in QUIET_ENV.items() if k not in os.environ},
+        **{k: v for k, v in OFFLINE_ENV.items() if k not in os.environ},
         **os.environ,
         WORKER_THREADS_ENV: str(threads),
     }
@@ -190,7 +176,6 @@ __all__ = [
     "WORKER_THREADS_ENV",
     "add_worker_command",
     "batch_threads",
-    "calibration_threads_here",
     "cmd_worker",
     "usable_cores",
     "worker_command",

@@ -109,7 +109,7 @@ def _list() -> int:
 
 def _show(name: str) -> int:
     import datasets
-    from datasets import battery_sources, cache, options
+    from datasets import fetching, options
 
     d = datasets.definition(name)
     console = _console()
@@ -126,25 +126,19 @@ def _show(name: str) -> int:
     console.print(f"[bold]source[/] {d.source}")
     console.print(f"[bold]licence[/] {d.licence}")
     console.print(f"[bold]citation[/] {d.citation}")
-    src = next((s for s in battery_sources.SOURCES.values() if s.dataset == d.name), None)
-    if src is not None:
-        converted = battery_sources.converted_path(src.name)
-        raw = cache.cache_dir() / "battery" / "raw" / src.name
-        have = (
-            [p for p in raw.glob("*") if not p.name.startswith(".") and not p.name.endswith(".sha256")]
-            if raw.is_dir()
-            else []
-        )
+    status = fetching.download_status(d.name)
+    if status is not None:
+        src = status.source
         console.print(
             f"[bold]download[/] {src.approx_download} from {src.homepage}; cached: "
             + (
-                f"{len(have)} of {len(src.files)} files, {sum(p.stat().st_size for p in have) / 1e6:,.1f} MB"
-                if have
+                f"{status.files} of {status.expected} files, {status.nbytes / 1e6:,.1f} MB"
+                if status.files
                 else "nothing yet"
             )
             + f" (`ndvm datasets fetch {src.name}`)"
         )
-        if not converted.is_file():
+        if not status.converted:
             console.print("[bold]splits, sizes[/] after the download")
             return 0
     elif d.needs_download or d.name == "battery":
@@ -159,37 +153,20 @@ def _show(name: str) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from datasets import battery_sources
+    from datasets import battery_sources, fetching
 
-    name = {s.dataset: s.name for s in battery_sources.SOURCES.values()}.get(args.name, args.name)
-    if name not in battery_sources.SOURCES:
-        import datasets
-        from datasets.registry import registered
-
-        defn = registered(name)
-        if defn is not None and defn.needs_download:  # enso-nino34: its loader downloads into the cache
-            ds = datasets.load(name, refresh=args.refresh, **({"cache_dir": args.cache_dir} if args.cache_dir else {}))
-            from datasets import cache
-
-            print(f"{name}: {ds.describe()} (cached under {cache.cache_dir(args.cache_dir)})")
-            return 0
-        fetchable = [*battery_sources.SOURCES, *(s.dataset for s in battery_sources.SOURCES.values()), "enso-nino34"]
-        raise datasets.UnknownDatasetError(f"nothing to fetch for {args.name!r}; fetchable: {', '.join(fetchable)}")
-    src = battery_sources.source(name)
-    print(f"fetching {src.title} ({src.approx_download}) into the cache")
-    out = battery_sources.fetch(
-        name,
+    src = fetching.battery_source_of(args.name) or battery_sources.SOURCES.get(args.name)
+    if src is not None:
+        print(f"fetching {src.title} ({src.approx_download}) into the cache")
+    fetched = fetching.fetch_dataset(
+        args.name,
         cache_dir=args.cache_dir,
         refresh=args.refresh,
         mirror=args.mirror,
         authors_cleaning=not args.keep_all_cells,
     )
-    import polars as pl
-
-    frame = pl.read_parquet(out)
-    print(f"converted: {out} ({frame.height:,} rows, {frame['cell_id'].n_unique()} cells)")
-    print(f"licence: {src.licence}; cite: {src.citation}")
-    print(f"use it: ndvm discover --task {src.dataset}   (options: ndvm datasets show {src.dataset})")
+    for line in fetched.lines:
+        print(line)
     return 0
 
 

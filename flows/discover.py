@@ -76,6 +76,7 @@ from flows.options import flow_signature
 from flows.problem import entry_extras, load_problem, probe_inputs, task_spec
 from flows.report import finish_report
 from flows.runners import worker_environment
+from flows.status import status_path
 from flows.supervisor import CalibrationSupervisor
 from proposers.base import LLMFatalError
 from proposers.niches import NicheArchive, store_programs
@@ -269,11 +270,6 @@ def add_progress_listener(callback: Callable[[Progress], None]) -> Callable[[], 
                 _listeners.remove(callback)
 
     return remove
-
-
-def status_path(folder: str | Path, run_id: str) -> Path:
-    """The run's status file, rewritten every second: the store itself is locked by the writer."""
-    return Path(folder) / "status" / f"{run_id}.json"
 
 
 # ---------------------------------------------------------------------------- the pipeline's Prefect tasks

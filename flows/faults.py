@@ -8,7 +8,7 @@ unset (one dictionary look-up per call). Do not set them outside tests.
     A calibration worker process handed a batch that contains one of these candidate hashes calls
     ``os.abort()`` (SIGABRT) before calibrating it, as a native crash would. Only worker processes
     check it (``flows.supervisor`` workers, and Dask workers through
-    ``flows.runners.calibrate_batch_on_worker``), never the flow's own process.
+    ``flows.dask_task.calibrate_batch_on_worker``), never the flow's own process.
 
 ``NDVM_TEST_SLOW_HASHES=h1,h2``
     A calibration worker handed a batch that contains one of these hashes sleeps for an hour

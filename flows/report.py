@@ -86,7 +86,7 @@ def verdict(kind: str, champion: Errors, reference: Errors, test: dict[str, Any]
 # ---------------------------------------------------------------------------- the report
 def task_of_run(store: Any, run_id: str) -> Any:
     """Rebuild a run's task from its stored configuration."""
-    from flows.discover import DiscoverConfig
+    from flows.config import DiscoverConfig
     from flows.problem import load_problem
 
     config = DiscoverConfig.from_dict(store.run_status(run_id).config)

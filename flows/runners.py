@@ -20,48 +20,19 @@ Every runner returns the workers' results to the flow's process, the only writer
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from flows.calibration import BatchItem, BatchResult, CalibrationOptions, calibrate_batch
+from flows.calibration import BatchResult, CalibrationOptions
+from flows.dask_task import dask_batch_task, submit_batch
 from flows.options import option
 
 RUNNERS = ("threads", "processes", "dask")
 # Batches in flight of the threads runner: one fitting on every core while the other is scored,
 # returned and replaced (BENCHMARKS.md, "make run").
 THREADS_BATCHES_IN_FLIGHT = 2
-
-
-def calibrate_batch_on_worker(task: Any, items: list[BatchItem], options: CalibrationOptions) -> list[BatchResult]:
-    """``calibrate_batch`` behind the fault-injection hooks a worker checks (flows/faults.py)."""
-    from flows import faults
-
-    faults.crash_if_marked([item.hash for item in items])
-    faults.sleep_if_marked([item.hash for item in items])
-    return calibrate_batch(task, items, options)
-
-
-@functools.lru_cache(maxsize=1)
-def dask_batch_task() -> Any:
-    """The Prefect task a Dask worker runs for one batch (``calibrate-on-dask``; the flow's own
-    ``calibrate-batch`` task records its results). Made on first use: this module is imported when
-    ``ndvm``'s parser is built, which must not import Prefect. Inputs are large (the task object)
-    and results are recorded by the flow, not cached by Prefect. No Prefect retries: the supervisor
-    retries the candidates of a failed batch alone."""
-    from prefect import task
-    from prefect.cache_policies import NO_CACHE
-
-    return task(
-        calibrate_batch_on_worker,
-        name="calibrate-on-dask",
-        cache_policy=NO_CACHE,
-        retries=0,
-        persist_result=False,
-        log_prints=False,
-    )
 
 
 class RunnerError(ValueError):
@@ -219,11 +190,6 @@ def worker_environment(choice: RunnerChoice) -> Iterator[str | None]:
         yield url
     finally:
         os.environ.pop("PREFECT_API_URL", None)
-
-
-def submit_batch(runner: Any, task_obj: Any, items: list[BatchItem], options: CalibrationOptions) -> Any:
-    """Submit one batch to ``runner``; returns a Prefect future whose result is list[BatchResult]."""
-    return runner.submit(dask_batch_task(), parameters={"task": task_obj, "items": items, "options": options})
 
 
 __all__ = [

@@ -128,7 +128,7 @@ def run_is_alive(folder: str | Path, run_id: str, now: float | None = None) -> b
     import socket
     import time
 
-    from flows.discover import status_path
+    from flows.status import status_path
 
     try:
         beat = json.loads(status_path(folder, run_id).read_text())

@@ -36,6 +36,7 @@ from multiprocessing.connection import wait as wait_for
 from typing import Any
 
 from flows.calibration import BatchItem, BatchResult, CalibrationOptions
+from flows.dask_task import submit_batch
 
 # How long a batch may take per candidate-seconds of its members: a batch of n candidates on t
 # native threads, each within the limit, ends within (ceil(n / t) + 1) limits (the +1 covers an
@@ -347,7 +348,6 @@ class PrefectBackend:
         return len(self._jobs)
 
     def submit(self, job: Job) -> None:
-        from flows.runners import submit_batch
 
         job.handle = submit_batch(self.runner, self.task, job.items, self.options)
         job.started = time.monotonic()

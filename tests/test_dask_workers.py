@@ -84,7 +84,7 @@ def cluster(prefect_api):
 def test_ndvm_workers_use_their_thread_count_and_calibrate_a_run(cluster, tmp_path):
     from distributed import Client
 
-    from flows.dask_worker import calibration_threads_here
+    from flows.calibration import calibration_threads_here
     from flows.discover import discover
 
     address, threads = cluster
@@ -125,7 +125,8 @@ def test_plain_dask_workers_share_the_cores_of_their_host(prefect_api):
     host: each gets cores // 4 threads, not every core."""
     from distributed import Client, LocalCluster
 
-    from flows.dask_worker import calibration_threads_here, usable_cores
+    from flows.calibration import calibration_threads_here
+    from flows.dask_worker import usable_cores
 
     with (
         LocalCluster(

@@ -69,7 +69,7 @@ def _clean_env() -> dict[str, str]:
     "call",
     [
         "from flows.cli import _quiet_environment; _quiet_environment()",
-        "from flows.bench_discovery import _quiet; _quiet()",
+        "from pipeline_bench.discovery import _quiet; _quiet()",
     ],
 )
 def test_the_pipeline_commands_and_the_benchmark_set_them(call):

@@ -2,7 +2,7 @@
 nothing of the test split), a fixed prefix that is byte-identical between requests, cached-token
 accounting, and the proposer benchmark in a short mode.
 
-The HTTP tests run the LLM proposer through litellm against flows.bench_proposer.RecordedModelServer,
+The HTTP tests run the LLM proposer through litellm against pipeline_bench.proposer.RecordedModelServer,
 a real OpenAI-compatible server on 127.0.0.1.
 """
 
@@ -199,22 +199,22 @@ def test_datacard_numbers_are_the_statistics_they_name():
 # ---------------------------------------------------------------------------- the prompt as sent
 @pytest.fixture(scope="module")
 def corpus():
-    from flows.bench_proposer import load_corpus
+    from pipeline_bench.proposer import load_corpus
 
     return load_corpus(shared_file(CORPUS))
 
 
 @pytest.fixture(scope="module")
 def cosearch(tmp_path_factory):
-    from flows.bench_proposer import cosearch_task
     from flows.problem import task_spec
+    from pipeline_bench.proposer import cosearch_task
 
     task = cosearch_task(tmp_path_factory.mktemp("cosearch"))
     return task, task_spec(task.dataset, task)
 
 
 def test_two_consecutive_requests_share_the_fixed_prefix_byte_for_byte(corpus, cosearch):
-    from flows.bench_proposer import KEY_ENV, RecordedModelServer
+    from pipeline_bench.proposer import KEY_ENV, RecordedModelServer
     from proposers.llm import LLMProposer, prompt_parts
 
     task, spec = cosearch
@@ -263,7 +263,7 @@ def test_two_consecutive_requests_share_the_fixed_prefix_byte_for_byte(corpus, c
 
 
 def test_cache_markers_for_anthropic_only_and_cached_tokens_are_counted(corpus, cosearch):
-    from flows.bench_proposer import KEY_ENV, RecordedModelServer
+    from pipeline_bench.proposer import KEY_ENV, RecordedModelServer
     from proposers.llm import LLMProposer, build_messages, needs_cache_markers, prompt_parts
 
     task, spec = cosearch
@@ -377,7 +377,7 @@ def test_the_most_repeated_duplicates_stay_named():
 
 # ---------------------------------------------------------------------------- the benchmark
 def test_proposer_benchmark_short_mode(corpus, cosearch):
-    from flows.bench_proposer import compare
+    from pipeline_bench.proposer import compare
 
     task, _ = cosearch
     results = compare(corpus, task, max_requests=24, max_stale_rounds=3)
@@ -398,8 +398,8 @@ def test_proposer_benchmark_short_mode(corpus, cosearch):
 
 def test_ndvm_bench_suite_proposer_quick(corpus):
     """What ``ndvm bench --suite proposer --quick`` runs (registered as an ndvm.bench_suites entry point)."""
-    from flows.bench_proposer import run_proposer_suite
     from ndvm_bench.common import BenchConfig
+    from pipeline_bench.proposer import run_proposer_suite
 
     result = run_proposer_suite(BenchConfig(quick=True, data_dir=shared_file(CORPUS).parents[1]))
     assert [row[0] for row in result.rows] == [

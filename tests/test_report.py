@@ -144,4 +144,4 @@ def test_discovery_suite_is_registered_but_not_in_the_default_run():
 
     assert "discovery" in EXPLICIT_SUITES and "discovery" not in SUITE_NAMES  # ~15 min: only when named
     assert build_parser().parse_args(["--suite", "discovery"]).suite == ["discovery"]
-    assert _suites()["discovery"].__module__ == "flows.bench_discovery"
+    assert _suites()["discovery"].__module__ == "pipeline_bench.discovery"

@@ -43,8 +43,8 @@ def test_a_run_on_this_host_is_alive_only_with_a_live_pid_and_a_fresh_heartbeat(
     import socket
     import time
 
-    from flows.discover import status_path
     from flows.schedule import STALE_HEARTBEAT_SECONDS, run_is_alive
+    from flows.status import status_path
 
     path = status_path(tmp_path, "night")
     path.parent.mkdir(parents=True)

@@ -1,6 +1,6 @@
 """Grouped battery fits: one batch of candidates over every Severson cell, two ways, side by side.
 
-    python -m flows.bench_grouped_fits [--candidates 8] [--repeats 3] [--data-dir DIR]
+    python -m pipeline_bench.grouped_fits [--candidates 8] [--repeats 3] [--data-dir DIR]
 
 - ``per-cell``: what ``Task.fit_batch`` did before ``ndvm.calibrate_groups``: one
   ``ndvm.calibrate_many`` of all candidates per cell, cell after cell (the pool waits at the end of

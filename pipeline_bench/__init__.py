@@ -1,0 +1,9 @@
+"""Benchmarks of the discovery pipeline: suites that need flows/, proposers/ and datasets/.
+
+``ndvm_bench`` (the runtime's suites and baselines) never imports the pipeline; these suites reach
+``ndvm bench`` through the ``ndvm.bench_suites`` entry point (pyproject.toml) and run only when named:
+
+- ``discovery.py``: ``ndvm bench --suite discovery`` (does what the search finds generalise?);
+- ``proposer.py``: ``ndvm bench --suite proposer`` (the LLM proposer against recorded answers);
+- ``grouped_fits.py``: ``python -m pipeline_bench.grouped_fits`` (grouped battery fits, two ways).
+"""
