@@ -3,39 +3,58 @@ error of the best validation score, read from the stored validation metrics."""
 
 import json
 
+import numpy as np
 import pytest
 
 from storage.selection import choose_champion
 
 
-def rows(*entries):
-    """(hash, score, complexity, se) -> the rows choose_champion reads (metrics as stored JSON)."""
-    return [
-        (h, score, c, json.dumps({"rmse": score, **({"rmse_se": se, "n_blocks": 5} if se is not None else {})}))
-        for h, score, c, se in entries
+def row(digest, blocks, complexity, metric="rmse"):
+    """A stored candidate with per-block validation scores (its score: the mean of the blocks)."""
+    metrics = {metric: float(np.mean(blocks)), "n_blocks": len(blocks)}
+    metrics.update({f"{metric}_block{i + 1}": float(b) for i, b in enumerate(blocks)})
+    metrics[f"{metric}_se"] = float(np.std(blocks, ddof=1) / np.sqrt(len(blocks)))
+    return (digest, metrics[metric], complexity, json.dumps(metrics))
+
+
+def test_paired_differences_decide_not_the_spread_of_the_blocks():
+    # Blocks differ a lot in difficulty (as ENSO's do); "steady" is worse by a constant 0.02 on every
+    # block (a tiny paired standard error), "noisy" by 0.02 on average with a spread of +-0.3.
+    hard_easy = np.array([1.7, 0.9, 0.8, 0.7, 0.3])
+    best = row("best", hard_easy, 40)
+    steady = row("steady", hard_easy + 0.02, 10)
+    noisy = row("noisy", hard_easy + np.array([0.32, -0.28, 0.3, -0.26, 0.02]), 12)
+    persistence = row("persistence", hard_easy * 1.2, 3)  # within best's own SE (0.24), far outside paired
+    choice = choose_champion([best, steady, persistence], metric="rmse")
+    assert choice.hash == "best" and choice.is_best  # steady is significantly worse on every block
+    choice = choose_champion([best, noisy, persistence], metric="rmse")
+    assert choice.hash == "noisy" and choice.paired and choice.within == 2 and choice.n_blocks == 5
+    assert choice.standard_error == pytest.approx(np.std([0.32, -0.28, 0.3, -0.26, 0.02], ddof=1) / np.sqrt(5))
+    assert "simplest of the 2 candidates within one standard error" in choice.reason()
+    assert "paired over 5 validation blocks" in choice.to_dict()["rule"]
+
+
+def test_without_blocks_the_best_own_standard_error_is_the_allowance():
+    rows = [
+        ("best", 1.00, 40, {"rmse_se": 0.05}),
+        ("near", 1.04, 12, {}),
+        ("simplest-out", 1.06, 5, {}),
+        ("mid", 1.03, 20, {}),
     ]
-
-
-def test_simplest_within_one_standard_error_of_the_best():
-    choice = choose_champion(
-        rows(("best", 1.00, 40, 0.05), ("near", 1.04, 12, 0.06), ("simplest-out", 1.06, 5, 0.05), ("mid", 1.03, 20, 0)),
-        metric="rmse",
-    )
-    assert choice.hash == "near" and choice.best_hash == "best" and not choice.is_best
-    assert choice.threshold == pytest.approx(1.05) and choice.within == 3 and choice.n_blocks == 5
-    assert "simplest of the 3 candidates within one standard error" in choice.reason()
-    assert choice.to_dict()["rule"].startswith("champion: the simplest candidate")
+    choice = choose_champion(rows, metric="rmse")
+    assert choice.hash == "near" and not choice.paired and choice.within == 3
+    assert choice.threshold == pytest.approx(1.05)
 
 
 def test_the_best_stays_when_nothing_simpler_is_within_noise():
-    choice = choose_champion(rows(("best", 1.00, 10, 0.01), ("simpler", 1.2, 5, 0.01)), metric="rmse")
+    choice = choose_champion([("best", 1.00, 10, {"rmse_se": 0.01}), ("simpler", 1.2, 5, {})], metric="rmse")
     assert choice.hash == "best" and choice.is_best and "no simpler candidate" in choice.reason()
 
 
 def test_without_a_standard_error_the_best_validation_score_wins():
-    choice = choose_champion(rows(("best", 1.00, 40, None), ("simple", 1.0001, 3, None)), metric="rmse")
+    choice = choose_champion([("best", 1.00, 40, {}), ("simple", 1.0001, 3, {})], metric="rmse")
     assert choice.hash == "best" and choice.standard_error is None
-    assert "reported no standard error" in choice.rule
+    assert "reported no validation blocks" in choice.rule
 
 
 def test_higher_is_better_metrics_and_ties():
@@ -59,10 +78,10 @@ def test_candidates_without_complexity_or_finite_score():
     assert negative.hash == "best" and negative.standard_error is None  # a negative SE is no SE
 
 
-def test_the_champion_is_on_the_pareto_front():
+def test_with_one_allowance_the_champion_is_on_the_pareto_front():
     from storage.parsimony import pareto_front
 
-    entries = [(f"h{i}", 1.0 + 0.013 * ((i * 7) % 11), 3 + (i * 5) % 17, 0.04) for i in range(40)]
-    choice = choose_champion(rows(*entries), metric="rmse")
+    entries = [(f"h{i}", 1.0 + 0.013 * ((i * 7) % 11), 3 + (i * 5) % 17, {"rmse_se": 0.04}) for i in range(40)]
+    choice = choose_champion(entries, metric="rmse")
     front = pareto_front([(h, c, s, None) for h, s, c, _ in entries])
     assert choice.hash in {e.hash for e in front}
