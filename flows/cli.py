@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,156 @@ DEFAULT_FOLDER = "runs"
 # Telemetry and network look-ups at start-up, off unless the user set them (flows/offline.env).
 # Kept under this name for flows/dask_worker.py.
 QUIET_ENV = OFFLINE_ENV
+
+# ---------------------------------------------------------------------------- failures: one line each
+# The exit codes of the pipeline commands (README.md, docs/reliability.md "Exit codes"):
+EXIT_INPUT = 1  # a wrong option, file, column, value or run id: change the command
+EXIT_USAGE = 2  # argparse's: an unknown option, a missing argument
+EXIT_STORE = 3  # the candidate store is damaged, or another process holds it
+EXIT_DISK = 4  # the disk is full, or a file or folder cannot be written or read
+EXIT_INTERNAL = 70  # a bug: the message says so; --debug or NDVM_DEBUG=1 shows the traceback
+EXIT_INTERRUPTED = 130  # Ctrl-C
+DEBUG_ENV = "NDVM_DEBUG"
+
+
+def _debugging(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def classify_failure(exc: BaseException, folder: str | None = None) -> tuple[int, str]:
+    """(exit code, one-line message) for an exception that ended a pipeline command: data,
+    configuration, store, disk, or a bug."""
+    from storage import StoreError, StoreLockedError, default_store_path
+    from storage.health import DiskFullError, StoreCorruptError, is_corruption, is_disk_full, recovery_hint
+
+    if is_disk_full(exc):
+        if isinstance(exc, DiskFullError):
+            return EXIT_DISK, str(exc)
+        where = f" under {Path(folder).resolve()}" if folder else ""
+        return EXIT_DISK, (
+            f"the disk is full ({_first_line(exc)}); what was stored before is kept. Free space{where} and run "
+            "the command again (a stopped run continues with --resume RUN_ID)"
+        )
+    if isinstance(exc, StoreLockedError):
+        return EXIT_STORE, _first_line(exc)
+    if isinstance(exc, StoreCorruptError):
+        return EXIT_STORE, _first_line(exc)
+    if is_corruption(exc):
+        path = default_store_path(folder) if folder else Path("candidates.duckdb")
+        return EXIT_STORE, f"the candidate store {path} is damaged ({_first_line(exc)}); {recovery_hint(path)}"
+    if isinstance(exc, _user_errors()) or isinstance(exc, StoreError):
+        return EXIT_INPUT, str(exc)
+    try:
+        import polars as pl
+
+        if isinstance(exc, pl.exceptions.PolarsError):
+            return EXIT_INPUT, f"the data could not be read: {type(exc).__name__}: {_first_line(exc)}"
+    except ImportError:
+        pass
+    if isinstance(exc, OSError):
+        name = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        return EXIT_DISK, f"{exc.strerror or _first_line(exc)}{name}"
+    return EXIT_INTERNAL, (
+        f"internal error: {type(exc).__name__}: {_first_line(exc)} (a bug; {DEBUG_ENV}=1 or --debug shows the "
+        "traceback: please report it with that)"
+    )
+
+
+def _report_failure(name: str, exc: BaseException, args: argparse.Namespace) -> int:
+    """Print the one line for a failure a command caught itself; its exit code."""
+    if _debugging(args):
+        traceback.print_exception(exc)
+    code, message = classify_failure(exc, getattr(args, "folder", None))
+    print(f"ndvm {name}: {message}", file=sys.stderr)
+    return code
+
+
+def _guarded(name: str, fn: Any) -> Any:
+    """``fn(args)`` with every failure one line (``classify_failure``) and its exit code; the
+    traceback too with --debug or $NDVM_DEBUG."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args) or 0)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:
+            return _report_failure(name, exc, args)
+
+    run.__name__ = run.__qualname__ = f"guarded_{getattr(fn, '__name__', name)}"
+    return run
+
+
+class _NoTracebacks(logging.Filter):
+    """Prefect's flow- and task-run loggers print the traceback of an exception the command reports
+    in one line itself: keep their message, drop the traceback (--debug keeps it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if record.levelno >= logging.ERROR and message.startswith(
+            ("Finished in state Failed", "Encountered exception during execution")
+        ):
+            return False  # the command's own line says why
+        if record.exc_info:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+class _Drop(logging.Filter):
+    """Records another line already reports: MLflow's SQLAlchemy errors (each with a traceback of
+    60 lines) are raised to the run's tracking, which logs one warning and retries or gives up."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+def _quiet_tracebacks(debug: bool) -> None:
+    if debug:
+        return
+    quiet = {
+        "prefect.flow_runs": _NoTracebacks,
+        "prefect.task_runs": _NoTracebacks,
+        "prefect.engine": _NoTracebacks,
+        "mlflow.store.db.utils": _Drop,
+    }
+    for name, kind in quiet.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())
+
+
+def preflight(command: str, args: argparse.Namespace, kwargs: dict[str, Any] | None = None) -> Any:
+    """What can be known before any work, checked in well under a second and before Prefect, the
+    store or MLflow start: the options (``build_config``), the data file, its columns and values
+    (datasets/preflight.py), the store (locked? damaged?) and the free space under the run folder.
+    Returns the run's configuration; raises the typed errors ``classify_failure`` reports."""
+    from datasets.preflight import check_data_file
+    from datasets.registry import definitions
+    from flows.config import build_config
+    from storage import CandidateStore, default_store_path
+    from storage.health import check_free_space
+
+    config = build_config(**(kwargs if kwargs is not None else _discover_kwargs(args)))
+    problem = config.problem
+    if problem.data and not getattr(args, "resume", None):
+        check_data_file(
+            problem.data,
+            x=problem.x,
+            y=problem.y,
+            group=problem.group,
+            registered=tuple(d.name for d in definitions()),
+        )
+    if command != "serve":
+        check_free_space(config.folder)
+        store = default_store_path(config.folder)
+        if store.is_file():  # locked by a run, or damaged: say so now, not after the start-up
+            CandidateStore(store, read_only=False).close()
+    return config
 
 
 def _quiet_environment(verbose: bool = False) -> None:
@@ -144,7 +295,9 @@ class _ProgressDisplay:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
+    preflight("discover", args)  # before Prefect: a bad file or option is one line in under a second
     _quiet_environment(args.verbose)
+    _quiet_tracebacks(_debugging(args))
     from flows.discover import add_progress_listener, discover
 
     console = _console()
@@ -153,26 +306,38 @@ def cmd_discover(args: argparse.Namespace) -> int:
     try:
         with display.live:
             report = discover(**_discover_kwargs(args), budget=_budget(args), run_id=args.run_id, resume=args.resume)
-    except _user_errors() as exc:
-        print(f"ndvm discover: {exc}", file=sys.stderr)
-        return 1
-    finally:
+    finally:  # a failure: one line from _guarded (classify_failure), with its exit code
         remove()
     _print_report(console, report, args.folder)
     return 0
 
 
+# Errors that mean a wrong option, file or run id: a message, not a traceback. (module, class):
+# only modules already imported are looked at (an exception of a class whose module was never
+# imported cannot have been raised), so classifying a failure never imports Prefect or litellm.
+_USER_ERRORS = (
+    ("flows.config", "DiscoveryError"),
+    ("flows.recalibrate", "RecalibrationError"),
+    ("flows.runners", "RunnerError"),
+    ("flows.options", "OptionError"),
+    ("flows.mlflow_log", "LogRunError"),
+    ("flows.report", "ReportError"),
+    ("storage.store", "StoreError"),
+    ("datasets.errors", "DatasetError"),
+    ("datasets.tasks.errors", "TaskError"),
+    ("proposers.base", "LLMFatalError"),
+    ("flows.schedule", "UnknownTimezoneError"),
+)
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean a wrong option, file or run id: a message, not a traceback."""
-    from datasets.errors import DatasetError
-    from datasets.tasks import TaskError
-    from flows.discover import DiscoveryError
-    from flows.recalibrate import RecalibrationError
-    from flows.runners import RunnerError
-    from proposers.base import LLMFatalError
-    from storage import StoreError
-
-    return (DiscoveryError, RecalibrationError, RunnerError, StoreError, DatasetError, TaskError, LLMFatalError)
+    found = []
+    for module, name in _USER_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            found.append(cls)
+    return tuple(found)
 
 
 def _print_report(console, report: dict[str, Any], folder: str) -> None:
@@ -254,8 +419,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     try:
         done = log_stored_run(args.run, folder=args.folder, tracking_uri=args.tracking_uri, top_k=args.top_k)
     except (LogRunError, *_user_errors()) as exc:
-        print(f"ndvm log: {exc}", file=sys.stderr)
-        return 1
+        return _report_failure("log", exc, args)
     print(
         f"{done['run_id']}: MLflow run {done['mlflow_run_id']} at {done['tracking_uri']}: {done['entries']} "
         f"leaderboard entries logged ({done['newly_logged']} new this time)"
@@ -271,8 +435,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
     try:
         decision = promote_stored_run(args.run, folder=args.folder, tracking_uri=args.tracking_uri)
     except (LogRunError, *_user_errors()) as exc:
-        print(f"ndvm promote: {exc}", file=sys.stderr)
-        return 1
+        return _report_failure("promote", exc, args)
     print(f"{decision.reason}\nload it with mlflow.pyfunc.load_model('{decision.uri}')")
     return 0
 
@@ -308,8 +471,7 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
             run_id=args.run_id,
         )
     except _user_errors() as exc:
-        print(f"ndvm recalibrate: {exc}", file=sys.stderr)
-        return 1
+        return _report_failure("recalibrate", exc, args)
     console = _console()
     table = Table(
         title=f"{report['from_run']} re-fitted on {report['dataset']} -> run {report['run_id']}", title_justify="left"
@@ -339,9 +501,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         kwargs = _discover_kwargs(args)  # dataset options are checked here
         build_config(**kwargs)  # fail now, not at 2 am, on a bad option
+        preflight("serve", args, kwargs)  # ... or a bad file
     except _user_errors() as exc:
-        print(f"ndvm serve: {exc}", file=sys.stderr)
-        return 1
+        return _report_failure("serve", exc, args)
     if args.resume:
         raise SystemExit("ndvm serve: --resume does not apply to a schedule (each scheduled run is a new run)")
     parameters = {**kwargs, "folder": str(Path(args.folder).resolve()), "budget": _budget(args)}
@@ -358,8 +520,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         schedule = cron_schedule(args.cron, timezone)
         when = describe(args.cron, timezone)
     except UnknownTimezoneError as exc:
-        print(f"ndvm serve: {exc}", file=sys.stderr)
-        return 1
+        return _report_failure("serve", exc, args)
     if not os.environ.get("PREFECT_API_URL"):
         print(
             "ndvm serve: PREFECT_API_URL is not set, so the schedule lives in a temporary Prefect server that "
@@ -394,6 +555,26 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    """``ndvm store check`` (read every row of every table) / ``ndvm store repair`` (keep every
+    readable row in a new file; the damaged one stays beside it): storage/health.py."""
+    from storage import default_store_path
+    from storage.health import check_store, repair_store
+
+    path = default_store_path(args.folder)
+    if args.action == "check":
+        health = check_store(path)
+        print("\n".join(health.lines()))
+        if not health.ok:
+            print(
+                f"repair: ndvm store repair --folder {args.folder}  (keeps every readable row; the damaged file stays)"
+            )
+        return 0 if health.ok else EXIT_STORE
+    report = repair_store(path)
+    print("\n".join(report.lines()))
+    return 0
+
+
 def _print_report_card(console, report: dict[str, Any], folder: str) -> None:
     """The report card written at the end of the run (flows/report.py), as Markdown."""
     from rich.markdown import Markdown
@@ -416,8 +597,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         with CandidateStore(default_store_path(args.folder), read_only=True) as store:
             report = build_report(store, args.run)
     except (ReportError, *_user_errors()) as exc:
-        print(f"ndvm report: {exc}", file=sys.stderr)
-        return 1
+        return _report_failure("report", exc, args)
     write_report(report, args.folder)
     if args.json:
         print(report_json(report))
@@ -574,6 +754,14 @@ def _stop_group(process: subprocess.Popen) -> None:
 
 
 # ---------------------------------------------------------------------------- registration
+def _set_command(p: argparse.ArgumentParser, name: str, fn: Any) -> None:
+    """``fn`` as the command of ``p``, every failure one line (``_guarded``), and ``--debug``."""
+    p.add_argument(
+        "--debug", action="store_true", help=f"show the traceback of a failure (also: {DEBUG_ENV}=1 in the environment)"
+    )
+    p.set_defaults(fn=_guarded(name, fn))
+
+
 def register(subparsers: Any) -> None:
     """Add the pipeline commands to ``ndvm``'s argparse subparsers."""
     p = subparsers.add_parser(
@@ -582,7 +770,7 @@ def register(subparsers: Any) -> None:
         "enso, offline mutation proposer, 2 minutes)",
     )
     _add_discover_options(p)
-    p.set_defaults(fn=cmd_discover)
+    _set_command(p, "discover", cmd_discover)
 
     p = subparsers.add_parser("recalibrate", help="re-fit the top programs of an earlier run on new data and log them")
     p.add_argument("--from-run", metavar="RUN_ID", help="the run whose leaderboard is re-fitted (default: latest)")
@@ -591,7 +779,7 @@ def register(subparsers: Any) -> None:
     _add_problem_options(p)
     _add_calibration_options(p)
     _add_store_options(p)
-    p.set_defaults(fn=cmd_recalibrate)
+    _set_command(p, "recalibrate", cmd_recalibrate)
 
     p = subparsers.add_parser("serve", help="register a scheduled discovery deployment and serve it (Prefect)")
     p.add_argument("--cron", required=True, help='cron schedule, e.g. "0 2 * * *" (02:00 every night in --timezone)')
@@ -600,13 +788,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--name", default="nightly", help="deployment name (default nightly)")
     _add_discover_options(p, skip=("dataset_name",))  # --name is the deployment's; a manifest names the data
-    p.set_defaults(fn=cmd_serve)
+    _set_command(p, "serve", cmd_serve)
 
     p = subparsers.add_parser("log", help="log a stored run to MLflow (e.g. after MLflow was down); safe to repeat")
     p.add_argument("--run", metavar="RUN_ID", help="the run (default: the latest)")
     p.add_argument("--top-k", type=int, help="leaderboard entries to log (default: the run's --top-k)")
     _add_store_options(p)
-    p.set_defaults(fn=cmd_log)
+    _set_command(p, "log", cmd_log)
 
     p = subparsers.add_parser(
         "promote",
@@ -615,7 +803,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--run", metavar="RUN_ID", help="the run (default: the latest)")
     _add_store_options(p)
-    p.set_defaults(fn=cmd_promote)
+    _set_command(p, "promote", cmd_promote)
 
     p = subparsers.add_parser("leaderboard", help="the best candidates of a run (default: the latest)")
     p.add_argument("--run", metavar="RUN_ID")
@@ -627,7 +815,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="the Pareto front of complexity vs validation loss, with the run's champion marked",
     )
-    p.set_defaults(fn=cmd_leaderboard)
+    _set_command(p, "leaderboard", cmd_leaderboard)
 
     p = subparsers.add_parser(
         "report",
@@ -637,7 +825,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--run", metavar="RUN_ID", help="default: the latest run")
     p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown card")
     p.add_argument("--folder", default=DEFAULT_FOLDER)
-    p.set_defaults(fn=cmd_report)
+    _set_command(p, "report", cmd_report)
+
+    p = subparsers.add_parser(
+        "store",
+        help="check the candidate store for damage, or repair it (keep every readable row in a new file)",
+    )
+    p.add_argument("action", choices=["check", "repair"])
+    p.add_argument("--folder", default=DEFAULT_FOLDER)
+    _set_command(p, "store", cmd_store)
 
     register_datasets_command(subparsers)  # ndvm datasets [show NAME | fetch NAME] (flows/datasets_cli.py)
     add_worker_command(subparsers)  # ndvm worker --scheduler ADDRESS (flows/dask_worker.py)
@@ -652,13 +848,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--group", help="group column (one fit per group)")
     p.add_argument("--task-kind", choices=["curve", "forecast", "regression"])
     _add_calibration_options(p)
-    p.set_defaults(fn=cmd_calibrate)
+    _set_command(p, "calibrate", cmd_calibrate)
 
     p = subparsers.add_parser("ui", help="start the MLflow UI on 127.0.0.1 over the run folder's store")
     p.add_argument("--folder", default=DEFAULT_FOLDER)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=5000)
-    p.set_defaults(fn=cmd_ui)
+    _set_command(p, "ui", cmd_ui)
 
 
 def main(argv: list[str] | None = None) -> int:

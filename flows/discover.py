@@ -80,6 +80,7 @@ from flows.status import status_path
 from flows.supervisor import CalibrationSupervisor
 from proposers.base import LLMFatalError
 from proposers.niches import NicheArchive, store_programs
+from storage.health import is_disk_full
 
 log = logging.getLogger("ndvm.discover")
 # Leaderboard entries a progress snapshot logs to MLflow while the run goes on: the best only, and
@@ -718,6 +719,8 @@ class Discovery:
         try:
             new = self.store.add(chunk, self.run_id, program_source=program_source)
         except Exception as exc:
+            if is_disk_full(exc):  # nothing more can be written: the run stops (run_discovery says how to resume)
+                raise
             new = []
             for proposal in chunk:
                 try:
@@ -844,8 +847,8 @@ class Discovery:
         (the next prompt names it), counted as a round with nothing new; the run goes on."""
         from proposers import Failure
 
-        if isinstance(error, LLMFatalError):  # a wrong key or model: retrying all night helps nobody
-            raise error
+        if isinstance(error, LLMFatalError) or is_disk_full(error):  # a wrong key or model, a full disk:
+            raise error  # going on all night helps nobody
         self.log.warning("proposal request failed: %s", error)
         if not isinstance(error, ProposalsNotRecorded):  # the pipeline's own fault is not the model's to hear
             self.failures.append(
@@ -1168,9 +1171,9 @@ class Discovery:
                 finally:
                     self._release(self.supervisor.cancel() if self.supervisor.busy() else [], "stopped")
                     self.supervisor.close()
-            status, mlflow_status = "finished", "FINISHED"
             self.stages.call(score_test_task, run=self)
             self.stages.call(report_card_task, run=self)
+            status, mlflow_status = "finished", "FINISHED"  # only once the end's stages succeeded
         except KeyboardInterrupt:
             status, mlflow_status = "interrupted", "KILLED"
             self._stop("interrupted")
@@ -1420,6 +1423,12 @@ def run_discovery(
     discovery = Discovery(config, budget, run_id=run_id, resume=resume, logger=logger)
     try:
         return discovery.run()
+    except Exception as exc:
+        from storage.health import DiskFullError
+
+        if is_disk_full(exc):  # the store keeps what was committed: say so, and how to go on
+            raise DiskFullError.stopped_run(discovery.run_id, config.folder, exc) from exc
+        raise
     finally:
         discovery.close()
 

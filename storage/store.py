@@ -64,6 +64,40 @@ class StoreLockedError(StoreError):
     """Another process holds the DuckDB file (a discovery run is writing to it)."""
 
 
+class StoreCorruptError(StoreError):
+    """The DuckDB file is damaged (a checksum that does not match, a file cut short, a header that
+    is not DuckDB's). ``ndvm store check`` says what is readable, ``ndvm store repair`` keeps it."""
+
+
+# DuckDB's words for a lock held by another process (2.x: "Could not set lock on file ...:
+# Conflicting lock is held in ... (PID n)"). Any other refusal to open is damage (storage/health.py).
+_LOCK_WORDS = ("could not set lock", "conflicting lock")
+
+
+def recovery_hint(path: Path) -> str:
+    folder = path.parent
+    return (
+        f"`ndvm store check --folder {folder}` lists what is readable; `ndvm store repair --folder {folder}` keeps it"
+    )
+
+
+def open_error(path: Path, error: BaseException) -> StoreError:
+    """The typed error for a store file DuckDB refused to open: the lock message only for a lock."""
+    text = str(error)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    first = lines[0][:300] if lines else type(error).__name__
+    if any(w in text.lower() for w in _LOCK_WORDS):
+        return StoreLockedError(
+            f"cannot open the candidate store {path}: another process holds it (DuckDB allows one writer; "
+            f"is a discovery run still writing to it? Wait for it, or stop it): {first}"
+        )
+    if "no space left on device" in text.lower():
+        return StoreError(f"cannot open the candidate store {path}: the disk is full ({first})")
+    return StoreCorruptError(
+        f"the candidate store {path} is damaged and cannot be opened ({first}); {recovery_hint(path)}"
+    )
+
+
 class MetricDirectionError(StoreError):
     """A metric whose direction (higher or lower is better) is not known and was not given."""
 
@@ -510,11 +544,8 @@ class CandidateStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._con = duckdb.connect(str(self.path), read_only=read_only)
-        except duckdb.IOException as error:
-            raise StoreLockedError(
-                f"cannot open the candidate store {self.path}: another process holds it "
-                f"(DuckDB allows one writer; is a discovery run still writing to it?): {error}"
-            ) from error
+        except duckdb.Error as error:
+            raise open_error(self.path, error) from error
         self._lock = threading.RLock()
         self._probe_cache: dict[str, dict[str, Any] | None] = {}
         self._indexes: dict[str, _RunIndex] = {}
@@ -1273,6 +1304,7 @@ __all__ = [
     "RunStatus",
     "FinalTestScore",
     "StoreError",
+    "StoreCorruptError",
     "StoreLockedError",
     "MetricDirectionError",
     "metric_higher_is_better",

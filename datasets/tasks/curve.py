@@ -488,7 +488,19 @@ class CurveTask(Task):
         for group in self.groups() + (self.test_groups() if test_groups else []):
             x, y = self._xy(group, TEST_FIT if group in self.test_groups() else TRAIN)
             lower, upper = ref.bounds(x, y)
-            p, mse = least_squares_multistart(ref.func, x, y, ref.starts, lower, upper)
+            try:
+                p, mse = least_squares_multistart(ref.func, x, y, ref.starts, lower, upper)
+            except RuntimeError as exc:  # every start failed (e.g. targets that overflow): a failed reference
+                return TaskFit(
+                    self.name,
+                    ref.name,
+                    ref.source,
+                    {},
+                    float("inf"),
+                    time.perf_counter() - start,
+                    error=f"{exc} (group {group})" if group is not None else str(exc),
+                    n_params=len(ref.param_names),
+                )
             params[group] = dict(zip(ref.param_names, map(float, p)))
             losses.append(mse)
 
@@ -622,7 +634,7 @@ class CurveTask(Task):
             except Exception as exc:
                 out.append(Errors(ref.name, self.kind, error=f"{type(exc).__name__}: {exc}"))
                 continue
-            out.append(self._errors_of(fit, split))
+            out.append(self._errors_of(fit, split) if fit.ok else Errors(ref.name, self.kind, error=fit.error))
         return out
 
     def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
