@@ -42,7 +42,11 @@ def task() -> CurveTask:
 
 
 def candidates(task: CurveTask) -> list[str]:
-    return [ref.source for ref in BATTERY_REFERENCES] + task.seed_programs()[len(BATTERY_REFERENCES) :]
+    """The seeds without shared parameters (those are fitted jointly: tests/test_shared_params.py)."""
+    import ndvm
+
+    sources = [ref.source for ref in BATTERY_REFERENCES] + task.seed_programs()[len(BATTERY_REFERENCES) :]
+    return [s for s in dict.fromkeys(sources) if not ndvm.compile(s).shared_names]
 
 
 def test_the_cells_differ_in_length(task):

@@ -143,3 +143,68 @@ def test_bad_programs_and_options_in_a_shared_batch():
         ndvm.calibrate_shared([POWER], cells, shared_values=[{"z": 1.0, "a": 2.0}])
     with pytest.raises(ValueError, match="entries"):
         ndvm.calibrate_shared([POWER], cells, shared_values=[])
+
+
+# ---------------------------------------------------------------- the curve task (battery cells)
+
+
+def _power_cells_dataset(n_cells: int, z: float, test_cells=None):
+    """A battery dataset whose cells fade as 1 - b x^z with one exponent z (x in hundreds of cycles)."""
+    import polars as pl
+
+    from datasets.battery import tidy_dataset
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for i in range(n_cells):
+        b = rng.uniform(0.01, 0.03)
+        n = np.arange(1, int(rng.integers(300, 500)) + 1, dtype=float)
+        cap = 1.05 * (1.0 - b * (n / 100.0) ** z) + rng.normal(0.0, 0.001, n.size)
+        rows.append(pl.DataFrame({"cell_id": f"c{i:02d}", "cycle": n.astype(np.int64), "capacity_ah": cap}))
+    return tidy_dataset(pl.concat(rows).lazy(), name="battery-synthetic", min_cycles=1, test_cells=test_cells)
+
+
+def test_curve_task_fits_shared_parameters_jointly_and_held_out_cells_alone():
+    from datasets.tasks import make_task
+
+    task = make_task(_power_cells_dataset(12, 1.6, test_cells=["c10", "c11"]))
+    shared_law = dict(task.reference_programs())["power-law-shared-exponent"]
+    fit = task.fit(shared_law, restarts=4, steps=1500)
+    assert fit.ok, fit.error
+    zs = {params["z"] for params in fit.params.values()}
+    assert len(zs) == 1 and abs(zs.pop() - 1.6) < 0.05
+    assert len({params["b"] for params in fit.params.values()}) == len(task.groups())  # per cell
+    full = task.prepare_test_fit(fit, restarts=4, steps=1500)
+    assert full.ok, full.error
+    for cell in ("c10", "c11"):
+        assert full.params[cell]["z"] == fit.params[task.groups()[0]]["z"]  # kept from training
+    scores = task.score(full, "test")
+    assert scores["rmse_test_groups"] < 0.01
+    # the stored parameters restore the same fit
+    restored = task.restore_fit(shared_law, task.flat_parameters(fit.params))
+    assert task.score(restored)["rmse"] == pytest.approx(task.score(fit)["rmse"], rel=1e-12)
+
+
+def test_curve_validation_scores_carry_their_standard_error():
+    from datasets.tasks import make_task
+
+    task = make_task(_power_cells_dataset(6, 1.3))
+    fit = task.fit(dict(task.reference_programs())["power-law"], restarts=4, steps=800)
+    scores = task.score(fit, "validation")
+    per_cell = [g["rmse"] for g in scores["per_group"].values()]
+    assert scores["n_blocks"] == 6
+    assert scores["rmse_se"] == pytest.approx(np.std(per_cell, ddof=1) / np.sqrt(6), rel=1e-12)
+
+
+def test_battery_reference_programs_are_the_references_and_shared_laws():
+    import datasets
+    from datasets.tasks import make_task
+
+    task = make_task(datasets.load("battery-synthetic", n_cells=3, n_cycles=200))
+    names = [name for name, _ in task.reference_programs()]
+    assert names[:5] == ["linear", "sqrt-sei", "power-law", "knee-bacon-watts", "double-exponential"]
+    shared = [name for name, source in task.reference_programs() if ndvm.compile(source).shared_names]
+    assert set(shared) == {"power-law-shared-exponent", "knee-shared-shape", "sqrt-power-shared-exponent"}
+    for _, source in task.reference_programs():
+        assert source in task.seed_programs()
+        assert task.fit(source, restarts=2, steps=200).ok

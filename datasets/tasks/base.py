@@ -154,9 +154,7 @@ class Task(ABC):
         started = time.perf_counter()
         groups = self.fit_groups()
         data = [(self.fit_inputs(g), self.fit_target(g)) for g in groups]
-        by_program = (
-            ndvm.calibrate_groups(programs, data, loss=self.calibration_loss, **calibrate_options) if programs else []
-        )
+        by_program = self.calibrate_programs(ndvm, programs, data, **calibrate_options) if programs else []
         seconds = (time.perf_counter() - started) / max(len(programs), 1)
         out = []
         for program, source, name, fits in zip(programs, sources, names, by_program):
@@ -183,6 +181,16 @@ class Task(ABC):
                 self.attach_predictor(fit, program)
             out.append(fit)
         return out
+
+    def calibrate_programs(self, ndvm: Any, programs: list[Any], data: list[tuple], **calibrate_options) -> list[list]:
+        """One list of per-group ``ndvm.Fit`` per program, fitted on ``data`` (one (inputs, target)
+        per fit group): ``ndvm.calibrate_groups`` (a task whose groups share parameters overrides it)."""
+        return ndvm.calibrate_groups(programs, data, loss=self.calibration_loss, **calibrate_options)
+
+    def reference_programs(self) -> list[tuple[str, str]]:
+        """Contract C1: the task's reference models as (name, candidate source in the task's own
+        candidate form), calibrated like any candidate; every run is seeded with them. Default: none."""
+        return []
 
     def attach_predictor(self, fit: TaskFit, program: Any) -> None:  # noqa: B027 (an optional hook)
         """Give ``fit`` whatever ``score`` needs besides its parameters (default: nothing)."""

@@ -144,6 +144,26 @@ GENERIC_REFERENCES = (
     ),
 )
 
+# Fade laws whose exponent or knee shape is one value for every cell (`shared`, fitted jointly over
+# the training cells by ndvm.calibrate_shared; a held-out cell fits only its own parameters).
+SHARED_BATTERY_LAWS = (
+    (
+        "power-law-shared-exponent",
+        "(param a 1.0)\n(param b 0.05 positive)\n(param z 1.0 positive shared)\n(- a (* b (expt x z)))",
+    ),
+    (
+        "knee-shared-shape",
+        "(param a0 0.9)\n(param a1 -0.05)\n(param b 0.05 positive)\n(param x1 1.0 positive)\n"
+        "(param g 0.2 positive shared)\n"
+        "(let ((d (- x x1)))\n  (- (+ a0 (* a1 d)) (* b d (tanh (/ d g)))))",
+    ),
+    (
+        "sqrt-power-shared-exponent",
+        "(param a 1.0)\n(param b 0.03 positive)\n(param c 0.01 positive)\n(param z 2.0 positive shared)\n"
+        "(- a (* b (sqrt x)) (* c (expt x z)))",
+    ),
+)
+
 EXTRA_BATTERY_SEEDS = (
     "(param a 1.0)\n(param b 0.05 positive)\n(param c 0.3 positive)\n(- a (* b (- 1.0 (exp (- (* c x))))))",
     "(param a 1.0)\n(param b 0.03 positive)\n(param c 0.001 positive)\n(param k 1.0 positive)\n"
@@ -293,6 +313,14 @@ class CurveTask(Task):
 
     def fit_target(self, group=None) -> np.ndarray:
         return self.train_target(group)
+
+    def calibrate_programs(self, ndvm: Any, programs: list[Any], data: list[tuple], **calibrate_options) -> list[list]:
+        """Per group: a program's `shared` parameters are fitted jointly over every training group
+        (``ndvm.calibrate_shared``), the others per group; a program without shared parameters is
+        ``calibrate_groups``' independent per-group fit, as before."""
+        if not self.per_group:
+            return ndvm.calibrate_groups(programs, data, loss=self.loss, **calibrate_options)
+        return ndvm.calibrate_shared(programs, data, loss=self.loss, **calibrate_options)
 
     def collect_params(self, groups: list[Any], fits: list[Any]) -> dict[Any, Any]:
         if self.per_group:
@@ -459,7 +487,9 @@ class CurveTask(Task):
         params, errors = dict(fit.params), []
         held = self.test_groups()
         data = [({INPUT: x}, y) for x, y in (self._xy(group, TEST_FIT) for group in held)]
-        (results,) = ndvm.calibrate_groups([program], data, loss=self.loss, **calibrate_options)
+        # shared parameters keep the training fit's values: a held-out group fits only its own
+        shared = {n: fit.params[self.groups()[0]][n] for n in program.shared_names}
+        (results,) = ndvm.calibrate_shared([program], data, loss=self.loss, shared_values=[shared], **calibrate_options)
         for group, result in zip(held, results):
             if result.error or not np.isfinite(result.loss):
                 errors.append(f"test group {group}: {result.error or 'non-finite loss'}")
@@ -575,10 +605,27 @@ class CurveTask(Task):
             "error": None if finite_all else f"non-finite predictions on {split} rows",
             "per_group": per_group,
         }
+        if split == VALIDATION:  # contract C2: the noise of the primary metric across the scored groups
+            out.update(self._primary_se([g["rmse"] for g in per_group.values()]))
         if held:
             out["rmse_seen_groups"] = float(np.mean([g["rmse"] for k, g in per_group.items() if k not in held]))
             out["rmse_test_groups"] = float(np.mean([g["rmse"] for k, g in per_group.items() if k in held]))
         return out
+
+    @staticmethod
+    def _primary_se(rmses: list[float]) -> dict[str, Any]:
+        """``rmse_se``: the standard error of the mean over groups of the per-group RMSE (sample
+        standard deviation / sqrt(n); groups are independent cells), with ``n_blocks`` = n groups.
+        inf when any group's RMSE is not finite; nan with a single group."""
+        values = np.asarray(rmses, dtype=float)
+        n = int(values.size)
+        if n == 0 or not np.all(np.isfinite(values)):
+            se = INF
+        elif n == 1:
+            se = float("nan")
+        else:
+            se = float(np.std(values, ddof=1) / np.sqrt(n))
+        return {"rmse_se": se, "n_blocks": n}
 
     # ------------------------------------------------------------------ references and prompts
     def reference_models(self) -> tuple[CurveReference, ...]:
@@ -768,8 +815,17 @@ class CurveTask(Task):
             group_residual_lines(errors.groups, x, group_label=self.dataset.group or "group", x_label=self.dataset.x)
         )
 
+    def reference_programs(self) -> list[tuple[str, str]]:
+        """Contract C1: the reference models as programs (linear, square root, power, knee, double
+        exponential for battery data), and for battery data the fade laws with a shared exponent or
+        knee shape (``SHARED_BATTERY_LAWS``)."""
+        out = [(ref.name, ref.source) for ref in self.references]
+        if self.is_battery and self.per_group:
+            out.extend(SHARED_BATTERY_LAWS)
+        return out
+
     def seed_programs(self) -> list[str]:
-        seeds = [ref.source for ref in self.references]
+        seeds = [source for _, source in self.reference_programs()]
         if self.is_battery:
             seeds.extend(EXTRA_BATTERY_SEEDS)
         return seeds
