@@ -31,12 +31,19 @@ venv: $(STAMP)
 # build (on Linux from the PyTorch CPU wheel index, as the Dockerfile does; when that index cannot
 # be reached, from the default index with a warning: scripts/install_torch.sh), then the project
 # (compiling native/ into ndvm._native) with its dev extras.
+# Each step says what it does and when it started: the last one compiles native/ for minutes.
 $(STAMP): pyproject.toml native/CMakeLists.txt scripts/install_torch.sh
+	@echo "[venv 1/4 $$(date +%T)] creating $(VENV) with $(PYTHON)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "[venv 2/4 $$(date +%T)] upgrading pip"
 	$(PY) -m pip install -q -U pip
+	@echo "[venv 3/4 $$(date +%T)] installing torch's CPU build (about 750 MB)"
 	scripts/install_torch.sh $(PY)
-	$(PY) -m pip install -q -e '.[dev]'
+	@echo "[venv 4/4 $$(date +%T)] installing the project and its dev extras; compiling native/ into"
+	@echo "            ndvm._native takes 2-6 minutes on 2 cores (pip's progress below)"
+	set -o pipefail; $(PY) -m pip install -e '.[dev]' | { grep -E --line-buffered '^(Collecting|Building|Successfully)' || true; }
 	touch $(STAMP)
+	@echo "[venv done $$(date +%T)] $(VENV) is ready: call .venv/bin/ndvm, or source .venv/bin/activate"
 
 build: $(STAMP)
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .

@@ -548,6 +548,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from storage import default_store_path
     from storage.leaderboard import show_leaderboard, show_pareto
 
+    # a store held by a run is read from its snapshot (storage.open_for_reading); the failures that
+    # remain (no store, no run, a held store without a snapshot) are one line (_guarded)
     if args.pareto:
         show_pareto(default_store_path(args.folder), run_id=args.run, console=_console())
         return 0
@@ -586,23 +588,47 @@ def _print_report_card(console, report: dict[str, Any], folder: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """``ndvm report [--run ID] [--json]``: the report card of a run (default: the latest)."""
+    """``ndvm report [--run ID] [--json] [--rebuild]``: the report card of a run (default: the
+    latest). A finished run's card is read from ``reports/<run>/`` where it was written; a running
+    run gets its progress so far (from the snapshot the run keeps, storage.open_for_reading)."""
     _quiet_environment(getattr(args, "verbose", False))
     from rich.markdown import Markdown
 
-    from flows.report import ReportError, build_report, report_json, report_markdown, write_report
-    from storage import CandidateStore, default_store_path
+    from flows.report import ReportError, build_report, progress_markdown, report_json, report_markdown, write_report
+    from storage import default_store_path, open_for_reading
 
+    console = _console()
     try:
-        with CandidateStore(default_store_path(args.folder), read_only=True) as store:
-            report = build_report(store, args.run)
+        store, note = open_for_reading(default_store_path(args.folder))
+        with store:
+            run_id = args.run or store.latest_run()
+            if run_id is None:
+                raise ReportError("the store has no runs yet")
+            status = store.run_status(run_id).status
+            if note:
+                print(f"ndvm report: {note}", file=sys.stderr)
+            if status == "running":
+                if args.json:
+                    raise ReportError(f"run {run_id} is still running: report.json is written when it finishes")
+                console.print(Markdown(progress_markdown(store, run_id)))
+                return 0
+            written = Path(args.folder) / "reports" / run_id / ("report.json" if args.json else "report.md")
+            if written.is_file() and not args.rebuild:
+                text = written.read_text()
+                if args.json:
+                    print(text)
+                else:
+                    console.print(Markdown(text))
+                    console.print(f"[dim]({written}; --rebuild computes it again)[/]")
+                return 0
+            report = build_report(store, run_id)
     except (ReportError, *_user_errors()) as exc:
         return _report_failure("report", exc, args)
     write_report(report, args.folder)
     if args.json:
         print(report_json(report))
     else:
-        _console().print(Markdown(report_markdown(report)))
+        console.print(Markdown(report_markdown(report)))
     return 0
 
 
@@ -824,6 +850,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--run", metavar="RUN_ID", help="default: the latest run")
     p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown card")
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="compute the card again instead of reading reports/<run>/ (written at the end)",
+    )
     p.add_argument("--folder", default=DEFAULT_FOLDER)
     _set_command(p, "report", cmd_report)
 

@@ -430,6 +430,7 @@ class Discovery:
         logger: Any = None,
     ):
         from storage import CandidateStore, default_store_path
+        from storage.store import SNAPSHOT_SECONDS
 
         config = with_seed(config)  # a run without --seed draws one (flows/night.py)
         self.config, self.budget = config, budget.check()
@@ -446,7 +447,8 @@ class Discovery:
         )
         self.folder = Path(config.folder)
         self.store_path = default_store_path(self.folder)
-        self.store = CandidateStore(self.store_path)
+        # readers (ndvm leaderboard, report) open the snapshot it keeps while this run writes
+        self.store = CandidateStore(self.store_path, snapshot_seconds=SNAPSHOT_SECONDS)
         try:
             self._open_run(run_id, resume)
             # earlier runs on the same data: reuse their evaluations, start from their best programs

@@ -369,6 +369,55 @@ def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
     return "\n".join(lines)
 
 
+def progress_markdown(store: Any, run_id: str, k: int = 5) -> str:
+    """What ``ndvm report`` says of a run that is still running: its counters, the best entries on
+    validation so far and the Pareto front with the champion so far (``storage.selection``). No
+    test score: the test split is read once, when the run finishes (the report card is written then)."""
+    from storage.formula import render
+    from storage.parsimony import run_front
+
+    status = store.run_status(run_id)
+    lines = [
+        f"# Run {run_id}: still {status.status}",
+        "",
+        f"{status.dataset} / {status.task}; metric {status.metric}. So far: {status.proposed} proposed, "
+        f"{status.new} new, {status.calibrated} calibrated, {status.failed} failed, {status.pending} pending. "
+        "The report card (champion against the references on the test split, with the paired test) is "
+        f"written when the run finishes: `ndvm report --run {run_id}` then.",
+        "",
+        f"## Best so far on validation {status.metric}",
+        "",
+        f"| rank | validation {status.metric} | hash | formula |",
+        "|--:|--:|---|---|",
+    ]
+    top = store.top(k, run_id=run_id)
+    for row in top.iter_rows(named=True):
+        values = {n: v for n, v in json.loads(row["parameters"] or "{}").items() if "/" not in n}
+        f = render(row["source"], values)
+        text = f.text if f.ok else " ".join(row["source"].split())
+        lines.append(f"| {row['rank']} | {_num(row['score'])} | `{row['hash']}` | {text.replace('|', '/')} |")
+    if top.is_empty():
+        lines.append("| | | | (no calibrated candidate yet) |")
+    lines.append("")
+    if not status.higher_is_better:
+        front = run_front(store, run_id)
+        choice = champion_of_run(store, run_id)
+        if front:
+            lines += [
+                f"## Pareto front so far (complexity vs validation {status.metric})",
+                "",
+                "| complexity | validation | | hash |",
+                "|--:|--:|---|---|",
+            ]
+            lines += [
+                f"| {e.complexity} | {_num(e.loss)} | "
+                f"{'**champion so far**' if choice is not None and e.hash == choice.hash else ''} | `{e.hash}` |"
+                for e in front
+            ]
+            lines.append("")
+    return "\n".join(lines)
+
+
 def _stderr_markdown(se: dict[str, Any]) -> list[str]:
     if "error" in se:
         return [f"Standard errors: not computed ({se['error']}).", ""]
@@ -517,6 +566,7 @@ __all__ = [
     "finish_report",
     "report_markdown",
     "report_json",
+    "progress_markdown",
     "log_report",
     "write_report",
     "ReportError",

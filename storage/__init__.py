@@ -17,7 +17,9 @@ from storage.store import (
     StoreLockedError,
     default_store_path,
     metric_higher_is_better,
+    open_for_reading,
     redact,
+    snapshot_path,
 )
 
 _LAZY = {
@@ -53,6 +55,8 @@ __all__ = [
     "metric_higher_is_better",
     "redact",
     "default_store_path",
+    "open_for_reading",
+    "snapshot_path",
     "OUTCOMES",
     *_LAZY,
 ]

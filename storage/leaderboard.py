@@ -1,13 +1,15 @@
 """``ndvm leaderboard [--run ID] [--pareto]``: the best candidates of a run, as a rich table.
 
-Each entry shows its complexity (``storage.parsimony``) and its formula with the fitted values
-(``storage.formula``; the program text when it has no formula), cut to the terminal's width.
+Each entry shows its scores, complexity (``storage.parsimony``) and origin in a table whose
+score columns are never cut (at 80 columns too); under the table, each entry's formula with the
+fitted values (``storage.formula``; the program text when it has no formula), in full.
 ``--pareto`` shows the Pareto front of complexity vs validation loss instead, with the
 recommended model marked.
 
 The CLI calls ``show_leaderboard(store_path, run_id=..., k=..., metric=...)`` (the store path
 defaults to ``storage.default_store_path()``, ``runs/candidates.duckdb``); it opens the store
-read-only, so it fails with a clear message while a discovery run still holds the file.
+read-only, or, while a discovery run holds the file, the snapshot that run keeps current
+(``storage.store.open_for_reading``), and says so.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from storage.selection import champion_of_run
-from storage.store import CandidateStore, RunStatus, StoreError, default_store_path
+from storage.store import CandidateStore, RunStatus, StoreError, default_store_path, open_for_reading
 
 
 def _short(text: str, width: int) -> str:
@@ -37,16 +39,27 @@ def _formula_or_program(source: str, parameters: str | None) -> str:
     return formula.text if formula.ok else " ".join(source.split())
 
 
-def _add_rows_fitting(table: Table, rows: list[list[str]], width: int | None) -> None:
-    """Add rows, cutting the last column (the formula) so that every row fits in ``width``
-    characters: rich would otherwise squeeze the other columns to nothing."""
-    if width is not None and rows:
-        headers = [str(c.header) for c in table.columns]
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:-1])]
-        available = max(20, width - sum(widths) - 3 * len(headers) - 1)
-        rows = [r[:-1] + [_short(r[-1], available)] for r in rows]
-    for r in rows:
-        table.add_row(*r)
+# Hashes are shown by their first 10 hex digits (unique in practice; the formulas below and
+# `ndvm report` carry the same prefix).
+HASH_SHOWN = 10
+
+
+def _number_column(table: Table, header: str, values: list[str]) -> None:
+    """A right-aligned column that rich may never cut: its width is at least its widest value
+    (the header wraps instead), so at 80 columns every score stays readable."""
+    table.add_column(header, justify="right", no_wrap=True, min_width=max([1, *(len(v) for v in values)]))
+
+
+def _formulas(numbered: list[tuple[str, str, str]]) -> Table:
+    """The formulas in full under the table, one entry per line (wrapped, never cut):
+    (label, hash, formula) triples."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, digest, text in numbered:
+        grid.add_row(label, digest[:HASH_SHOWN], text)
+    return grid
 
 
 def leaderboard_table(
@@ -56,7 +69,8 @@ def leaderboard_table(
     complexities: dict[str, int | None] | None = None,
     width: int | None = None,
 ) -> Table:
-    """Render ``CandidateStore.top`` rows of a run as a rich Table."""
+    """Render ``CandidateStore.top`` rows of a run as a rich Table: rank, hash, scores, size and
+    origin; the formulas go under it in full (``leaderboard_formulas``)."""
     metric_name = metric or status.metric
     title = (
         f"run {status.run_id} ({status.status}) · {status.dataset or '?'} / {status.task or '?'} · "
@@ -64,41 +78,40 @@ def leaderboard_table(
         f"{status.invalid} invalid, {status.calibrated} calibrated, {status.failed} failed, "
         f"{status.pending} pending"
     )
-    table = Table(title=title, title_justify="left", expand=width is not None)  # the title keeps the full width
-    table.add_column("#", justify="right")
-    table.add_column("hash", no_wrap=True, min_width=16)
-    table.add_column(f"validation {metric_name}" if "." not in metric_name else metric_name, justify="right")
-    table.add_column("test", justify="right")  # scored once at the end of the run; never ranks
-    table.add_column("size", justify="right")
-    table.add_column("origin")
-    # the formula takes the width that is left and is cut with an ellipsis, one line per entry
-    table.add_column("formula or program", no_wrap=True)
+    table = Table(title=title, title_justify="left")
     complexities = complexities or {}
-    rows = []
-    for row in top.iter_rows(named=True):
-        size = complexities.get(row["hash"])
-        test = row.get("test_score")
-        rows.append(
-            [
-                str(row["rank"]),
-                row["hash"],
-                f"{row['score']:.6g}",
-                "-" if test is None else f"{test:.6g}",
-                "-" if size is None else str(size),
-                _short(row["origin"] or "", 24),
-                _formula_or_program(row["source"], row["parameters"]),
-            ]
-        )
-    _add_rows_fitting(table, rows, width)
+    rows = list(top.iter_rows(named=True))
+    ranks = [str(r["rank"]) for r in rows]
+    scores = [f"{r['score']:.6g}" for r in rows]
+    tests = ["-" if r.get("test_score") is None else f"{r['test_score']:.6g}" for r in rows]
+    sizes = ["-" if complexities.get(r["hash"]) is None else str(complexities[r["hash"]]) for r in rows]
+    _number_column(table, "#", ranks)
+    table.add_column("hash", no_wrap=True, min_width=HASH_SHOWN)
+    _number_column(table, f"validation {metric_name}" if "." not in metric_name else metric_name, scores)
+    _number_column(table, f"test {status.metric}", tests)  # scored once at the end of the run; never ranks
+    _number_column(table, "size", sizes)
+    table.add_column("origin", overflow="ellipsis", no_wrap=True, max_width=24)
+    for i, r in enumerate(rows):
+        table.add_row(ranks[i], r["hash"][:HASH_SHOWN], scores[i], tests[i], sizes[i], r["origin"] or "")
     if metric is None:
         table.caption = (
             f"ranked by validation {status.metric} ({'higher' if status.higher_is_better else 'lower'} "
             f"is better); test: {status.metric} on the test split, scored once when the run finished "
-            "(final top k only), never used to rank"
+            "(final top k only), never used to rank; size: complexity (atoms of the program)"
         )
     else:
         table.caption = f"ranked by {metric}"
     return table
+
+
+def leaderboard_formulas(top: pl.DataFrame) -> Table:
+    """Each entry's formula with its fitted values (the program text when it has none), in full."""
+    return _formulas(
+        [
+            (f"#{r['rank']}", r["hash"], _formula_or_program(r["source"], r["parameters"]))
+            for r in top.iter_rows(named=True)
+        ]
+    )
 
 
 def _run_and_status(store: CandidateStore, store_path: str | Path, run_id: str | None) -> tuple[str, RunStatus]:
@@ -115,57 +128,64 @@ def show_leaderboard(
     k: int = 10,
     metric: str | None = None,
     console: Console | None = None,
+    formulas: bool = True,
 ) -> pl.DataFrame:
     """Print the top ``k`` candidates of ``run_id`` (default: the latest run) and return them."""
     store_path = default_store_path() if store_path is None else store_path
-    with CandidateStore(store_path, read_only=True) as store:
+    store, note = open_for_reading(store_path)
+    with store:
         run_id, status = _run_and_status(store, store_path, run_id)
         top = store.top(k, metric=metric, run_id=run_id)
         complexities = store.complexities(top.get_column("hash").to_list()) if not top.is_empty() else {}
     console = console or Console()
+    if note:
+        console.print(f"[dim]{note}[/]")
     if top.is_empty():
         console.print(
             f"run {run_id}: no calibrated candidate yet ({status.proposed} proposed, {status.pending} pending)"
         )
     else:
         console.print(leaderboard_table(top, status, metric, complexities, width=console.width))
+        if formulas:
+            console.print("[bold]formulas[/] (fitted values; `ndvm report` has the LaTeX and standard errors)")
+            console.print(leaderboard_formulas(top))
     return top
 
 
 def pareto_table(front: list, status: RunStatus, width: int | None = None) -> Table:
-    """The Pareto front (``storage.parsimony.pareto_front`` entries whose ``extra`` is a top() row)."""
+    """The Pareto front (``storage.parsimony.pareto_front`` entries whose ``extra`` is a top() row);
+    the formulas go under it in full (``pareto_formulas``)."""
     table = Table(
         title=f"run {status.run_id} · Pareto front of complexity vs validation {status.metric} ({len(front)} models)",
         title_justify="left",
     )
-    table.add_column("size", justify="right")
-    table.add_column("validation", justify="right")
-    table.add_column("score", justify="right")
-    table.add_column("")
-    table.add_column("rank", justify="right")
-    table.add_column("hash", no_wrap=True)
-    table.add_column("formula or program", no_wrap=True)
-    _add_rows_fitting(
-        table,
-        [
-            [
-                str(e.complexity),
-                f"{e.loss:.6g}",
-                f"{e.score:.3g}",
-                "champion" if e.recommended else "",
-                str(e.extra["rank"]),
-                e.hash[:10],
-                _formula_or_program(e.extra["source"], e.extra["parameters"]),
-            ]
-            for e in front
-        ],
-        width,
-    )
+    sizes = [str(e.complexity) for e in front]
+    losses = [f"{e.loss:.6g}" for e in front]
+    scores = [f"{e.score:.3g}" for e in front]
+    ranks = [str(e.extra["rank"]) for e in front]
+    _number_column(table, "size", sizes)
+    _number_column(table, f"validation {status.metric}", losses)
+    _number_column(table, "score", scores)
+    table.add_column("choice", no_wrap=True, min_width=8)
+    _number_column(table, "rank", ranks)
+    table.add_column("hash", no_wrap=True, min_width=HASH_SHOWN)
+    for i, e in enumerate(front):
+        table.add_row(
+            sizes[i], losses[i], scores[i], "champion" if e.recommended else "", ranks[i], e.hash[:HASH_SHOWN]
+        )
     table.caption = (
-        "score: drop of log(loss) per unit of complexity from the previous entry; champion: the simplest "
-        "candidate within one standard error of the best validation score (storage/selection.py)"
+        "size: complexity; score: drop of log(loss) per unit of complexity from the previous entry; "
+        "choice: the champion, the simplest candidate within one standard error of the best validation "
+        "score (storage/selection.py); rank: on the leaderboard"
     )
     return table
+
+
+def pareto_formulas(front: list) -> Table:
+    """Each front entry's formula in full, labeled by its size."""
+    return _formulas(
+        [(f"size {e.complexity}", e.hash, _formula_or_program(e.extra["source"], e.extra["parameters"])) for e in front]
+    )
 
 
 def show_pareto(
@@ -177,7 +197,8 @@ def show_pareto(
     from storage.parsimony import run_front
 
     store_path = default_store_path() if store_path is None else store_path
-    with CandidateStore(store_path, read_only=True) as store:
+    store, note = open_for_reading(store_path)
+    with store:
         run_id, status = _run_and_status(store, store_path, run_id)
         if status.higher_is_better:
             raise StoreError(f"run {run_id} ranks by {status.metric}, higher is better: the Pareto front needs a loss")
@@ -187,11 +208,22 @@ def show_pareto(
     # always on the front, rather than a second pick of its own.
     front = [dataclasses.replace(e, recommended=choice is not None and e.hash == choice.hash) for e in front]
     console = console or Console()
+    if note:
+        console.print(f"[dim]{note}[/]")
     if not front:
         console.print(f"run {run_id}: no calibrated candidate with a complexity yet")
     else:
         console.print(pareto_table(front, status, width=console.width))
+        console.print("[bold]formulas[/] (fitted values)")
+        console.print(pareto_formulas(front))
     return front
 
 
-__all__ = ["show_leaderboard", "leaderboard_table", "show_pareto", "pareto_table"]
+__all__ = [
+    "show_leaderboard",
+    "leaderboard_table",
+    "leaderboard_formulas",
+    "show_pareto",
+    "pareto_table",
+    "pareto_formulas",
+]

@@ -282,6 +282,50 @@ def default_store_path(run_folder: str | Path = "runs") -> Path:
     return Path(run_folder) / "candidates.duckdb"
 
 
+def snapshot_path(store_path: str | Path) -> Path:
+    """The read-only copy a writing run keeps of its store (``runs/candidates.snapshot.duckdb``):
+    DuckDB lets no other process open the store while the run writes, so readers open this."""
+    path = Path(store_path)
+    return path.with_name(f"{path.stem}.snapshot{path.suffix or '.duckdb'}")
+
+
+# How often (seconds) a discovery run refreshes its snapshot when the store changed.
+SNAPSHOT_SECONDS = 10.0
+
+# A cheap token of what readers see: it changes whenever a proposal, evaluation, test score, run
+# state or logged MLflow run is written, so an idle run does not copy its store again.
+_CHANGE_TOKEN = """
+SELECT (SELECT count(*) FROM proposals), (SELECT count(*) FROM evaluations),
+       (SELECT count(*) FROM test_scores), (SELECT count(*) FROM run_candidates WHERE state = 'pending'),
+       (SELECT count(mlflow_run_id) FROM run_candidates),
+       (SELECT md5(coalesce(string_agg(run_id || status || updated || coalesce(mlflow_run_id, ''), ','), ''))
+        FROM runs)
+"""
+
+
+def open_for_reading(store_path: str | Path) -> tuple[CandidateStore, str | None]:
+    """The store, read-only, for a command that reads while a run may write (leaderboard, report).
+
+    Returns ``(store, note)``: the store itself when no process holds it (``note`` None), else the
+    snapshot the writing run keeps current (``snapshot_path``) and a note saying how old it is.
+    Raises ``StoreLockedError`` when the store is held and there is no snapshot (a run started by
+    an older version), ``StoreError`` when there is no store."""
+    try:
+        return CandidateStore(store_path, read_only=True), None
+    except StoreLockedError:
+        snap = snapshot_path(store_path)
+        if not snap.is_file():
+            raise
+    # the writer replaces the snapshot atomically (os.replace): this opens one whole copy
+    store = CandidateStore(snap, read_only=True)
+    age = _dt.datetime.now().timestamp() - snap.stat().st_mtime
+    note = (
+        f"a run is writing to {store_path}: read from its snapshot {snap}, taken {age:.0f} s ago "
+        f"(refreshed every {SNAPSHOT_SECONDS:g} s while the store changes)"
+    )
+    return store, note
+
+
 def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.UTC).replace(tzinfo=None)
 
@@ -535,7 +579,7 @@ class CandidateStore:
     is for readers such as ``ndvm leaderboard``: DuckDB refuses it while a writer holds the file.
     """
 
-    def __init__(self, path: str | Path, read_only: bool = False):
+    def __init__(self, path: str | Path, read_only: bool = False, snapshot_seconds: float | None = None):
         self.path = Path(path)
         self.read_only = read_only
         if read_only and not self.path.is_file():
@@ -554,11 +598,59 @@ class CandidateStore:
         if not read_only:
             with self._lock:
                 self._con.sql(_SCHEMA)
+        # A writer may keep a snapshot for readers (``open_for_reading``): a thread refreshes it
+        # every ``snapshot_seconds`` when the store changed, and close() takes a last one.
+        self._snapshot_token: Any = None
+        self._snapshot_stop = threading.Event()
+        self._snapshot_thread: threading.Thread | None = None
+        if snapshot_seconds is not None and not read_only:
+            self.snapshot()
+            self._snapshot_thread = threading.Thread(
+                target=self._keep_snapshot, args=(float(snapshot_seconds),), name="store-snapshot", daemon=True
+            )
+            self._snapshot_thread.start()
 
     # ---- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
+        if self._snapshot_thread is not None:
+            self._snapshot_stop.set()
+            self._snapshot_thread.join()
+            self._snapshot_thread = None
+            self.snapshot()
         with self._lock:
             self._con.close()
+
+    def snapshot(self, force: bool = False) -> bool:
+        """Copy the store to ``snapshot_path(self.path)`` when it changed since the last copy (or
+        ``force``); the copy is written aside and renamed over the old one, so a reader opens either
+        the old or the new snapshot, never a half-written one. Returns whether it copied."""
+        with self._lock:
+            token = self._con.sql(_CHANGE_TOKEN).fetchall()
+            if not force and token == self._snapshot_token:
+                return False
+            target = snapshot_path(self.path)
+            partial = target.with_name(target.name + ".partial")
+            for stale in (partial, partial.with_name(partial.name + ".wal")):
+                stale.unlink(missing_ok=True)
+            [(name,)] = self._con.sql("SELECT current_database()").fetchall()
+            quoted = str(partial).replace("'", "''")
+            self._con.execute(f"ATTACH '{quoted}' AS ndvm_snapshot")
+            try:
+                self._con.execute(f'COPY FROM DATABASE "{name}" TO ndvm_snapshot')
+            finally:
+                self._con.execute("DETACH ndvm_snapshot")
+            partial.replace(target)
+            self._snapshot_token = token
+            return True
+
+    def _keep_snapshot(self, seconds: float) -> None:
+        while not self._snapshot_stop.wait(seconds):
+            try:
+                self.snapshot()
+            except Exception as exc:  # a failed copy must not stop the run; readers see an older one
+                import logging
+
+                logging.getLogger(__name__).warning("store snapshot failed: %s: %s", type(exc).__name__, exc)
 
     def __enter__(self) -> CandidateStore:
         return self
@@ -1310,5 +1402,7 @@ __all__ = [
     "metric_higher_is_better",
     "redact",
     "default_store_path",
+    "open_for_reading",
+    "snapshot_path",
     "OUTCOMES",
 ]
