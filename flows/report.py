@@ -159,7 +159,10 @@ def best_model_note(report: dict[str, Any]) -> str:
     if rec is None:
         return "The Pareto front recommends no model (no complexity stored); use the champion."
     if rec == c["hash"]:
-        return f"The champion (`{c['hash'][:10]}`) is also the Pareto front's recommended model: use it."
+        return (
+            f"One best model: the champion `{c['hash'][:10]}` is the Pareto front's recommended model and the "
+            "registered one (see Selection)."
+        )
     entry = next((e for e in report["pareto_front"] if e["hash"] == rec), None)
     size = f"complexity {entry['complexity']}, validation {_num(entry['loss'])}" if entry else "on the front"
     test = report.get("recommended_test_score")

@@ -60,4 +60,4 @@ def test_labels_and_which_model_to_use():
     report = card(1.05, ENSO, "ar-aic", {"p_value": 0.2, "mean_diff": 0.01})
     assert "Two models answer" in best_model_note(report) and "complexity 17" in best_model_note(report)
     report["recommended"] = report["champion"]["hash"]
-    assert best_model_note(report).startswith("The champion (`cccccccccc`) is also the Pareto front's recommended")
+    assert best_model_note(report).startswith("One best model: the champion `cccccccccc` is the Pareto front's")
