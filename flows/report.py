@@ -121,16 +121,16 @@ def headline(report: dict[str, Any]) -> str:
     overall = report["paired_test"]["overall"]
     where = "on the test years" if report["kind"] == "forecast" else "on the held-out test data"
     what = f"{metric_label(report['metric'])} {champ:.3f} against {ref:.3f}"
-    if "p_value" in overall:  # a test with a p-value (Diebold-Mariano for forecasts)
-        significant = overall["p_value"] < SIGNIFICANCE
-        p = overall["p_value"]
-        evidence = f"Diebold-Mariano p = {p:.2f}" if p >= 0.01 else f"Diebold-Mariano p = {p:.1g}"
-        test_better = overall["mean_diff"] < 0
-    else:  # a bootstrap interval of the difference (curves): significant when it excludes 0
+    if "low" in overall and "high" in overall:  # a bootstrap interval (curves): significant when it excludes 0
         lo, hi = overall["low"], overall["high"]
         significant = hi < 0 or lo > 0
         evidence = f"bootstrap interval of the difference, {int(overall['level'] * 100)}%: [{lo:+.3f}, {hi:+.3f}]"
         test_better = overall["estimate"] < 0
+    else:  # a test with a p-value (Diebold-Mariano for forecasts)
+        p = overall["p_value"]
+        evidence = f"Diebold-Mariano p = {p:.2f}" if p >= 0.01 else f"Diebold-Mariano p = {p:.1g}"
+        significant = p < SIGNIFICANCE
+        test_better = overall["mean_diff"] < 0
     better = champ < ref  # in the metric shown (the test may weigh errors otherwise: DM on squared errors)
     significant = significant and better == test_better
     name = reference_label(best)

@@ -39,9 +39,9 @@ def _formula_or_program(source: str, parameters: str | None) -> str:
     return formula.text if formula.ok else " ".join(source.split())
 
 
-# Hashes are shown by their first 10 hex digits (unique in practice; the formulas below and
-# `ndvm report` carry the same prefix).
-HASH_SHOWN = 10
+# Hashes are shown whole (16 hex digits): the name of the entry's MLflow run and what
+# `ndvm report` prints, so it can be searched for.
+HASH_SHOWN = 16
 
 
 def _number_column(table: Table, header: str, values: list[str]) -> None:
@@ -93,15 +93,19 @@ def leaderboard_table(
     table.add_column("origin", overflow="ellipsis", no_wrap=True, max_width=24)
     for i, r in enumerate(rows):
         table.add_row(ranks[i], r["hash"][:HASH_SHOWN], scores[i], tests[i], sizes[i], r["origin"] or "")
-    if metric is None:
-        table.caption = (
-            f"ranked by validation {status.metric} ({'higher' if status.higher_is_better else 'lower'} "
-            f"is better); test: {status.metric} on the test split, scored once when the run finished "
-            "(final top k only), never used to rank; size: complexity (atoms of the program)"
-        )
-    else:
-        table.caption = f"ranked by {metric}"
     return table
+
+
+def leaderboard_note(status: RunStatus, metric: str | None = None) -> str:
+    """What the leaderboard's columns mean (printed under the table at the console's width: as a
+    caption it would wrap to the narrow table)."""
+    if metric is not None:
+        return f"ranked by {metric}; size: complexity (atoms of the program)"
+    return (
+        f"ranked by validation {status.metric} ({'higher' if status.higher_is_better else 'lower'} "
+        f"is better); test: {status.metric} on the test split, scored once when the run finished "
+        "(final top k only), never used to rank; size: complexity (atoms of the program)"
+    )
 
 
 def leaderboard_formulas(top: pl.DataFrame) -> Table:
@@ -146,6 +150,7 @@ def show_leaderboard(
         )
     else:
         console.print(leaderboard_table(top, status, metric, complexities, width=console.width))
+        console.print(leaderboard_note(status, metric), style="dim")
         if formulas:
             console.print("[bold]formulas[/] (fitted values; `ndvm report` has the LaTeX and standard errors)")
             console.print(leaderboard_formulas(top))
@@ -173,12 +178,14 @@ def pareto_table(front: list, status: RunStatus, width: int | None = None) -> Ta
         table.add_row(
             sizes[i], losses[i], scores[i], "champion" if e.recommended else "", ranks[i], e.hash[:HASH_SHOWN]
         )
-    table.caption = (
-        "size: complexity; score: drop of log(loss) per unit of complexity from the previous entry; "
-        "choice: the champion, the simplest candidate within one standard error of the best validation "
-        "score (storage/selection.py); rank: on the leaderboard"
-    )
     return table
+
+
+PARETO_NOTE = (
+    "size: complexity; score: drop of log(loss) per unit of complexity from the previous entry; "
+    "choice: the champion, the simplest candidate within one standard error of the best validation "
+    "score (storage/selection.py); rank: on the leaderboard"
+)
 
 
 def pareto_formulas(front: list) -> Table:
@@ -214,6 +221,7 @@ def show_pareto(
         console.print(f"run {run_id}: no calibrated candidate with a complexity yet")
     else:
         console.print(pareto_table(front, status, width=console.width))
+        console.print(PARETO_NOTE, style="dim")
         console.print("[bold]formulas[/] (fitted values)")
         console.print(pareto_formulas(front))
     return front
@@ -223,6 +231,7 @@ __all__ = [
     "show_leaderboard",
     "leaderboard_table",
     "leaderboard_formulas",
+    "leaderboard_note",
     "show_pareto",
     "pareto_table",
     "pareto_formulas",
