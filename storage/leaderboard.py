@@ -150,7 +150,7 @@ def show_leaderboard(
         )
     else:
         console.print(leaderboard_table(top, status, metric, complexities, width=console.width))
-        console.print(leaderboard_note(status, metric), style="dim")
+        console.print(leaderboard_note(status, metric), style="dim", soft_wrap=True)
         if formulas:
             console.print("[bold]formulas[/] (fitted values; `ndvm report` has the LaTeX and standard errors)")
             console.print(leaderboard_formulas(top))
@@ -221,7 +221,7 @@ def show_pareto(
         console.print(f"run {run_id}: no calibrated candidate with a complexity yet")
     else:
         console.print(pareto_table(front, status, width=console.width))
-        console.print(PARETO_NOTE, style="dim")
+        console.print(PARETO_NOTE, style="dim", soft_wrap=True)
         console.print("[bold]formulas[/] (fitted values)")
         console.print(pareto_formulas(front))
     return front
