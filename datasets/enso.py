@@ -45,6 +45,22 @@ CACHE_NAMES = {
     "cpc-detrend": "detrend.nino34.ascii.txt",
 }
 
+# The Southern Oscillation Index, a covariate of Niño 3.4 (``soi=`` of ``load_nino34``).
+SOI_URLS = {
+    "cpc": "https://www.cpc.ncep.noaa.gov/data/indices/soi",
+    "bom": "https://www.bom.gov.au/climate/enso/soi_monthly.txt",
+}
+SOI_CACHE_NAMES = {"cpc": "soi", "bom": "soi_monthly.txt"}
+SOI_PRODUCTS = {
+    "cpc": "NOAA CPC standardized SOI (Tahiti - Darwin sea-level pressure)",
+    "bom": "Australian Bureau of Meteorology SOI (Troup)",
+}
+SOI_COLUMN = Column(
+    "soi",
+    "-",
+    "Southern Oscillation Index minus its training-years mean for the calendar month (a covariate; soi= option)",
+)
+
 ENSO_COLUMNS = (
     Column("year", "year", "calendar year"),
     Column("month", "1-12", "calendar month"),
@@ -153,6 +169,97 @@ def parse_cpc_detrend(path_or_text: str | os.PathLike) -> pl.DataFrame:
     )
 
 
+def parse_cpc_soi(path_or_text: str | os.PathLike) -> pl.DataFrame:
+    """NOAA CPC ``soi`` -> ``year, month, soi_anom, soi_std``.
+
+    The file holds two blocks, each a title, a ``YEAR JAN ... DEC`` header and one line per year:
+    the sea-level pressure anomaly (Tahiti minus Darwin, each standardized) and its standardized
+    form (what CPC publishes as the SOI). Fields are fixed-width (a 4-character year, then 12 of 6
+    characters: ``1.2-999.9`` runs two values together), and -999.9 marks a missing month.
+    """
+    blocks: list[dict[tuple[int, int], float | None]] = []
+    for number, line in enumerate(_read_text(path_or_text).splitlines(), start=1):
+        if line.startswith("YEAR"):
+            blocks.append({})
+            continue
+        if not line[:4].isdigit() or not blocks:
+            continue
+        body = line[4:].rstrip()
+        fields = [body[i : i + 6] for i in range(0, 72, 6)]
+        try:
+            values = [float(f) for f in fields]
+        except ValueError:
+            raise DataFormatError(f"CPC soi: line {number} is not a year and 12 values: {line!r}") from None
+        year = int(line[:4])
+        for month, value in enumerate(values, start=1):
+            blocks[-1][(year, month)] = None if value <= -99.0 else value
+    if len(blocks) != 2:
+        raise DataFormatError(
+            f"CPC soi: expected 2 blocks (anomaly, standardized), each with a 'YEAR JAN ... DEC' header; found {len(blocks)}"
+        )
+    keys = sorted(blocks[1])
+    return pl.DataFrame(
+        {
+            "year": [k[0] for k in keys],
+            "month": [k[1] for k in keys],
+            "soi_anom": [blocks[0].get(k) for k in keys],
+            "soi_std": [blocks[1][k] for k in keys],
+        },
+        schema={"year": pl.Int32, "month": pl.Int32, "soi_anom": pl.Float64, "soi_std": pl.Float64},
+    )
+
+
+def parse_bom_soi(path_or_text: str | os.PathLike) -> pl.DataFrame:
+    """Bureau of Meteorology ``soi_monthly.txt`` (lines ``YYYYMM,value``) -> ``year, month, soi``."""
+    years, months, values = [], [], []
+    for number, line in enumerate(_read_text(path_or_text).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            stamp, value = (tok.strip() for tok in line.split(","))
+            year, month, soi = int(stamp[:4]), int(stamp[4:]), float(value)
+        except ValueError:
+            raise DataFormatError(f"BoM SOI: line {number} is not 'YYYYMM,value': {line.strip()!r}") from None
+        if len(stamp) != 6 or not 1 <= month <= 12:
+            raise DataFormatError(f"BoM SOI: line {number} has no valid YYYYMM: {line.strip()!r}")
+        years.append(year)
+        months.append(month)
+        values.append(soi)
+    return pl.DataFrame(
+        {"year": years, "month": months, "soi": values},
+        schema={"year": pl.Int32, "month": pl.Int32, "soi": pl.Float64},
+    )
+
+
+def sniff_soi_format(path: str | os.PathLike) -> str:
+    """``cpc`` (the two-block CPC text) or ``bom`` (YYYYMM,value lines)."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        first = handle.readline().strip()
+    if first.startswith("(STAND TAHITI"):
+        return "cpc"
+    if "," in first and first.split(",")[0].strip().isdigit():
+        return "bom"
+    raise DataFormatError(f"{path}: not a CPC soi or BoM soi_monthly.txt file (first line {first!r})")
+
+
+def soi_frame(path: str | os.PathLike) -> tuple[pl.DataFrame, str]:
+    """``year, month, soi`` (the raw index, missing months dropped) and the product's name."""
+    fmt = sniff_soi_format(path)
+    if fmt == "cpc":
+        frame = parse_cpc_soi(path).select("year", "month", pl.col("soi_std").alias("soi"))
+    else:
+        frame = parse_bom_soi(path)
+    return frame.drop_nulls("soi"), SOI_PRODUCTS[fmt]
+
+
+def add_training_covariate(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """``column`` minus its training-years mean for each calendar month (the same rule as the
+    anomalies: no held-out month shifts a value the fit sees)."""
+    clim = frame.filter(pl.col("split") == TRAIN).group_by("month").agg(pl.col(column).mean().alias("_cov_clim"))
+    frame = frame.join(clim, on="month", how="left").with_columns((pl.col(column) - pl.col("_cov_clim")).alias(column))
+    return frame.drop("_cov_clim").sort("year", "month")
+
+
 def sniff_format(path: str | os.PathLike) -> str:
     """Which of the four text formats a file is in: psl, cpc-sstoi, cpc-detrend."""
     with open(path, encoding="utf-8", errors="replace") as handle:
@@ -213,9 +320,20 @@ def _finish(frame: pl.DataFrame, *, start_year: int | None, end_year: int | None
     return frame.with_columns((pl.col("year") + (pl.col("month") - 1) / 12.0).alias("t"))
 
 
-def _dataset(name: str, frame: pl.DataFrame, train_end_year: int, validation_end_year: int, meta: dict) -> Dataset:
+def _dataset(
+    name: str,
+    frame: pl.DataFrame,
+    train_end_year: int,
+    validation_end_year: int,
+    meta: dict,
+    covariates: tuple[str, ...] = (),
+) -> Dataset:
     frame = add_training_anomaly(frame, "_base", train_end_year, validation_end_year)
-    frame = frame.select("year", "month", "t", "sst_c", "anom_c", "split")
+    for column in covariates:
+        frame = add_training_covariate(frame, column)
+    frame = frame.select("year", "month", "t", "sst_c", "anom_c", *covariates, "split")
+    if covariates:
+        meta = {**meta, "covariates": list(covariates)}
 
     meta = {
         "task": "forecast",
@@ -231,7 +349,7 @@ def _dataset(name: str, frame: pl.DataFrame, train_end_year: int, validation_end
         y="anom_c",
         group=None,
         definition=registered(name),
-        columns=ENSO_COLUMNS,
+        columns=ENSO_COLUMNS[:-1] + ((SOI_COLUMN,) if "soi" in covariates else ()) + ENSO_COLUMNS[-1:],
         meta=meta,
     )
 
@@ -327,8 +445,19 @@ def load_nino34(
     validation_end_year: int = 1999,
     start_year: int | None = 1950,
     end_year: int | None = None,
+    soi: str = "none",
+    soi_path: str | os.PathLike | None = None,
+    soi_url: str | None = None,
 ) -> Dataset:
     """``enso-nino34``: monthly Niño 3.4 from a local file or a cached download.
+
+    ``soi`` adds the Southern Oscillation Index as a covariate column ``soi`` (declared in
+    ``meta["covariates"]``, so forecast candidates receive it in x): ``cpc`` (NOAA CPC standardized
+    SOI, from 1951) or ``bom`` (Bureau of Meteorology, from 1876), downloaded once into the cache
+    (``soi_url=`` overrides the address), or ``soi_path=`` a local copy of either file (format
+    sniffed). The series is cut to the months both indices cover (CPC: from 1951-01); a month
+    missing inside that span is a DataFormatError. Like the anomaly, ``soi`` is the index minus its
+    training-years mean for the calendar month.
 
     ``source`` picks the product when downloading: ``psl`` (anomalies, HadISST), ``psl-sst``
     (absolute, HadISST), ``cpc-sstoi`` (OISST v2.1, from 1982) or ``cpc-detrend`` (ERSST v5, from
@@ -346,11 +475,41 @@ def load_nino34(
         raise DataNotFoundError(f"{path}: no such file")
     fmt = sniff_format(path)
     frame, product = _nino34_frame(path, fmt)
+    meta = {"region": "Niño 3.4 (5°N-5°S, 170-120°W)", "product": product, "format": fmt, "file": str(path)}
+    covariates: tuple[str, ...] = ()
+    if soi_path is not None or soi != "none":
+        frame, soi_meta = _join_soi(frame, soi, soi_path, soi_url, cache_dir, refresh)
+        meta.update(soi_meta)
+        covariates = ("soi",)
     frame = _finish(frame, start_year=start_year, end_year=end_year)
-    return _dataset(
-        "enso-nino34",
-        frame,
-        train_end_year,
-        validation_end_year,
-        {"region": "Niño 3.4 (5°N-5°S, 170-120°W)", "product": product, "format": fmt, "file": str(path)},
-    )
+    if covariates and frame.get_column("soi").null_count():
+        gap = frame.filter(pl.col("soi").is_null()).row(0, named=True)
+        raise DataFormatError(f"the SOI is missing at {gap['year']}-{gap['month']:02d}, inside the Niño 3.4 series")
+    return _dataset("enso-nino34", frame, train_end_year, validation_end_year, meta, covariates)
+
+
+def _join_soi(
+    frame: pl.DataFrame,
+    soi: str,
+    soi_path: str | os.PathLike | None,
+    soi_url: str | None,
+    cache_dir: str | os.PathLike | None,
+    refresh: bool,
+) -> tuple[pl.DataFrame, dict]:
+    """The Niño 3.4 frame with a ``soi`` column, cut to the months the SOI covers."""
+    if soi_path is None:
+        if soi not in SOI_URLS:
+            raise DataFormatError(f"unknown soi {soi!r}; use one of none, {', '.join(sorted(SOI_URLS))} (or soi_path=)")
+        soi_path = cache.fetch(
+            soi_url or SOI_URLS[soi], SOI_CACHE_NAMES[soi], subdir="enso", cache=cache_dir, refresh=refresh
+        )
+    soi_path = Path(soi_path)
+    if not soi_path.is_file():
+        from .errors import DataNotFoundError
+
+        raise DataNotFoundError(f"{soi_path}: no such file (soi_path)")
+    index, product = soi_frame(soi_path)
+    stamp = pl.col("year") * 12 + pl.col("month")
+    first, last = index.select(stamp.min().alias("a"), stamp.max().alias("b")).row(0)
+    frame = frame.filter(stamp.is_between(first, last)).join(index, on=["year", "month"], how="left")
+    return frame, {"covariate_product": product, "soi_file": str(soi_path)}

@@ -81,7 +81,7 @@ register(
         loader=enso.load_nino34,
         default_task="forecast",
         needs_download=True,
-        notes="options: path=, source=psl|psl-sst|cpc-sstoi|cpc-detrend, url=, cache_dir=, train_end_year=1989, validation_end_year=1999 (test: 2000 on), start_year=1950.",
+        notes="options: path=, source=psl|psl-sst|cpc-sstoi|cpc-detrend, url=, cache_dir=, train_end_year=1989, validation_end_year=1999 (test: 2000 on), start_year=1950; soi=none|cpc|bom (or soi_path=, soi_url=) adds the SOI covariate.",
     )
 )
 

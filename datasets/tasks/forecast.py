@@ -47,6 +47,14 @@ from ..schema import TEST, TRAIN, VALIDATION, Dataset
 from . import runtime
 from .base import SIGNIFICANCE, Errors, Task, TaskFit, format_number
 from .errors import CandidateError, TaskError
+from .forecast_inputs import (
+    ForecastInputs,
+    check_update_arity,
+    default_leads,
+    input_seed_programs,
+    plural,
+    update_arity,
+)
 from .metrics import anomaly_correlation, rms, rmse
 from .runtime import require_ndvm
 
@@ -72,7 +80,7 @@ _ONE_STEP_DRIVER = """
     (if (= t (size series))
         (/ total count)
         (let* ((y (ref series t)) (e (- y (predict s))))
-          (ndvm-task-walk (+ t 1) (update s y)
+          (ndvm-task-walk (+ t 1) {update_y}
                           (if (< t burn) total (+ total {term}))
                           (if (< t burn) count (+ count 1)))))))
 (ndvm-task-one-step-loss ndvm-task-series {burn})
@@ -87,7 +95,7 @@ _ONE_STEP_MODEL = """
   (let ndvm-model-walk ((t 0) (s (init)) (acc '()))
     (if (= t (size ndvm-model-series))
         (apply vec (reverse acc))
-        (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-series t)) (cons (predict s) acc)))))
+        (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-series t) {x}) (cons (predict s) acc)))))
 (ndvm-model-one-step {column})
 """
 MODEL_SERIES_FALLBACK = "series"  # model input name when a candidate defines the dataset's column name itself
@@ -102,34 +110,54 @@ _MULTI_STEP_DRIVER = """
     (if (or (= k h) (= (+ t k) (size series)))
         total
         (let* ((p (predict s)) (e (- (ref series (+ t k)) p)))
-          (ndvm-task-lead (+ k 1) (update s p) (+ total (* e e)))))))
+          (ndvm-task-lead (+ k 1) {update_p} (+ total (* e e)))))))
 (define (ndvm-task-multi-step-loss series burn stride h count)
   (let ndvm-task-walk ((t 0) (s (init)) (total 0.0))
     (if (= t (size series))
         (/ total count)
-        (ndvm-task-walk (+ t 1) (update s (ref series t))
+        (ndvm-task-walk (+ t 1) {update_y}
                         (if (or (< t burn) (> (modulo (- t burn) stride) 0))
                             total
                             (ndvm-task-path-loss series s t h total))))))
 (ndvm-task-multi-step-loss ndvm-task-series {burn} {stride} {leads} {count})
 """
+# The update calls of the drivers: ``(update s y)``, or with x (forecast_inputs.py) the calendar of
+# the step and the covariates observed at it; a forecast step from origin t holds them at step t
+# (the multi-step loss: its state has seen steps 0..t-1, so t-1).
+_UPDATES = {
+    "one_step": {False: {"update_y": "(update s y)"}, True: {"update_y": "(update s y (ndvm-task-x t t))"}},
+    "multi_step": {
+        False: {"update_y": "(update s (ref series t))", "update_p": "(update s p)"},
+        True: {
+            "update_y": "(update s (ref series t) (ndvm-task-x t t))",
+            "update_p": "(update s p (ndvm-task-x (+ t k) (- t 1)))",
+        },
+    },
+    "forecast": {
+        False: {"update_y": "(update s (ref series t))", "update_p": "(update s p)"},
+        True: {
+            "update_y": "(update s (ref series t) (ndvm-task-x t t))",
+            "update_p": "(update s p (ndvm-task-x (+ t k 1) t))",
+        },
+    },
+}
 # 0.5 * (log(2 pi v) + e^2 / v), v = (predict-var s)
 _NLL_TERM = "(let ((v (predict-var s))) (* 0.5 (+ 1.8378770664093453 (log v) (/ (* e e) v))))"
 
 _FORECAST_DRIVER = """
 ;; ---- forecast task driver: forecasts at leads 1..h from every origin t in [first, last) ----
-(define (ndvm-task-path s h)
+(define (ndvm-task-path s t h)
   (let ndvm-task-step ((k 0) (s s) (acc '()))
     (if (= k h)
         (reverse acc)
         (let ((p (predict s)))
-          (ndvm-task-step (+ k 1) (update s p) (cons p acc))))))
+          (ndvm-task-step (+ k 1) {update_p} (cons p acc))))))
 (define (ndvm-task-forecasts series first last h)
   (let ndvm-task-walk ((t 0) (s (init)) (acc '()))
     (if (= t last)
         (reverse acc)
-        (let ((s2 (update s (ref series t))))
-          (ndvm-task-walk (+ t 1) s2 (if (>= t first) (cons (ndvm-task-path s2 h) acc) acc))))))
+        (let ((s2 {update_y}))
+          (ndvm-task-walk (+ t 1) s2 (if (>= t first) (cons (ndvm-task-path s2 t h) acc) acc))))))
 (ndvm-task-forecasts ndvm-task-series {first} {last} {leads})
 """
 
@@ -327,7 +355,7 @@ class ForecastTask(Task):
         self,
         dataset: Dataset,
         *,
-        leads: int = 12,
+        leads: int | None = None,
         burn_in: int = 12,
         loss: str = "mse",
         fit_stride: int = FIT_STRIDE,
@@ -351,8 +379,16 @@ class ForecastTask(Task):
                 f"{dataset.name}: {n_train} training, {n_val} validation and {n_test} test points are "
                 f"too few for burn_in={burn_in} (each scored split needs at least 2 points)"
             )
-        if int(fit_stride) < 1:
-            raise TaskError(f"forecast task: fit_stride must be >= 1, got {fit_stride}")
+        if int(fit_stride) < 1 or int(burn_in) < 1:
+            raise TaskError(f"forecast task: fit_stride and burn_in must be >= 1, got {fit_stride} and {burn_in}")
+        # the calendar and covariates a candidate may take as x (forecast_inputs.py); the period,
+        # the leads and the time-step unit come from the dataset (a manifest), else its time step
+        self.inputs = ForecastInputs.of(dataset, frame, leads)
+        if leads is None:
+            leads = default_leads(dataset, self.inputs.period)
+        if int(leads) < 1:
+            raise TaskError(f"forecast task: leads must be >= 1, got {leads}")
+        self.period, self.time_step = self.inputs.period, self.inputs.time_step
         self.dataset, self.leads, self.burn_in, self.loss = dataset, int(leads), int(burn_in), loss
         self.fit_stride = int(fit_stride)
         self.y = frame.get_column(dataset.y).cast(pl.Float64).to_numpy()
@@ -367,8 +403,13 @@ class ForecastTask(Task):
 
     # ------------------------------------------------------------------ data
     def train_inputs(self) -> dict[str, np.ndarray]:
-        """The program input for fitting: the training part of the series only."""
-        return {SERIES: self.y[: self.n_train].copy()}
+        """The program inputs for fitting: the training part of the series only (and of the
+        covariates, with the calendar, for candidates that take x; others ignore them)."""
+        return self.driver_inputs(self.n_train)
+
+    def driver_inputs(self, end: int) -> dict[str, np.ndarray]:
+        """Every input of a driver that sees the series' first ``end`` points, and nothing later."""
+        return {SERIES: self.y[:end].copy(), **self.inputs.driver_inputs(end)}
 
     def train_target(self):
         return None  # the driver returns the loss itself (calibrate with loss="value")
@@ -445,28 +486,38 @@ class ForecastTask(Task):
         if used:
             raise CandidateError(f"names starting with {RESERVED_PREFIX!r} are reserved for the task driver: {used}")
 
+    def takes_x(self, candidate: str) -> bool:
+        """Whether the candidate defines ``(update s y x)`` (CandidateError for another arity, or
+        for x on a dataset with no period and no covariates)."""
+        return check_update_arity(update_arity(runtime.read_candidate(candidate)), self.inputs)
+
+    def _with_driver(self, candidate: str, driver: str, kind: str, **fields: Any) -> str:
+        """Candidate + x's helper (when it takes x) + ``driver`` with the update calls of ``kind``."""
+        self.check_candidate(candidate)
+        uses_x = self.takes_x(candidate)
+        helper = self.inputs.helper_source() if uses_x else ""
+        return candidate.rstrip() + "\n" + helper + driver.format(**_UPDATES[kind][uses_x], **fields)
+
     def program_source(self, candidate: str) -> str:
         """Candidate + the fitting driver: the program's value is the training loss (multi-step MSE
         over leads 1..leads; one-step NLL with loss="gaussian_nll")."""
-        self.check_candidate(candidate)
         if self.loss == "gaussian_nll":
-            return candidate.rstrip() + "\n" + _ONE_STEP_DRIVER.format(term=_NLL_TERM, burn=self.burn_in)
-        return (
-            candidate.rstrip()
-            + "\n"
-            + _MULTI_STEP_DRIVER.format(
-                burn=self.burn_in, stride=self.fit_stride, leads=self.leads, count=f"{float(self.fit_count())!r}"
-            )
+            return self._with_driver(candidate, _ONE_STEP_DRIVER, "one_step", term=_NLL_TERM, burn=self.burn_in)
+        return self._with_driver(
+            candidate,
+            _MULTI_STEP_DRIVER,
+            "multi_step",
+            burn=self.burn_in,
+            stride=self.fit_stride,
+            leads=self.leads,
+            count=f"{float(self.fit_count())!r}",
         )
 
     def forecast_source(self, candidate: str, split: str = VALIDATION) -> str:
         """Candidate + the forecasting driver: its value is a list of lead-1..h forecast lists."""
-        self.check_candidate(candidate)
         origins = self.origins(split)
-        return (
-            candidate.rstrip()
-            + "\n"
-            + _FORECAST_DRIVER.format(first=int(origins[0]), last=int(origins[-1]) + 1, leads=self.leads)
+        return self._with_driver(
+            candidate, _FORECAST_DRIVER, "forecast", first=int(origins[0]), last=int(origins[-1]) + 1, leads=self.leads
         )
 
     def compile(self, candidate: str, forecast: bool = False, split: str = VALIDATION):
@@ -515,7 +566,7 @@ class ForecastTask(Task):
         """[n_origins, leads] forecasts of a fitted candidate from every origin of ``split``. The
         program receives the series up to the end of ``split`` only."""
         program = self.compile(fit.source, forecast=True, split=split)
-        value = program.run(params=fit.params, inputs={SERIES: self.y[: self.split_end[split]].copy()})
+        value = program.run(params=fit.params, inputs=self.driver_inputs(self.split_end[split]))
         out = np.asarray(value, dtype=float)
         expected = (len(self.origins(split)), self.leads)
         if out.shape != expected:
@@ -556,7 +607,7 @@ class ForecastTask(Task):
 
     def probe_inputs(self) -> dict[str, np.ndarray]:
         """Inputs for the store's semantic fingerprint: a stretch of the training series."""
-        return {SERIES: self.train_inputs()[SERIES][:60].copy()}
+        return self.driver_inputs(min(60, self.n_train))
 
     def proposer_inputs(self) -> dict[str, str]:
         """The program inputs a proposer may use (none: the driver passes state and observation)."""
@@ -570,7 +621,7 @@ class ForecastTask(Task):
 
     def check_program(self, program: Any) -> None:
         """Raise CandidateError when a compiled (wrapped) program has inputs the task does not give."""
-        extra = sorted(set(program.inputs) - {SERIES})
+        extra = sorted(set(program.inputs) - {SERIES, *self.inputs.input_names()})
         if extra:
             raise CandidateError(
                 f"unknown input(s) {extra}: a forecast candidate may use only its params, "
@@ -578,15 +629,29 @@ class ForecastTask(Task):
             )
 
     def model_source(self, candidate: str, column: str) -> tuple[str, str]:
-        """(program, input name) of the one-step-ahead pyfunc model of a candidate."""
+        """(program, input name) of the one-step-ahead pyfunc model of a candidate. A candidate that
+        takes x also reads the columns ``model_x_columns()`` (calendar, covariates) of the frame."""
         ndvm = require_ndvm()
+        x_names = list(self.model_x_columns(len(self.y))) if self.takes_x(candidate) else []
+        observed = f"(vec {' '.join(f'(ref {n} t)' for n in x_names)})" if x_names else ""
         for name in (column, MODEL_SERIES_FALLBACK):
-            source = candidate.rstrip() + "\n" + _ONE_STEP_MODEL.format(column=name)
-            if ndvm.compile(source).inputs == [name]:  # the candidate does not define that name itself
+            source = candidate.rstrip() + "\n" + _ONE_STEP_MODEL.format(column=name, x=observed)
+            inputs = ndvm.compile(source).inputs
+            if sorted(inputs) == sorted([name, *x_names]) and len(inputs) == 1 + len(x_names):  # none defined by it
                 return source, name
         raise TaskError(
             f"the candidate defines both {column!r} and {MODEL_SERIES_FALLBACK!r}; cannot name the model input"
         )
+
+    def model_x_columns(self, end: int) -> dict[str, np.ndarray]:
+        """The columns x is built from in the pyfunc model (the calendar under its own name, e.g.
+        ``month``, then the covariates), over the series' first ``end`` points."""
+        out = {}
+        if self.inputs.calendar is not None and self.inputs.calendar_name is not None:
+            out[self.inputs.calendar_name] = self.inputs.calendar[:end].copy()
+        for i, name in enumerate(self.inputs.covariate_names):
+            out[name] = self.inputs.covariates[:end, i].copy()
+        return out
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
         """What MLflow logs for a leaderboard entry besides the store's row: the one-step plot over
@@ -601,7 +666,8 @@ class ForecastTask(Task):
         program = ndvm.compile(model_source)
         seen = self.split_end[VALIDATION]  # MLflow shows what the search saw: nothing of the test years
         theta = [[parameters[n] for n in program.param_names]] if program.param_names else None
-        one_step = np.asarray(program.evaluate(theta, {column: self.y[:seen]}), dtype=float)[0]
+        x_columns = {n: v for n, v in self.model_x_columns(seen).items() if n in program.inputs}
+        one_step = np.asarray(program.evaluate(theta, {column: self.y[:seen], **x_columns}), dtype=float)[0]
         t = dataset.frame.sort(dataset.x).get_column(dataset.x).cast(pl.Float64).to_numpy()[:seen]
         held = np.arange(seen) >= self.n_train
         fit = self.restore_fit(source, parameters)
@@ -626,7 +692,7 @@ class ForecastTask(Task):
                 time_label=dataset.x,
                 y_label=dataset.y,
             ),
-            "input_example": pd.DataFrame({column: self.y[:24]}),
+            "input_example": pd.DataFrame({column: self.y[:24], **{n: v[:24] for n, v in x_columns.items()}}),
             "model_source": model_source,
         }
 
@@ -887,14 +953,17 @@ class ForecastTask(Task):
         return "\n".join(forecast_residual_lines(errors.values, target_months))
 
     def seed_programs(self) -> list[str]:
-        return [AR1_SOURCE, AR2_SOURCE, KALMAN_AR1_SOURCE, SEASONAL_AR1_SOURCE]
+        return [AR1_SOURCE, AR2_SOURCE, KALMAN_AR1_SOURCE, SEASONAL_AR1_SOURCE, *input_seed_programs(self.inputs)]
 
     def contract_text(self) -> str:
         ds = self.dataset
         units = {c.name: c.unit for c in ds.columns}.get(ds.y, "?")
+        steps = plural(self.time_step)
         start = (
             f" The series starts in calendar month {self.first_month} (1 = January) and is monthly."
-            if self.first_month
+            if self.first_month and self.time_step == "month"
+            else f" One step is one {self.time_step}."
+            if self.time_step != "step"
             else ""
         )
         nll = (
@@ -905,8 +974,18 @@ class ForecastTask(Task):
         fit_text = (
             "Gaussian negative log-likelihood of the one-step forecasts"
             if self.loss == "gaussian_nll"
-            else f"mean squared error of the forecasts at leads 1..{self.leads} from every month"
+            else f"mean squared error of the forecasts at leads 1..{self.leads} {steps}"
         )
+        if self.inputs.available:
+            inputs = f"""Optionally define (update s y x) instead: x is a vec of what is observed with y:
+  {self.inputs.describe()}.
+Multi-step forecasts iterate s <- (update s (predict s) x), x with the calendar of that future step
+and the covariates held at their last observed values (keep your own forecast of a covariate in the
+state if you need one). Nothing after the forecast origin is ever revealed."""
+        else:
+            inputs = """It has no other inputs. To track a position in time, keep a counter in the state.
+Multi-step forecasts iterate s <- (update s (predict s))."""
+        example = f"\n\nExample using x:\n{input_seed_programs(self.inputs)[-1]}" if self.inputs.available else ""
         return f"""Task: one-step state-space forecasting of `{ds.y}` ({units}) from the dataset `{ds.name}`.{start}
 Write a program in the NDVM language (a Scheme subset) that defines exactly these three functions:
   (define (init) ...)        the state before any observation: a number, a list or a vector
@@ -915,14 +994,13 @@ Write a program in the NDVM language (a Scheme subset) that defines exactly thes
 plus any `(param name init [positive | (between lo hi)])` declarations and helper definitions.{nll}
 Do not write a top-level expression that uses the data: the task appends its own driver that walks
 the series in time order, calling (predict s) before revealing each value, so your program can never
-see future values. It has no other inputs. To track the calendar month, keep a counter in the state.
-Multi-step forecasts iterate s <- (update s (predict s)).
-Fit: {fit_text} on the training years (after a {self.burn_in}-step burn-in).
-Score: RMSE and anomaly correlation of forecasts at leads 1..{self.leads} on the validation years
-that follow, compared with persistence; lower mean RMSE is better.
+see future values. {inputs}
+Fit: {fit_text} on the training part (after a {self.burn_in}-{self.time_step} burn-in).
+Score: RMSE and anomaly correlation of forecasts at leads 1..{self.leads} {steps} on the validation
+part that follows, compared with persistence; lower mean RMSE is better.
 Allowed: define, lambda, let, let*, if, cond, and, or, list car cdr cadr cons, vec ref, + - * / exp
 log sqrt tanh sin cos expt abs min max modulo. No strings, no set!, no I/O.
 
 Example (an AR(1) state-space model):
-{AR1_SOURCE}
+{AR1_SOURCE}{example}
 """
