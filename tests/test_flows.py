@@ -68,11 +68,16 @@ def test_enso_run_fills_store_and_leaderboard(enso_run):
         assert len(best["loss_history"]) >= 1
         history = store.history("enso-e2e")
         assert history.height == report["proposed"]
-        # the final top 10 and the four references were scored on the test split, once, at the end
+        # the final top 10, the one-standard-error champion when it ranks below them (it often does
+        # with the forecast task's standard error over validation blocks) and the four references
+        # were scored on the test split, once, at the end
+        from storage.selection import champion_of_run
+
         tests = store.test_scores("enso-e2e")
-        assert (
-            tests.filter(pl.col("entry_kind") == "candidate")["entry"].to_list()
-            == store.top(10, run_id="enso-e2e")["hash"].to_list()
+        top10 = store.top(10, run_id="enso-e2e")["hash"].to_list()
+        champion = champion_of_run(store, "enso-e2e").hash
+        assert tests.filter(pl.col("entry_kind") == "candidate")["entry"].to_list() == top10 + (
+            [] if champion in top10 else [champion]
         )
         assert tests.filter(pl.col("entry_kind") == "reference").height == 4
         assert (tests["status"] == "ok").all() and tests["test_score"].is_finite().all()
