@@ -19,6 +19,14 @@ Column roles come from the call or from a small TOML manifest beside the file (`
     cycle = "cycle"
     capacity_ah = "Ah"
 
+A forecast file (``task = "forecast"``) may also say (each optional; ``datasets/tasks/forecast_inputs.py``)::
+
+    time_step = "year"        # the unit the prompt names; default from the x spacing
+    period = 11               # the calendar cycle in steps; default from the time step:
+                              # 12 for months, 4 for quarters, none for years
+    leads = 10                # forecast leads 1..leads; default one period (2 for short ones), else 12
+    covariates = ["soi"]      # columns observed with y, given to (update s y x) (or --covariate COL)
+
 Several inputs (``--x a --x b``, ``--x a,b`` or ``x = ["a", "b"]``) make a table for the
 ``regression`` task (datasets/tasks/regression.py); one input keeps the ``curve`` task.
 
@@ -66,6 +74,10 @@ MANIFEST_KEYS = {
     "units",
     "name",
     "split",
+    "covariates",
+    "leads",
+    "period",
+    "time_step",
 }
 
 SPLIT_KINDS = ("temporal", "random", "grouped")
@@ -138,7 +150,10 @@ def load_file(
     validation_fraction: float | None = None,
     split: str | None = None,
     name: str | None = None,
+    covariates: list[str] | tuple[str, ...] | None = None,
 ) -> Dataset:
+    """``covariates`` (or the manifest's ``covariates``): columns observed with y that a forecast
+    candidate receives in x; rows where one is missing are dropped like rows without x or y."""
     path = Path(path)
     if not path.is_file():
         raise DataNotFoundError(f"{path}: no such file")
@@ -163,7 +178,10 @@ def load_file(
     if not isinstance(name, str) or not name.strip():
         raise DataFormatError(f"{path}: the dataset name must be a non-empty string, got {name!r}")
     check_fractions(train_fraction, validation_fraction)
-    wanted = [*inputs, y] + ([group] if group else [])
+    covariates = list(covariates) if covariates else list(manifest.get("covariates") or [])
+    if not all(isinstance(c, str) and c for c in covariates):
+        raise DataFormatError(f"{path}: covariates must be column names, got {covariates!r}")
+    wanted = [*inputs, y] + ([group] if group else []) + covariates
     missing = [c for c in wanted if c not in names]
     if missing:
         raise DataFormatError(f"{path}: no column(s) {missing}; the file has {names}")
@@ -180,7 +198,7 @@ def load_file(
     kind = "column" if has_split_column else (split or ("random" if len(inputs) > 1 else "temporal"))
     task = manifest.get("task") or ("curve" if len(inputs) == 1 and kind == "temporal" else "regression")
     keep_all = len(inputs) == 1 and task != "regression"  # a curve's data card shows the other columns
-    frame = _read_rows(path, lf, inputs, y, group, kind, keep_all)
+    frame = _read_rows(path, lf, inputs, y, group, kind, keep_all, covariates)
     if frame.height < 4:
         raise SplitError(f"{path}: only {frame.height} usable rows")
     frame = _assign_split(path, frame, inputs[0], group, kind, float(train_fraction), float(validation_fraction))
@@ -199,6 +217,10 @@ def load_file(
         "citation": manifest.get("citation", ""),
         "manifest": manifest.get("_path"),
     }
+    # what a forecast task reads (forecast_inputs.py): only when given, so defaults stay the task's
+    meta.update({k: manifest[k] for k in ("leads", "period", "time_step") if k in manifest})
+    if covariates:
+        meta["covariates"] = covariates
     return Dataset(
         name=name,
         frame=frame,
@@ -213,11 +235,18 @@ def load_file(
 
 
 def _read_rows(
-    path: Path, lf: pl.LazyFrame, inputs: tuple[str, ...], y: str, group: str | None, kind: str, keep_all: bool
+    path: Path,
+    lf: pl.LazyFrame,
+    inputs: tuple[str, ...],
+    y: str,
+    group: str | None,
+    kind: str,
+    keep_all: bool,
+    covariates: tuple[str, ...] | list[str] = (),
 ) -> pl.DataFrame:
-    """The usable rows (every input and the target finite), read lazily: only the columns needed
-    (all of them for a one-input curve, whose data card shows the others)."""
-    numeric = [*inputs, y]
+    """The usable rows (every input, the target and every covariate finite), read lazily: only the
+    columns needed (all of them for a one-input curve, whose data card shows the others)."""
+    numeric = [*inputs, y, *covariates]
     schema = lf.collect_schema()
     if not keep_all:
         lf = lf.select([*numeric] + ([group] if group else []) + (["split"] if kind == "column" else []))

@@ -125,6 +125,21 @@ def _x_from_args(args: Any) -> Any:
     return xs[0] if len(xs) == 1 else tuple(xs)
 
 
+def _add_covariate_args(parser: Any, group: Any) -> None:
+    group.add_argument(
+        "--covariate",
+        action="append",
+        dest="covariates",
+        metavar="COL",
+        help="forecast files: a column observed with y that candidates receive in x "
+        "(repeatable; default: the manifest's covariates)",
+    )
+
+
+def _covariates_from_args(args: Any) -> list[str] | None:
+    return list(args.covariates) if getattr(args, "covariates", None) else None
+
+
 # The options of the problem (ProblemSpec, flows/problem.py, stores plain values and has no option
 # metadata of its own).
 PROBLEM_OPTIONS: dict[str, dict[str, Any]] = {
@@ -171,6 +186,12 @@ PROBLEM_OPTIONS: dict[str, dict[str, Any]] = {
         "manifest's, or 0.2); the rest is the test split, scored once at the end of a run",
         group="data",
         metavar="F",
+    ),
+    "covariates": option(
+        "forecast files: a column observed with y that candidates receive in x",
+        group="data",
+        add_cli=_add_covariate_args,
+        from_args=_covariates_from_args,
     ),
     "options": option(
         "options of a registered dataset (--option KEY=VALUE, --refresh)",

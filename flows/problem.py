@@ -32,6 +32,7 @@ class ProblemSpec:
     options: dict[str, Any] | None = None  # options of a registered dataset (--option KEY=VALUE, --refresh)
     split: str | None = None  # files: "temporal" | "random" | "grouped"; None: the file's split column or the default
     name: str | None = None  # files: the dataset's name (its MLflow experiment and registered model)
+    covariates: list[str] | None = None  # file columns a forecast candidate receives in x (--covariate COL)
 
     def __post_init__(self) -> None:
         # stored configurations come back from JSON with lists; one input stays a plain string
@@ -80,6 +81,8 @@ def load_problem(spec: ProblemSpec) -> tuple[Any, Any]:
             )
             if v
         }
+        if spec.covariates:
+            options["covariates"] = list(spec.covariates)
         dataset = datasets.load(spec.data, **options, **fractions)
     else:
         if spec.split or spec.name:
@@ -95,6 +98,11 @@ def load_problem(spec: ProblemSpec) -> tuple[Any, Any]:
             raise datasets.SplitError(
                 f"dataset {spec.dataset!r} does not take {refused} (its split is by periods; "
                 "see `ndvm datasets`); fractions apply to curve data and files"
+            )
+        if spec.covariates:
+            raise datasets.DatasetError(
+                f"--covariate names columns of a file (--data FILE); a registered dataset declares its own "
+                f"(enso-nino34: --option soi=cpc); got {spec.covariates} with --task {spec.dataset}"
             )
         extra = dict(spec.options or {})
         dataset_options.check(datasets.definition(spec.dataset), extra)  # unknown names: an error listing the valid

@@ -12,7 +12,7 @@ from conftest import needs_shared, shared_data_dir
 import datasets
 from datasets import enso
 from datasets.schema import Dataset
-from datasets.tasks import CandidateError, make_task, ndvm_available
+from datasets.tasks import CandidateError, TaskError, make_task, ndvm_available
 from datasets.tasks import forecast as fc
 
 RAW = shared_data_dir() / "enso" / "raw"
@@ -172,3 +172,97 @@ def test_update_arity_is_checked(tmp_path):
     with pytest.raises(CandidateError, match="no calendar period and no covariates"):
         plain.program_source(SEASONAL_AR1_X)
     assert plain.fit(fc.AR1_SOURCE, steps=20, restarts=2).ok
+
+
+# ----------------------------------------------------------------------------- a user's forecast file
+
+
+def _yearly_file(tmp_path, manifest: str | None, n: int = 160):
+    years = np.arange(1850, 1850 + n)
+    rng = np.random.default_rng(0)
+    c = rng.normal(size=n)
+    v = np.zeros(n)  # v[t] = 0.6 v[t-1] + 2 c[t-1] + noise: the covariate leads the series by a step
+    for t in range(1, n):
+        v[t] = 0.6 * v[t - 1] + 2.0 * c[t - 1] + 0.5 * rng.normal()
+    path = tmp_path / "cycles.csv"
+    pl.DataFrame({"year": years, "v": v, "c": c, "label": ["a"] * n}).write_csv(path)
+    if manifest is not None:
+        path.with_suffix(".toml").write_text(manifest)
+    return path
+
+
+def test_user_manifest_gives_period_leads_unit_and_covariates(tmp_path):
+    path = _yearly_file(
+        tmp_path, 'x = "year"\ny = "v"\ntask = "forecast"\nperiod = 11\nleads = 10\ncovariates = ["c"]\n'
+    )
+    task = make_task(datasets.load(path))
+    assert (task.period, task.leads, task.time_step) == (11, 10, "year")
+    assert task.inputs.names == ["calendar", "c"]
+    assert task.inputs.calendar[:13].tolist() == [1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1, 2]
+    text = task.contract_text()
+    assert "leads 1..10 years" in text and "month" not in text
+    assert "(ref x 0) = y's position in the dataset's period of 11 years, 1-11" in text
+    assert "(ref x 1) = covariate `c` observed with y" in text
+    assert task.targets("validation").shape[1] == 10
+    # no manifest: a yearly series has no period, 12 leads, and no covariates unless given
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    bare = make_task(datasets.load(_yearly_file(plain, None), x="year", y="v"), kind="forecast")
+    assert (bare.period, bare.leads, bare.time_step, bare.inputs.names) == (None, 12, "year", [])
+    given = make_task(datasets.load(_yearly_file(plain, None), x="year", y="v", covariates=["c"]), kind="forecast")
+    assert given.inputs.names == ["c"] and "leads 1..12 years" in given.contract_text()
+
+
+def test_quarterly_decimal_years_default_to_period_4_and_8_leads(tmp_path):
+    path = tmp_path / "q.csv"
+    t = 1990 + np.arange(120) / 4
+    pl.DataFrame({"t": t, "v": np.cos(np.arange(120) * np.pi / 2)}).write_csv(path)
+    task = make_task(datasets.load(path, x="t", y="v"), kind="forecast")
+    assert (task.time_step, task.period, task.leads, task.inputs.names) == ("quarter", 4, 8, ["calendar"])
+    assert "leads 1..8 quarters" in task.contract_text()
+
+
+def test_bad_covariates_and_periods_are_named(tmp_path):
+    path = _yearly_file(tmp_path, None)
+    with pytest.raises(datasets.DataFormatError, match=r"no column\(s\) \['soi'\]"):
+        datasets.load(path, x="year", y="v", covariates=["soi"])
+    with pytest.raises(datasets.DataFormatError, match=r"\['label'\] are not numeric"):
+        datasets.load(path, x="year", y="v", covariates=["label"])
+    path.with_suffix(".toml").write_text('x = "year"\ny = "v"\ntask = "forecast"\nperiod = 2.5\n')
+    with pytest.raises(TaskError, match="period must be a whole number"):
+        make_task(datasets.load(path))
+
+
+def test_covariate_option_of_a_run(tmp_path):
+    from flows.problem import ProblemSpec, load_problem
+
+    path = _yearly_file(tmp_path, None)
+    _, task = load_problem(ProblemSpec(data=str(path), x="year", y="v", task_kind="forecast", covariates=["c"]))
+    assert task.inputs.covariate_names == ("c",)
+    with pytest.raises(datasets.DatasetError, match="--covariate names columns of a file"):
+        load_problem(ProblemSpec(dataset="enso", covariates=["c"]))
+
+
+@needs_ndvm
+def test_a_user_covariate_is_learnt_from(tmp_path):
+    """v[t] = 0.6 v[t-1] + 2 c[t-1] + noise: fitted on one-step errors (leads = 1) the covariate seed
+    recovers both weights; at leads 1..3 it still beats the AR(1) without the covariate (the held
+    covariate is a poor guess for this white-noise c beyond lead 1, so the fit shrinks its weight)."""
+    manifest = 'x = "year"\ny = "v"\ntask = "forecast"\nleads = {}\ncovariates = ["c"]\n'
+    path = _yearly_file(tmp_path, manifest.format(1))
+    task = make_task(datasets.load(path))
+    with_c = next(s for s in task.seed_programs() if "covariate c" in s)
+    fit = task.fit(with_c, optimizer="lbfgs", steps=200, restarts=4, seed=0)
+    assert fit.ok, fit.error
+    # the least-squares weights over the same one-step terms (origins t: v[t] from v[t-1], c[t-1])
+    t = task.fit_origins()
+    c = task.dataset.frame.sort("year").get_column("c").to_numpy()
+    (phi, b1), *_ = np.linalg.lstsq(np.column_stack([task.y[t - 1], c[t - 1]]), task.y[t], rcond=None)
+    assert fit.params["phi"] == pytest.approx(phi, abs=1e-5) and fit.params["b1"] == pytest.approx(b1, abs=1e-5)
+    assert b1 == pytest.approx(2.0, abs=0.3)
+    path.with_suffix(".toml").write_text(manifest.format(3))
+    task = make_task(datasets.load(path))
+    fit_c = task.fit(with_c, optimizer="lbfgs", steps=200, restarts=4, seed=0)
+    fit_ar = task.fit(fc.AR1_SOURCE, optimizer="lbfgs", steps=200, restarts=4, seed=0)
+    assert fit_c.ok and fit_ar.ok and fit_c.params["b1"] > 0.5
+    assert task.score(fit_c)["mean_rmse"] < task.score(fit_ar)["mean_rmse"]
