@@ -43,7 +43,23 @@ def load(name_or_path: str | os.PathLike, **options: Any) -> Dataset:
     if path.suffix.lower() not in (".csv", ".parquet"):
         enso.sniff_format(path)  # raises DataFormatError for anything that is not PSL/CPC text
         return enso.load_nino34(path, **options)
-    return userfile.load_file(path, **options)
+    return _load_user_file(path, options)
+
+
+def _load_user_file(path: Path, options: dict[str, Any]) -> Dataset:
+    """``userfile.load_file``, with what polars cannot read (an empty file, a text in a numeric
+    column) turned into the typed error that names the file, column and row (datasets/preflight.py)."""
+    import polars as pl
+
+    from .errors import DataFormatError
+    from .preflight import check_data_file
+
+    try:
+        return userfile.load_file(path, **options)
+    except pl.exceptions.PolarsError as exc:
+        check_data_file(path, x=options.get("x"), y=options.get("y"), group=options.get("group"))
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataFormatError(f"{path}: cannot be read as a table ({type(exc).__name__}: {first})") from exc
 
 
 _ENSO_CITE_NINO12 = (

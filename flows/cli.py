@@ -447,6 +447,8 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
 
     from flows.recalibrate import recalibrate
 
+    if args.data and not _is_registered(args.data):
+        _check_file(args)  # before the store and MLflow are opened
     try:
         report = recalibrate(
             args.from_run,
@@ -646,6 +648,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise SystemExit(f"ndvm calibrate: no such file: {args.file}")
     source = path.read_text()
     registered = _is_registered(args.data)
+    if not registered:
+        _check_file(args)  # a bad file, column or value: one line now
     problem = ProblemSpec(
         dataset=args.data if registered else "enso",
         data=None if registered else args.data,
@@ -689,6 +693,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     shown = {k: v for k, v in result.heldout_metrics.items() if "lead" not in k or k.endswith(("lead1", "lead12"))}
     console.print("  validation: " + ", ".join(f"{k} {v:.5g}" for k, v in shown.items()))
     return 0
+
+
+def _check_file(args: argparse.Namespace) -> None:
+    """``--data FILE`` with its ``--x``/``--y``/``--group`` checked before any work (datasets/preflight.py)."""
+    from datasets.preflight import check_data_file
+    from datasets.registry import definitions
+
+    check_data_file(args.data, x=args.x, y=args.y, group=args.group, registered=tuple(d.name for d in definitions()))
 
 
 def _is_registered(name: str) -> bool:

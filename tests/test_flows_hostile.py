@@ -425,3 +425,25 @@ def test_disk_full_during_a_run_stops_cleanly_and_resume_finishes(tmp_path, pref
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
         shutil.rmtree(mount, ignore_errors=True)
+
+
+def test_calibrate_and_recalibrate_check_the_file_first(tmp_path):
+    (tmp_path / "data.csv").write_text("x,y\n1,2\n2,3\n3,three\n4,5\n5,6\n")
+    (tmp_path / "model.scm").write_text("(param a 1.0)\n(* a x)\n")
+    for args in (
+        ["calibrate", "model.scm", "--data", "data.csv", "--x", "x", "--y", "y"],
+        ["recalibrate", "--data", "data.csv", "--x", "x", "--y", "y", "--folder", str(tmp_path / "runs")],
+    ):
+        done = _cli(args, cwd=tmp_path)
+        lines = _message_lines(done.stderr)
+        assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert lines[0].startswith(f"ndvm {args[0]}: data.csv: the target (y) column 'y' is not numeric: row 3")
+
+
+def test_the_python_api_raises_the_typed_error_for_an_empty_file(tmp_path):
+    import datasets
+    from datasets.errors import DataFormatError
+
+    (tmp_path / "empty.csv").write_bytes(b"")
+    with pytest.raises(DataFormatError, match="the file is empty"):
+        datasets.load(tmp_path / "empty.csv", x="x", y="y")
