@@ -266,3 +266,15 @@ def test_a_user_covariate_is_learnt_from(tmp_path):
     fit_ar = task.fit(fc.AR1_SOURCE, optimizer="lbfgs", steps=200, restarts=4, seed=0)
     assert fit_c.ok and fit_ar.ok and fit_c.params["b1"] > 0.5
     assert task.score(fit_c)["mean_rmse"] < task.score(fit_ar)["mean_rmse"]
+
+
+@needs_soi
+def test_the_data_card_shows_the_covariate_from_seen_points_only():
+    ds = nino34_soi()
+    task = make_task(ds)
+    card = task.data_card()
+    line = next(ln for ln in card.splitlines() if ln.startswith("Covariate `soi` (x entry 1)"))
+    seen = task.split_end["validation"]
+    soi = ds.frame.sort("t").get_column("soi").to_numpy()[:seen]
+    assert f"lag 1: r = {np.corrcoef(soi[:-1], task.y[1:seen])[0, 1]:+.2f}" in line
+    assert make_task(with_soi_changed_after(ds, seen - 1)).data_card() == card  # test years unseen

@@ -50,6 +50,7 @@ from .errors import CandidateError, TaskError
 from .forecast_inputs import (
     ForecastInputs,
     check_update_arity,
+    covariate_card_lines,
     default_leads,
     input_seed_programs,
     plural,
@@ -741,24 +742,28 @@ class ForecastTask(Task):
         NaN with one block), and ``mean_rmse_block1..n``, each block's own mean RMSE (a paired
         comparison of two models can difference these). Infinite when a forecast is not finite."""
 
-        def mean_rmse_of(rows: np.ndarray) -> float:
-            f, o = forecasts[rows], obs[rows]
-            per_lead = []
-            for k in range(self.leads):
-                valid = ~np.isnan(o[:, k])
-                if valid.any():
-                    per_lead.append(rmse(f[valid, k], o[valid, k]) if np.all(np.isfinite(f[valid, k])) else INF)
-            return float(np.mean(per_lead))
-
+        # squared errors summed per block and lead (NaN: target outside the split, not counted), so
+        # each block's and each leave-one-block-out figure is a few array operations
         blocks = self.validation_blocks()
-        out: dict[str, Any] = {f"mean_rmse_block{i + 1}": mean_rmse_of(rows) for i, rows in enumerate(blocks)}
+        sq = (forecasts - obs) ** 2
+        counted = ~np.isnan(obs)
+        sq = np.where(counted & ~np.isfinite(forecasts), np.inf, sq)  # a non-finite forecast: inf
+        sse = np.array([np.nansum(np.where(counted[rows], sq[rows], 0.0), axis=0) for rows in blocks])
+        cnt = np.array([counted[rows].sum(axis=0) for rows in blocks], dtype=float)
+
+        def mean_rmse(sse_k: np.ndarray, cnt_k: np.ndarray) -> float:
+            scored = cnt_k > 0  # leads with at least one target
+            return float(np.mean(np.sqrt(sse_k[scored] / cnt_k[scored])))
+
+        out: dict[str, Any] = {f"mean_rmse_block{i + 1}": mean_rmse(sse[i], cnt[i]) for i in range(len(blocks))}
         n = len(blocks)
-        if n < 2:
+        if not np.all(np.isfinite(sse)):
+            se = INF
+        elif n < 2:
             se = float("nan")
         else:
-            left_out = np.array([mean_rmse_of(np.concatenate(blocks[:i] + blocks[i + 1 :])) for i in range(n)])
-            finite = bool(np.all(np.isfinite(left_out)))
-            se = float(np.sqrt((n - 1) / n * np.sum((left_out - left_out.mean()) ** 2))) if finite else INF
+            left_out = np.array([mean_rmse(sse.sum(0) - sse[i], cnt.sum(0) - cnt[i]) for i in range(n)])
+            se = float(np.sqrt((n - 1) / n * np.sum((left_out - left_out.mean()) ** 2)))
         return {"mean_rmse_se": se, "n_blocks": n, **out}
 
     def score(self, fit: TaskFit, split: str = VALIDATION) -> dict[str, Any]:
@@ -935,6 +940,7 @@ class ForecastTask(Task):
         months = self.calendar_months()
         if months is not None:
             lines += seasonal_lines(y, months[:seen])
+        lines += covariate_card_lines(self.inputs, y, self.dataset.y)
         return "\n".join(lines)
 
     def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
