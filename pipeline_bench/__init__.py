@@ -5,5 +5,7 @@
 
 - ``discovery.py``: ``ndvm bench --suite discovery`` (does what the search finds generalise?);
 - ``proposer.py``: ``ndvm bench --suite proposer`` (the LLM proposer against recorded answers);
+- ``symreg_discovery.py``: ``ndvm bench --suite symreg-discovery`` (ndvm discover vs Operon and
+  gplearn on tables, at equal wall clock);
 - ``grouped_fits.py``: ``python -m pipeline_bench.grouped_fits`` (grouped battery fits, two ways).
 """

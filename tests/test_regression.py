@@ -164,6 +164,14 @@ def test_a_large_training_part_is_searched_on_a_sample_and_finalists_refit_on_al
     full = task.prepare_test_fit(fit, steps=300)
     assert full.ok and full.fits[0].loss <= fit.train_loss * 1.5
     assert full.params != fit.params  # refitted on every training row
+    # a worker gets the training sample and the validation rows only, and fits on the same sample
+    import pickle
+
+    worker = pickle.loads(pickle.dumps(task))
+    assert worker.dataset.frame.height == 500 + ds.validation.height
+    np.testing.assert_array_equal(worker.fit_target(), task.fit_target())
+    assert worker.score(fit)["rmse"] == task.score(fit)["rmse"]
+    assert task.score(fit)["train_rmse"] == pytest.approx(np.sqrt(fit.train_loss), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------- the MLflow model
@@ -225,3 +233,29 @@ def test_mutation_adds_feature_terms_over_every_input_of_a_table_only():
     # on a table, the search brings in the input the parent did not use
     with_v = [p for p in by_table[True][1] if "v" in {str(s) for s in symbols_in(read_all(p.source))}]
     assert len(with_v) >= 10
+
+
+# ---------------------------------------------------------------------------- the peer benchmark's pieces
+def test_the_benchmarks_problems_and_metric():
+    from pipeline_bench.symreg_discovery import nmse, synthetic_problems
+
+    problems = synthetic_problems()
+    gravity = problems["gravity"]
+    train, ood = gravity["train"], gravity["test_ood"]
+    assert list(train) == ["m1", "m2", "r", "F"] and len(train["F"]) == 2000
+    law = train["m1"] * train["m2"] / train["r"] ** 2
+    assert nmse(law, train["F"]) < 1e-3  # 1% noise on the law
+    assert ood["r"].min() >= 3 > train["r"].max() - 1e-9  # out of domain: beyond the training range
+    assert nmse(np.full(10, 2.0), np.arange(10.0)) == pytest.approx(np.mean((2.0 - np.arange(10)) ** 2) / 8.25)
+    assert nmse([np.nan] * 10, np.arange(10.0)) == float("inf")
+
+
+def test_the_paired_test_of_a_large_test_split_resamples_a_seeded_sample_of_rows():
+    from datasets.tasks import Errors
+
+    rng = np.random.default_rng(0)
+    champion = Errors("c", "regression", groups={None: rng.normal(0, 1.0, 120_000)})
+    reference = Errors("r", "regression", groups={None: rng.normal(0, 1.5, 120_000)})
+    test = RegressionTask.paired_test(champion, reference, replicates=200)
+    assert "50000 of the 120000 test rows" in test["test"]
+    assert test["overall"]["high"] < 0  # the champion's errors are smaller: the interval excludes 0

@@ -23,7 +23,10 @@ Large tables: fitting every candidate on every training row costs time in propor
 When the training part has more than ``max_fit_rows`` rows (default: sized from a measured cost,
 ``fit_row_budget``), candidates are fitted on a seeded sample of that many training rows (drawn
 once); ``prepare_test_fit`` refits the finalists on all training rows, starting from the sampled
-fit, before they are scored on the test split.
+fit, before they are scored on the test split. Likewise the search scores a seeded sample of at
+most ``SCORE_ROWS_PER_FIT_ROW`` x ``max_fit_rows`` validation rows (the standard error of an RMSE
+over hundreds of thousands of rows is far below the differences that rank candidates); the test
+split is scored on every row. A worker process receives only those rows (``__getstate__``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import polars as pl
 from storage.columns import program_names
 
 from ..schema import TEST, TRAIN, VALIDATION, Dataset
-from .base import TaskFit
+from .base import Errors, TaskFit
 from .curve import CurveTask
 from .errors import CandidateError, TaskError
 from .metrics import rmse
@@ -48,6 +51,9 @@ from .runtime import require_ndvm
 INF = float("inf")
 VALIDATION_BLOCKS = 5
 SAMPLE_SEED = 0  # the training sample of a large table: the same rows in every run
+SCORE_ROWS_PER_FIT_ROW = 10  # validation rows scored per training row fitted (large tables)
+PAIRED_TEST_ROWS = 50_000  # test rows the report card's paired bootstrap resamples (large tables)
+REFIT_STEPS = 50  # L-BFGS steps of a finalist's refit on every training row
 
 
 @dataclass(frozen=True)
@@ -97,23 +103,26 @@ def quadratic_terms(names: list[str]) -> tuple[tuple[str, ...], ...]:
     return linear_terms(names) + tuple((a, b) for i, a in enumerate(names) for b in names[i:])
 
 
-def fit_row_budget(n_params: int = 4, seconds_per_candidate: float = 0.05) -> int:
-    """How many training rows one candidate may be fitted on so that a fit (a few hundred L-BFGS
-    steps of value and gradient over the rows) takes about ``seconds_per_candidate``: measured
-    here once per process on a typical candidate (a rational function of two inputs), never less
-    than 2,000 rows."""
+def fit_row_budget(n_params: int = 4, seconds_per_candidate: float = 0.1) -> int:
+    """How many training rows one candidate may be fitted on so that its fit at the pipeline's
+    default calibration (Adam, 100 steps, 8 starts: flows/calibration.py) takes about
+    ``seconds_per_candidate`` on one thread: measured here once per process on a typical candidate
+    (a rational function of two inputs with 4 parameters, 5,000 rows), never less than 2,000 rows."""
     global _ROWS_PER_SECOND
     if _ROWS_PER_SECOND is None:
         ndvm = require_ndvm()
-        n = 20_000
+        n = 5_000
         rng = np.random.default_rng(0)
         a, b = rng.random(n), rng.random(n)
         program = ndvm.compile(
-            "(param p0 0.5)(param p1 0.5)(param p2 0.5)(param p3 0.5)(+ p0 (/ (* p1 a b) (+ 1.0 (square (* p2 b)))) (* p3 (exp (- a))))"
+            "(param p0 0.5)(param p1 0.5)(param p2 0.5)(param p3 0.5)"
+            "(+ p0 (/ (* p1 a b) (+ 1.0 (square (* p2 b)))) (* p3 (exp (- a))))"
         )
         y = 1.0 + a * b / (1.0 + b * b) + 0.3 * np.exp(-a)
         start = time.perf_counter()
-        ndvm.calibrate(program, {"a": a, "b": b}, target=y, steps=200, restarts=1, seed=0)
+        ndvm.calibrate(
+            program, {"a": a, "b": b}, target=y, optimizer="adam", steps=100, lr=0.05, restarts=8, seed=0, threads=1
+        )
         _ROWS_PER_SECOND = n / max(time.perf_counter() - start, 1e-6)
     return max(2_000, int(_ROWS_PER_SECOND * seconds_per_candidate * 4 / max(n_params, 1)))
 
@@ -161,9 +170,25 @@ class RegressionTask(CurveTask):
         self._sample: tuple[dict[str, np.ndarray], np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
+        """What a worker process gets: without the cached arrays, and for a sampled table only the
+        rows a worker reads (the training sample and the validation rows), not the whole table: a
+        worker fits and scores validation; the test is scored where the run is (flows/final.py)."""
         state = dict(self.__dict__)
+        if self.sampled():
+            state["dataset"] = self._search_dataset()
         state["_parts"], state["_parts_of"], state["_sample"] = {}, None, None
         return state
+
+    def _search_dataset(self) -> Dataset:
+        """The dataset cut to the training sample and the validation rows."""
+        import dataclasses
+
+        train = self.dataset.frame.filter(pl.col("split") == TRAIN)
+        validation = self.dataset.frame.filter(pl.col("split") == VALIDATION)
+        if validation.height > self.max_score_rows:
+            validation = validation[self._sample_rows(validation.height, self.max_score_rows)]
+        frame = pl.concat([train[self._sample_rows(train.height)], validation])
+        return dataclasses.replace(self.dataset, frame=frame, meta={**self.dataset.meta, "search_rows_only": True})
 
     # ------------------------------------------------------------------ data
     def groups(self) -> list[Any]:
@@ -179,6 +204,8 @@ class RegressionTask(CurveTask):
         rows = self._parts.get(part)
         if rows is None:
             frame = self.dataset.frame.filter(pl.col("split") == part)
+            if part == VALIDATION and frame.height > self.max_score_rows:
+                frame = frame[self._sample_rows(frame.height, self.max_score_rows)]
             inputs = {self.names[c]: frame.get_column(c).cast(pl.Float64).to_numpy() for c in self.columns}
             y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()
             for v in (*inputs.values(), y):
@@ -201,9 +228,20 @@ class RegressionTask(CurveTask):
         if y.size <= self.max_fit_rows:
             return inputs, y
         if self._sample is None:
-            pick = np.sort(np.random.default_rng(SAMPLE_SEED).choice(y.size, self.max_fit_rows, replace=False))
+            pick = self._sample_rows(y.size)
             self._sample = ({k: v[pick] for k, v in inputs.items()}, y[pick])
         return self._sample
+
+    def _sample_rows(self, n: int, size: int | None = None) -> np.ndarray:
+        """The seeded sample of ``size`` (default ``max_fit_rows``) of ``n`` rows, in row order."""
+        size = self.max_fit_rows if size is None else size
+        return np.sort(np.random.default_rng(SAMPLE_SEED).choice(n, size, replace=False))
+
+    @property
+    def max_score_rows(self) -> int:
+        """Validation rows the search scores on: a seeded sample of this many when there are more
+        (``SCORE_ROWS_PER_FIT_ROW`` x ``max_fit_rows``); the test split is always scored whole."""
+        return SCORE_ROWS_PER_FIT_ROW * self.max_fit_rows
 
     def _xy(self, group, part: str):  # the curve task's accessor, for the inherited helpers
         return self._rows(part)
@@ -267,9 +305,20 @@ class RegressionTask(CurveTask):
         program = self.compile(fit.source)
         inputs, y = self._rows(TRAIN)
         start = np.array([[float(fit.params[n]) for n in program.param_names]])
-        keep = ("optimizer", "steps", "lr", "tol", "threads", "gtol", "ftol", "xtol", "patience")
-        options = {k: v for k, v in calibrate_options.items() if k in keep}
-        full = ndvm.calibrate(program, inputs, target=y, loss=self.loss, restarts=1, init=start, **options)
+        # one L-BFGS lane from the sampled optimum: a few steps on every row (a run's Adam settings
+        # are for finding an optimum from declared inits, not for polishing one)
+        options = {k: v for k, v in calibrate_options.items() if k in ("threads",)}
+        full = ndvm.calibrate(
+            program,
+            inputs,
+            target=y,
+            loss=self.loss,
+            optimizer="lbfgs",
+            steps=REFIT_STEPS,
+            restarts=1,
+            init=start,
+            **options,
+        )
         if full.error or not math.isfinite(full.loss):
             return fit
         out = TaskFit(
@@ -287,27 +336,46 @@ class RegressionTask(CurveTask):
 
     # ------------------------------------------------------------------ scoring
     def score(self, fit: TaskFit, split: str = VALIDATION) -> dict[str, Any]:
-        """The curve task's scores on ``split`` (one group: all rows) plus ``nmse``, and on the
-        validation split ``rmse_se`` and ``n_blocks`` (contract C2, see the module docstring)."""
-        out = super().score(fit, split)
-        out.pop("per_group", None)
+        """Scores on ``split``'s rows: ``rmse`` (primary), ``nmse``, ``mae``, ``train_rmse`` (on the
+        rows the candidate was fitted on: the sample of a large table), and ``rmse_se`` with
+        ``n_blocks`` (contract C2, see the module docstring). A failed or non-finite fit scores inf."""
+        if split not in (VALIDATION, TEST):
+            raise TaskError(f"a regression task scores the 'validation' or the 'test' split, not {split!r}")
         y = self.split_target(split)
         blocks = min(VALIDATION_BLOCKS, y.size)
-        out["n_blocks"] = blocks
-        if not math.isfinite(out["rmse"]):
-            out.update(nmse=INF, rmse_se=INF)
-            return out
-        p = self.predict(fit, None, split)
+        base = {"model": fit.name, "n_params": fit.n_params, "train_loss": fit.train_loss, "fit_seconds": fit.seconds}
+        failed = {**base, "rmse": INF, "rmse_pooled": INF, "nmse": INF, "mae": INF, "train_rmse": INF}
+        failed.update(rmse_se=INF, n_blocks=blocks)
+        if not fit.ok:
+            return {**failed, "error": fit.error}
+        try:
+            p = self.predict(fit, None, split)
+            p_fit = fit.predictor(None, self.fit_inputs())
+        except Exception as exc:  # a candidate failing at prediction time scores inf, with the reason
+            return {**failed, "error": f"prediction failed: {exc}"}
+        if not np.all(np.isfinite(p)):
+            return {**failed, "error": f"non-finite predictions on {split} rows"}
+        error = rmse(p, y)
         var = float(np.var(y))
-        out["nmse"] = float(np.mean((p - y) ** 2) / var) if var > 0 else INF
         per_block = [rmse(pp, yy) for pp, yy in zip(np.array_split(p, blocks), np.array_split(y, blocks))]
-        out["rmse_se"] = float(np.std(per_block, ddof=1) / math.sqrt(blocks)) if blocks > 1 else INF
-        return out
+        return {
+            **base,
+            "rmse": error,
+            "rmse_pooled": error,
+            "nmse": error**2 / var if var > 0 else INF,
+            "mae": float(np.mean(np.abs(p - y))),
+            "train_rmse": rmse(p_fit, self.fit_target()) if np.all(np.isfinite(p_fit)) else INF,
+            "rmse_se": float(np.std(per_block, ddof=1) / math.sqrt(blocks)) if blocks > 1 else INF,
+            "n_blocks": blocks,
+            "error": None,
+        }
 
     def fit_reference(self, ref: Any, test_groups: bool = False) -> TaskFit:
-        """A linear reference fitted by least squares on every training row."""
+        """A linear reference fitted by least squares on the rows candidates are fitted on (every
+        training row, or the sample of a large table: a design matrix of every row and term of a
+        10-million-row table would take gigabytes)."""
         start = time.perf_counter()
-        inputs, y = self._rows(TRAIN)
+        inputs, y = self._fit_rows()
         design = ref.design(inputs, y.size)
         coef, *_ = np.linalg.lstsq(design, y, rcond=None)
         mse = float(np.mean((design @ coef - y) ** 2))
@@ -330,6 +398,22 @@ class RegressionTask(CurveTask):
 
     def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
         return [self.score(self.fit_reference(ref), split) for ref in self.references]
+
+    @classmethod
+    def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
+        """The curve task's paired bootstrap of the RMSE difference, over a seeded sample of at most
+        ``PAIRED_TEST_ROWS`` test rows (the same rows for both models): the bootstrap's index array
+        grows with rows x replicates, and 2 million test rows would need tens of gigabytes."""
+        (key,) = list(champion.groups)
+        n = champion.groups[key].size
+        if n > PAIRED_TEST_ROWS:
+            pick = np.sort(np.random.default_rng(seed).choice(n, PAIRED_TEST_ROWS, replace=False))
+            champion = Errors(champion.name, champion.kind, groups={key: champion.groups[key][pick]})
+            reference = Errors(reference.name, reference.kind, groups={key: reference.groups[key][pick]})
+        out = super().paired_test(champion, reference, replicates=replicates, seed=seed)
+        if n > PAIRED_TEST_ROWS:
+            out["test"] += f" (on a seeded sample of {PAIRED_TEST_ROWS} of the {n} test rows)"
+        return out
 
     def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
         return None  # three least-squares fits: cheap
