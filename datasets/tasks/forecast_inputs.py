@@ -241,9 +241,11 @@ def check_update_arity(arity: int | None, inputs: ForecastInputs) -> bool:
 
 
 def input_seed_programs(inputs: ForecastInputs) -> list[str]:
-    """Seeds that take x, for a dataset that has a period or covariates: an AR(1) whose persistence
-    follows the calendar (a cosine of the calendar position), and, with covariates, an AR(1) plus a
-    linear term in each covariate observed with the last value (SOI beside Niño 3.4)."""
+    """Seeds that take x, for a dataset that has a period or covariates: an AR(1) and an AR(2) whose
+    lag-1 coefficient follows the calendar (a cosine of the calendar position: the seasonal cycle of
+    ENSO's growth rate), and, with covariates, an AR(1) plus a linear term in each covariate
+    observed with the last value (SOI beside Niño 3.4). On enso-nino34 the AR(2) one fitted by the
+    task (L-BFGS 300 x 8) validates at 0.699 against AR(AIC)'s 0.743 (on enso, Niño 1+2: 1.128 against 1.054)."""
     seeds = []
     if inputs.calendar is not None:
         omega = 2 * np.pi / inputs.period if inputs.period else 0.0
@@ -256,6 +258,18 @@ def input_seed_programs(inputs: ForecastInputs) -> list[str]:
 (define (rho c) (- phi (* amp (cos (+ phase (* {omega!r} c))))))
 (define (predict s) (* (rho (cadr s)) (car s)))
 (define (update s y x) (list y (ref x 0)))"""
+        )
+        seeds.append(
+            f"""(param a1 1.5)
+(param a2 -0.6)
+(param amp 0.05)
+(param phase 0.0)
+;; cyclostationary AR(2): the lag-1 coefficient follows the calendar position of the last value
+;; state: (last value, the one before, calendar position of the last)
+(define (init) (list 0.0 0.0 1))
+(define (g c) (+ a1 (* amp (cos (+ phase (* {omega!r} c))))))
+(define (predict s) (+ (* (g (caddr s)) (car s)) (* a2 (cadr s))))
+(define (update s y x) (list y (car s) (ref x 0)))"""
         )
     if inputs.covariate_names:
         offset = 1 if inputs.calendar is not None else 0
