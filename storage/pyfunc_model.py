@@ -3,11 +3,16 @@
 It is logged as "model from code" (``storage/model_code.py``), so loading it needs this package and
 the ndvm runtime installed (``ndvm-discovery``), never an unpickled object.
 
-Two shapes of model share the class:
+Three shapes of model share the class:
 
-- one parameter vector (a forecast candidate, a curve fitted without groups, a regression over
-  a table): the DataFrame's columns are the program's inputs (a column whose name is not a program
-  name reaches the program under its ``program_names`` name, datasets/tasks/regression.py);
+- one parameter vector (a curve fitted without groups, a regression over a table): the
+  DataFrame's columns are the program's inputs (a column whose name is not a program name reaches
+  the program under its ``program_names`` name, datasets/tasks/regression.py);
+- a forecast candidate: the DataFrame holds the history (one column, oldest first). By default
+  (``params={"horizon": 0}``) each row gets the one-step-ahead forecast made from the rows before
+  it; with ``params={"horizon": h}`` the model returns the forecasts at leads 1..h after the last
+  row, as a DataFrame with the columns ``lead`` and ``forecast`` (fit.json's ``forecast`` section
+  carries the forecasting program, the input names and the task's leads);
 - a per-group curve (battery cells): ``fit.json`` carries a ``groups`` section with every group's
   fitted parameters, the group, x and y column names and the input scaling (``x = column / x_scale``,
   cycles / 100 for battery data). The DataFrame has the group column and the raw x column; each
@@ -54,6 +59,14 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             raise ValueError(f"fitted parameters lack {missing}")
         self._theta = np.array([[float(fitted["params"][name]) for name in names]])
         self._static = {k: np.asarray(v, dtype=np.float64) for k, v in fitted.get("static_inputs", {}).items()}
+        self._forecast = fitted.get("forecast")
+        if self._forecast is not None:
+            for key in ("program", "input", "horizon_input", "leads"):
+                if key not in self._forecast:
+                    raise ValueError(f"fit.json: the forecast section lacks {key!r}")
+            self._forecaster = ndvm.compile(self._forecast["program"])
+            if list(self._forecaster.param_names) != list(names):
+                raise ValueError("fit.json: the forecasting program's parameters differ from the model's")
         self._grouped = fitted.get("groups")
         if self._grouped is not None:
             spec = self._grouped
@@ -73,7 +86,10 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         return sorted(self._group_theta) if self._grouped is not None else []
 
     # The DataFrame type hint tells MLflow to take the schema from the input example.
-    def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> Any:
+        horizon = (params or {}).get("horizon") or 0
+        if horizon:
+            return self.forecast(model_input, int(horizon))
         if self._grouped is not None:
             return self._predict_groups(model_input)
         columns = {str(c): np.asarray(model_input[c], dtype=np.float64) for c in model_input.columns}
@@ -84,6 +100,35 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         for column, name in program_names(list(columns)).items():
             columns.setdefault(name, columns[column])
         return self._evaluate(self._theta, columns, len(model_input))
+
+    def forecast(self, history: pd.DataFrame, horizon: int) -> pd.DataFrame:
+        """Forecasts at leads 1..``horizon`` after the last row of ``history`` (its one column,
+        oldest first): a DataFrame with the columns ``lead`` and ``forecast``."""
+        if self._forecast is None:
+            raise ValueError(
+                "params={'horizon': h} needs a forecast model with a forecasting program; this model predicts "
+                "per row (not a forecast model, or a forecast candidate that reads calendar or covariate inputs, "
+                "whose future values the model does not take yet)"
+            )
+        if isinstance(horizon, bool) or int(horizon) != horizon or horizon < 1:
+            raise ValueError(f"horizon must be a whole number of steps >= 1, got {horizon!r}")
+        column = self._forecast["input"]
+        if column not in history.columns:
+            raise ValueError(
+                f"the history needs the column {column!r} (oldest first); columns given: {list(history.columns)}"
+            )
+        values = np.asarray(history[column], dtype=np.float64)
+        if values.size == 0 or not np.isfinite(values).all():
+            bad = (
+                "is empty"
+                if values.size == 0
+                else f"has {int((~np.isfinite(values)).sum())} missing or infinite values"
+            )
+            raise ValueError(f"the history column {column!r} {bad}: the forecast walks every value")
+        theta = self._theta if self._theta.shape[1] else None
+        inputs = {column: values, self._forecast["horizon_input"]: np.asarray(float(horizon))}
+        out = np.asarray(self._forecaster.evaluate(theta, inputs), dtype=np.float64).reshape(-1)
+        return pd.DataFrame({"lead": np.arange(1, horizon + 1), "forecast": out})
 
     def _evaluate(self, theta: np.ndarray, columns: dict[str, np.ndarray], n: int) -> np.ndarray:
         """The program at one parameter row ``theta`` [1, P] on ``n`` rows of ``columns``."""

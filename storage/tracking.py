@@ -118,6 +118,8 @@ class LeaderboardEntry:
     # (e.g. a forecast candidate with the task's forecasting driver)
     model_groups: dict[str, Any] | None = None  # per-group curves: every group's parameters, the columns
     # and the x scaling (storage/pyfunc_model.py)
+    model_forecast: dict[str, Any] | None = None  # forecasts: the program that forecasts leads 1..h after
+    # a history, its input names and the task's leads (storage/pyfunc_model.py)
     complexity: int | None = None  # atoms of the canonical form (storage/parsimony.py)
     formula: str | None = None  # None: rendered from the source and parameters when logged
 
@@ -203,6 +205,16 @@ def _group_signature(entry: LeaderboardEntry) -> Any:
         inputs = infer_signature(entry.input_example).inputs
     y = entry.model_groups["y"]
     return mlflow.models.ModelSignature(inputs=Schema([*inputs.inputs, ColSpec("double", y, required=False)]))
+
+
+def _forecast_signature(entry: LeaderboardEntry) -> Any:
+    """The signature of a forecast model: the history column, and the parameter ``horizon``
+    (0, the default: one-step-ahead predictions per row; h: forecasts at leads 1..h)."""
+    from mlflow.models import infer_signature
+
+    if entry.input_example is None:
+        raise ValueError(f"entry {entry.hash}: a forecast model needs an input example (the history column)")
+    return infer_signature(entry.input_example, params={"horizon": 0})
 
 
 class Tracker:
@@ -599,6 +611,9 @@ class Tracker:
             if entry.model_groups is not None:
                 contents["groups"] = {**entry.model_groups, "calibration": dict(self.calibration)}
                 signature = _group_signature(entry)
+            if entry.model_forecast is not None:
+                contents["forecast"] = dict(entry.model_forecast)
+                signature = _forecast_signature(entry)
             fitted.write_text(json.dumps(contents, indent=1))
             self.client.log_artifact(run_id, str(program))
             self.client.log_artifact(run_id, str(fitted))

@@ -101,6 +101,24 @@ _ONE_STEP_MODEL = """
 """
 MODEL_SERIES_FALLBACK = "series"  # model input name when a candidate defines the dataset's column name itself
 
+# The pyfunc model's forecasts (``predict(history, params={"horizon": h})``): the candidate's state
+# walks the whole history with ``update``, then its path over leads 1..h iterates ``update`` on its
+# own predictions, as the task's forecast driver does from every origin.
+MODEL_HORIZON_INPUT = "ndvm-model-horizon"
+_FORECAST_MODEL = """
+;; ---- forecasts at leads 1..h after a history (appended by ndvm discover for the pyfunc model) ----
+(define (ndvm-model-forecast ndvm-model-history ndvm-model-h)
+  (let ndvm-model-walk ((t 0) (s (init)))
+    (if (= t (size ndvm-model-history))
+        (let ndvm-model-lead ((k 0) (s s) (acc '()))
+          (if (>= k ndvm-model-h)
+              (apply vec (reverse acc))
+              (let ((p (predict s)))
+                (ndvm-model-lead (+ k 1) (update s p) (cons p acc)))))
+        (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-history t))))))
+(ndvm-model-forecast {column} {horizon})
+"""
+
 # Multi-step loss: from every ``stride``-th origin t in [burn, n), the forecast path over leads
 # 1..h (iterating the candidate's own update on its predictions), squared errors against
 # y[t..t+h-1] within the series. The count of terms is a constant, computed by the task (fit_count).
@@ -654,6 +672,20 @@ class ForecastTask(Task):
             out[name] = self.inputs.covariates[:end, i].copy()
         return out
 
+    def forecast_model(self, candidate: str, column: str) -> dict[str, Any] | None:
+        """The pyfunc model's forecasting program (fit.json's ``forecast`` section, see
+        storage/pyfunc_model.py): the history is the input ``column``, the horizon the scalar input
+        ``MODEL_HORIZON_INPUT``; its value is the forecasts at leads 1..horizon. None for a
+        candidate that reads x (calendar, covariates): the future steps' x is not asked for yet."""
+        ndvm = require_ndvm()
+        if self.takes_x(candidate):
+            return None
+        source = candidate.rstrip() + "\n" + _FORECAST_MODEL.format(column=column, horizon=MODEL_HORIZON_INPUT)
+        inputs = sorted(ndvm.compile(source).inputs)
+        if inputs != sorted([column, MODEL_HORIZON_INPUT]):
+            raise TaskError(f"the forecasting model of this candidate has inputs {inputs}, expected {column!r} only")
+        return {"program": source, "input": column, "horizon_input": MODEL_HORIZON_INPUT, "leads": self.leads}
+
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
         """What MLflow logs for a leaderboard entry besides the store's row: the one-step plot over
         train + validation, the lead-1 validation forecasts, an input example and the model program."""
@@ -695,6 +727,7 @@ class ForecastTask(Task):
             ),
             "input_example": pd.DataFrame({column: self.y[:24], **{n: v[:24] for n, v in x_columns.items()}}),
             "model_source": model_source,
+            "model_forecast": self.forecast_model(source, column),
         }
 
     # ------------------------------------------------------------------ scoring
