@@ -5,8 +5,8 @@ mutation proposer (``CASES``):
 
 - **ENSO** (``enso``, Niño 1+2: train 1950-1980, validation 1981-1990, test 1991-2010);
 - **Niño 3.4** (``enso-nino34`` from ``../shared/data/enso/raw/psl_nino34.long.data.txt``: train
-  1950-1989, validation 1990s, test 2000 on), with the Southern Oscillation as a covariate where
-  the dataset provides it;
+  1950-1989, validation 1990s, test 2000 on) with the Southern Oscillation Index as a covariate
+  (``../shared/data/enso/raw/bom_soi_monthly.txt``);
 - **Severson** (``../shared/data/battery/severson.csv``: batches 1-2 train and select, batch 3
   cells held out whole as test cells);
 - **US unemployment** (``us-unemployment``, quarterly, shipped by statsmodels: train to 1989,
@@ -49,6 +49,8 @@ MAX_TEST_SCORED = 300
 SIGNIFICANCE = 0.05
 SEVERSON_FILE = Path("battery") / "severson.csv"
 NINO34_FILE = Path("enso") / "raw" / "psl_nino34.long.data.txt"
+# The Bureau of Meteorology's SOI starts in 1876 (CPC's in 1951, after Niño 3.4's first training year)
+SOI_FILE = Path("enso") / "raw" / "bom_soi_monthly.txt"
 
 
 def _quiet() -> None:
@@ -183,13 +185,13 @@ class Case:
     label: str
     minutes: float
     problem: dict[str, Any]  # discover()'s problem keywords (task=..., data=..., options=...)
-    needs: str | None = None  # a file under the shared data folder ({data} in problem values)
+    needs: tuple[str, ...] = ()  # files under the shared data folder ({data} in problem values)
     test_cap: int | None = None  # candidates scored on test for Spearman (None: every one)
     reference_note: str = ""
 
     def resolved(self, data: Path | None) -> dict[str, Any] | None:
         """The problem with ``{data}`` replaced by the shared data folder; None when a file is missing."""
-        if self.needs is not None and (data is None or not (data / self.needs).is_file()):
+        if any(data is None or not (data / need).is_file() for need in self.needs):
             return None
         text = json.dumps(self.problem)
         return json.loads(text.replace("{data}", str(data))) if data is not None else dict(self.problem)
@@ -202,8 +204,11 @@ CASES = (
     Case(
         "nino34-soi",
         NINO34_MINUTES,
-        {"task": "enso-nino34", "dataset_options": {"path": "{data}/" + str(NINO34_FILE)}},
-        needs=str(NINO34_FILE),
+        {
+            "task": "enso-nino34",
+            "dataset_options": {"path": "{data}/" + str(NINO34_FILE), "soi_path": "{data}/" + str(SOI_FILE)},
+        },
+        needs=(str(NINO34_FILE), str(SOI_FILE)),
     ),
     Case(
         "severson",
@@ -211,7 +216,7 @@ CASES = (
         # test_top_k=1: the end-of-run scoring fits every test-scored entry on the 38 held-out
         # cells; the suite scores a sample of candidates itself, so the run scores its champion only
         {"task": "battery", "data": "{data}/" + str(SEVERSON_FILE), "test_top_k": 1},
-        needs=str(SEVERSON_FILE),
+        needs=(str(SEVERSON_FILE),),
         test_cap=MAX_TEST_SCORED,
     ),
     Case("us-unemployment", UNEMPLOYMENT_MINUTES, {"task": "us-unemployment"}),
@@ -248,7 +253,7 @@ def run_discovery_suite(config: Any) -> Any:
             problem = case.resolved(data)
             if problem is None:
                 notes.append(
-                    f"{case.label} skipped: {case.needs} not found under the shared data folder "
+                    f"{case.label} skipped: {', '.join(case.needs)} not found under the shared data folder "
                     f"({data or 'not found'}); set NDVM_SHARED_DATA"
                 )
                 continue
