@@ -146,6 +146,8 @@ def test_the_seeds_fit_the_law_exactly_and_scores_carry_their_standard_error(tas
     score = task.score(fit)
     assert score["rmse"] == pytest.approx(0.01, rel=0.2)  # the noise level
     assert score["n_blocks"] == 5 and 0 < score["rmse_se"] < score["rmse"]
+    blocks = [score[f"rmse_block{i + 1}"] for i in range(5)]  # what the champion's rule pairs on
+    assert score["rmse_se"] == pytest.approx(np.std(blocks, ddof=1) / np.sqrt(5), rel=1e-12)
     assert score["nmse"] < 1e-3
     refs = {r["model"]: r for r in task.score_references()}
     assert set(refs) == {"constant", "linear", "quadratic"}

@@ -194,6 +194,8 @@ def test_curve_validation_scores_carry_their_standard_error():
     per_cell = [g["rmse"] for g in scores["per_group"].values()]
     assert scores["n_blocks"] == 6
     assert scores["rmse_se"] == pytest.approx(np.std(per_cell, ddof=1) / np.sqrt(6), rel=1e-12)
+    # each cell's RMSE as a block score, in the cells' order: the champion's rule pairs on them
+    assert [scores[f"rmse_block{i + 1}"] for i in range(6)] == per_cell
 
 
 def test_battery_reference_programs_are_the_references_and_shared_laws():

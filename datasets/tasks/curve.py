@@ -615,7 +615,8 @@ class CurveTask(Task):
     @staticmethod
     def _primary_se(rmses: list[float]) -> dict[str, Any]:
         """``rmse_se``: the standard error of the mean over groups of the per-group RMSE (sample
-        standard deviation / sqrt(n); groups are independent cells), with ``n_blocks`` = n groups.
+        standard deviation / sqrt(n); groups are independent cells), with ``n_blocks`` = n groups
+        and each group's RMSE as ``rmse_block1..n`` (in the task's group order).
         inf when any group's RMSE is not finite; nan with a single group."""
         values = np.asarray(rmses, dtype=float)
         n = int(values.size)
@@ -625,7 +626,10 @@ class CurveTask(Task):
             se = float("nan")
         else:
             se = float(np.std(values, ddof=1) / np.sqrt(n))
-        return {"rmse_se": se, "n_blocks": n}
+        # each group's RMSE as a block score: the champion's rule pairs candidates group by group
+        # (storage/selection.py), since cells differ far more in difficulty than models do on one cell
+        blocks = {f"rmse_block{i + 1}": float(v) for i, v in enumerate(values)} if n > 1 else {}
+        return {"rmse_se": se, "n_blocks": n, **blocks}
 
     # ------------------------------------------------------------------ references and prompts
     def reference_models(self) -> tuple[CurveReference, ...]:

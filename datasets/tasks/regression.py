@@ -367,6 +367,8 @@ class RegressionTask(CurveTask):
             "train_rmse": rmse(p_fit, self.fit_target()) if np.all(np.isfinite(p_fit)) else INF,
             "rmse_se": float(np.std(per_block, ddof=1) / math.sqrt(blocks)) if blocks > 1 else INF,
             "n_blocks": blocks,
+            # per-block scores: the champion's rule pairs candidates block by block (storage/selection.py)
+            **({f"rmse_block{i + 1}": float(v) for i, v in enumerate(per_block)} if blocks > 1 else {}),
             "error": None,
         }
 
