@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FORECAST_FUNCTIONS = ("init", "predict", "update")
+X_RENDERED = 8  # the entries of a forecast candidate's x the formula can name (x_0 .. x_7)
 
 
 class NotRenderable(Exception):
@@ -359,7 +360,12 @@ def _render_forecast(r: _Renderer, sp, env: dict, values: dict, digits: int) -> 
         state_text = "s"
     y = sp.Symbol("y", real=True)
     predict = r.call(env["predict"], [state])
-    update = r.call(env["update"], [state, y])
+    # (update s y x): x is the forecast task's vec of what is observed with y (calendar position,
+    # covariates; datasets/tasks/forecast_inputs.py), rendered as x_0, x_1, ... (as many as a
+    # candidate may read; only those it uses appear)
+    takes_x = len(env["update"].formals) == 3
+    x = tuple(sp.Symbol(f"x_{i}", real=True) for i in range(X_RENDERED))
+    update = r.call(env["update"], [state, y, x] if takes_x else [state, y])
     if isinstance(predict, tuple):
         raise NotRenderable("predict returns a list")
     if isinstance(update, tuple) != isinstance(init, tuple) or (isinstance(update, tuple) and len(update) != len(init)):
@@ -378,14 +384,15 @@ def _render_forecast(r: _Renderer, sp, env: dict, values: dict, digits: int) -> 
     s_latex = (
         r"\left(" + ", ".join(f"s_{{{i}}}" for i in range(len(init))) + r"\right)" if isinstance(init, tuple) else "s"
     )
-    text = f"state {state_text}; init = {i_t}; predict(s) = {p_t}; update(s, y) = {u_t}"
+    args = "s, y, x" if takes_x else "s, y"
+    text = f"state {state_text}; init = {i_t}; predict(s) = {p_t}; update({args}) = {u_t}"
     latex = (
         r"\begin{aligned}"
         f"s_{{\\mathrm{{init}}}} &= {i_l}\\\\ \\hat y(s) &= {p_l}\\\\ "
-        f"\\mathrm{{update}}({s_latex}, y) &= {u_l}"
+        f"\\mathrm{{update}}({s_latex}, y{', x' if takes_x else ''}) &= {u_l}"
         r"\end{aligned}"
     )
-    symbolic = f"init = {sym(init)}; predict(s) = {sym(predict)}; update(s, y) = {sym(update)}"
+    symbolic = f"init = {sym(init)}; predict(s) = {sym(predict)}; update({args}) = {sym(update)}"
     return Formula(True, text, latex, symbolic)
 
 

@@ -278,3 +278,12 @@ def test_the_data_card_shows_the_covariate_from_seen_points_only():
     soi = ds.frame.sort("t").get_column("soi").to_numpy()[:seen]
     assert f"lag 1: r = {np.corrcoef(soi[:-1], task.y[1:seen])[0, 1]:+.2f}" in line
     assert make_task(with_soi_changed_after(ds, seen - 1)).data_card() == card  # test years unseen
+
+
+def test_an_x_candidate_renders_as_a_formula():
+    from storage.formula import render
+
+    formula = render(SEASONAL_AR1_X)
+    assert formula.ok, formula.reason
+    assert formula.text.endswith("update(s, y, x) = (y, x_0)")
+    assert "cos(phase + 0.5236*s_1)" in formula.text and r"\mathrm{update}" in formula.latex
