@@ -559,6 +559,20 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mention_snapshot(path: Path) -> None:
+    """The copy a run keeps for readers (storage.snapshot_path) may hold what a damaged store lost."""
+    from storage import snapshot_path
+    from storage.health import check_store
+
+    snap = snapshot_path(path)
+    if snap.is_file() and check_store(snap).ok:
+        age = (time.time() - snap.stat().st_mtime) / 60
+        print(
+            f"also: {snap} is a readable copy a run made {age:.0f} min ago (it may hold rows the damaged store "
+            f"lost); to use it instead, move the damaged file away, then: cp {snap} {path}"
+        )
+
+
 def cmd_store(args: argparse.Namespace) -> int:
     """``ndvm store check`` (read every row of every table) / ``ndvm store repair`` (keep every
     readable row in a new file; the damaged one stays beside it): storage/health.py."""
@@ -573,6 +587,7 @@ def cmd_store(args: argparse.Namespace) -> int:
             print(
                 f"repair: ndvm store repair --folder {args.folder}  (keeps every readable row; the damaged file stays)"
             )
+            _mention_snapshot(path)
         return 0 if health.ok else EXIT_STORE
     report = repair_store(path)
     print("\n".join(report.lines()))

@@ -615,13 +615,19 @@ class CandidateStore:
 
     # ---- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        if self._snapshot_thread is not None:
-            self._snapshot_stop.set()
-            self._snapshot_thread.join()
-            self._snapshot_thread = None
-            self.snapshot()
-        with self._lock:
-            self._con.close()
+        try:
+            if self._snapshot_thread is not None:
+                self._snapshot_stop.set()
+                self._snapshot_thread.join()
+                self._snapshot_thread = None
+                self.snapshot()
+        except Exception as exc:  # a full disk, a store DuckDB gave up on: readers keep the older copy,
+            import logging  # and the store is closed all the same (the error that stopped the run stays the one reported)
+
+            logging.getLogger(__name__).warning("store snapshot at close failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            with self._lock:
+                self._con.close()
 
     def snapshot(self, force: bool = False) -> bool:
         """Copy the store to ``snapshot_path(self.path)`` when it changed since the last copy (or

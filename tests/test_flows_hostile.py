@@ -290,6 +290,8 @@ def test_damaged_store_is_reported_as_damage_and_repaired(tmp_path, how):
     folder = tmp_path / "runs"
     before = _real_store(folder)
     path = folder / "candidates.duckdb"
+    if how == "cut-in-half":  # the copy a run keeps for readers (storage.snapshot_path) is named as a way back
+        shutil.copy(path, folder / "candidates.snapshot.duckdb")
     _damage(path, how)
 
     board = _cli(["leaderboard", "--folder", str(folder)], cwd=tmp_path)
@@ -300,6 +302,7 @@ def test_damaged_store_is_reported_as_damage_and_repaired(tmp_path, how):
 
     check = _cli(["store", "check", "--folder", str(folder)], cwd=tmp_path)
     assert check.returncode == 3 and ("DAMAGED" in check.stdout or "cannot be opened" in check.stdout), check.stdout
+    assert ("candidates.snapshot.duckdb is a readable copy" in check.stdout) == (how == "cut-in-half"), check.stdout
 
     repair = _cli(["store", "repair", "--folder", str(folder)], cwd=tmp_path)
     assert repair.returncode == 0, repair.stderr[-3000:]
