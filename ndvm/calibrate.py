@@ -36,13 +36,14 @@ if TYPE_CHECKING:  # for the annotation only: ndvm.stderr is imported on first u
     from .stderr import StdErr
 
 LOSSES = ("mse", "gaussian_nll", "value")
-OPTIMIZERS = ("adam", "lbfgs", "gd")
+# The runtime's optimizer table (native/src/optim.h, NDVM_OPTIMIZERS), read, not restated: each
+# optimizer's name, and its evaluation budget (steps) and lr when the caller gives none.
+OPTIMIZERS: tuple[str, ...] = tuple(o.name for o in _native.OPTIMIZERS)
+OPTIMIZER_STEPS: dict[str, int] = {o.name: o.default_steps for o in _native.OPTIMIZERS}
+OPTIMIZER_LR: dict[str, float] = {o.name: o.default_lr for o in _native.OPTIMIZERS}
 # calibrate's and calibrate_many's defaults, in one place (datasets/tasks/curve.py reads
 # DEFAULT_RESTARTS too). The discovery pipeline fits cheaper by default: flows/calibration.py.
 DEFAULT_OPTIMIZER = "lbfgs"
-# Per optimizer: the evaluation budget (steps) and lr when the caller gives none.
-OPTIMIZER_STEPS = {"adam": 200, "lbfgs": 1000, "gd": 200}
-OPTIMIZER_LR = {"adam": 0.05, "lbfgs": 0.05, "gd": 0.05}
 DEFAULT_STEPS = OPTIMIZER_STEPS[DEFAULT_OPTIMIZER]
 DEFAULT_LR = OPTIMIZER_LR[DEFAULT_OPTIMIZER]
 DEFAULT_RESTARTS = 32

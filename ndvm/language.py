@@ -67,6 +67,13 @@ class Primitive(NamedTuple):
     foldable: bool  # a pure numeric function: simplification may evaluate it on literals
     range_constraint: Node | None  # the parameter constraint its values satisfy, as read, or None
     index_args: tuple[int, ...]  # positions of arguments that are integer counts or indices
+    # the proposers' flags (prims.h): defined on every real argument; has kinks or jumps; another
+    # name of the line before it; linear algebra; builds or takes apart a list or vector
+    total: bool = False
+    piecewise: bool = False
+    synonym: bool = False
+    linalg: bool = False
+    structure: bool = False
 
 
 # name -> Primitive, in the order of the native table
@@ -78,6 +85,11 @@ PRIMITIVE_INFO: dict[str, Primitive] = {
         p.foldable,
         None if p.range_constraint is None else _native.read(p.range_constraint, 0)[0],
         tuple(p.index_args),
+        total=p.total,
+        piecewise=p.piecewise,
+        synonym=p.synonym,
+        linalg=p.linalg,
+        structure=p.structure,
     )
     for p in _native.PRIMITIVES
 }

@@ -35,6 +35,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ndvm.language import PRIMITIVE_INFO
+
 from .base import Failure, Origin, Proposal, ProposalContext, Proposer
 from .language import NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, analyze, static_problems, structure_key
 from .niches import NicheArchive, rank_weights
@@ -58,8 +60,15 @@ DEFAULT_WEIGHTS: dict[str, float] = {
 TABLE_SR_WEIGHT = 3.0
 SR_UNARY = ("sin", "cos", "exp", "tanh", "sqrt-abs", "log-abs")
 SWAP_BINARY = ("+", "-", "*", "/")
-SWAP_UNARY = ("sin", "cos", "tanh", "sigmoid", "softplus", "exp", "square", "abs")
-GEN_UNARY = ("sin", "cos", "tanh", "sigmoid", "softplus", "exp", "square")
+# The unary functions an edit may wrap around any term or swap for another, from the runtime's
+# primitive table (native/src/prims.h, in its order): numeric, foldable, one argument, defined on
+# every real (TOTAL), one name each (no SYNONYM). New terms take the smooth ones (no PIECEWISE: abs).
+SWAP_UNARY: tuple[str, ...] = tuple(
+    name
+    for name, p in PRIMITIVE_INFO.items()
+    if p.kind == "numeric" and p.foldable and p.total and not p.synonym and p.arity.min == p.arity.max == 1
+)
+GEN_UNARY: tuple[str, ...] = tuple(name for name in SWAP_UNARY if not PRIMITIVE_INFO[name].piecewise)
 WRAPPERS = ("sigmoid", "softplus", "tanh", "exp-neg", "gauss", "softsign")
 CONSTANTS = (0.5, 1.0, 2.0, -1.0, 0.1, 0.25, 3.0)
 

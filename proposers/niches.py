@@ -44,91 +44,35 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ndvm.language import canonical_tokens
+from ndvm.language import PRIMITIVE_INFO, Primitive, canonical_tokens
 
 T = TypeVar("T")
 
 # Upper bounds of the complexity bins; a complexity above the last edge is in the last bin.
 COMPLEXITY_EDGES: tuple[int, ...] = (8, 16, 32, 64)
 
+
+def _primitives(test: Callable[[Primitive], bool]) -> frozenset[str]:
+    """The runtime's primitives (native/src/prims.h, read through ndvm.language) that pass ``test``."""
+    return frozenset(name for name, p in PRIMITIVE_INFO.items() if test(p))
+
+
 # feature -> the primitives or special forms whose use marks it (recursion has its own rules too).
+# State, linear algebra and conditionals come from the primitive table's kinds and flags, so a new
+# primitive joins its feature by its line there; the three function families are named here.
 FEATURES: dict[str, frozenset[str]] = {
     "recursion": frozenset({"letrec", "letrec*", "do", "loop", "recur", "named-lambda"}),
-    "state": frozenset(
-        {
-            "list",
-            "cons",
-            "car",
-            "cdr",
-            "caar",
-            "cadr",
-            "cdar",
-            "cddr",
-            "caddr",
-            "cdddr",
-            "cadddr",
-            "list-ref",
-            "list-tail",
-            "vec",
-            "ref",
-            "vec->list",
-            "list->vec",
-            "append",
-        }
-    ),
-    "linalg": frozenset(
-        {
-            "mat",
-            "dot",
-            "outer",
-            "matvec",
-            "matmul",
-            "transpose",
-            "trace",
-            "eye",
-            "zeros",
-            "ones",
-            "vsum",
-            "norm",
-            "inv",
-            "solve",
-            "det",
-            "logdet",
-            "cholesky",
-        }
-    ),
+    # builds a list or vector from its elements, or takes one apart (flag STRUCT)
+    "state": _primitives(lambda p: p.structure),
+    # linear algebra on whole vectors and matrices (flag LINALG)
+    "linalg": _primitives(lambda p: p.linalg),
     "trig": frozenset({"sin", "cos", "tan", "asin", "acos", "atan"}),
     "exp_log": frozenset({"exp", "log", "expt", "sqrt"}),
     "saturating": frozenset({"tanh", "sigmoid", "logistic", "softplus"}),
-    "conditional": frozenset(
-        {
-            "if",
-            "cond",
-            "case",
-            "when",
-            "unless",
-            "and",
-            "or",
-            "<",
-            ">",
-            "<=",
-            ">=",
-            "=",
-            "zero?",
-            "positive?",
-            "negative?",
-            "min",
-            "max",
-            "abs",
-            "floor",
-            "ceiling",
-            "round",
-            "truncate",
-            "modulo",
-            "remainder",
-            "quotient",
-        }
-    ),
+    # branching forms, decisions on numbers (kind comparison) and functions with kinks or jumps
+    # (flag PIECEWISE: abs min max clamp floor round modulo ...)
+    "conditional": frozenset({"if", "cond", "case", "when", "unless", "and", "or"})
+    | _primitives(lambda p: p.kind == "comparison" or p.piecewise),
 }
 FEATURE_ORDER: tuple[str, ...] = tuple(FEATURES)
 

@@ -190,3 +190,27 @@ def test_grouped_lanes_stop_independently():
     )
     np.testing.assert_allclose(fit.all_params[:, 0], k, rtol=1e-5)
     assert "converged" in fit.lane_status
+
+
+def test_optimizers_and_their_defaults_are_the_runtimes_table():
+    """ndvm.calibrate reads the optimizers' names and defaults from the native table (optim.h,
+    NDVM_OPTIMIZERS) instead of restating them; each one runs, and runs within its default budget."""
+    from ndvm import _native
+    from ndvm.calibrate import OPTIMIZER_LR, OPTIMIZER_STEPS, OPTIMIZERS
+
+    table = _native.OPTIMIZERS
+    assert OPTIMIZERS == tuple(o.name for o in table) == ("adam", "lbfgs", "gd")
+    assert OPTIMIZER_STEPS == {"adam": 200, "lbfgs": 1000, "gd": 200}
+    assert OPTIMIZER_LR == {o.name: o.default_lr for o in table} and all(lr == 0.05 for lr in OPTIMIZER_LR.values())
+    for o in table:
+        fit = ndvm.calibrate("(param a 1.0) (square (- a 3.0))", loss="value", optimizer=o.name, restarts=2, gtol=0)
+        assert fit.status == "ok" and abs(fit.params["a"] - 3.0) < 0.05, (o.name, fit.params)
+        # the default budget is the table's: Adam and gd (no gradient rule, gtol=0) spend all of it
+        assert fit.steps == o.default_steps if o.name != "lbfgs" else fit.steps <= o.default_steps, o.name
+    with pytest.raises(ValueError, match=r"unknown optimizer 'newton'; expected one of adam, lbfgs, gd"):
+        ndvm.calibrate("(param a 1.0) (* a a)", loss="value", optimizer="newton")
+    program = ndvm.compile("(param a 1.0) (* a a)")
+    spec = {"optimizer": "newton", "steps": 5, "lr": 0.1, "tol": 0.0, "patience": 5, "gtol": 0.0, "ftol": 0.0}
+    spec.update({"xtol": 0.0, "loss": "value", "target": None, "lane_target": None})
+    with pytest.raises(ValueError, match=r"unknown optimizer 'newton' \(expected one of adam, lbfgs, gd\)"):
+        _native.calibrate(program._native, np.ones((1, 1)), {}, {}, spec, program.limits.native(), 1)

@@ -345,6 +345,39 @@ CASES += [
         r"input 'x' is not an array of real numbers \(dtype kind 'c'\)",
         mode="python",
     ),
+    # ---- max_seconds inside long primitives and in the result's conversion (issue 28) ----------
+    Case(
+        "cholesky-3000-wall-clock",
+        "(vsum (cholesky (+ (eye 3000) (ones 3000 3000))))",
+        "LimitError",
+        r"wall-clock limit \(max_seconds=1\)",
+        limits={"max_seconds": 1, "max_work": 10**13, "max_bytes": 8 << 30},
+        seconds=3,
+    ),
+    Case(
+        "cholesky-gradient-600-wall-clock",
+        "p = ndvm.compile('(param a 1.0) (vsum (cholesky (+ (* a (eye 600)) (ones 600 600))))', "
+        "limits=ndvm.Limits(max_seconds=0.5, max_work=10**13)); p.value_and_grad(np.ones((4, 1)))",
+        "LimitError",
+        r"wall-clock limit \(max_seconds=0\.5\)",
+        mode="python",
+        seconds=3,
+    ),
+    Case(
+        "vec->list-10M-wall-clock",
+        "(vec->list (zeros 10000000))",
+        "LimitError",
+        r"wall-clock limit \(max_seconds=1\)",
+        limits={"max_seconds": 1},
+        seconds=3,
+    ),
+    Case(
+        "result-conversion-memory-budget",
+        "(vec->list (zeros 3000000))",
+        "LimitError",
+        r"memory budget \(max_bytes=256 MiB\) exceeded while converting the result",
+        limits={"max_bytes": 256 << 20},
+    ),
     # ---- threads with small stacks, native threads ----------------------------------------------------
     Case(
         "thread-256k-deep-nesting",
@@ -407,8 +440,12 @@ _CHILD = textwrap.dedent("""
         mode = c["mode"]
         if mode == "run":
             return value_text(ndvm.compile(c["source"], limits=lim).run())
-        if mode == "python":
-            return str(eval(c["source"], {"ndvm": ndvm, "np": np}))
+        if mode == "python":  # an expression, or statements ending in one
+            *body, last = c["source"].split("; ")
+            scope = {"ndvm": ndvm, "np": np}
+            for statement in body:
+                exec(statement, scope)
+            return str(eval(last, scope))
         if mode == "canonical":
             return ndvm.compile(c["source"], limits=lim).canonical_form
         if mode == "sexpr":
@@ -630,3 +667,33 @@ def test_ctrl_c_stops_a_native_calibration_within_a_second(call):
     if not SANITIZED:
         assert float(words[1]) < 1.0, f"KeyboardInterrupt {float(words[1]):.2f} s after SIGINT"
     assert words[2:] == ["usable", "True"], proc.stdout
+
+
+def test_nan_lanes_equal_their_one_lane_runs_bit_for_bit():
+    """Every NaN leaves the runtime as the one quiet NaN: a lane's gradient NaN was once negative
+    (x86's default NaN of inf - inf) where the same lane alone gave a positive one."""
+    import numpy as np
+
+    import ndvm
+
+    def bits(a):
+        return np.ascontiguousarray(a, dtype=np.float64).view(np.uint64).tolist()
+
+    theta = np.array([[1.0], [-1.0], [0.0], [np.inf], [np.nan], [-np.inf], [2.0], [-0.0], [0.5]])
+    cases = [
+        ("(param a 1.0) (* (/ a) (ones 3))", {}),
+        ("(param a 1.0) (* (/ 2 a) (ones 3))", {}),
+        ("(param a 1.0) (expt a x)", {"x": np.array([1.0, np.inf, -1.0])}),
+    ]
+    canonical = 0x7FF8000000000000
+    for source, inputs in cases:
+        program = ndvm.compile(source)
+        batch = program._native.value_and_grad(theta, inputs, {}, program.limits.native(), [], "mse", np.ones(3))
+        for lane in range(len(theta)):
+            one = program._native.value_and_grad(
+                theta[lane : lane + 1].copy(), inputs, {}, program.limits.native(), [], "mse", np.ones(3)
+            )
+            for k in range(3):  # values, losses, gradients
+                assert bits(batch[k][lane]) == bits(one[k][0]), (source, lane, k)
+        grads = np.asarray(batch[2])
+        assert all(b == canonical for b in bits(grads[np.isnan(grads)])), source

@@ -322,3 +322,20 @@ def test_llm_prompts_in_a_discover_run_draw_parents_across_niches(tmp_path, monk
     assert len({archive.niche_of(p.source) for p in ranked[:5]}) < 5
     prompt = json.dumps(fake.requests[-1]["messages"])
     assert all(json.dumps(source.strip())[1:-1] in prompt for source in last)
+
+
+def test_features_are_derived_from_the_primitive_table():
+    """State, linear algebra and conditionals are the primitive table's flags and kinds (prims.h:
+    STRUCT, LINALG, PIECEWISE, kind comparison), not hand-kept lists of names."""
+    from ndvm.language import PRIMITIVE_INFO
+    from proposers.niches import FEATURES
+
+    flagged = {flag: {n for n, p in PRIMITIVE_INFO.items() if getattr(p, flag)} for flag in ("structure", "linalg")}
+    assert FEATURES["state"] == flagged["structure"]
+    assert {"cons", "car", "list-ref", "vec", "ref", "vec->list", "append"} <= FEATURES["state"]
+    assert FEATURES["linalg"] == flagged["linalg"]
+    assert {"matmul", "solve", "cholesky", "eye", "mat", "vsum"} <= FEATURES["linalg"]
+    assert not FEATURES["state"] & FEATURES["linalg"]
+    comparisons = {n for n, p in PRIMITIVE_INFO.items() if p.kind == "comparison"}
+    assert comparisons | {"abs", "min", "max", "clamp", "floor", "modulo", "if", "cond"} <= FEATURES["conditional"]
+    assert not {"+", "exp", "sin", "vec"} & FEATURES["conditional"]

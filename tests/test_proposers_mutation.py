@@ -364,3 +364,18 @@ def test_mutations_of_the_gradient_suite_compile_and_run():
     assert total >= 1000
     assert compiled == total
     assert ran >= 0.97 * total, (ran, total)
+
+
+def test_unary_operator_sets_come_from_the_primitive_table():
+    """The wraps and swaps are the table's total, foldable one-argument numeric functions (one name
+    each: logistic is sigmoid's synonym); new terms take the smooth ones (abs has a kink)."""
+    from ndvm.language import PRIMITIVE_INFO
+    from proposers.mutation import GEN_UNARY, SWAP_UNARY
+
+    assert set(SWAP_UNARY) == {"sin", "cos", "tanh", "sigmoid", "softplus", "exp", "square", "abs"}
+    assert set(GEN_UNARY) == set(SWAP_UNARY) - {"abs"}
+    for name in SWAP_UNARY:
+        p = PRIMITIVE_INFO[name]
+        assert p.total and p.foldable and p.kind == "numeric" and p.arity.min == p.arity.max == 1, name
+    assert PRIMITIVE_INFO["logistic"].synonym and "logistic" not in SWAP_UNARY
+    assert not PRIMITIVE_INFO["log"].total and not PRIMITIVE_INFO["sqrt"].total and not PRIMITIVE_INFO["tan"].total

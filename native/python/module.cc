@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <limits>
 #include <unordered_map>
 
 #include "error.h"
@@ -113,9 +114,15 @@ Inputs inputs_from(const Program& p, py::dict shared, py::dict lane, int B) {
   return in;
 }
 
+// Every NaN leaves the runtime as the one quiet NaN (0x7ff8000000000000): x86 makes negative NaNs
+// of inf - inf or 0 * inf, so a lane's NaN could differ in sign from its one-lane run's, where
+// another path made it; canonical NaNs keep "every lane bit for bit its one-lane run" true.
+inline double canonical(double x) { return x == x ? x : std::numeric_limits<double>::quiet_NaN(); }
+
 py::array shaped(const std::vector<double>& v, std::vector<py::ssize_t> shape) {
   py::array_t<double> a(shape);
-  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(double));
+  double* out = a.mutable_data();
+  for (size_t i = 0; i < v.size(); ++i) out[i] = canonical(v[i]);
   return std::move(a);
 }
 
@@ -140,14 +147,17 @@ void check_theta(const Program& p, const Arr& theta) {
   if (theta.shape(0) < 1) throw py::value_error("theta must have at least one row");
 }
 
-py::object to_python(const OutValue& v) {
+// The result of `run` as Python data, under the wall clock of its evaluation (Limits.max_seconds
+// polled every 4,096 values): building 10^7 Python objects takes seconds too.
+py::object to_python(const OutValue& v, VM& vm, uint64_t& count) {
+  if ((++count & 4095) == 0) vm.poll_clock(nullptr);
   switch (v.kind) {
     case OutValue::Unspec: return py::none();
     case OutValue::Nil: return py::list();
     case OutValue::Bool: return py::bool_(v.b);
     case OutValue::Sym: return py::module_::import("ndvm.values").attr("Symbol")(v.sym);
     case OutValue::Int: return py::int_(static_cast<long long>(v.inum));
-    case OutValue::Real: return py::float_(v.num);
+    case OutValue::Real: return py::float_(canonical(v.num));
     case OutValue::Procedure: return py::module_::import("ndvm.values").attr("Procedure")();
     case OutValue::Array_: {
       std::vector<py::ssize_t> shape;
@@ -157,13 +167,13 @@ py::object to_python(const OutValue& v) {
     }
     case OutValue::List: {
       py::list l;
-      for (auto& it : v.items) l.append(to_python(it));
+      for (auto& it : v.items) l.append(to_python(it, vm, count));
       return std::move(l);
     }
     case OutValue::Pair_: {  // (a b . c): Pair(a, Pair(b, c)), built from the end without recursion
       py::object pair = py::module_::import("ndvm.values").attr("Pair");
-      py::object acc = to_python(v.items.back());
-      for (size_t i = v.items.size() - 1; i-- > 0;) acc = pair(to_python(v.items[i]), acc);
+      py::object acc = to_python(v.items.back(), vm, count);
+      for (size_t i = v.items.size() - 1; i-- > 0;) acc = pair(to_python(v.items[i], vm, count), acc);
       return acc;
     }
   }
@@ -196,10 +206,14 @@ LossSpec loss_from(const Program& p, const std::string& kind, py::object target,
 CalibSpec spec_from(const Program& p, py::dict s) {
   CalibSpec c;
   std::string opt = s["optimizer"].cast<std::string>();
-  if (opt == "adam") c.optimizer = Optimizer::Adam;
-  else if (opt == "lbfgs") c.optimizer = Optimizer::LBFGS;
-  else if (opt == "gd") c.optimizer = Optimizer::GD;
-  else throw py::value_error("unknown optimizer '" + opt + "' (expected adam, lbfgs or gd)");
+  const OptimizerInfo* found = nullptr;
+  std::string names;
+  for (const OptimizerInfo& o : kOptimizers) {
+    if (opt == o.name) found = &o;
+    names += std::string(names.empty() ? "" : ", ") + o.name;
+  }
+  if (!found) throw py::value_error("unknown optimizer '" + opt + "' (expected one of " + names + ")");
+  c.optimizer = found->id;
   c.steps = s["steps"].cast<int>();
   c.lr = s["lr"].cast<double>();
   c.tol = s["tol"].cast<double>();
@@ -433,6 +447,21 @@ PYBIND11_MODULE(_native, m) {
             "foldable", [](const PrimInfo& p) { return p.has(primflag::FOLD); },
             "a pure numeric function of its arguments: simplification may evaluate it on literals")
         .def_property_readonly(
+            "total", [](const PrimInfo& p) { return p.has(primflag::TOTAL); },
+            "defined on every real argument (no domain edge, no pole): it can wrap any term")
+        .def_property_readonly(
+            "piecewise", [](const PrimInfo& p) { return p.has(primflag::PIECEWISE); },
+            "its value has kinks or jumps: a decision inside an expression")
+        .def_property_readonly(
+            "synonym", [](const PrimInfo& p) { return p.has(primflag::SYNONYM); },
+            "another name of the primitive before it in the table")
+        .def_property_readonly(
+            "linalg", [](const PrimInfo& p) { return p.has(primflag::LINALG); },
+            "linear algebra: builds, combines or reduces whole vectors and matrices")
+        .def_property_readonly(
+            "structure", [](const PrimInfo& p) { return p.has(primflag::STRUCT); },
+            "builds a list or vector from its elements, or takes one apart by position")
+        .def_property_readonly(
             "range_constraint",
             [](const PrimInfo& p) -> py::object {
               return *p.range_constraint() ? py::str(p.range_constraint()) : py::object(py::none());
@@ -453,6 +482,21 @@ PYBIND11_MODULE(_native, m) {
     py::list prims;
     for (const PrimInfo& p : kPrims) prims.append(py::cast(&p, py::return_value_policy::reference));
     m.attr("PRIMITIVES") = py::tuple(prims);
+  }
+  // The optimizer table (optim.h, NDVM_OPTIMIZERS): name and defaults, in table order.
+  {
+    py::class_<OptimizerInfo>(m, "Optimizer")
+        .def_property_readonly("name", [](const OptimizerInfo& o) { return std::string(o.name); })
+        .def_readonly("default_steps", &OptimizerInfo::default_steps,
+                      "the budget when the caller gives none, in evaluations of value and gradient per lane")
+        .def_readonly("default_lr", &OptimizerInfo::default_lr,
+                      "the learning rate when the caller gives none (L-BFGS: the length of its first step)")
+        .def("__repr__", [](const OptimizerInfo& o) {
+          return std::string("<Optimizer '") + o.name + "' steps=" + std::to_string(o.default_steps) + ">";
+        });
+    py::list optimizers;
+    for (const OptimizerInfo& o : kOptimizers) optimizers.append(py::cast(&o, py::return_value_policy::reference));
+    m.attr("OPTIMIZERS") = py::tuple(optimizers);
   }
   // The special-form table (forms.h): (keyword, supported), in table order.
   {
@@ -567,7 +611,8 @@ PYBIND11_MODULE(_native, m) {
           py::gil_scoped_release nogil;
           v = run_one(p, thread_vm(), theta_row.data(), in, lim);
         }
-        return to_python(v);
+        uint64_t count = 0;
+        return to_python(v, thread_vm(), count);
       });
 
   m.def(

@@ -30,6 +30,13 @@ namespace {
 // A kernel longer than this many multiply-adds checks the wall clock (Limits.max_seconds) as it goes.
 constexpr uint64_t kPollWork = 1u << 22;
 
+// Row i of an n^3 loop over an n x n matrix: checks the wall clock every 16 rows once n >= 128
+// (16 rows of n^2 multiply-adds: about kPollWork), so max_seconds stops a large factorization or
+// adjoint mid-way rather than after it.
+inline void poll_row(VM& vm, int n, int i) {
+  if (n >= 128 && (i & 15) == 0) vm.poll_clock(nullptr);
+}
+
 // ---- 2x2 closed forms over lanes (linalg_2x2.h; det2_lanes here: it calls the C library's log) --
 // det A, or log det A (NaN / -inf for a non-positive determinant)
 inline void det2_lanes(const double* a, double* o, size_t n, size_t Lo, bool log) {
@@ -209,6 +216,7 @@ inline bool chol_compute(VM& vm, const V& a, double* o, int n, uint32_t lanes) {
     for (int i = 0; i < n * n; ++i) C[i] = 0;
     bool ok = true;
     for (int j = 0; j < n && ok; ++j) {
+      poll_row(vm, n, j);
       double s = A[j * n + j];
       for (int k = 0; k < j; ++k) s -= C[j * n + k] * C[j * n + k];
       if (!(s > 0)) {
@@ -292,6 +300,7 @@ inline void reduce_compute(VM& vm, Op op, const V& a, double* o, uint32_t lanes,
 inline void gemm_adjoint(VM& vm, const NumRef& a, const NumRef& b, const double* go, uint32_t m, uint32_t k,
                          uint32_t nn, uint32_t Lo) {
   View va = view(vm, a, false), vb = view(vm, b, false);
+  const bool poll = cost_of(m, k, nn, Lo) > kPollWork;
   double* ga = a.active() ? vm.adjoint(a) : nullptr;
   double* gb = b.active() ? vm.adjoint(b) : nullptr;
   const GemmKernels* small = small_gemm(m, k, nn, Lo);
@@ -300,7 +309,8 @@ inline void gemm_adjoint(VM& vm, const NumRef& a, const NumRef& b, const double*
     return;
   }
   if (Lo == 1) {
-    for (uint32_t i = 0; i < m; ++i)
+    for (uint32_t i = 0; i < m; ++i) {
+      if (poll) vm.poll_clock(nullptr);
       for (uint32_t j = 0; j < nn; ++j) {
         double g = go[i * nn + j];
         if (g == 0) continue;
@@ -309,10 +319,12 @@ inline void gemm_adjoint(VM& vm, const NumRef& a, const NumRef& b, const double*
           if (gb) gb[q * nn + j] += g * va.p[i * k + q];
         }
       }
+    }
     return;
   }
   if (va.ls && vb.ls) {  // both lane-varying: contiguous lane loops
-    for (uint32_t i = 0; i < m; ++i)
+    for (uint32_t i = 0; i < m; ++i) {
+      if (poll) vm.poll_clock(nullptr);
       for (uint32_t j = 0; j < nn; ++j) {
         const double* g = go + (static_cast<size_t>(i) * nn + j) * Lo;
         for (uint32_t q = 0; q < k; ++q) {
@@ -329,9 +341,11 @@ inline void gemm_adjoint(VM& vm, const NumRef& a, const NumRef& b, const double*
           }
         }
       }
+    }
     return;
   }
-  for (uint32_t i = 0; i < m; ++i)
+  for (uint32_t i = 0; i < m; ++i) {
+    if (poll) vm.poll_clock(nullptr);
     for (uint32_t j = 0; j < nn; ++j) {
       const double* g = go + (static_cast<size_t>(i) * nn + j) * Lo;
       for (uint32_t q = 0; q < k; ++q) {
@@ -342,6 +356,7 @@ inline void gemm_adjoint(VM& vm, const NumRef& a, const NumRef& b, const double*
         }
       }
     }
+  }
 }
 
 // The scratch of the per-lane adjoints of an n x n matrix: six n x n blocks and n pivots.
@@ -398,18 +413,22 @@ inline void inv_adjoint(VM& vm, const NumRef& a, const NumRef& out, const double
   for (uint32_t l = 0; l < Lo; ++l) {
     gather(vm, out, l, s.Ainv);  // Y
     for (size_t e = 0; e < dd; ++e) s.G[e] = go[e * Lo + l];
-    for (int i = 0; i < d; ++i)
+    for (int i = 0; i < d; ++i) {
+      poll_row(vm, d, i);
       for (int j = 0; j < d; ++j) {
         double acc = 0;
         for (int p = 0; p < d; ++p) acc += s.Ainv[p * d + i] * s.G[p * d + j];
         s.W[i * d + j] = acc;
       }
-    for (int i = 0; i < d; ++i)
+    }
+    for (int i = 0; i < d; ++i) {
+      poll_row(vm, d, i);
       for (int j = 0; j < d; ++j) {
         double acc = 0;
         for (int p = 0; p < d; ++p) acc += s.W[i * d + p] * s.Ainv[j * d + p];
         s.R[i * d + j] = -acc;
       }
+    }
     scatter_add(vm, a, l, s.R);
   }
 }
@@ -423,26 +442,32 @@ inline void chol_adjoint(VM& vm, const NumRef& a, const NumRef& out, const doubl
     gather(vm, out, l, s.A);  // L
     for (size_t e = 0; e < dd; ++e) s.G[e] = go[e * Lo + l];
     // P = Phi(L^T Lbar): lower triangle, diagonal halved
-    for (int i = 0; i < d; ++i)
+    for (int i = 0; i < d; ++i) {
+      poll_row(vm, d, i);
       for (int j = 0; j < d; ++j) {
         double acc = 0;
         for (int p = 0; p < d; ++p) acc += s.A[p * d + i] * s.G[p * d + j];
         s.W[i * d + j] = j > i ? 0 : (j == i ? 0.5 * acc : acc);
       }
+    }
     // S = L^-T P L^-1, via Linv
     invert(s.A, d, s.Ainv, s.T, s.piv, s.R, &vm);
-    for (int i = 0; i < d; ++i)
+    for (int i = 0; i < d; ++i) {
+      poll_row(vm, d, i);
       for (int j = 0; j < d; ++j) {
         double acc = 0;
         for (int p = 0; p < d; ++p) acc += s.Ainv[p * d + i] * s.W[p * d + j];
         s.T[i * d + j] = acc;
       }
-    for (int i = 0; i < d; ++i)
+    }
+    for (int i = 0; i < d; ++i) {
+      poll_row(vm, d, i);
       for (int j = 0; j < d; ++j) {
         double acc = 0;
         for (int p = 0; p < d; ++p) acc += s.T[i * d + p] * s.Ainv[p * d + j];
         s.G[i * d + j] = acc;
       }
+    }
     // the algorithm reads only the lower triangle: fold the symmetric gradient onto it
     for (int i = 0; i < d; ++i)
       for (int j = 0; j < d; ++j) {

@@ -12,7 +12,38 @@
 
 namespace ndvm {
 
-enum class Optimizer { Adam, LBFGS, GD };
+// The optimizer table, in the manner of the primitive table (prims.h): one line per optimizer of
+// fused calibration with
+//   id     its enum value (optimizers.cc: make_step_rule builds its StepRule)
+//   name   its name in ndvm.calibrate(optimizer=...)
+//   steps  the default budget, in evaluations of value and gradient per lane
+//   lr     the default learning rate (L-BFGS: the length of its first step)
+// The binding exports it (_native.OPTIMIZERS); ndvm/calibrate.py reads names and defaults from it.
+// clang-format off
+#define NDVM_OPTIMIZERS(X)        \
+  X(Adam,  "adam",  200,  0.05)   \
+  X(LBFGS, "lbfgs", 1000, 0.05)   \
+  X(GD,    "gd",    200,  0.05)
+// clang-format on
+
+enum class Optimizer {
+#define NDVM_OPTIMIZER_ENUM(id, name, steps, lr) id,
+  NDVM_OPTIMIZERS(NDVM_OPTIMIZER_ENUM)
+#undef NDVM_OPTIMIZER_ENUM
+};
+
+struct OptimizerInfo {
+  Optimizer id;
+  const char* name;
+  int default_steps;
+  double default_lr;
+};
+
+inline constexpr OptimizerInfo kOptimizers[] = {
+#define NDVM_OPTIMIZER_INFO(id, name, steps, lr) {Optimizer::id, name, steps, lr},
+    NDVM_OPTIMIZERS(NDVM_OPTIMIZER_INFO)
+#undef NDVM_OPTIMIZER_INFO
+};
 
 struct CalibSpec {
   Optimizer optimizer = Optimizer::Adam;

@@ -385,8 +385,16 @@ NDVM_PRIM_FN(vec_to_list) {
       static_cast<uint64_t>(v.rows) * vm.lanes_of(v) * (sizeof(Pair) + sizeof(Value) + sizeof(double));
   if (vm.bytes_in_use() + need > vm.limits().max_bytes) vm.memory_error(site, need);
   std::vector<Value> items(v.rows);
-  for (uint32_t i = 0; i < v.rows; ++i) items[i] = vm.slice(v, i, 0, 1, 1);
-  return list_from(vm, items.data(), items.size(), Value::make_nil());
+  for (uint32_t i = 0; i < v.rows; ++i) {
+    if ((i & 4095) == 0) vm.poll_clock(site);  // 10^7 elements take seconds: max_seconds stops them
+    items[i] = vm.slice(v, i, 0, 1, 1);
+  }
+  Value list = Value::make_nil();  // list_from, polling the clock: the first use of the heap is slow
+  for (size_t i = items.size(); i-- > 0;) {
+    if ((i & 4095) == 0) vm.poll_clock(site);
+    list = vm.cons(items[i], list);
+  }
+  return list;
 }
 NDVM_PRIM_FN(dot) {
   if (a[0].tag != T_NUM || a[0].rank != 1) vm.type_error(site, "a vector", a[0]);

@@ -13,6 +13,16 @@
 //              constraint that replaces a function of lone parameters: positive, unit, (between -1 1))
 //            IDX0, IDX1, IDX2: that argument is an integer count or index, not a model quantity
 //            REAL: exact integer arguments are made inexact before the call (arrays, linear algebra)
+//            TOTAL (numeric only): defined on every real argument, no domain edge or pole (+ * exp
+//              sin tanh abs ...; not / log sqrt tan asin expt): it can wrap any term
+//            PIECEWISE (numeric only): its value has kinks or jumps (abs min max clamp floor
+//              round modulo ...): a decision inside an expression
+//            SYNONYM: another name of the line before it (logistic = sigmoid, inexact, exact)
+//            LINALG: linear algebra: builds, combines or reduces whole vectors and matrices
+//            STRUCT: builds a list or vector from its elements, or takes one apart by position
+//              (the structures a model carries its state in)
+//            The proposers derive their operator sets and niche features from these
+//            (proposers/mutation.py, proposers/niches.py).
 //   fn       the function that computes it (prims.cc; one function may serve several lines and
 //            tell them apart by the id it is given). call_prim is generated from this column:
 //            a new primitive is its line here and its function (see docs/runtime.md).
@@ -22,124 +32,124 @@
 #include <cstdint>
 
 // clang-format off
-#define NDVM_PRIMS(X)                                                                            \
-  /* arithmetic (variadic, elementwise, broadcasting) and chained comparisons */                 \
-  X(ADD,              "+",              0,  -1, NUMERIC,    FOLD,             add_mul)           \
-  X(SUB,              "-",              1,  -1, NUMERIC,    FOLD,             sub_div)           \
-  X(MUL,              "*",              0,  -1, NUMERIC,    FOLD,             add_mul)           \
-  X(DIV,              "/",              1,  -1, NUMERIC,    FOLD,             sub_div)           \
-  X(NUM_EQ,           "=",              1,  -1, COMPARISON, 0,                compare)           \
-  X(LT,               "<",              1,  -1, COMPARISON, 0,                compare)           \
-  X(GT,               ">",              1,  -1, COMPARISON, 0,                compare)           \
-  X(LE,               "<=",             1,  -1, COMPARISON, 0,                compare)           \
-  X(GE,               ">=",             1,  -1, COMPARISON, 0,                compare)           \
-  X(MIN,              "min",            1,  -1, NUMERIC,    FOLD,             min_max)           \
-  X(MAX,              "max",            1,  -1, NUMERIC,    FOLD,             min_max)           \
-  X(CLAMP,            "clamp",          3,  3,  NUMERIC,    FOLD,             clamp)             \
-  /* elementwise unary math */                                                                   \
-  X(ABS,              "abs",            1,  1,  NUMERIC,    FOLD,             unary<O_ABS>)      \
-  X(FLOOR,            "floor",          1,  1,  NUMERIC,    0,                rounding)          \
-  X(CEILING,          "ceiling",        1,  1,  NUMERIC,    0,                rounding)          \
-  X(ROUND,            "round",          1,  1,  NUMERIC,    0,                rounding)          \
-  X(TRUNCATE,         "truncate",       1,  1,  NUMERIC,    0,                rounding)          \
-  X(EXP,              "exp",            1,  1,  NUMERIC,    FOLD | POSITIVE,  unary<O_EXP>)      \
-  X(LOG,              "log",            1,  2,  NUMERIC,    FOLD,             log)               \
-  X(SQRT,             "sqrt",           1,  1,  NUMERIC,    FOLD,             unary<O_SQRT>)     \
-  X(SIN,              "sin",            1,  1,  NUMERIC,    FOLD | PM1,       unary<O_SIN>)      \
-  X(COS,              "cos",            1,  1,  NUMERIC,    FOLD | PM1,       unary<O_COS>)      \
-  X(TAN,              "tan",            1,  1,  NUMERIC,    FOLD,             unary<O_TAN>)      \
-  X(ASIN,             "asin",           1,  1,  NUMERIC,    FOLD,             unary<O_ASIN>)     \
-  X(ACOS,             "acos",           1,  1,  NUMERIC,    FOLD,             unary<O_ACOS>)     \
-  X(ATAN,             "atan",           1,  2,  NUMERIC,    FOLD,             atan)              \
-  X(TANH,             "tanh",           1,  1,  NUMERIC,    FOLD | PM1,       unary<O_TANH>)     \
-  X(SQUARE,           "square",         1,  1,  NUMERIC,    FOLD,             unary<O_SQUARE>)   \
-  X(SIGMOID,          "sigmoid",        1,  1,  NUMERIC,    FOLD | UNIT,      unary<O_SIGMOID>)  \
-  X(LOGISTIC,         "logistic",       1,  1,  NUMERIC,    FOLD | UNIT,      unary<O_SIGMOID>)  \
-  X(SOFTPLUS,         "softplus",       1,  1,  NUMERIC,    FOLD | POSITIVE,  unary<O_SOFTPLUS>) \
-  X(EXPT,             "expt",           2,  2,  NUMERIC,    FOLD,             expt)              \
-  X(QUOTIENT,         "quotient",       2,  2,  NUMERIC,    0,                int_div)           \
-  X(REMAINDER,        "remainder",      2,  2,  NUMERIC,    0,                int_div)           \
-  X(MODULO,           "modulo",         2,  2,  NUMERIC,    0,                int_div)           \
-  X(EXACT_TO_INEXACT, "exact->inexact", 1,  1,  NUMERIC,    0,                inexact)           \
-  X(INEXACT,          "inexact",        1,  1,  NUMERIC,    0,                inexact)           \
-  X(INEXACT_TO_EXACT, "inexact->exact", 1,  1,  OTHER,      0,                exact)             \
-  X(EXACT,            "exact",          1,  1,  OTHER,      0,                exact)             \
-  /* predicates */                                                                               \
-  X(ZEROP,            "zero?",          1,  1,  COMPARISON, 0,                num_pred)          \
-  X(POSITIVEP,        "positive?",      1,  1,  COMPARISON, 0,                num_pred)          \
-  X(NEGATIVEP,        "negative?",      1,  1,  COMPARISON, 0,                num_pred)          \
-  X(EVENP,            "even?",          1,  1,  COMPARISON, 0,                num_pred)          \
-  X(ODDP,             "odd?",           1,  1,  COMPARISON, 0,                num_pred)          \
-  X(NUMBERP,          "number?",        1,  1,  PREDICATE,  0,                numberp)           \
-  X(INTEGERP,         "integer?",       1,  1,  PREDICATE,  0,                num_pred)          \
-  X(EXACTP,           "exact?",         1,  1,  PREDICATE,  0,                exactp)            \
-  X(INEXACTP,         "inexact?",       1,  1,  PREDICATE,  0,                inexactp)          \
-  X(BOOLEANP,         "boolean?",       1,  1,  PREDICATE,  0,                booleanp)          \
-  X(SYMBOLP,          "symbol?",        1,  1,  PREDICATE,  0,                symbolp)           \
-  X(PROCEDUREP,       "procedure?",     1,  1,  PREDICATE,  0,                procedurep)        \
-  X(NULLP,            "null?",          1,  1,  PREDICATE,  0,                nullp)             \
-  X(PAIRP,            "pair?",          1,  1,  PREDICATE,  0,                pairp)             \
-  X(LISTP,            "list?",          1,  1,  PREDICATE,  0,                listp)             \
-  X(NOT,              "not",            1,  1,  PREDICATE,  0,                not_)              \
-  X(EQP,              "eq?",            2,  2,  PREDICATE,  0,                eq)                \
-  X(EQVP,             "eqv?",           2,  2,  PREDICATE,  0,                eq)                \
-  X(EQUALP,           "equal?",         2,  2,  PREDICATE,  0,                eq)                \
-  /* pairs and lists */                                                                          \
-  X(CONS,             "cons",           2,  2,  OTHER,      0,                cons)              \
-  X(CAR,              "car",            1,  1,  OTHER,      0,                car)               \
-  X(CDR,              "cdr",            1,  1,  OTHER,      0,                cdr)               \
-  X(CAAR,             "caar",           1,  1,  OTHER,      0,                cxr)               \
-  X(CADR,             "cadr",           1,  1,  OTHER,      0,                cxr)               \
-  X(CDAR,             "cdar",           1,  1,  OTHER,      0,                cxr)               \
-  X(CDDR,             "cddr",           1,  1,  OTHER,      0,                cxr)               \
-  X(CADDR,            "caddr",          1,  1,  OTHER,      0,                cxr)               \
-  X(CDDDR,            "cdddr",          1,  1,  OTHER,      0,                cxr)               \
-  X(CADDDR,           "cadddr",         1,  1,  OTHER,      0,                cxr)               \
-  X(LIST,             "list",           0,  -1, OTHER,      0,                list)              \
-  X(LENGTH,           "length",         1,  1,  REDUCER,    0,                length)            \
-  X(LIST_REF,         "list-ref",       2,  2,  OTHER,      IDX1,             list_ref_tail)     \
-  X(LIST_TAIL,        "list-tail",      2,  2,  OTHER,      IDX1,             list_ref_tail)     \
-  X(APPEND,           "append",         0,  -1, OTHER,      0,                append)            \
-  X(REVERSE,          "reverse",        1,  1,  OTHER,      0,                reverse)           \
-  X(MAP,              "map",            2,  -1, OTHER,      0,                map)               \
-  X(FOR_EACH,         "for-each",       2,  -1, OTHER,      0,                map)               \
-  X(FILTER,           "filter",         2,  2,  OTHER,      0,                filter)            \
-  X(FOLD_LEFT,        "fold-left",      3,  3,  OTHER,      0,                fold)              \
-  X(FOLD_RIGHT,       "fold-right",     3,  3,  OTHER,      0,                fold)              \
-  X(REDUCE,           "reduce",         3,  3,  OTHER,      0,                fold)              \
-  X(APPLY,            "apply",          2,  -1, OTHER,      0,                apply)             \
-  X(ASSQ,             "assq",           2,  2,  OTHER,      0,                assoc_member)      \
-  X(ASSV,             "assv",           2,  2,  OTHER,      0,                assoc_member)      \
-  X(ASSOC,            "assoc",          2,  2,  OTHER,      0,                assoc_member)      \
-  X(MEMQ,             "memq",           2,  2,  OTHER,      0,                assoc_member)      \
-  X(MEMV,             "memv",           2,  2,  OTHER,      0,                assoc_member)      \
-  X(MEMBER,           "member",         2,  2,  OTHER,      0,                assoc_member)      \
-  X(ERROR,            "error",          1,  -1, OTHER,      0,                error)             \
-  /* vectors and matrices (dense, numeric) */                                                    \
-  X(VEC,              "vec",            1,  -1, OTHER,      0,                vec)               \
-  X(MAT,              "mat",            1,  -1, OTHER,      0,                mat)               \
-  X(REF,              "ref",            2,  3,  OTHER,      IDX1 | IDX2,      ref)               \
-  X(DOT,              "dot",            2,  2,  REDUCER,    REAL,             dot)               \
-  X(OUTER,            "outer",          2,  2,  OTHER,      REAL,             outer)             \
-  X(MATVEC,           "matvec",         2,  2,  OTHER,      REAL,             matmul)            \
-  X(MATMUL,           "matmul",         2,  2,  OTHER,      REAL,             matmul)            \
-  X(TRANSPOSE,        "transpose",      1,  1,  OTHER,      REAL,             transpose)         \
-  X(TRACE,            "trace",          1,  1,  REDUCER,    REAL,             square_matrix)     \
-  X(EYE,              "eye",            1,  1,  OTHER,      IDX0,             filled)            \
-  X(ZEROS,            "zeros",          1,  2,  OTHER,      IDX0 | IDX1,      filled)            \
-  X(ONES,             "ones",           1,  2,  OTHER,      IDX0 | IDX1,      filled)            \
-  X(VSUM,             "vsum",           1,  1,  REDUCER,    REAL,             sum_norm)          \
-  X(NORM,             "norm",           1,  1,  REDUCER,    REAL,             sum_norm)          \
-  X(INV,              "inv",            1,  1,  OTHER,      REAL,             square_matrix)     \
-  X(SOLVE,            "solve",          2,  2,  OTHER,      REAL,             solve)             \
-  X(DET,              "det",            1,  1,  REDUCER,    REAL,             square_matrix)     \
-  X(LOGDET,           "logdet",         1,  1,  REDUCER,    REAL,             square_matrix)     \
-  X(CHOLESKY,         "cholesky",       1,  1,  OTHER,      REAL,             square_matrix)     \
-  X(ROWS,             "rows",           1,  1,  REDUCER,    0,                shape)             \
-  X(COLS,             "cols",           1,  1,  REDUCER,    0,                shape)             \
-  X(SIZE,             "size",           1,  1,  REDUCER,    0,                shape)             \
-  X(VEC_TO_LIST,      "vec->list",      1,  1,  OTHER,      REAL,             vec_to_list)       \
-  X(LIST_TO_VEC,      "list->vec",      1,  1,  OTHER,      0,                list_to_vec)
+#define NDVM_PRIMS(X)                                                                                               \
+  /* arithmetic (variadic, elementwise, broadcasting) and chained comparisons */                                    \
+  X(ADD,               "+",                0,  -1,  NUMERIC,     FOLD | TOTAL,                   add_mul)           \
+  X(SUB,               "-",                1,  -1,  NUMERIC,     FOLD | TOTAL,                   sub_div)           \
+  X(MUL,               "*",                0,  -1,  NUMERIC,     FOLD | TOTAL,                   add_mul)           \
+  X(DIV,               "/",                1,  -1,  NUMERIC,     FOLD,                           sub_div)           \
+  X(NUM_EQ,            "=",                1,  -1,  COMPARISON,  0,                              compare)           \
+  X(LT,                "<",                1,  -1,  COMPARISON,  0,                              compare)           \
+  X(GT,                ">",                1,  -1,  COMPARISON,  0,                              compare)           \
+  X(LE,                "<=",               1,  -1,  COMPARISON,  0,                              compare)           \
+  X(GE,                ">=",               1,  -1,  COMPARISON,  0,                              compare)           \
+  X(MIN,               "min",              1,  -1,  NUMERIC,     FOLD | TOTAL | PIECEWISE,       min_max)           \
+  X(MAX,               "max",              1,  -1,  NUMERIC,     FOLD | TOTAL | PIECEWISE,       min_max)           \
+  X(CLAMP,             "clamp",            3,   3,  NUMERIC,     FOLD | TOTAL | PIECEWISE,       clamp)             \
+  /* elementwise unary math */                                                                                      \
+  X(ABS,               "abs",              1,   1,  NUMERIC,     FOLD | TOTAL | PIECEWISE,       unary<O_ABS>)      \
+  X(FLOOR,             "floor",            1,   1,  NUMERIC,     TOTAL | PIECEWISE,              rounding)          \
+  X(CEILING,           "ceiling",          1,   1,  NUMERIC,     TOTAL | PIECEWISE,              rounding)          \
+  X(ROUND,             "round",            1,   1,  NUMERIC,     TOTAL | PIECEWISE,              rounding)          \
+  X(TRUNCATE,          "truncate",         1,   1,  NUMERIC,     TOTAL | PIECEWISE,              rounding)          \
+  X(EXP,               "exp",              1,   1,  NUMERIC,     FOLD | POSITIVE | TOTAL,        unary<O_EXP>)      \
+  X(LOG,               "log",              1,   2,  NUMERIC,     FOLD,                           log)               \
+  X(SQRT,              "sqrt",             1,   1,  NUMERIC,     FOLD,                           unary<O_SQRT>)     \
+  X(SIN,               "sin",              1,   1,  NUMERIC,     FOLD | PM1 | TOTAL,             unary<O_SIN>)      \
+  X(COS,               "cos",              1,   1,  NUMERIC,     FOLD | PM1 | TOTAL,             unary<O_COS>)      \
+  X(TAN,               "tan",              1,   1,  NUMERIC,     FOLD,                           unary<O_TAN>)      \
+  X(ASIN,              "asin",             1,   1,  NUMERIC,     FOLD,                           unary<O_ASIN>)     \
+  X(ACOS,              "acos",             1,   1,  NUMERIC,     FOLD,                           unary<O_ACOS>)     \
+  X(ATAN,              "atan",             1,   2,  NUMERIC,     FOLD | TOTAL,                   atan)              \
+  X(TANH,              "tanh",             1,   1,  NUMERIC,     FOLD | PM1 | TOTAL,             unary<O_TANH>)     \
+  X(SQUARE,            "square",           1,   1,  NUMERIC,     FOLD | TOTAL,                   unary<O_SQUARE>)   \
+  X(SIGMOID,           "sigmoid",          1,   1,  NUMERIC,     FOLD | UNIT | TOTAL,            unary<O_SIGMOID>)  \
+  X(LOGISTIC,          "logistic",         1,   1,  NUMERIC,     FOLD | UNIT | TOTAL | SYNONYM,  unary<O_SIGMOID>)  \
+  X(SOFTPLUS,          "softplus",         1,   1,  NUMERIC,     FOLD | POSITIVE | TOTAL,        unary<O_SOFTPLUS>) \
+  X(EXPT,              "expt",             2,   2,  NUMERIC,     FOLD,                           expt)              \
+  X(QUOTIENT,          "quotient",         2,   2,  NUMERIC,     PIECEWISE,                      int_div)           \
+  X(REMAINDER,         "remainder",        2,   2,  NUMERIC,     PIECEWISE,                      int_div)           \
+  X(MODULO,            "modulo",           2,   2,  NUMERIC,     PIECEWISE,                      int_div)           \
+  X(EXACT_TO_INEXACT,  "exact->inexact",   1,   1,  NUMERIC,     0,                              inexact)           \
+  X(INEXACT,           "inexact",          1,   1,  NUMERIC,     SYNONYM,                        inexact)           \
+  X(INEXACT_TO_EXACT,  "inexact->exact",   1,   1,  OTHER,       0,                              exact)             \
+  X(EXACT,             "exact",            1,   1,  OTHER,       SYNONYM,                        exact)             \
+  /* predicates */                                                                                                  \
+  X(ZEROP,             "zero?",            1,   1,  COMPARISON,  0,                              num_pred)          \
+  X(POSITIVEP,         "positive?",        1,   1,  COMPARISON,  0,                              num_pred)          \
+  X(NEGATIVEP,         "negative?",        1,   1,  COMPARISON,  0,                              num_pred)          \
+  X(EVENP,             "even?",            1,   1,  COMPARISON,  0,                              num_pred)          \
+  X(ODDP,              "odd?",             1,   1,  COMPARISON,  0,                              num_pred)          \
+  X(NUMBERP,           "number?",          1,   1,  PREDICATE,   0,                              numberp)           \
+  X(INTEGERP,          "integer?",         1,   1,  PREDICATE,   0,                              num_pred)          \
+  X(EXACTP,            "exact?",           1,   1,  PREDICATE,   0,                              exactp)            \
+  X(INEXACTP,          "inexact?",         1,   1,  PREDICATE,   0,                              inexactp)          \
+  X(BOOLEANP,          "boolean?",         1,   1,  PREDICATE,   0,                              booleanp)          \
+  X(SYMBOLP,           "symbol?",          1,   1,  PREDICATE,   0,                              symbolp)           \
+  X(PROCEDUREP,        "procedure?",       1,   1,  PREDICATE,   0,                              procedurep)        \
+  X(NULLP,             "null?",            1,   1,  PREDICATE,   0,                              nullp)             \
+  X(PAIRP,             "pair?",            1,   1,  PREDICATE,   0,                              pairp)             \
+  X(LISTP,             "list?",            1,   1,  PREDICATE,   0,                              listp)             \
+  X(NOT,               "not",              1,   1,  PREDICATE,   0,                              not_)              \
+  X(EQP,               "eq?",              2,   2,  PREDICATE,   0,                              eq)                \
+  X(EQVP,              "eqv?",             2,   2,  PREDICATE,   0,                              eq)                \
+  X(EQUALP,            "equal?",           2,   2,  PREDICATE,   0,                              eq)                \
+  /* pairs and lists */                                                                                             \
+  X(CONS,              "cons",             2,   2,  OTHER,       STRUCT,                         cons)              \
+  X(CAR,               "car",              1,   1,  OTHER,       STRUCT,                         car)               \
+  X(CDR,               "cdr",              1,   1,  OTHER,       STRUCT,                         cdr)               \
+  X(CAAR,              "caar",             1,   1,  OTHER,       STRUCT,                         cxr)               \
+  X(CADR,              "cadr",             1,   1,  OTHER,       STRUCT,                         cxr)               \
+  X(CDAR,              "cdar",             1,   1,  OTHER,       STRUCT,                         cxr)               \
+  X(CDDR,              "cddr",             1,   1,  OTHER,       STRUCT,                         cxr)               \
+  X(CADDR,             "caddr",            1,   1,  OTHER,       STRUCT,                         cxr)               \
+  X(CDDDR,             "cdddr",            1,   1,  OTHER,       STRUCT,                         cxr)               \
+  X(CADDDR,            "cadddr",           1,   1,  OTHER,       STRUCT,                         cxr)               \
+  X(LIST,              "list",             0,  -1,  OTHER,       STRUCT,                         list)              \
+  X(LENGTH,            "length",           1,   1,  REDUCER,     0,                              length)            \
+  X(LIST_REF,          "list-ref",         2,   2,  OTHER,       IDX1 | STRUCT,                  list_ref_tail)     \
+  X(LIST_TAIL,         "list-tail",        2,   2,  OTHER,       IDX1 | STRUCT,                  list_ref_tail)     \
+  X(APPEND,            "append",           0,  -1,  OTHER,       STRUCT,                         append)            \
+  X(REVERSE,           "reverse",          1,   1,  OTHER,       0,                              reverse)           \
+  X(MAP,               "map",              2,  -1,  OTHER,       0,                              map)               \
+  X(FOR_EACH,          "for-each",         2,  -1,  OTHER,       0,                              map)               \
+  X(FILTER,            "filter",           2,   2,  OTHER,       0,                              filter)            \
+  X(FOLD_LEFT,         "fold-left",        3,   3,  OTHER,       0,                              fold)              \
+  X(FOLD_RIGHT,        "fold-right",       3,   3,  OTHER,       0,                              fold)              \
+  X(REDUCE,            "reduce",           3,   3,  OTHER,       0,                              fold)              \
+  X(APPLY,             "apply",            2,  -1,  OTHER,       0,                              apply)             \
+  X(ASSQ,              "assq",             2,   2,  OTHER,       0,                              assoc_member)      \
+  X(ASSV,              "assv",             2,   2,  OTHER,       0,                              assoc_member)      \
+  X(ASSOC,             "assoc",            2,   2,  OTHER,       0,                              assoc_member)      \
+  X(MEMQ,              "memq",             2,   2,  OTHER,       0,                              assoc_member)      \
+  X(MEMV,              "memv",             2,   2,  OTHER,       0,                              assoc_member)      \
+  X(MEMBER,            "member",           2,   2,  OTHER,       0,                              assoc_member)      \
+  X(ERROR,             "error",            1,  -1,  OTHER,       0,                              error)             \
+  /* vectors and matrices (dense, numeric) */                                                                       \
+  X(VEC,               "vec",              1,  -1,  OTHER,       STRUCT,                         vec)               \
+  X(MAT,               "mat",              1,  -1,  OTHER,       LINALG,                         mat)               \
+  X(REF,               "ref",              2,   3,  OTHER,       IDX1 | IDX2 | STRUCT,           ref)               \
+  X(DOT,               "dot",              2,   2,  REDUCER,     REAL | LINALG,                  dot)               \
+  X(OUTER,             "outer",            2,   2,  OTHER,       REAL | LINALG,                  outer)             \
+  X(MATVEC,            "matvec",           2,   2,  OTHER,       REAL | LINALG,                  matmul)            \
+  X(MATMUL,            "matmul",           2,   2,  OTHER,       REAL | LINALG,                  matmul)            \
+  X(TRANSPOSE,         "transpose",        1,   1,  OTHER,       REAL | LINALG,                  transpose)         \
+  X(TRACE,             "trace",            1,   1,  REDUCER,     REAL | LINALG,                  square_matrix)     \
+  X(EYE,               "eye",              1,   1,  OTHER,       IDX0 | LINALG,                  filled)            \
+  X(ZEROS,             "zeros",            1,   2,  OTHER,       IDX0 | IDX1 | LINALG,           filled)            \
+  X(ONES,              "ones",             1,   2,  OTHER,       IDX0 | IDX1 | LINALG,           filled)            \
+  X(VSUM,              "vsum",             1,   1,  REDUCER,     REAL | LINALG,                  sum_norm)          \
+  X(NORM,              "norm",             1,   1,  REDUCER,     REAL | LINALG,                  sum_norm)          \
+  X(INV,               "inv",              1,   1,  OTHER,       REAL | LINALG,                  square_matrix)     \
+  X(SOLVE,             "solve",            2,   2,  OTHER,       REAL | LINALG,                  solve)             \
+  X(DET,               "det",              1,   1,  REDUCER,     REAL | LINALG,                  square_matrix)     \
+  X(LOGDET,            "logdet",           1,   1,  REDUCER,     REAL | LINALG,                  square_matrix)     \
+  X(CHOLESKY,          "cholesky",         1,   1,  OTHER,       REAL | LINALG,                  square_matrix)     \
+  X(ROWS,              "rows",             1,   1,  REDUCER,     0,                              shape)             \
+  X(COLS,              "cols",             1,   1,  REDUCER,     0,                              shape)             \
+  X(SIZE,              "size",             1,   1,  REDUCER,     0,                              shape)             \
+  X(VEC_TO_LIST,       "vec->list",        1,   1,  OTHER,       REAL | STRUCT,                  vec_to_list)       \
+  X(LIST_TO_VEC,       "list->vec",        1,   1,  OTHER,       STRUCT,                         list_to_vec)
 // clang-format on
 
 // The tape-op table, in the same manner: one line per numeric operation that leaves a tape
@@ -319,6 +329,11 @@ enum : uint16_t {
   IDX1 = 1 << 5,
   IDX2 = 1 << 6,
   REAL = 1 << 7,
+  TOTAL = 1 << 8,
+  PIECEWISE = 1 << 9,
+  SYNONYM = 1 << 10,
+  LINALG = 1 << 11,
+  STRUCT = 1 << 12,
   RANGE = POSITIVE | UNIT | PM1,
   INDEX = IDX0 | IDX1 | IDX2,
 };
@@ -354,7 +369,10 @@ constexpr bool prim_table_consistent() {
   for (const PrimInfo& p : kPrims) {
     const int ranges = !!(p.flags & primflag::POSITIVE) + !!(p.flags & primflag::UNIT) + !!(p.flags & primflag::PM1);
     if (ranges > 1) return false;  // at most one range
-    if ((p.flags & (primflag::FOLD | primflag::RANGE)) && p.kind != PrimKind::NUMERIC) return false;
+    if ((p.flags & (primflag::FOLD | primflag::RANGE | primflag::TOTAL | primflag::PIECEWISE)) &&
+        p.kind != PrimKind::NUMERIC)
+      return false;
+    if ((p.flags & primflag::LINALG) && (p.flags & primflag::STRUCT)) return false;
     // an index argument is one the primitive takes
     const int most = p.max_args < 0 ? 3 : p.max_args;
     for (int k = 0; k < 3; ++k)
@@ -363,8 +381,8 @@ constexpr bool prim_table_consistent() {
   return true;
 }
 static_assert(prim_table_consistent(),
-              "NDVM_PRIMS: at most one range flag; FOLD and ranges only on NUMERIC primitives; IDXk only for an "
-              "argument k the primitive takes");
+              "NDVM_PRIMS: at most one range flag; FOLD, ranges, TOTAL and PIECEWISE only on NUMERIC primitives; "
+              "not both LINALG and STRUCT; IDXk only for an argument k the primitive takes");
 
 // -1 when `name` is not a primitive
 int find_prim(const char* name);

@@ -251,13 +251,31 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
 }
 
 namespace {
+// What converting a result has used: it counts against the evaluation's budgets, since a
+// 10^7-element list takes seconds and gigabytes as OutValues (then as Python objects).
+struct ConvertBudget {
+  VM& vm;
+  uint64_t max_bytes;
+  uint64_t bytes = 0, nodes = 0;
+  void charge(uint64_t more) {
+    bytes += more;
+    if (bytes > max_bytes)
+      limit_error("memory budget (max_bytes=" + std::to_string(max_bytes >> 20) +
+                  " MiB) exceeded while converting the result (" + std::to_string(nodes) +
+                  " values so far): return less data, or a vector rather than a list");
+    if ((++nodes & 4095) == 0) vm.poll_clock(nullptr);  // Limits.max_seconds covers the conversion
+  }
+};
+
 // Results share the nesting limit of programs (nesting.h): conversion recurses per level of
 // nesting (a list inside a list), never per element (the spine of a list is iterated).
-OutValue convert(VM& vm, const Value& v, int depth, const StackProbe& probe) {
+OutValue convert(ConvertBudget& budget, const Value& v, int depth, const StackProbe& probe) {
   if (depth > kMaxNesting)
     limit_error("the result is nested more than " + std::to_string(kMaxNesting) +
                 " levels deep (the nesting limit); return a flatter structure");
   probe.check("converting the result", 0, 0);
+  VM& vm = budget.vm;
+  budget.charge(sizeof(OutValue));
   OutValue o;
   switch (v.tag) {
     case T_INT:
@@ -287,6 +305,7 @@ OutValue convert(VM& vm, const Value& v, int depth, const StackProbe& probe) {
         o.arr.rank = v.rank;
         o.arr.rows = v.rows;
         o.arr.cols = v.cols();
+        budget.charge(sizeof(double) * v.numel());
         o.arr.data.assign(vm.data(v), vm.data(v) + v.numel());
       }
       break;
@@ -294,14 +313,14 @@ OutValue convert(VM& vm, const Value& v, int depth, const StackProbe& probe) {
       Value cur = v;
       while (cur.tag == T_PAIR) {
         const Pair* p = static_cast<const Pair*>(cur.ptr);
-        o.items.push_back(convert(vm, p->car, depth + 1, probe));
+        o.items.push_back(convert(budget, p->car, depth + 1, probe));
         cur = p->cdr;
       }
       if (cur.tag == T_NIL) {
         o.kind = OutValue::List;
       } else {  // improper: the elements, then the tail as the last item
         o.kind = OutValue::Pair_;
-        o.items.push_back(convert(vm, cur, depth + 1, probe));
+        o.items.push_back(convert(budget, cur, depth + 1, probe));
       }
       break;
     }
@@ -320,7 +339,8 @@ OutValue run_one(const Program& p, VM& vm, const double* theta, const Inputs& in
   vm.check_work();
   note_work(vm.work_used());
   const StackProbe probe;
-  return convert(vm, v, 0, probe);
+  ConvertBudget budget{vm, lim.max_bytes};
+  return convert(budget, v, 0, probe);
 }
 
 }  // namespace ndvm
