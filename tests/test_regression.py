@@ -261,3 +261,21 @@ def test_the_paired_test_of_a_large_test_split_resamples_a_seeded_sample_of_rows
     test = RegressionTask.paired_test(champion, reference, replicates=200)
     assert "50000 of the 120000 test rows" in test["test"]
     assert test["overall"]["high"] < 0  # the champion's errors are smaller: the interval excludes 0
+
+
+def test_positive_inputs_get_a_power_law_seed_and_adam_fits_are_polished_to_the_optimum(tmp_path):
+    from pipeline_bench.symreg_discovery import synthetic_problems
+
+    path = tmp_path / "gravity.csv"
+    pl.DataFrame(synthetic_problems()["gravity"]["train"]).write_csv(path)
+    task = make_task(datasets.load(path, x=["m1", "m2", "r"], y="F"))
+    power = task.seed_programs()[-1]
+    assert "(expt r a2)" in power
+    fit = task.fit(power, optimizer="adam", steps=100, restarts=8, lr=0.05)
+    # the law F = m1 m2 / r^2 (1% noise): exponents 1, 1, -2 to the third digit after the polish
+    assert [fit.params[k] for k in ("a0", "a1", "a2")] == pytest.approx([1.0, 1.0, -2.0], abs=0.01)
+    assert task.score(fit)["nmse"] < 5e-4
+    # a table with a negative input gets no power-law seed (expt of a negative base)
+    assert not any(
+        "expt" in s for s in make_task(datasets.load(table(tmp_path / "t.csv"), x=["x", "v"], y="y")).seed_programs()
+    )

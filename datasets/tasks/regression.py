@@ -53,7 +53,8 @@ VALIDATION_BLOCKS = 5
 SAMPLE_SEED = 0  # the training sample of a large table: the same rows in every run
 SCORE_ROWS_PER_FIT_ROW = 10  # validation rows scored per training row fitted (large tables)
 PAIRED_TEST_ROWS = 50_000  # test rows the report card's paired bootstrap resamples (large tables)
-REFIT_STEPS = 50  # L-BFGS steps of a finalist's refit on every training row
+REFIT_STEPS = 50
+POLISH_STEPS = 100  # L-BFGS steps polishing each candidate after the run's (Adam) calibration  # L-BFGS steps of a finalist's refit on every training row
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,14 @@ class LinearReference:
             parts.append(p if not term else f"(* {p} {' '.join(term)})")
         body = parts[0] if len(parts) == 1 else f"(+ {' '.join(parts)})"
         return f"{decls}\n{body}"
+
+
+def power_law_source(names: list[str]) -> str:
+    """``c * x1^a1 * x2^a2 ...`` with every exponent fitted (starting at 1): the form of many
+    physical laws (products and ratios of powers); a seed only where every input is positive."""
+    decls = ["(param c 1.0)"] + [f"(param a{i} 1.0)" for i in range(len(names))]
+    factors = " ".join(f"(expt {n} a{i})" for i, n in enumerate(names))
+    return "\n".join(decls) + f"\n(* c {factors})"
 
 
 def linear_terms(names: list[str]) -> tuple[tuple[str, ...], ...]:
@@ -263,6 +272,45 @@ class RegressionTask(CurveTask):
 
     def fit_target(self, group=None) -> np.ndarray:
         return self._fit_rows()[1]
+
+    # ------------------------------------------------------------------ fitting
+    def fit_batch(
+        self, programs: list[Any], sources: list[str], names: list[str], **calibrate_options
+    ) -> list[TaskFit]:
+        """The run's calibration (multi-start, by default Adam: it finds the basin), then each fitted
+        candidate polished by one L-BFGS lane from its best point (``POLISH_STEPS``): Adam's 100
+        steps leave the constants of a power law or a ratio visibly off their optimum (gravity's
+        ``c m1^a0 m2^a1 r^a2``: NMSE 0.0035 after Adam, 0.00023 polished: the noise floor). A
+        polish that does not lower the training loss is dropped. Skipped when the run already uses
+        L-BFGS."""
+        fits = super().fit_batch(programs, sources, names, **calibrate_options)
+        if calibrate_options.get("optimizer", "lbfgs") == "lbfgs":
+            return fits
+        ndvm = require_ndvm()
+        inputs, y = self._fit_rows()
+        for program, fit in zip(programs, fits):
+            if not fit.ok or not program.param_names:
+                continue
+            start = np.array([[float(fit.params[n]) for n in program.param_names]])
+            try:
+                polished = ndvm.calibrate(
+                    program,
+                    {k: v for k, v in inputs.items() if k in program.inputs},
+                    target=y,
+                    loss=self.loss,
+                    optimizer="lbfgs",
+                    steps=POLISH_STEPS,
+                    restarts=1,
+                    init=start,
+                    threads=calibrate_options.get("threads"),
+                )
+            except Exception:  # a polish is optional: the run's own fit stands
+                continue
+            if polished.error or not math.isfinite(polished.loss) or not polished.loss < fit.train_loss:
+                continue
+            fit.params, fit.train_loss, fit.fits = dict(polished.params), float(polished.loss), [polished]
+            self.attach_predictor(fit, program)
+        return fits
 
     # ------------------------------------------------------------------ programs
     def program_source(self, candidate: str) -> str:
@@ -453,7 +501,8 @@ class RegressionTask(CurveTask):
         return f"{kind} split: {how}; validation = {VALIDATION_BLOCKS} blocks of the validation rows"
 
     def seed_programs(self) -> list[str]:
-        """Linear in every input, the pairwise products, and the full quadratic."""
+        """Linear in every input, the pairwise products, the full quadratic, and where every input is
+        positive on the training rows a power law (``power_law_source``)."""
         names = self.input_names
         seeds = [
             LinearReference("linear", "", linear_terms(names)).source,
@@ -461,6 +510,8 @@ class RegressionTask(CurveTask):
         ]
         if len(names) > 1:
             seeds.append(LinearReference("quadratic", "", quadratic_terms(names)).source)
+        if all(lo > 0 for lo, _ in self._ranges().values()):
+            seeds.append(power_law_source(names))
         return list(dict.fromkeys(seeds))
 
     def data_card(self) -> str:
