@@ -12,6 +12,10 @@ train, the next ``validation_fraction`` validate (the search ranks by them), the
 the test part. ``test_cells`` are held out whole (Severson: batch 3 by default): their first
 ``train_fraction + validation_fraction`` cycles are ``test_fit`` (used at the end of a run to fit
 that cell's own parameters), the rest ``test``; the search never sees any of their rows.
+``validation_cells`` are held out whole from training the same way, for the search's validation:
+their first ``train_fraction + validation_fraction`` cycles are ``validation_fit`` (each candidate
+fits that cell's own parameters there), the rest ``validation`` (Severson: a fifth of batches 1-2 by
+default, spread evenly over the cell ids).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import polars as pl
 from . import cache
 from .catalog import registered
 from .errors import DataFormatError, DataNotFoundError, SplitError
-from .schema import TEST, TEST_FIT, TRAIN, VALIDATION, Column, Dataset
+from .schema import TEST, TEST_FIT, TRAIN, VALIDATION, VALIDATION_FIT, Column, Dataset
 
 DATA_ENV = "NDVM_BATTERY_DATA"  # path of a battery file used when none is given
 
@@ -163,6 +167,39 @@ def _select_cells(lf: pl.LazyFrame, cells) -> pl.LazyFrame:
     return lf.filter(_cell_filter(cells))
 
 
+def pick_validation_cells(cells: list[str], validation_cells) -> list[str]:
+    """The validation cells among ``cells`` (the cells left after the test cells): None, "" or
+    "none" for none; a fraction in (0, 1) (number or text) for that share of the cells, rounded (none
+    below half a cell), evenly spread over the sorted ids (deterministic); otherwise ids or prefixes
+    as ``cells=`` takes them."""
+    if validation_cells is None or (isinstance(validation_cells, str) and validation_cells.strip() in ("", "none")):
+        return []
+    fraction = None
+    if isinstance(validation_cells, (int, float)) and not isinstance(validation_cells, bool):
+        fraction = float(validation_cells)
+    elif isinstance(validation_cells, str):
+        try:
+            fraction = float(validation_cells)
+        except ValueError:
+            fraction = None
+    ordered = sorted(cells)
+    if fraction is not None:
+        if not 0.0 < fraction < 1.0:
+            raise SplitError(f"validation_cells as a fraction must be in (0, 1), got {validation_cells!r}")
+        n = round(fraction * len(ordered))  # below half a cell: none (a selection of a few cells)
+        if n == 0:
+            return []
+        if n >= len(ordered):
+            raise SplitError(f"validation_cells={validation_cells!r} leaves no training cell of {len(ordered)}")
+        # evenly spaced ranks, offset half a step so that neither end is always chosen
+        step = len(ordered) / n
+        return [ordered[int(step * (k + 0.5))] for k in range(n)]
+    chosen = pl.DataFrame({"cell_id": ordered}).filter(_cell_filter(validation_cells)).get_column("cell_id").to_list()
+    if not chosen:
+        raise SplitError(f"validation_cells={validation_cells!r} matches none of the training cells")
+    return chosen
+
+
 def check_fractions(train_fraction: float, validation_fraction: float) -> None:
     """Both fractions in (0, 1) and leaving a test part: a SplitError naming the bad value otherwise."""
     if not 0.0 < float(train_fraction) < 1.0:
@@ -186,6 +223,7 @@ def tidy_dataset(
     min_cycles: int = 20,
     cells=None,
     test_cells=None,
+    validation_cells=None,
     meta: dict | None = None,
 ) -> Dataset:
     """Clean, split per cell and add state of health.
@@ -229,11 +267,17 @@ def tidy_dataset(
         )
     )
     held = _cell_filter(test_cells) if test_cells is not None else pl.lit(False)
+    not_held = frame.filter(~held).get_column("cell_id").unique().to_list()
+    validating = pl.col("cell_id").is_in(pick_validation_cells(not_held, validation_cells))
     frame = frame.with_columns(
         pl.when(held & (pl.col("_i") < pl.col("_n_fit")))
         .then(pl.lit(TEST_FIT))
         .when(held)
         .then(pl.lit(TEST))
+        .when(validating & (pl.col("_i") < pl.col("_n_fit")))
+        .then(pl.lit(VALIDATION_FIT))
+        .when(validating)
+        .then(pl.lit(VALIDATION))
         .when(pl.col("_i") < pl.col("_n_train"))
         .then(pl.lit(TRAIN))
         .when(pl.col("_i") < pl.col("_n_fit"))
@@ -242,12 +286,19 @@ def tidy_dataset(
         .alias("split")
     )
     short_parts = (
-        frame.group_by("cell_id").agg((pl.col("split") == TEST).sum().alias("n_test")).filter(pl.col("n_test") == 0)
+        frame.group_by("cell_id")
+        .agg((pl.col("split") == TEST).sum().alias("n_test"), (pl.col("split") == VALIDATION_FIT).any().alias("_v"))
+        .filter((pl.col("n_test") == 0) & ~pl.col("_v"))  # a validation cell has no test rows
     )
     if short_parts.height:
         raise SplitError(
             f"{name}: cells {short_parts.get_column('cell_id').to_list()[:5]} have no test cycles left "
             f"with train_fraction={train_fraction}, validation_fraction={validation_fraction}"
+        )
+    if frame.filter(pl.col("split") == TRAIN).height == 0 and (test_cells is not None or validation_cells is not None):
+        raise SplitError(
+            f"{name}: test_cells={test_cells!r} and validation_cells={validation_cells!r} hold out every cell; "
+            "nothing is left to train on"
         )
     if test_cells is not None and frame.filter(pl.col("split") != TEST_FIT).filter(pl.col("split") != TEST).height == 0:
         raise SplitError(f"{name}: test_cells={test_cells!r} hold out every cell; nothing is left to train on")
@@ -274,6 +325,10 @@ def tidy_dataset(
         "train_fraction": train_fraction,
         "validation_fraction": validation_fraction,
         "test_cells": frame.filter(pl.col("split") == TEST_FIT)
+        .get_column("cell_id")
+        .unique(maintain_order=True)
+        .to_list(),
+        "validation_cells": frame.filter(pl.col("split") == VALIDATION_FIT)
         .get_column("cell_id")
         .unique(maintain_order=True)
         .to_list(),
@@ -315,6 +370,7 @@ def load_battery(
     format: str = "auto",
     cells=None,
     test_cells=None,
+    validation_cells=None,
     train_fraction: float = 0.5,
     validation_fraction: float = 0.2,
     soh_ref_cycles: int = 5,
@@ -329,7 +385,9 @@ def load_battery(
     string, ``"all"`` or prefixes like ``"b1*"``; NASA files default to the four classic cells
     B0005/6/7/18, Severson files to all three batches. ``test_cells`` (same syntax) are held out
     whole for the final test: Severson defaults to batch 3 (``"b3*"``), never used to train or
-    select; other files to none (``test_cells=""`` holds none out).
+    select; other files to none (``test_cells=""`` holds none out). ``validation_cells`` (ids,
+    prefixes or a fraction of the remaining cells) are held out whole for the search's validation:
+    Severson defaults to 0.2 (a fifth of batches 1-2), other files to none (``validation_cells=""``).
     """
     path = Path(path) if path is not None else _find_default_file(cache_dir)
     if not path.is_file():
@@ -346,6 +404,7 @@ def load_battery(
         lf = read_severson(path, drop_outliers=drop_outliers)
         cells = ("b1*", "b2*", "b3*") if cells is None else cells
         test_cells = "b3*" if test_cells is None else test_cells
+        validation_cells = 0.2 if validation_cells is None else validation_cells
         source = "Severson et al. 2019, Nature Energy (Toyota-MIT/MATR)"
         if drop_outliers and "qd_outlier_flag" in _scan(path).collect_schema().names():
             flagged = _select_cells(_scan(path), cells).filter(pl.col("qd_outlier_flag") == 1)
@@ -365,6 +424,7 @@ def load_battery(
         min_cycles=min_cycles,
         cells=cells,
         test_cells=test_cells,
+        validation_cells=validation_cells,
         meta={"format": fmt, "file": str(path), "source": source, **extra_meta},
     )
 
@@ -402,6 +462,7 @@ def load_battery_synthetic(
     validation_fraction: float = 0.2,
     soh_ref_cycles: int = 5,
     test_cells=None,
+    validation_cells=None,
 ) -> Dataset:
     """``battery-synthetic``: generated fade curves, for demos and tests only (not real data)."""
     frame = synthetic_frame(n_cells, n_cycles, seed, noise)
@@ -413,5 +474,6 @@ def load_battery_synthetic(
         soh_ref_cycles=soh_ref_cycles,
         min_cycles=1,
         test_cells=test_cells or None,
+        validation_cells=validation_cells or None,
         meta={"synthetic": True, "seed": seed, "source": "generated (synthetic, not measured)"},
     )

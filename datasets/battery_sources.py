@@ -513,7 +513,7 @@ def register_datasets() -> None:
     from .catalog import register
     from .schema import DatasetDefinition
 
-    split = "train_fraction, validation_fraction, test_cells, soh_ref_cycles, min_cycles"
+    split = "train_fraction, validation_fraction, test_cells, validation_cells, soh_ref_cycles, min_cycles"
     register(
         DatasetDefinition(
             name=NASA.dataset,

@@ -134,7 +134,7 @@ register(
         ),
         loader=battery.load_battery,
         default_task="curve",
-        notes=f"options: path=, format=auto|nasa|severson|tidy, cells=, test_cells=, train_fraction=0.5, validation_fraction=0.2, soh_ref_cycles=5; or ${battery.DATA_ENV}.",
+        notes=f"options: path=, format=auto|nasa|severson|tidy, cells=, test_cells=, validation_cells=, train_fraction=0.5, validation_fraction=0.2, soh_ref_cycles=5; or ${battery.DATA_ENV}.",
     )
 )
 
@@ -150,6 +150,6 @@ register(
         loader=battery.load_battery_synthetic,
         default_task="curve",
         synthetic=True,
-        notes="options: n_cells=6, n_cycles=400, seed=0, noise=0.002, train_fraction=0.5, validation_fraction=0.2, test_cells=.",
+        notes="options: n_cells=6, n_cycles=400, seed=0, noise=0.002, train_fraction=0.5, validation_fraction=0.2, test_cells=, validation_cells=.",
     )
 )

@@ -10,6 +10,9 @@ roles: the x column (time, cycle), the y column (the quantity modelled), an opti
 - ``"test_fit"``: only in whole held-out groups (Severson batch 3 cells): the early rows of a test
   group, used at the end of a run to fit that group's own parameters before its ``"test"`` rows
   are scored. Never used to train or select.
+- ``"validation_fit"``: only in whole validation groups (cells held out of training, Severson: a
+  fifth of batches 1-2): their early rows, on which the search fits each candidate's parameters for
+  that group before scoring its ``"validation"`` rows, the question the test asks of test groups.
 
 Every derived column (anomalies, state of health) is computed from the training rows (for a test
 group: its own first rows), so no held-out row influences anything a model is fitted on.
@@ -30,7 +33,8 @@ TRAIN = "train"
 VALIDATION = "validation"
 TEST = "test"
 TEST_FIT = "test_fit"
-SPLITS = (TRAIN, VALIDATION, TEST, TEST_FIT)
+VALIDATION_FIT = "validation_fit"
+SPLITS = (TRAIN, VALIDATION, TEST, TEST_FIT, VALIDATION_FIT)
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,15 @@ class Dataset:
         if self.group is None:
             return []
         held = self.frame.filter(pl.col("split") == TEST_FIT).get_column(self.group).unique(maintain_order=True)
+        return held.to_list()
+
+    @property
+    def validation_groups(self) -> list[str]:
+        """Groups held out whole for validation (their rows are only ``validation_fit`` and
+        ``validation``), in frame order."""
+        if self.group is None:
+            return []
+        held = self.frame.filter(pl.col("split") == VALIDATION_FIT).get_column(self.group).unique(maintain_order=True)
         return held.to_list()
 
     @property

@@ -206,13 +206,25 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             )
         order = np.argsort(x[seen], kind="stable")  # the task fits each group in x order
         settings = dict(spec.get("calibration") or {})
-        fit = ndvm.calibrate(
-            self._program,
-            {spec["input"]: x[seen][order]},
-            target=y[seen][order],
-            loss=spec.get("loss", "mse"),
-            **settings,
-        )
+        names = self._program.param_names
+        if self._program.shared_names:  # shared parameters keep the known groups' value: fit the others
+            known_row = next(iter(self._group_theta.values()))[0]
+            values = {n: float(known_row[names.index(n)]) for n in self._program.shared_names}
+            ((fit,),) = ndvm.calibrate_shared(
+                [self._program],
+                [({spec["input"]: x[seen][order]}, y[seen][order])],
+                loss=spec.get("loss", "mse"),
+                shared_values=[values],
+                **settings,
+            )
+        else:
+            fit = ndvm.calibrate(
+                self._program,
+                {spec["input"]: x[seen][order]},
+                target=y[seen][order],
+                loss=spec.get("loss", "mse"),
+                **settings,
+            )
         if fit.error:
             raise ValueError(f"calibrating the new {spec['column']} {group!r} failed: {fit.error}")
         return np.array([[float(fit.params[name]) for name in self._program.param_names]])

@@ -210,3 +210,92 @@ def test_battery_reference_programs_are_the_references_and_shared_laws():
     for _, source in task.reference_programs():
         assert source in task.seed_programs()
         assert task.fit(source, restarts=2, steps=200).ok
+
+
+# ---------------------------------------------------------------- validation cells (held out whole)
+
+
+def test_validation_cells_are_held_out_of_training_and_fitted_on_their_early_rows():
+    import polars as pl
+
+    import datasets
+    from datasets.schema import TRAIN, VALIDATION, VALIDATION_FIT
+    from datasets.tasks import make_task
+
+    ds = datasets.load("battery-synthetic", n_cells=10, n_cycles=200, validation_cells=0.2)
+    held = ds.validation_groups
+    assert len(held) == 2
+    rows = ds.frame.filter(pl.col("cell_id").is_in(held))
+    assert set(rows.get_column("split").unique().to_list()) == {VALIDATION_FIT, VALIDATION}
+    task = make_task(ds)
+    assert not set(held) & set(task.groups()) and task.validation_groups() == held
+    law = dict(task.reference_programs())["power-law-shared-exponent"]
+    fit = task.fit(law, restarts=4, steps=400)
+    assert fit.ok, fit.error
+    z = fit.params[task.groups()[0]]["z"]
+    for cell in held:
+        assert fit.params[cell]["z"] == z  # kept from the training cells' joint fit
+        x, y = task._xy(cell, VALIDATION_FIT)
+        mine = fit.params[cell]
+        assert float(np.mean((mine["a"] - mine["b"] * x ** mine["z"] - y) ** 2)) < 1e-3
+    scores = task.score(fit, "validation")
+    assert scores["n_blocks"] == 10 and set(scores["per_group"]) == set(task.groups()) | set(held)
+    assert scores["rmse_validation_groups"] == pytest.approx(
+        np.mean([scores["per_group"][c]["rmse"] for c in held]), rel=1e-12
+    )
+    # the training cells never saw the validation cells' rows: changing those rows changes no training fit
+    assert all(task._xy(c, TRAIN)[0].size == 0 for c in held)
+    # references are fitted on validation cells' early rows too, and restore keeps every group
+    ref_scores = task.score(task.fit_reference(task.reference_models()[2]), "validation")
+    assert ref_scores["n_blocks"] == 10 and np.isfinite(ref_scores["rmse"])
+    restored = task.restore_fit(law, task.flat_parameters(fit.params))
+    assert task.score(restored)["rmse"] == pytest.approx(scores["rmse"], rel=1e-12)
+
+
+def test_validation_cells_option_errors():
+    import datasets
+    from datasets.errors import SplitError
+
+    with pytest.raises(SplitError, match="fraction must be in"):
+        datasets.load("battery-synthetic", n_cells=4, validation_cells=1.5)
+    with pytest.raises(SplitError, match="matches none"):
+        datasets.load("battery-synthetic", n_cells=4, validation_cells="nosuchcell")
+    with pytest.raises(SplitError, match="leaves no training cell"):
+        datasets.load("battery-synthetic", n_cells=2, validation_cells=0.9)
+
+
+def test_logged_model_keeps_the_shared_values_for_a_new_cell(tmp_path):
+    """The MLflow model of a shared law calibrates a new cell's own parameters only."""
+    import json
+
+    import pandas as pd
+    from mlflow.pyfunc import PythonModelContext
+
+    from storage.pyfunc_model import NDVMProgramModel
+
+    known = {"a": 1.0, "b": 0.03, "z": 1.5}
+    groups = {
+        "column": "cell_id",
+        "x": "cycle",
+        "y": "soh",
+        "input": "x",
+        "x_scale": 100.0,
+        "loss": "mse",
+        "params": {"c0": known},
+        "calibration": {"restarts": 4, "steps": 500},
+    }
+    (tmp_path / "program.scm").write_text(POWER)
+    (tmp_path / "fit.json").write_text(json.dumps({"params": known, "groups": groups}))
+    model = NDVMProgramModel()
+    artifacts = {"program": str(tmp_path / "program.scm"), "fit": str(tmp_path / "fit.json")}
+    model.load_context(PythonModelContext(artifacts=artifacts, model_config=None))
+    cycle = np.arange(1, 121) * 3.0
+    x = cycle / 100.0  # what the model computes from the raw cycles
+    truth = 0.99 - 0.02 * x**2.0  # another exponent: a refitted z would move towards 2
+    soh = np.where(np.arange(x.size) < 60, truth, np.nan)
+    got = model.predict(None, pd.DataFrame({"cell_id": ["new"] * x.size, "cycle": cycle, "soh": soh}))
+    ((direct,),) = ndvm.calibrate_shared(
+        [POWER], [({"x": x[:60]}, truth[:60])], restarts=4, steps=500, shared_values=[{"z": 1.5}]
+    )
+    assert direct.params["z"] == 1.5
+    np.testing.assert_allclose(got, np.asarray(direct.predict({"x": x})), rtol=1e-12, atol=0)

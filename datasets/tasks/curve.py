@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..schema import TEST, TEST_FIT, TRAIN, VALIDATION, Dataset
+from ..schema import TEST, TEST_FIT, TRAIN, VALIDATION, VALIDATION_FIT, Dataset
 from . import runtime
 from .base import Errors, Task, TaskFit, format_number, least_squares_multistart
 from .errors import CandidateError, TaskError
@@ -213,11 +213,26 @@ class CurveTask(Task):
 
     # ------------------------------------------------------------------ data
     def groups(self) -> list[Any]:
-        """The groups the search fits and validates on (whole held-out test groups excluded)."""
+        """The training groups: the groups candidates are fitted on (whole held-out test and
+        validation groups excluded); they are scored on their own validation and test rows."""
         if not self.per_group:
             return [None]
-        held = set(self.dataset.test_groups)
+        held = set(self.dataset.test_groups) | set(self.dataset.validation_groups)
         return [g for g in self.dataset.groups if g not in held]
+
+    def validation_groups(self) -> list[Any]:
+        """Groups held out whole for validation: every candidate fits its own parameters for them
+        on their ``validation_fit`` rows (shared parameters kept from the training fit) and is
+        scored on their ``validation`` rows, as test groups are at the end."""
+        return list(self.dataset.validation_groups) if self.per_group else []
+
+    def _held_groups(self, split: str) -> tuple[list[Any], str]:
+        """The whole held-out groups scored on ``split`` and the part they are fitted on."""
+        if split == TEST:
+            return self.test_groups(), TEST_FIT
+        if split == VALIDATION:
+            return self.validation_groups(), VALIDATION_FIT
+        return [], TRAIN
 
     def test_groups(self) -> list[Any]:
         """Groups held out whole: fitted on their ``test_fit`` rows and scored at the end of a run only."""
@@ -322,6 +337,42 @@ class CurveTask(Task):
             return ndvm.calibrate_groups(programs, data, loss=self.loss, **calibrate_options)
         return ndvm.calibrate_shared(programs, data, loss=self.loss, **calibrate_options)
 
+    def fit_batch(
+        self, programs: list[Any], sources: list[str], names: list[str], **calibrate_options
+    ) -> list[TaskFit]:
+        """``Task.fit_batch`` on the training groups, then every fitted candidate's own parameters
+        for each whole validation group, fitted on its ``validation_fit`` rows (the training fit's
+        shared values kept), in one more native batch. A candidate that fails on a validation group
+        fails (its score is inf, the error names the group)."""
+        fits = super().fit_batch(programs, sources, names, **calibrate_options)
+        held = self.validation_groups()
+        ok = [k for k, fit in enumerate(fits) if fit.ok]
+        if not held or not ok:
+            return fits
+        ndvm = require_ndvm()
+        started = time.perf_counter()
+        first = self.groups()[0]
+        data = [({INPUT: x}, y) for x, y in (self._xy(group, VALIDATION_FIT) for group in held)]
+        shared = [{n: fits[k].params[first][n] for n in programs[k].shared_names} for k in ok]
+        results = ndvm.calibrate_shared(
+            [programs[k] for k in ok], data, loss=self.loss, shared_values=shared, **calibrate_options
+        )
+        seconds = (time.perf_counter() - started) / len(ok)
+        for k, per_group in zip(ok, results):
+            fit = fits[k]
+            errors = [
+                f"validation group {g}: {r.error or 'non-finite loss'}"
+                for g, r in zip(held, per_group)
+                if r.error or not np.isfinite(r.loss)
+            ]
+            if errors:
+                fit.error = "; ".join(errors)
+                continue
+            for group, result in zip(held, per_group):
+                fit.params[group] = dict(result.params)
+            fit.seconds += seconds
+        return fits
+
     def collect_params(self, groups: list[Any], fits: list[Any]) -> dict[Any, Any]:
         if self.per_group:
             return {g: dict(f.params) for g, f in zip(groups, fits)}
@@ -353,7 +404,7 @@ class CurveTask(Task):
         names = list(program.param_names)
         if self.per_group:
             params = {}
-            for group in self.groups():
+            for group in self.groups() + self.validation_groups():
                 missing = [n for n in names if f"{group}/{n}" not in parameters]
                 if missing:
                     raise TaskError(f"stored parameters of {name!r} lack {missing} for group {group}")
@@ -379,6 +430,11 @@ class CurveTask(Task):
 
     def split_label(self) -> str:
         held = f"; {len(self.test_groups())} whole groups held out for the test" if self.test_groups() else ""
+        if self.validation_groups():
+            held += (
+                f"; {len(self.validation_groups())} whole groups held out for validation "
+                "(fitted on their early rows, scored on the rest)"
+            )
         return "temporal per series: fit on the first rows, validation = the rows that follow" + held
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
@@ -515,8 +571,10 @@ class CurveTask(Task):
         training rows; with ``test_groups``, also every held-out group on its ``test_fit`` rows."""
         start = time.perf_counter()
         params, losses = {}, []
-        for group in self.groups() + (self.test_groups() if test_groups else []):
-            x, y = self._xy(group, TEST_FIT if group in self.test_groups() else TRAIN)
+        # whole held-out groups on their early rows: the test groups (test_groups) or the validation groups
+        held, held_part = self._held_groups(TEST if test_groups else VALIDATION)
+        for group in self.groups() + held:
+            x, y = self._xy(group, held_part if group in held else TRAIN)
             lower, upper = ref.bounds(x, y)
             try:
                 p, mse = least_squares_multistart(ref.func, x, y, ref.starts, lower, upper)
@@ -532,7 +590,8 @@ class CurveTask(Task):
                     n_params=len(ref.param_names),
                 )
             params[group] = dict(zip(ref.param_names, map(float, p)))
-            losses.append(mse)
+            if group not in held:  # the training loss is the training groups'
+                losses.append(mse)
 
         def predictor(group, inputs):
             p = params[group]
@@ -566,17 +625,14 @@ class CurveTask(Task):
         failed = {**base, "rmse": INF, "rmse_pooled": INF, "mae": INF, "train_rmse": INF, "per_group": {}}
         if not fit.ok:
             return {**failed, "error": fit.error}
-        held = self.test_groups() if split == TEST else []
+        held, held_part = self._held_groups(split)
         missing = [g for g in held if g not in fit.params]
         if missing:
-            return {
-                **failed,
-                "error": f"no parameters for the held-out test groups {missing[:5]} "
-                "(call fit_test_groups before scoring the test split)",
-            }
+            how = "call fit_test_groups before scoring the test split" if split == TEST else "fitted by fit_batch"
+            return {**failed, "error": f"no parameters for the held-out {split} groups {missing[:5]} ({how})"}
         per_group, sq, ab, count = {}, 0.0, 0.0, 0
         for group in self.groups() + held:
-            fit_part = TEST_FIT if group in held else TRAIN
+            fit_part = held_part if group in held else TRAIN
             y_split, y_fit = self.split_target(split, group), self.split_target(fit_part, group)
             try:
                 p_split, p_fit = self.predict(fit, group, split), self.predict(fit, group, fit_part)
@@ -609,14 +665,15 @@ class CurveTask(Task):
             out.update(self._primary_se([g["rmse"] for g in per_group.values()]))
         if held:
             out["rmse_seen_groups"] = float(np.mean([g["rmse"] for k, g in per_group.items() if k not in held]))
-            out["rmse_test_groups"] = float(np.mean([g["rmse"] for k, g in per_group.items() if k in held]))
+            out[f"rmse_{split}_groups"] = float(np.mean([g["rmse"] for k, g in per_group.items() if k in held]))
         return out
 
     @staticmethod
     def _primary_se(rmses: list[float]) -> dict[str, Any]:
         """``rmse_se``: the standard error of the mean over groups of the per-group RMSE (sample
         standard deviation / sqrt(n); groups are independent cells), with ``n_blocks`` = n groups
-        and each group's RMSE as ``rmse_block1..n`` (in the task's group order).
+        and each group's RMSE as ``rmse_block1..n`` (in the task's group order: training groups, then
+        validation groups).
         inf when any group's RMSE is not finite; nan with a single group."""
         values = np.asarray(rmses, dtype=float)
         n = int(values.size)
@@ -645,7 +702,7 @@ class CurveTask(Task):
     breakdown_key = "per_group"
 
     def _split_groups(self, split: str) -> list[Any]:
-        return self.groups() + (self.test_groups() if split == TEST else [])
+        return self.groups() + self._held_groups(split)[0]
 
     def _errors_of(self, fit: TaskFit, split: str) -> Errors:
         groups: dict[Any, np.ndarray] = {}
