@@ -762,6 +762,16 @@ def leaderboard_links(folder: str, host: str = "127.0.0.1", port: int = 5000) ->
     ]
 
 
+# What MLflow 3.17's UI shows besides the runs, and how to quiet it (README "A scientist's morning").
+UI_NOTE = (
+    "MLflow's telemetry is off for this server (DO_NOT_TRACK=true, MLFLOW_DISABLE_TELEMETRY=true: "
+    "flows/offline.env). Its start page is the GenAI view: the links above open the runs table; the "
+    "'GenAI | Model training' switch at the top left is kept by your browser once set to Model training. "
+    "MLflow 3.17 has no server setting for its 'MLflow Assistant' panel on the right: close it with its x; "
+    "'Exit shared view' above the table dismisses the shared-view notice."
+)
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     _quiet_environment()
     db = Path(args.folder).resolve() / "mlflow.db"
@@ -782,8 +792,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, terminate)
     print(f"MLflow UI: http://{args.host}:{args.port}  (store {db}; Ctrl-C stops it)", flush=True)
-    for line in leaderboard_links(args.folder, args.host, args.port):
+    links = leaderboard_links(args.folder, args.host, args.port)
+    if links:
+        print("open an experiment's leaderboard (the classic runs view, not MLflow's GenAI start page):", flush=True)
+    for line in links:
         print(line, flush=True)
+    print(UI_NOTE, flush=True)
     try:
         return process.wait()
     except KeyboardInterrupt:

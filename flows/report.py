@@ -345,6 +345,9 @@ def build_report(
         report["best_reference"] = best.name
         report["paired_test"] = test
         report["verdict_detail"] = kind.verdict(champion, best, test)  # the test's own figures
+        series = _test_series(task, split, champion, best)
+        if series is not None:
+            report["test_series"] = series
         report["versus_each_reference"] = [
             {"reference": r.name, **kind.paired_test(champion, r, replicates=replicates)["overall"]} for r in usable
         ]
@@ -380,6 +383,82 @@ def build_report(
         report["verdict"] = headline(report)
     report["best_model"] = best_model_note(report)
     return report
+
+
+def _test_series(task: Any, split: str, champion: Errors, best: Errors) -> dict[str, Any] | None:
+    """What the test-years plot draws (forecasts): for leads 1, 6 and the last, the target times,
+    the observations and the forecasts of the champion and of the best reference. None for other
+    kinds of task (curves: the per-group RMSE is in the card)."""
+    targets, origins = getattr(task, "targets", None), getattr(task, "origins", None)
+    if champion.kind != "forecast" or targets is None or origins is None:
+        return None
+    if champion.values is None or best.values is None:
+        return None
+    obs = np.asarray(targets(split), dtype=float)
+    starts = np.asarray(origins(split), dtype=int)
+    dataset = task.dataset
+    t = dataset.frame.sort(dataset.x).get_column(dataset.x).cast(pl.Float64).to_numpy()
+    leads = obs.shape[1]
+    panels = []
+    for k in sorted({1, min(6, leads), leads}):
+        index = starts + k  # lead k from origin o forecasts y[o + k]
+        valid = ~np.isnan(obs[:, k - 1]) & (index < t.size)
+        panels.append(
+            {
+                "lead": k,
+                "time": t[index[valid]].tolist(),
+                "observed": obs[valid, k - 1].tolist(),
+                "models": {
+                    "champion": (champion.values[valid, k - 1] + obs[valid, k - 1]).tolist(),
+                    f"{reference_label(best.name)} (best reference)": (
+                        best.values[valid, k - 1] + obs[valid, k - 1]
+                    ).tolist(),
+                },
+            }
+        )
+    return {"panels": panels, "time_label": dataset.x, "y_label": dataset.y}
+
+
+def report_plots(report: dict[str, Any], folder: Path) -> list[Path]:
+    """The card's plots as PNG files in ``folder``: the test years (observations, the champion and
+    the best reference, forecasts) and the champion's error per lead against every reference."""
+    from storage.plots import plot_per_lead, plot_test_years
+
+    out = []
+    if report.get("test_series"):
+        ts = report["test_series"]
+        out.append(
+            plot_test_years(
+                ts["panels"],
+                folder / "test_years.png",
+                time_label=ts["time_label"],
+                y_label=ts["y_label"],
+                title=f"{report['dataset']}: the test years, champion vs {reference_label(report['best_reference'])}",
+            )
+        )
+    per_lead = report.get("per_lead")
+    if isinstance(per_lead, dict) and "champion" in per_lead:
+        series = {("champion" if k == "champion" else reference_label(k)): v for k, v in per_lead.items()}
+        out.append(
+            plot_per_lead(
+                series,
+                folder / "rmse_per_lead.png",
+                metric="RMSE",
+                title=f"{report['dataset']}: RMSE per lead on the test years, champion vs every reference",
+            )
+        )
+    return out
+
+
+def formula_markdown(digest: str, formula: Any, source: str) -> str:
+    """``formula.md``: the formula as text and as LaTeX (a ``$$`` block), and the program."""
+    lines = [f"# Formula of `{digest}`", ""]
+    if formula.ok:
+        lines += ["```text", formula.text, "```", "", "$$", formula.latex, "$$", ""]
+    else:
+        lines += [f"(no formula: {formula.reason})", ""]
+    lines += ["```scheme", source.strip(), "```", ""]
+    return "\n".join(lines)
 
 
 def _stored_reference_scores(store: Any, run_id: str) -> dict[str, float | None]:
@@ -591,6 +670,7 @@ def log_report(tracker: Any, store: Any, run_id: str, report: dict[str, Any]) ->
     import tempfile
 
     from storage.formula import render
+    from storage.plots import plot_formula
 
     client, parent = tracker.client, tracker.parent_run_id
     with tempfile.TemporaryDirectory() as tmp:
@@ -602,17 +682,27 @@ def log_report(tracker: Any, store: Any, run_id: str, report: dict[str, Any]) ->
             client.set_tag(parent, "verdict", report["verdict"][:5000])
         logged = store.logged(run_id)
         champion = report["champion"]["hash"]
+        plots = Path(tmp, "plots")
+        plots.mkdir()
+        for path in report_plots(report, plots):
+            for run in {parent, logged.get(champion)} - {None}:
+                client.log_artifact(run, str(path), "plots")
         for digest, nested in logged.items():
             row = store.evaluation(run_id, digest)
             source = store.candidate(digest)["source"]
             plain = {k: v for k, v in row["parameters"].items() if "/" not in k}
             formula = render(source, plain)
             client.set_tag(nested, "formula", (formula.text if formula.ok else formula.reason)[:5000])
+            entry_dir = Path(tmp, digest)
+            entry_dir.mkdir()
             if formula.ok:
-                path = Path(tmp, digest, "formula.tex")
-                path.parent.mkdir()
+                path = entry_dir / "formula.tex"
                 path.write_text(formula.latex + "\n")
                 client.log_artifact(nested, str(path))
+                # previewable in the UI: the image and the Markdown (text, LaTeX, program)
+                client.log_artifact(nested, str(plot_formula(formula.text, entry_dir / "formula.png", title=digest)))
+            (entry_dir / "formula.md").write_text(formula_markdown(digest, formula, source))
+            client.log_artifact(nested, str(entry_dir / "formula.md"))
             if digest == champion:
                 from mlflow.entities import Metric
 

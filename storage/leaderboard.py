@@ -46,8 +46,9 @@ HASH_SHOWN = 16
 
 def _number_column(table: Table, header: str, values: list[str]) -> None:
     """A right-aligned column that rich may never cut: its width is at least its widest value
-    (the header wraps instead), so at 80 columns every score stays readable."""
-    table.add_column(header, justify="right", no_wrap=True, min_width=max([1, *(len(v) for v in values)]))
+    (the header wraps at its spaces, each word whole), so at 80 columns every score stays readable."""
+    widest = max([1, *(len(v) for v in values), *(len(word) for word in header.split())])
+    table.add_column(header, justify="right", min_width=widest)
 
 
 def _formulas(numbered: list[tuple[str, str, str]]) -> Table:

@@ -122,10 +122,91 @@ def plot_loss(history: Sequence[float], path: str | Path, title: str = "training
     return _save(fig, path)
 
 
+# ---- the report card's plots (flows/report.py logs them on the parent and the champion's run) ----
+def plot_test_years(
+    panels: Sequence[dict],
+    path: str | Path,
+    time_label: str = "time",
+    y_label: str = "value",
+    title: str = "test years",
+) -> Path:
+    """One panel per lead: the observations of the test years and each model's forecasts of them.
+
+    Each panel is ``{"lead": k, "time": [...], "observed": [...], "models": {label: [...]}}``; the
+    first model is drawn as the champion (black, thicker)."""
+    if not panels:
+        raise ValueError("test-years plot: no panel")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels)), sharex=True, squeeze=False)
+    colors = ["black", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        t = np.asarray(panel["time"], dtype=float)
+        ax.plot(t, np.asarray(panel["observed"], dtype=float), color="tab:blue", lw=1.0, label="observed")
+        for i, (label, values) in enumerate(panel["models"].items()):
+            v = np.asarray(values, dtype=float)
+            if v.shape != t.shape:
+                raise ValueError(f"test-years plot: {label} has {v.shape} values for {t.shape} times")
+            ax.plot(
+                t, v, color=colors[i % len(colors)], lw=1.6 if i == 0 else 1.1, ls="-" if i == 0 else "--", label=label
+            )
+        ax.set_ylabel(y_label)
+        ax.set_title(f"lead {panel['lead']}", fontsize=9, loc="left")
+        ax.legend(loc="best", fontsize=7)
+    axes[-1, 0].set_xlabel(time_label)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_per_lead(
+    per_lead: dict[str, Sequence[float]],
+    path: str | Path,
+    metric: str = "RMSE",
+    title: str = "",
+    champion: str = "champion",
+) -> Path:
+    """The champion's error per lead against every reference's (one line each)."""
+    if champion not in per_lead:
+        raise ValueError(f"per-lead plot: no {champion!r} series among {sorted(per_lead)}")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, values in per_lead.items():
+        v = np.asarray(values, dtype=float)
+        leads = np.arange(1, v.size + 1)
+        if label == champion:
+            ax.plot(leads, v, color="black", lw=2.2, marker="o", ms=4, label=label, zorder=3)
+        else:
+            ax.plot(leads, v, lw=1.1, marker=".", label=label)
+    ax.set_xlabel("lead")
+    ax.set_ylabel(f"{metric} on the test years")
+    ax.set_title(title or f"{metric} per lead: champion vs references")
+    ax.legend(loc="best", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_formula(text: str, path: str | Path, title: str = "formula") -> Path:
+    """The formula as an image, one definition per line (an artifact the MLflow UI previews)."""
+    lines = [part.strip() for part in text.split(";") if part.strip()] or ["(no formula)"]
+    width = max(len(line) for line in lines)
+    fig = plt.figure(figsize=(max(4.0, 0.11 * width + 0.6), 0.4 * len(lines) + 0.7))
+    fig.text(0.02, 0.98, title, fontsize=10, fontweight="bold", va="top")
+    for i, line in enumerate(lines):
+        fig.text(0.02, 0.98 - (i + 1.3) / (len(lines) + 1.6), line, fontsize=11, family="monospace", va="top")
+    return _save(fig, path)
+
+
 def is_png(path: str | Path) -> bool:
     """True when the file starts with the PNG signature."""
     with open(path, "rb") as handle:
         return handle.read(8) == PNG_SIGNATURE
 
 
-__all__ = ["FitPlot", "ForecastPlot", "plot_fit", "plot_forecast", "plot_loss", "is_png", "PNG_SIGNATURE"]
+__all__ = [
+    "FitPlot",
+    "ForecastPlot",
+    "plot_fit",
+    "plot_forecast",
+    "plot_loss",
+    "plot_test_years",
+    "plot_per_lead",
+    "plot_formula",
+    "is_png",
+    "PNG_SIGNATURE",
+]

@@ -324,7 +324,7 @@ def open_for_reading(store_path: str | Path) -> tuple[CandidateStore, str | None
     age = _dt.datetime.now().timestamp() - snap.stat().st_mtime
     note = (
         f"a run is writing to {store_path}: read from its snapshot {snap}, taken {age:.0f} s ago "
-        f"(refreshed every {SNAPSHOT_SECONDS:g} s while the store changes)"
+        f"(refreshed every {SNAPSHOT_SECONDS:g} s or more while the store changes)"
     )
     return store, note
 

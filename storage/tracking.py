@@ -277,6 +277,7 @@ class Tracker:
         crash, or by ``ndvm log``): a discovery run never gets two parent runs."""
         with self._lock:
             self.dataset, self.task = dataset, task
+            self.discovery_run_id = run_id  # each entry's nested run names it (tag ndvm.discovery_run)
             # the settings a pyfunc model calibrates a new group (battery cell) with, as the run did
             calibration = dict((config or {}).get("calibration") or {})
             self.calibration = {
@@ -416,6 +417,7 @@ class Tracker:
                 "ndvm.hash": entry.hash,
                 "ndvm.origin": entry.origin or "",
                 "ndvm.kind": "candidate",
+                "ndvm.discovery_run": getattr(self, "discovery_run_id", None) or "",
                 "origin": entry.origin or "",
                 "formula": formula[:_MAX_TAG],
             }
@@ -529,12 +531,14 @@ class Tracker:
         click away under "Columns")."""
         metric = status.metric
         view = {
-            "searchFilter": "tags.`ndvm.kind` = 'candidate'",
+            # the latest run's entries: each program once (the same program in two runs is two
+            # nested runs), each named with its discovery run; edit the run id in the filter box
+            # for another run, or delete that part for all of them
+            "searchFilter": f"tags.`ndvm.kind` = 'candidate' and tags.`ndvm.discovery_run` = '{status.run_id}'",
             "orderByKey": f"metrics.`heldout_{metric}`",
             "orderByAsc": not status.higher_is_better,
             "selectedColumns": [
-                "attributes.`Dataset`",
-                "attributes.`Models`",
+                "tags.`ndvm.discovery_run`",
                 f"metrics.`heldout_{metric}`",
                 f"metrics.`test_{metric}`",
                 "tags.`formula`",
@@ -649,7 +653,10 @@ class Tracker:
 
         The best entry must have been logged (``log_leaderboard``). Its version carries the tags
         ``ndvm.fingerprint`` (the store's dataset fingerprint, ``unknown`` when the run has none),
-        ``ndvm.validation_score``, ``ndvm.metric``, ``ndvm.run_id`` and ``ndvm.hash``. A champion on
+        ``ndvm.validation_score``, ``ndvm.metric``, ``ndvm.run_id`` and ``ndvm.hash``, and what the
+        end of the run logged before (``_version_card``): ``ndvm.formula``, ``ndvm.test_score``,
+        ``ndvm.best_reference``, ``ndvm.best_reference_test_score``, ``ndvm.verdict`` and a
+        description saying the same in words. A champion on
         another fingerprint scored another validation split: no comparison, the alias stays.
         Calling it again for the same run changes nothing.
 
@@ -736,8 +743,15 @@ class Tracker:
                 "ndvm.run_id": run_id,
                 "ndvm.hash": digest,
             }
+            card, description = self._version_card(store, run_id, digest, nested, status.metric, score)
+            tags.update(card)
             version = self.client.create_model_version(
-                name, source=model_uri, run_id=nested, tags=tags, model_id=model_uri.removeprefix("models:/")
+                name,
+                source=model_uri,
+                run_id=nested,
+                tags=tags,
+                model_id=model_uri.removeprefix("models:/"),
+                description=description,
             )
             if current is not None:
                 self.client.set_registered_model_alias(name, PREVIOUS, current.version)
@@ -755,6 +769,48 @@ class Tracker:
                     f"{score:.6g} beats version {current.version} ({held:.6g}), now {PREVIOUS}"
                 )
             return decision(True, reason, score)
+
+    def _version_card(
+        self, store: Any, run_id: str, digest: str, nested: str, metric: str, score: float
+    ) -> tuple[dict[str, str], str]:
+        """What a registered version says of itself (tags and description): the formula, the
+        validation and test scores, the best reference's test score and the verdict of the report
+        card (the end of the run logs them before it registers: the nested run's ``formula`` tag,
+        the store's test scores, the parent's ``verdict`` tag). Missing parts are left out."""
+        tags: dict[str, str] = {}
+        formula = self.client.get_run(nested).data.tags.get("formula")
+        if formula:
+            tags["ndvm.formula"] = formula[:_MAX_TAG]
+        test = best = None
+        try:
+            rows = list(store.test_scores(run_id).iter_rows(named=True))
+        except Exception:  # a store from before the test scores: the version says less
+            rows = []
+        for row in rows:
+            if row["status"] != "ok" or row["test_score"] is None:
+                continue
+            if row["entry_kind"] == "candidate" and row["entry"] == digest:
+                test = float(row["test_score"])
+            elif row["entry_kind"] == "reference" and (best is None or row["test_score"] < best[1]):
+                best = (row["entry"], float(row["test_score"]))
+        if test is not None:
+            tags["ndvm.test_score"] = repr(test)
+        if best is not None:
+            tags["ndvm.best_reference"] = best[0]
+            tags["ndvm.best_reference_test_score"] = repr(best[1])
+        verdict = None
+        if self.parent_run_id is not None:
+            verdict = self.client.get_run(self.parent_run_id).data.tags.get("verdict")
+        if verdict:
+            tags["ndvm.verdict"] = verdict[:_MAX_TAG]
+        parts = [verdict or "", f"Formula: {formula}" if formula else ""]
+        scores = f"Validation {metric} {score:.4f}"
+        if test is not None:
+            scores += f"; test {test:.4f}"
+        if best is not None:
+            scores += f"; best reference {best[0]} test {best[1]:.4f}"
+        parts.append(scores + f" (run {run_id}, program {digest}).")
+        return tags, "\n\n".join(p for p in parts if p)
 
     def _promote(self, name: str, version: Any, current: Any, run_id: str, score: float, decision: Any) -> Any:
         """Move ``champion`` to a version this run registered earlier; the former one becomes ``previous``."""

@@ -69,6 +69,34 @@ def page_text(browser: str, url: str, width: int = 1600) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
 
 
+def screenshot(browser: str, url: str, out, width: int = 1600):
+    """A PNG of the page as a 1600 x 1000 window shows it."""
+    with tempfile.TemporaryDirectory(prefix="ndvm-chromium-") as profile:
+        result = subprocess.run(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=20000",
+                f"--window-size={width},1000",
+                f"--screenshot={out}",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
 def test_mlflow_ui_shows_the_leaderboard_and_the_champion(enso_run, prefect_api):
     from mlflow.tracking import MlflowClient
 
@@ -95,7 +123,10 @@ def test_mlflow_ui_shows_the_leaderboard_and_the_champion(enso_run, prefect_api)
         assert f"{report['logged_entries']} matching runs" in runs_page
         assert report["best_hash"] in runs_page  # entries are named by their hash
         assert formula[:40] in runs_page and formula.startswith("state s")  # a forecast candidate's formula
-        assert f"enso ({report['dataset_fingerprint']}) training" in runs_page  # the Dataset column
+        assert " ndvm.discovery_run " in runs_page and " enso-e2e " in runs_page  # each entry's discovery run
+        # what a scientist sees at 1600 px (issue 30): the screenshot is kept for a person to look at
+        shot = screenshot(browser, base + leaderboard_path(experiment), folder / "leaderboard_1600.png")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
         # The parent run: its name, the leaderboard metric and the nested runs' names.
         run_page = page_text(browser, f"{base}#/experiments/{experiment}/runs/{parent}")
@@ -110,5 +141,17 @@ def test_mlflow_ui_shows_the_leaderboard_and_the_champion(enso_run, prefect_api)
         model_page = page_text(browser, f"{base}#/models/ndvm-enso-forecast")
         assert "Version 1" in model_page and "@ champion" in model_page, model_page[:2000]
         assert "ndvm.run_id : enso-e2e" in model_page and f"ndvm.hash : {report['best_hash']}" in model_page
+        # the version carries the formula, the test scores and the verdict (issue 30, part 4)
+        version_page = page_text(browser, f"{base}#/models/ndvm-enso-forecast/versions/1")
+        # (its description: the verdict in words, the formula, the scores; the first tags of its table)
+        for text in (
+            "The champion",
+            "Formula: ",
+            "; test ",
+            "; best reference ",
+            "ndvm.best_reference",
+            "ndvm.formula",
+        ):
+            assert text in version_page, (text, version_page[:3000])
     finally:
         stop_ui(proc)
