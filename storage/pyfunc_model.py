@@ -105,11 +105,7 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         """Forecasts at leads 1..``horizon`` after the last row of ``history`` (its one column,
         oldest first): a DataFrame with the columns ``lead`` and ``forecast``."""
         if self._forecast is None:
-            raise ValueError(
-                "params={'horizon': h} needs a forecast model with a forecasting program; this model predicts "
-                "per row (not a forecast model, or a forecast candidate that reads calendar or covariate inputs, "
-                "whose future values the model does not take yet)"
-            )
+            raise ValueError("params={'horizon': h} applies to forecast models only; this model predicts per row")
         if isinstance(horizon, bool) or int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon must be a whole number of steps >= 1, got {horizon!r}")
         column = self._forecast["input"]
@@ -127,6 +123,20 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             raise ValueError(f"the history column {column!r} {bad}: the forecast walks every value")
         theta = self._theta if self._theta.shape[1] else None
         inputs = {column: values, self._forecast["horizon_input"]: np.asarray(float(horizon))}
+        # a candidate that takes x: the covariates as observed, the calendar (1..period) extended
+        # past the history, step by step
+        needed = [n for n in [self._forecast.get("calendar"), *self._forecast.get("covariates", [])] if n]
+        absent = [n for n in needed if n not in history.columns]
+        if absent:
+            raise ValueError(f"this forecast model also reads the columns {absent} of the history (its x)")
+        for name in self._forecast.get("covariates", []):
+            inputs[name] = np.asarray(history[name], dtype=np.float64)
+        calendar = self._forecast.get("calendar")
+        if calendar:
+            seen = np.asarray(history[calendar], dtype=np.float64)
+            period = int(self._forecast["period"])
+            ahead = (seen[-1] - 1 + np.arange(1, horizon + 1)) % period + 1
+            inputs[calendar] = np.concatenate([seen, ahead])
         out = np.asarray(self._forecaster.evaluate(theta, inputs), dtype=np.float64).reshape(-1)
         return pd.DataFrame({"lead": np.arange(1, horizon + 1), "forecast": out})
 

@@ -16,6 +16,11 @@ if not hasattr(ndvm, "compile"):
 from datasets.tasks.forecast import AR2_SOURCE, SEASONAL_AR1_SOURCE  # noqa: E402
 
 CALIBRATION = {"optimizer": "lbfgs", "steps": 60, "restarts": 2, "seed": 0}
+# a candidate that takes x (the calendar month, (ref x 0)): its model reads the month column too
+MONTHLY_X_SOURCE = """(param a 0.9) (param b 0.05)
+(define (init) 0.0)
+(define (predict s) (* a s))
+(define (update s y x) (+ y (* b (cos (* 0.5235987755982988 (ref x 0))))))"""
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +35,7 @@ def logged(tmp_path_factory):
     tracker = Tracker(run_folder=tmp_path_factory.mktemp("fc") / "runs", experiment="ndvm-enso-forecast-test")
     tracker.start_run("fc-1", dataset="enso", task="forecast")
     out = {"dataset": dataset, "task": task}
-    for name, source in (("ar2", AR2_SOURCE), ("seasonal", SEASONAL_AR1_SOURCE)):
+    for name, source in (("ar2", AR2_SOURCE), ("seasonal", SEASONAL_AR1_SOURCE), ("monthly-x", MONTHLY_X_SOURCE)):
         fit = task.fit(source, **CALIBRATION)
         assert fit.ok, fit.error
         entry = LeaderboardEntry(
@@ -47,19 +52,25 @@ def logged(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name", ["ar2", "seasonal"])
+@pytest.mark.parametrize("name", ["ar2", "seasonal", "monthly-x"])
 def test_forecasts_at_leads_1_to_h_equal_the_task_driver(logged, name):
     task, (fit, model) = logged["task"], logged[name]
     column = logged["dataset"].y
     origins = task.origins("validation")
     want = task.forecasts(fit, "validation")  # [origin, lead]
+    x = name == "monthly-x"
+    assert task.takes_x(fit.source) == x
+
+    def past(end: int) -> pd.DataFrame:  # the history up to step end - 1, with x's columns when it reads x
+        return pd.DataFrame({column: task.y[:end], **(task.model_x_columns(end) if x else {})})
+
     for row in (0, len(origins) // 2, len(origins) - 1):
-        history = pd.DataFrame({column: task.y[: origins[row] + 1]})
+        history = past(origins[row] + 1)
         got = model.predict(history, params={"horizon": task.leads})
         assert list(got.columns) == ["lead", "forecast"] and got["lead"].tolist() == list(range(1, task.leads + 1))
         np.testing.assert_allclose(got["forecast"].to_numpy(), want[row], rtol=1e-12, atol=1e-14)
     # a shorter and a longer horizon: the same path, cut or continued
-    history = pd.DataFrame({column: task.y[: origins[-1] + 1]})
+    history = past(origins[-1] + 1)
     three = model.predict(history, params={"horizon": 3})["forecast"].to_numpy()
     np.testing.assert_allclose(three, want[-1][:3], rtol=1e-12, atol=1e-14)
     assert len(model.predict(history, params={"horizon": 24})) == 24

@@ -118,6 +118,23 @@ _FORECAST_MODEL = """
         (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-history t))))))
 (ndvm-model-forecast {column} {horizon})
 """
+# The same for a candidate that takes x: x of step j with the covariates observed at step i, as
+# the task's forecast driver passes it (an observation: i = j; a forecast step: i = the origin,
+# the history's last step); the calendar column reaches beyond the history (the model extends it).
+_FORECAST_MODEL_X = """
+;; ---- forecasts at leads 1..h after a history, with x (appended by ndvm discover for the pyfunc model) ----
+(define (ndvm-model-x j i) (vec {x}))
+(define (ndvm-model-forecast ndvm-model-history ndvm-model-h)
+  (let ndvm-model-walk ((t 0) (s (init)))
+    (if (= t (size ndvm-model-history))
+        (let ndvm-model-lead ((k 0) (s s) (acc '()))
+          (if (>= k ndvm-model-h)
+              (apply vec (reverse acc))
+              (let ((p (predict s)))
+                (ndvm-model-lead (+ k 1) (update s p (ndvm-model-x (+ t k) (- t 1))) (cons p acc)))))
+        (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-history t) (ndvm-model-x t t))))))
+(ndvm-model-forecast {column} {horizon})
+"""
 
 # Multi-step loss: from every ``stride``-th origin t in [burn, n), the forecast path over leads
 # 1..h (iterating the candidate's own update on its predictions), squared errors against
@@ -676,15 +693,38 @@ class ForecastTask(Task):
         """The pyfunc model's forecasting program (fit.json's ``forecast`` section, see
         storage/pyfunc_model.py): the history is the input ``column``, the horizon the scalar input
         ``MODEL_HORIZON_INPUT``; its value is the forecasts at leads 1..horizon. None for a
-        candidate that reads x (calendar, covariates): the future steps' x is not asked for yet."""
+        candidate that reads x (calendar, covariates) takes those columns too: the calendar (1..period)
+        is extended past the history by the model, the covariates are held at the last observed step
+        (as the task's forecasts hold them at the origin)."""
         ndvm = require_ndvm()
+        calendar, covariates = None, []
         if self.takes_x(candidate):
-            return None
-        source = candidate.rstrip() + "\n" + _FORECAST_MODEL.format(column=column, horizon=MODEL_HORIZON_INPUT)
+            names = list(self.model_x_columns(len(self.y)))
+            if self.inputs.calendar is not None and self.inputs.calendar_name is not None:
+                calendar, covariates = names[0], names[1:]
+            else:
+                covariates = names
+            x = ([f"(ref {calendar} j)"] if calendar else []) + [f"(ref {n} i)" for n in covariates]
+            source = (
+                candidate.rstrip()
+                + "\n"
+                + _FORECAST_MODEL_X.format(column=column, horizon=MODEL_HORIZON_INPUT, x=" ".join(x))
+            )
+        else:
+            source = candidate.rstrip() + "\n" + _FORECAST_MODEL.format(column=column, horizon=MODEL_HORIZON_INPUT)
+        expected = sorted([column, MODEL_HORIZON_INPUT, *([calendar] if calendar else []), *covariates])
         inputs = sorted(ndvm.compile(source).inputs)
-        if inputs != sorted([column, MODEL_HORIZON_INPUT]):
-            raise TaskError(f"the forecasting model of this candidate has inputs {inputs}, expected {column!r} only")
-        return {"program": source, "input": column, "horizon_input": MODEL_HORIZON_INPUT, "leads": self.leads}
+        if inputs != expected:
+            raise TaskError(f"the forecasting model of this candidate has inputs {inputs}, expected {expected}")
+        return {
+            "program": source,
+            "input": column,
+            "horizon_input": MODEL_HORIZON_INPUT,
+            "leads": self.leads,
+            "calendar": calendar,
+            "period": int(self.inputs.period) if calendar else None,
+            "covariates": covariates,
+        }
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
         """What MLflow logs for a leaderboard entry besides the store's row: the one-step plot over
