@@ -9,9 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -20,12 +17,12 @@ from typing import Any
 
 from flows.dask_worker import add_worker_command
 from flows.datasets_cli import register_datasets_command
-from flows.environment import OFFLINE_ENV, apply_offline_env, with_offline_env
+from flows.environment import OFFLINE_ENV, quiet_environment
+from flows.ui import cmd_ui
 
 DEFAULT_FOLDER = "runs"
 
 # Telemetry and network look-ups at start-up, off unless the user set them (flows/offline.env).
-# Kept under this name for flows/dask_worker.py.
 QUIET_ENV = OFFLINE_ENV
 
 # ---------------------------------------------------------------------------- failures: one line each
@@ -179,18 +176,7 @@ def preflight(command: str, args: argparse.Namespace, kwargs: dict[str, Any] | N
     return config
 
 
-def _quiet_environment(verbose: bool = False) -> None:
-    apply_offline_env()
-    # Prefect's temporary server keeps its sqlite database in PREFECT_HOME and cannot create the
-    # folder itself (the Makefile points it at runs/prefect, absent before the first run).
-    if os.environ.get("PREFECT_HOME"):
-        Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
-    if not verbose:
-        # The rich display shows progress; Prefect's per-task INFO lines would scroll it away.
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # mlflow sets its logger level at import
-        for name in ("mlflow", "alembic", "distributed", "LiteLLM", "httpx"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+_quiet_environment = quiet_environment  # (its old name here)
 
 
 def _console():
@@ -722,102 +708,6 @@ def _is_registered(name: str) -> bool:
     from datasets.registry import registered
 
     return registered(name) is not None
-
-
-def mlflow_server_command(folder: str, host: str, port: int) -> list[str]:
-    db = Path(folder).resolve() / "mlflow.db"
-    mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
-    return [
-        mlflow,
-        "server",
-        "--backend-store-uri",
-        f"sqlite:///{db}",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
-
-
-def leaderboard_links(folder: str, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
-    """One line per dataset-and-task experiment of the folder's MLflow store, linking its
-    leaderboard view: MLflow 3.17's UI opens on its GenAI pages unless the address says otherwise.
-    Read from the store directly (the server may still be starting); empty when it cannot be read."""
-    from mlflow.tracking import MlflowClient
-
-    from storage.tracking import leaderboard_path
-
-    db = Path(folder).resolve() / "mlflow.db"
-    try:
-        experiments = MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
-    except Exception as exc:  # the links are a convenience: the UI starts without them
-        print(f"ndvm ui: could not list the experiments of {db}: {exc}", file=sys.stderr)
-        return []
-    return [
-        f"  {e.name}: http://{host}:{port}/{leaderboard_path(e.experiment_id)}"
-        for e in sorted(experiments, key=lambda e: e.name)
-        if e.name.startswith("ndvm-")
-    ]
-
-
-# What MLflow 3.17's UI shows besides the runs, and how to quiet it (README "A scientist's morning").
-UI_NOTE = (
-    "MLflow's telemetry is off for this server (DO_NOT_TRACK=true, MLFLOW_DISABLE_TELEMETRY=true: "
-    "flows/offline.env). Its start page is the GenAI view: the links above open the runs table; the "
-    "'GenAI | Model training' switch at the top left is kept by your browser once set to Model training. "
-    "MLflow 3.17 has no server setting for its 'MLflow Assistant' panel on the right: close it with its x; "
-    "'Exit shared view' above the table dismisses the shared-view notice."
-)
-
-
-def cmd_ui(args: argparse.Namespace) -> int:
-    _quiet_environment()
-    db = Path(args.folder).resolve() / "mlflow.db"
-    if not db.is_file():
-        raise SystemExit(f"ndvm ui: no MLflow store at {db}; run `ndvm discover` first (or pass --folder)")
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(
-            f"ndvm ui: binding to {args.host}: anyone who can reach this machine can read the results", file=sys.stderr
-        )
-    command = mlflow_server_command(args.folder, args.host, args.port)
-    env = with_offline_env(os.environ)
-    # Its own process group: on Ctrl-C or SIGTERM (docker stop) the server and its uvicorn worker
-    # are stopped together, never orphaned.
-    process = subprocess.Popen(command, env=env, start_new_session=True)
-
-    def terminate(signum, frame):  # SIGTERM -> the same clean stop as Ctrl-C
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    print(f"MLflow UI: http://{args.host}:{args.port}  (store {db}; Ctrl-C stops it)", flush=True)
-    links = leaderboard_links(args.folder, args.host, args.port)
-    if links:
-        print("open an experiment's leaderboard (the classic runs view, not MLflow's GenAI start page):", flush=True)
-    for line in links:
-        print(line, flush=True)
-    print(UI_NOTE, flush=True)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        _stop_group(process)
-        return 0
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stop_group(process: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 # ---------------------------------------------------------------------------- registration

@@ -17,16 +17,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from flows.calibration import CalibrationOptions
+from flows.errors import DiscoveryError
 from flows.options import Option, OptionError, collect_options, nested_values, option, split_keywords
 from flows.problem import ProblemSpec
+from flows.proposer_registry import proposer_names
 from flows.runners import RunnerChoice
 
-PROPOSERS = ("auto", "mutation", "llm", "replay")
+PROPOSERS = ("auto", *proposer_names())  # the built-in ones (flows/proposer_registry.py), for --proposer
 LLM_MODEL_ENV = "NDVM_LLM_MODEL"
-
-
-class DiscoveryError(RuntimeError):
-    """A discovery run that cannot start or continue (bad configuration, unknown run to resume)."""
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -355,8 +353,8 @@ class DiscoverConfig:
 
 def resolve_proposer(proposer: str, model: str | None) -> tuple[str, str | None]:
     """``auto``: the LLM proposer when a model is given (``--model`` or $NDVM_LLM_MODEL), else mutation."""
-    if proposer not in PROPOSERS:
-        raise DiscoveryError(f"unknown proposer {proposer!r}; use one of {', '.join(PROPOSERS)}")
+    if proposer != "auto" and proposer not in proposer_names():  # (registered since the import too)
+        raise DiscoveryError(f"unknown proposer {proposer!r}; use one of {', '.join(('auto', *proposer_names()))}")
     model = model or os.environ.get(LLM_MODEL_ENV) or None
     if proposer == "auto":
         proposer = "llm" if model else "mutation"

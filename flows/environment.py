@@ -7,6 +7,7 @@ user has not (``os.environ.setdefault``): a user's explicit choice wins.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping, MutableMapping
@@ -50,3 +51,19 @@ def apply_offline_env(environ: MutableMapping[str, str] = os.environ) -> None:
 def with_offline_env(environ: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``environ`` with the offline variables it lacks added (for a subprocess)."""
     return {**OFFLINE_ENV, **environ}
+
+
+def quiet_environment(verbose: bool = False) -> None:
+    """The environment of a pipeline command: offline and quiet (flows/offline.env), Prefect's home
+    folder made, and (not ``verbose``) only warnings from Prefect, MLflow and their libraries."""
+    apply_offline_env()
+    # Prefect's temporary server keeps its sqlite database in PREFECT_HOME and cannot create the
+    # folder itself (the Makefile points it at runs/prefect, absent before the first run).
+    if os.environ.get("PREFECT_HOME"):
+        Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
+    if not verbose:
+        # The rich display shows progress; Prefect's per-task INFO lines would scroll it away.
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # mlflow sets its logger level at import
+        for name in ("mlflow", "alembic", "distributed", "LiteLLM", "httpx"):
+            logging.getLogger(name).setLevel(logging.WARNING)

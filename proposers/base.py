@@ -222,10 +222,33 @@ def write_jsonl(proposals: list[Proposal], path: str | Path, append: bool = True
     return len(proposals)
 
 
+@dataclass(frozen=True)
+class ProposerTraits:
+    """What the discovery pipeline needs to know of a proposer, declared by the proposer itself
+    (the pipeline never branches on a proposer's name; flows/stages/propose.py reads these).
+
+    - ``offline``: no network and no cost per request; a round takes a fraction of a second, so
+      the pipeline makes one request at a time of ``round_size`` programs and lets one task run
+      make several rounds (instead of ``--concurrency`` requests of ``--per-request`` programs).
+    - ``round_size``: programs per round of an offline proposer.
+    - ``wants_residuals``: its context carries where the run's best fails on validation
+      (``ProposalContext.residuals``), which costs a store query and a task call per round.
+    - ``names_duplicates``: its context names the duplicates it proposed (``ProposalContext.duplicates``),
+      not only their rate.
+    """
+
+    offline: bool = False
+    round_size: int = 16
+    wants_residuals: bool = False
+    names_duplicates: bool = False
+
+
 class Proposer:
-    """Base class. Subclasses implement ``propose`` or ``apropose`` (or both)."""
+    """Base class. Subclasses implement ``propose`` or ``apropose`` (or both), and declare their
+    ``traits`` (``ProposerTraits``)."""
 
     name = "proposer"
+    traits = ProposerTraits()
 
     def __init__(self) -> None:
         self.failures: list[Failure] = []
@@ -284,6 +307,7 @@ __all__ = [
     "Origin",
     "Proposal",
     "Proposer",
+    "ProposerTraits",
     "load_prompt",
     "PROMPTS_DIR",
     "proposal_record",

@@ -46,6 +46,7 @@ from .base import (  # noqa: E402
     Proposal,
     ProposalContext,
     Proposer,
+    ProposerTraits,
     TaskSpec,
     load_prompt,
 )
@@ -395,6 +396,8 @@ class LLMProposer(Proposer):
     """
 
     name = "llm"
+    # the prompt names the duplicates and shows where the best fails (proposers/prompts/)
+    traits = ProposerTraits(wants_residuals=True, names_duplicates=True)
 
     def __init__(
         self,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from ndvm.language import PRIMITIVE_INFO
 
-from .base import Failure, Origin, Proposal, ProposalContext, Proposer
+from .base import Failure, Origin, Proposal, ProposalContext, Proposer, ProposerTraits
 from .language import NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, analyze, static_problems, structure_key
 from .niches import NicheArchive, rank_weights
 from .sexpr import Node, SexprError, Sym, copy_node, count_nodes, read_all, symbols_in, to_source
@@ -207,6 +207,7 @@ class MutationProposer(Proposer):
     """
 
     name = "mutation"
+    traits = ProposerTraits(offline=True, round_size=16)
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .base import Failure, Origin, Proposal, ProposalContext, Proposer
+from .base import Failure, Origin, Proposal, ProposalContext, Proposer, ProposerTraits
 from .sexpr import SexprError, format_number, read_all
 from .validate import Validation, require_compile, validate_source
 
@@ -53,6 +53,7 @@ class ReplayProposer(Proposer):
     """
 
     name = "replay"
+    traits = ProposerTraits(offline=True, round_size=16)
 
     def __init__(
         self,

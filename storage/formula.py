@@ -311,30 +311,64 @@ def _fmt(sp, expr: Any, values: dict | None, digits: int) -> tuple[str, str]:
     return sp.sstr(expr, full_prec=False), sp.latex(expr)
 
 
-def render(source: str, params: dict[str, float] | None = None, digits: int = 4) -> Formula:
-    """The formula of ``source`` (see the module docstring); ``params`` are the fitted values."""
-    from ndvm.errors import ParseError
+def _read_program(source: str, params: dict[str, float] | None) -> tuple[Any, _Renderer, dict, dict, Any]:
+    """(sympy, renderer, top-level environment, parameter symbol -> fitted value, the final
+    expression or None) of ``source``: its parameters become symbols, its definitions are bound."""
     from ndvm.language import Symbol as Sym
     from ndvm.language import read
 
+    sp = _sympy()
+    forms = read(source)
+    decls = [f for f in forms if isinstance(f, list) and f and isinstance(f[0], Sym) and f[0] == "param"]
+    names = [str(f[1]) for f in decls]
+    r = _Renderer(names)
+    env: dict[str, Any] = {n: r.symbol(n) for n in names}
+    values = {r.symbol(n): sp.Float(params[n]) for n in names if params and n in params}
+    top_env = dict(env)
+    last = None
+    for form in (f for f in forms if f not in decls):
+        if r.is_define(form):
+            r.define(form, top_env)
+        else:
+            last = form
+    return sp, r, top_env, values, last
+
+
+def _is_forecast(top_env: dict, last: Any) -> bool:
+    defined = {k for k, v in top_env.items() if isinstance(v, _Fn)}
+    return last is None and all(fn in defined for fn in FORECAST_FUNCTIONS)
+
+
+def expressions(source: str, params: dict[str, float] | None = None) -> dict[str, Any]:
+    """``source`` as sympy expressions, the fitted ``params`` substituted (not rounded): ``{"y":
+    expr}`` for a curve or a table's model, ``{"init", "predict", "update"}`` for a forecast
+    candidate (its state ``s`` or ``s_0, s_1, ...``, the observation ``y``, what is observed with
+    it ``x_0, x_1, ...``; a list state is a tuple). Raises ``NotRenderable`` (or the reader's ``ParseError``) where ``render`` says why not."""
+    sp, r, top_env, values, last = _read_program(source, params)
+
+    def fitted(expr: Any) -> Any:
+        if isinstance(expr, tuple):
+            return tuple(fitted(e) for e in expr)
+        return expr.xreplace(values) if values and hasattr(expr, "xreplace") else expr
+
+    if _is_forecast(top_env, last):
+        init, predict, update = _forecast_parts(r, sp, top_env)
+        return {"init": fitted(init), "predict": fitted(predict), "update": fitted(update)}
+    if last is None:
+        raise NotRenderable("no final expression and no init/predict/update functions")
+    expr = r.ev(last, top_env)
+    if isinstance(expr, tuple):
+        raise NotRenderable("a list or vector result")
+    return {"y": fitted(expr)}
+
+
+def render(source: str, params: dict[str, float] | None = None, digits: int = 4) -> Formula:
+    """The formula of ``source`` (see the module docstring); ``params`` are the fitted values."""
+    from ndvm.errors import ParseError
+
     try:
-        sp = _sympy()
-        forms = read(source)
-        decls = [f for f in forms if isinstance(f, list) and f and isinstance(f[0], Sym) and f[0] == "param"]
-        names = [str(f[1]) for f in decls]
-        r = _Renderer(names)
-        env: dict[str, Any] = {n: r.symbol(n) for n in names}
-        values = {r.symbol(n): sp.Float(params[n]) for n in names if params and n in params}
-        body = [f for f in forms if f not in decls]
-        top_env = dict(env)
-        last = None
-        for form in body:
-            if r.is_define(form):
-                r.define(form, top_env)
-            else:
-                last = form
-        defined = {k for k, v in top_env.items() if isinstance(v, _Fn)}
-        if last is None and all(fn in defined for fn in FORECAST_FUNCTIONS):
+        sp, r, top_env, values, last = _read_program(source, params)
+        if _is_forecast(top_env, last):
             return _render_forecast(r, sp, top_env, values, digits)
         if last is None:
             raise NotRenderable("no final expression and no init/predict/update functions")
@@ -350,14 +384,13 @@ def render(source: str, params: dict[str, float] | None = None, digits: int = 4)
         return Formula(False, reason=f"not rendered as a formula: {type(exc).__name__}: {exc}")
 
 
-def _render_forecast(r: _Renderer, sp, env: dict, values: dict, digits: int) -> Formula:
+def _forecast_parts(r: _Renderer, sp, env: dict) -> tuple[Any, Any, Any]:
+    """(init, predict(s), update(s, y)) of a forecast candidate, over the state symbols."""
     init = r.call(env["init"], [])
     if isinstance(init, tuple):
         state = tuple(sp.Symbol(f"s_{i}", real=True) for i in range(len(init)))
-        state_text = "s = (" + ", ".join(f"s_{i}" for i in range(len(init))) + ")"
     else:
         state = sp.Symbol("s", real=True)
-        state_text = "s"
     y = sp.Symbol("y", real=True)
     predict = r.call(env["predict"], [state])
     # (update s y x): x is the forecast task's vec of what is observed with y (calendar position,
@@ -370,6 +403,16 @@ def _render_forecast(r: _Renderer, sp, env: dict, values: dict, digits: int) -> 
         raise NotRenderable("predict returns a list")
     if isinstance(update, tuple) != isinstance(init, tuple) or (isinstance(update, tuple) and len(update) != len(init)):
         raise NotRenderable("update returns a state of another shape than init")
+    return init, predict, update
+
+
+def _render_forecast(r: _Renderer, sp, env: dict, values: dict, digits: int) -> Formula:
+    init, predict, update = _forecast_parts(r, sp, env)
+    takes_x = len(env["update"].formals) == 3
+    if isinstance(init, tuple):
+        state_text = "s = (" + ", ".join(f"s_{i}" for i in range(len(init))) + ")"
+    else:
+        state_text = "s"
 
     def fmt(expr):
         if isinstance(expr, tuple):
@@ -396,4 +439,4 @@ def _render_forecast(r: _Renderer, sp, env: dict, values: dict, digits: int) -> 
     return Formula(True, text, latex, symbolic)
 
 
-__all__ = ["render", "Formula", "NotRenderable"]
+__all__ = ["expressions", "render", "Formula", "NotRenderable"]

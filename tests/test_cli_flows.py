@@ -260,7 +260,7 @@ def test_the_run_summary_names_the_registry_decision_and_links_the_leaderboard_v
 
 
 def test_ndvm_ui_links_each_experiments_leaderboard_view(enso_run):
-    from flows.cli import leaderboard_links
+    from flows.ui import leaderboard_links
 
     report, folder = enso_run
     lines = leaderboard_links(str(folder), "127.0.0.1", 5055)

@@ -476,9 +476,10 @@ def test_a_proposal_round_waits_for_the_results_back_from_a_worker_to_be_recorde
     RECORD_WAIT_SECONDS when they never are."""
     import threading
 
-    from flows.discover import RECORD_WAIT_SECONDS, Discovery
+    from flows.discover import RECORD_WAIT_SECONDS
+    from flows.stages.score import ScoreStage
 
-    run = Discovery.__new__(Discovery)  # only the hand-off between recording and proposing
+    run = ScoreStage.__new__(ScoreStage)  # only the hand-off between recording and proposing
     run.recorded, run.results_in_transit, run.finished = threading.Condition(), 32, threading.Event()
 
     def record() -> None:
@@ -490,11 +491,11 @@ def test_a_proposal_round_waits_for_the_results_back_from_a_worker_to_be_recorde
     recorder = threading.Thread(target=record)
     started = time.monotonic()
     recorder.start()
-    run._await_recorded()
+    run.await_recorded()
     waited = time.monotonic() - started
     recorder.join()
     assert run.results_in_transit == 0 and 0.3 <= waited < RECORD_WAIT_SECONDS
     run.results_in_transit = 5  # never recorded (a batch released at the deadline): bounded
     started = time.monotonic()
-    run._await_recorded()
+    run.await_recorded()
     assert RECORD_WAIT_SECONDS <= time.monotonic() - started < RECORD_WAIT_SECONDS + 1.0

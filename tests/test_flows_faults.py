@@ -248,7 +248,7 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
     discovery = Discovery(config, Budget(minutes=1.0), run_id="down-run")
     # Without validation, so the unstorable proposal reaches the store (the validating replay
     # proposer would reject it itself).
-    discovery.proposer = ReplayProposer(str(path), validate=False)
+    discovery.propose.proposer = ReplayProposer(str(path), validate=False)
     try:
         report = discovery.run().to_dict()
     finally:

@@ -326,7 +326,8 @@ def test_a_reply_whose_recording_fails_is_kept_and_not_requested_again(prefect_a
     # Recording the first reply fails after the request succeeded (a paid LLM request): Prefect must
     # not retry the propose task (a retry would send the request again); the reply's proposals go
     # to a replay file in the run folder; the run goes on.
-    from flows.discover import Discovery, discover
+    from flows.discover import discover
+    from flows.stages.admit import AdmitStage
     from proposers import MutationProposer
     from proposers.replay import ReplayProposer
 
@@ -337,7 +338,7 @@ def test_a_reply_whose_recording_fails_is_kept_and_not_requested_again(prefect_a
         requests.append(n)
         return await real_apropose(self, context, n)
 
-    real_dedup = Discovery.deduplicate
+    real_dedup = AdmitStage.deduplicate
     broken = []
 
     def dedup_fails_once(self, proposals):
@@ -347,7 +348,7 @@ def test_a_reply_whose_recording_fails_is_kept_and_not_requested_again(prefect_a
         return real_dedup(self, proposals)
 
     monkeypatch.setattr(MutationProposer, "apropose", counted)
-    monkeypatch.setattr(Discovery, "deduplicate", dedup_fails_once)
+    monkeypatch.setattr(AdmitStage, "deduplicate", dedup_fails_once)
     state = discover(
         task="enso",
         proposer="mutation",

@@ -391,7 +391,7 @@ def test_the_llm_proposers_first_prompt_shows_the_library_programs(nights, tmp_p
     )  # the nights' fit settings
     discovery = Discovery(config, Budget(minutes=None, max_candidates=1))
     try:
-        context = discovery._context()
+        context = discovery.propose.context()
         seeds = discovery.library.seeds
     finally:
         discovery.close()
