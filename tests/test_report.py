@@ -71,7 +71,10 @@ def test_enso_run_ends_with_a_report_card(enso_run):
         assert ref["test_score"] == pytest.approx(scores[("reference", ref["name"])]["test_score"], rel=1e-9)
     assert card["best_reference"] == min(card["references"], key=lambda r: r["test_score"])["name"]
     front = card["pareto_front"]
-    assert front and sum(e["recommended"] for e in front) == 1
+    # one best model: the front marks the champion when it lies on it (a paired allowance can pick a
+    # simplest-within-noise candidate that a simpler, worse-on-average one keeps off the front)
+    on_front = any(e["hash"] == card["champion"]["hash"] for e in front)
+    assert front and sum(e["recommended"] for e in front) == int(on_front)
     assert [e["complexity"] for e in front] == sorted(e["complexity"] for e in front)
     losses = [e["loss"] for e in front]
     assert losses == sorted(losses, reverse=True) and len(set(losses)) == len(losses)
@@ -87,7 +90,7 @@ def test_enso_run_ends_with_a_report_card(enso_run):
     assert parent.data.tags["verdict"] == card["verdict"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert children and all("formula" in c.data.tags for c in children)
-    champion = next(c for c in children if c.data.tags["ndvm.hash"] == report["best_hash"])
+    champion = next(c for c in children if c.data.tags["ndvm.hash"] == card["champion"]["hash"])
     if card["champion"]["formula"]["ok"]:
         assert champion.data.tags["formula"] == card["champion"]["formula"]["text"]
         assert "formula.tex" in {a.path for a in client.list_artifacts(champion.info.run_id)}

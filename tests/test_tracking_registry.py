@@ -249,12 +249,14 @@ def test_enso_champion_of_a_discovery_run_loads_in_a_fresh_process(enso_run, tmp
         "import json, sys, mlflow, pandas as pd\n"
         "mlflow.set_tracking_uri(sys.argv[1])\n"
         "model = mlflow.pyfunc.load_model('models:/ndvm-enso-forecast@champion')\n"
-        "y = json.loads(sys.argv[2])\n"
-        "print(json.dumps([float(v) for v in model.predict(pd.DataFrame({'anom_c': y}))]))\n"
+        "frame = pd.DataFrame(json.loads(sys.argv[2]))\n"
+        "print(json.dumps([float(v) for v in model.predict(frame)]))\n"
     )
+    # the series and its calendar month: a champion that reads the calendar (update s y x) needs both
+    months = [float(m) for m in task.dataset.frame.sort(task.dataset.x).get_column("month").to_list()]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [sys.executable, "-c", script, uri, json.dumps(np.asarray(task.y).tolist())],
+        [sys.executable, "-c", script, uri, json.dumps({"anom_c": np.asarray(task.y).tolist(), "month": months})],
         capture_output=True,
         text=True,
         cwd=tmp_path,
