@@ -32,6 +32,9 @@ def reference_table(task, split: str = "test") -> str:
             "|---|---|---|---|---|---|",
         ]
         for r in rows:
+            if r.get("error") and "rmse_by_lead" not in r:  # a reference whose fit failed: no score
+                lines.append(f"| {r['model']} | {r['n_params']} | failed | {r['error']} | | |")
+                continue
             rm, ac = r["rmse_by_lead"], r["acc_by_lead"]
             lines.append(
                 f"| {r['model']} | {r['n_params']} | {r['mean_rmse']:.3f} | "

@@ -21,7 +21,7 @@ def test_forecast_paired_test_per_lead_and_overall():
         ref = diebold_mariano(a[valid, k], b[valid, k], h=k + 1)
         assert row["lead"] == k + 1 and row["statistic"] == pytest.approx(ref.statistic, rel=1e-12)
         assert row["n"] == valid.sum()
-    assert test["overall"]["h"] == 3 and test["overall"]["n"] == 119  # origins with every lead inside the split
+    assert test["overall"]["h"] == 3 and test["overall"]["n"] == 120  # every origin, as the headline RMSE
     text = verdict("forecast", Errors("champion", "forecast", values=a), Errors("ar", "forecast", values=b), test)
     assert "significantly lower at the 5% level" in text and "p = " in text and "vs ar" in text
 

@@ -125,7 +125,8 @@ class Task(ABC):
     ``collect_params(groups, fits)``, ``attach_predictor(fit, program)``, ``score(fit, split)``,
     ``score_references(split)``, ``restore_fit(source, parameters, name)``, ``probe_inputs()``,
     ``proposer_inputs()``, ``split_label()``, ``entry_extras(source, parameters)``,
-    ``check_program(program)``, ``seed_programs()``, ``contract_text()``.
+    ``check_program(program)``, ``seed_programs()``, ``contract_text()``; optionally
+    ``reference_programs()`` (the references as candidates that seed every run).
 
     The end-of-run report card (``flows/report.py``) uses: ``test_errors`` and
     ``reference_test_errors`` (the split's :class:`Errors`), ``references_to_refit``, and the class

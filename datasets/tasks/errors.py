@@ -16,3 +16,8 @@ class CandidateError(TaskError, ValueError):
 
 class RuntimeUnavailableError(TaskError, ImportError):
     """The NDVM runtime (``ndvm.compile`` / ``ndvm.calibrate``) is not importable."""
+
+
+class ReferenceFitError(TaskError):
+    """A reference model could not be fitted acceptably (e.g. every ARMA fit degenerate): the
+    reference is reported as failed, with this message, never scored."""

@@ -46,7 +46,7 @@ import polars as pl
 from ..schema import TEST, TRAIN, VALIDATION, Dataset
 from . import runtime
 from .base import SIGNIFICANCE, Errors, Task, TaskFit, format_number
-from .errors import CandidateError, TaskError
+from .errors import CandidateError, ReferenceFitError, TaskError
 from .forecast_inputs import (
     ForecastInputs,
     check_update_arity,
@@ -223,12 +223,16 @@ def _persistence_forecast(_, y, origins, leads):
 
 
 def _damped_fit(y):
-    """Lag-1 autocorrelation of the training anomalies (regression through the origin)."""
-    return float(np.dot(y[1:], y[:-1]) / np.dot(y[:-1], y[:-1]))
+    """(mean, phi): the training mean and the lag-1 autocorrelation of the deviations from it
+    (regression through the origin), so the forecast decays toward the series' own mean (not 0)."""
+    mean = float(np.mean(y))
+    x = y - mean
+    return mean, float(np.dot(x[1:], x[:-1]) / np.dot(x[:-1], x[:-1]))
 
 
-def _damped_forecast(phi, y, origins, leads):
-    return y[origins][:, None] * phi ** np.arange(1, leads + 1)[None, :]
+def _damped_forecast(state, y, origins, leads):
+    mean, phi = state
+    return mean + (y[origins][:, None] - mean) * phi ** np.arange(1, leads + 1)[None, :]
 
 
 def _ar_design(y, p):
@@ -280,26 +284,103 @@ def _single_blas_thread():
     return threadpool_limits(1)
 
 
-def _sarimax_fit(y):
-    """A linear Gaussian state-space model, ARMA(2,1) + constant, fitted by statsmodels' MLE."""
-    import warnings
+# An ARMA fit is degenerate when a root of its AR or MA polynomial lies this close to the unit circle
+# (an inverse root of modulus >= ROOT_MARGIN): maximum likelihood on the Nino 1+2 training years puts
+# the ARMA(2,1)'s MA root at -1.0 (non-invertible, on the boundary statsmodels' transform allows), and
+# that fit forecast worse than persistence. Such a fit is reported as failed, never as a score.
+ROOT_MARGIN = 0.98
+_SARIMAX_STARTS = 3  # statsmodels' own start, then its AR part with MA terms at 0, then all halved
 
+
+def _inverse_root_modulus(coefs: list[float], ma: bool) -> float:
+    """Largest modulus of the inverse roots of 1 - sum a_i z^i (AR) or 1 + sum b_i z^i (MA)."""
+    if not coefs:
+        return 0.0
+    poly = np.r_[1.0, coefs if ma else -np.asarray(coefs, float)]
+    return float(np.max(np.abs(np.roots(poly)))) if len(poly) > 1 else 0.0
+
+
+def _sarimax_worst_root(names: list[str], params: np.ndarray) -> tuple[float, str]:
+    """(largest inverse-root modulus, which polynomial) over the AR, MA, seasonal AR and seasonal MA
+    polynomials of a SARIMAX fit (a seasonal polynomial in its own lag variable B^period)."""
+    value = dict(zip(names, params))
+    worst, which = 0.0, ""
+    for label, prefix, ma in (
+        ("AR", "ar.L", False),
+        ("MA", "ma.L", True),
+        ("seasonal AR", "ar.S.L", False),
+        ("seasonal MA", "ma.S.L", True),
+    ):
+        coefs = [value[n] for n in names if n.startswith(prefix)]
+        modulus = _inverse_root_modulus(coefs, ma)
+        if modulus > worst:
+            worst, which = modulus, label
+    return worst, which
+
+
+def _sarimax_model(y, order, seasonal):
     from statsmodels.tsa.statespace.sarimax import SARIMAX
 
-    with warnings.catch_warnings(), _single_blas_thread():
+    return SARIMAX(
+        y, order=order, seasonal_order=seasonal, trend="c", enforce_stationarity=True, enforce_invertibility=True
+    )
+
+
+def _stable_sarimax_fit(y, order=(2, 0, 1), seasonal=(0, 0, 0, 0)):
+    """Maximum likelihood (statsmodels SARIMAX, stationarity and invertibility enforced) from several
+    starts; the best likelihood among the fits whose roots all stay inside ``ROOT_MARGIN``. Raises
+    :class:`ReferenceFitError` when every start ends degenerate or fails."""
+    import warnings
+
+    model = _sarimax_model(y, order, seasonal)
+    names = list(model.param_names)
+    with warnings.catch_warnings():  # statsmodels warns when its own start is outside the region
         warnings.simplefilter("ignore")
-        result = SARIMAX(y, order=(2, 0, 1), trend="c").fit(disp=False, cov_type="none")
-    return np.asarray(result.params)
+        base = np.asarray(model.start_params, float)
+    arma = np.array([n.startswith(("ar.", "ma.")) for n in names])
+    no_ma = base.copy()
+    no_ma[[n.startswith("ma.") for n in names]] = 0.0
+    halved = base.copy()
+    halved[arma] *= 0.5
+    best, problems = None, []
+    for start in (base, no_ma, halved)[:_SARIMAX_STARTS]:
+        with warnings.catch_warnings(), _single_blas_thread():
+            warnings.simplefilter("ignore")
+            try:
+                result = model.fit(start_params=start, disp=False, cov_type="none", maxiter=200)
+            except (ValueError, np.linalg.LinAlgError) as exc:
+                problems.append(f"{type(exc).__name__}: {exc}")
+                continue
+        params = np.asarray(result.params, float)
+        if not (np.all(np.isfinite(params)) and np.isfinite(result.llf)):
+            problems.append("non-finite parameters or likelihood")
+            continue
+        worst, which = _sarimax_worst_root(names, params)
+        if worst >= ROOT_MARGIN:
+            problems.append(f"{which} inverse root of modulus {worst:.3f}")
+            continue
+        if best is None or result.llf > best[0]:
+            best = (float(result.llf), params)
+    if best is None:
+        raise ReferenceFitError(
+            f"SARIMAX{tuple(order)}x{tuple(seasonal)} has no stable fit from {_SARIMAX_STARTS} starts "
+            f"(an AR or MA inverse root at or beyond {ROOT_MARGIN} is degenerate): " + "; ".join(problems)
+        )
+    return (tuple(order), tuple(seasonal), best[1])
 
 
-def _sarimax_forecast(params, y, origins, leads):
+def _sarimax_fit(y):
+    """ARMA(2,1) + constant by statsmodels' MLE (stable fit: see ``_stable_sarimax_fit``)."""
+    return _stable_sarimax_fit(y, (2, 0, 1))
+
+
+def _sarimax_forecast(state, y, origins, leads):
     """Filter the whole series with the training-fitted parameters, then propagate each origin's
     predicted state a_{t+1|t} (which uses y[0..t] only) through the transition matrix."""
     import warnings
 
-    from statsmodels.tsa.statespace.sarimax import SARIMAX
-
-    model = SARIMAX(y, order=(2, 0, 1), trend="c")
+    order, seasonal, params = state
+    model = _sarimax_model(y, order, seasonal)
     with warnings.catch_warnings(), _single_blas_thread():
         warnings.simplefilter("ignore")
         filtered = model.filter(params)
@@ -318,6 +399,23 @@ def _sarimax_forecast(params, y, origins, leads):
             out[i, k] = float((Z @ a + d)[0])
             a = T @ a + c
     return out
+
+
+SARIMA_MAX_P = 3  # the seasonal reference's AR order: the AIC order, at most 3 (each order adds fit time)
+
+
+def sarima_reference(y_train: np.ndarray, period: int) -> ForecastReference:
+    """SARIMAX(p,0,0)(1,0,1)_period + constant, p = min(AIC order of the training years, 3)."""
+    p = min(len(_ar_fit_aic(y_train)) - 1, SARIMA_MAX_P)
+    order, seasonal = (p, 0, 0), (1, 0, 1, period)
+    return ForecastReference(
+        f"sarima-{p}00-101x{period}",
+        f"seasonal ARIMA({p},0,0)(1,0,1) period {period} + constant, Kalman filter MLE (statsmodels SARIMAX), "
+        "stable fit from several starts",
+        lambda y: _stable_sarimax_fit(y, order, seasonal),
+        _sarimax_forecast,
+        p + 4,  # constant, p AR, seasonal AR and MA, innovation variance
+    )
 
 
 AR1_SOURCE = """(param phi 0.9 (between -1 1))
@@ -352,15 +450,84 @@ SEASONAL_AR1_SOURCE = """(param phi 0.9 (between -1 1))
 (define (predict s) (* (rho s) (car s)))
 (define (update s y) (list y (+ (cadr s) 1)))"""
 
+# ---------------------------------------------------------------- references as candidate programs
+# The references the search starts from (``ForecastTask.reference_programs``): the same models as
+# the numpy/statsmodels references, written in the candidate form, their declared starting values
+# fitted to the training years (so calibration starts at the reference itself; restart 0 of
+# ``ndvm.calibrate`` starts at the declared values and the best iterate is kept).
+
+
+def _number(value: float) -> str:
+    """A float literal the reader takes back exactly."""
+    return repr(float(value))
+
+
+def _ar_program(coef: np.ndarray, mean: float) -> str:
+    """AR(p) with intercept: y[t+1] = c + a1 y[t] + ... + ap y[t-p+1]. The state is the list of the
+    last p values, newest first, starting as p copies of the training mean."""
+    p = len(coef) - 1
+    lines = [f"(param c {_number(coef[0])})"]
+    lines += [f"(param a{i + 1} {_number(coef[i + 1])})" for i in range(p)]
+    lags = " ".join(f"(* a{i + 1} {'(car s)' if i == 0 else f'(list-ref s {i})'})" for i in range(p))
+    keep = " ".join(f"(list-ref s {i})" for i in range(p - 1))
+    lines += [
+        f";; AR({p}) with intercept; state: the last {p} values, newest first",
+        f"(define (init) (list {' '.join([_number(mean)] * p)}))",
+        f"(define (predict s) (+ c {lags}))",
+        f"(define (update s y) (list y{' ' + keep if keep else ''}))",
+    ]
+    return "\n".join(lines)
+
+
+def _damped_program(mean: float, phi: float) -> str:
+    """Damped persistence toward the training mean: y[t+1] = mu + phi (y[t] - mu)."""
+    phi = float(np.clip(phi, -0.999, 0.999))  # strictly inside the declared interval
+    return f"""(param mu {_number(mean)})
+(param phi {_number(phi)} (between -1 1))
+;; damped persistence: the forecast decays from the last value toward the mean mu
+(define (init) mu)
+(define (predict s) (+ mu (* phi (- s mu))))
+(define (update s y) y)"""
+
+
+def _seasonal_ar_fit(y: np.ndarray, period: int) -> tuple[float, float, float]:
+    """(mean, phi, Phi) of the multiplicative seasonal AR (1 - phi B)(1 - Phi B^period)(y - mean) = e
+    by least squares on the training years (a linear regression on lags 1, period and period + 1,
+    its lag-1 and lag-period coefficients taken as phi and Phi)."""
+    mean = float(np.mean(y))
+    x = y - mean
+    if len(x) <= period + 3:
+        return mean, 0.0, 0.0
+    target = x[period + 1 :]
+    design = np.column_stack([x[period:-1], x[1 : len(x) - period], x[: len(x) - period - 1]])
+    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    return mean, float(np.clip(coef[0], -0.99, 0.99)), float(np.clip(coef[1], -0.99, 0.99))
+
+
+def _seasonal_ar_program(mean: float, phi: float, seasonal: float, period: int) -> str:
+    """Seasonal AR(1)(1)_period around the mean mu:
+    y[t+1] - mu = phi (y[t] - mu) + Phi (y[t+1-period] - mu) - phi Phi (y[t-period] - mu).
+    The state is the list of the last period + 1 values, newest first."""
+    return f"""(param mu {_number(mean)})
+(param phi {_number(phi)} (between -1 1))
+(param sphi {_number(seasonal)} (between -1 1))
+;; seasonal AR(1)(1) with period {period}; state: the last {period + 1} values, newest first
+(define (first-n l n) (if (= n 0) '() (cons (car l) (first-n (cdr l) (- n 1)))))
+(define (init) (list {" ".join(["mu"] * (period + 1))}))
+(define (predict s)
+  (+ mu (* phi (- (car s) mu)) (* sphi (- (list-ref s {period - 1}) mu))
+     (- (* phi sphi (- (list-ref s {period}) mu)))))
+(define (update s y) (cons y (first-n s {period})))"""
+
+
 ENSO_REFERENCES = (
     ForecastReference("persistence", "forecast = last observed anomaly", _persistence_fit, _persistence_forecast, 0),
     ForecastReference(
         "damped-persistence",
-        "forecast = phi^lead * last anomaly, phi = training lag-1 autocorrelation",
+        "forecast = mean + phi^lead * (last value - mean); mean and lag-1 autocorrelation of the training years",
         _damped_fit,
         _damped_forecast,
-        1,
-        AR1_SOURCE,
+        2,
     ),
     ForecastReference(
         "ar-aic",
@@ -371,7 +538,8 @@ ENSO_REFERENCES = (
     ),
     ForecastReference(
         "statsmodels-arma21",
-        "linear state-space ARMA(2,1) + constant, Kalman filter MLE (statsmodels SARIMAX)",
+        "linear state-space ARMA(2,1) + constant, Kalman filter MLE (statsmodels SARIMAX), stable fit from "
+        "several starts (failed when every fit has a root near the unit circle)",
         _sarimax_fit,
         _sarimax_forecast,
         5,
@@ -859,27 +1027,83 @@ class ForecastTask(Task):
 
     # ------------------------------------------------------------------ references and prompts
     def reference_models(self) -> tuple[ForecastReference, ...]:
-        return ENSO_REFERENCES
+        """The numpy/statsmodels references: ``ENSO_REFERENCES`` (persistence, damped persistence
+        toward the training mean, AR(AIC), ARMA(2,1)), plus the seasonal ARIMA when the series has
+        a period (``reference_period``)."""
+        period = self.reference_period()
+        if period is None or period < 2:
+            return ENSO_REFERENCES
+        return (*ENSO_REFERENCES, sarima_reference(self.y[: self.n_train].copy(), period))
+
+    def reference_period(self) -> int | None:
+        """The seasonal period the references use: the task's ``period`` where it has one (a
+        manifest's), else 12 for a monthly series (one with a calendar month column), else None."""
+        period = getattr(self, "period", None)
+        if period:
+            return int(period)
+        return 12 if self.first_month else None
+
+    def reference_programs(self) -> list[tuple[str, str]]:
+        """The references as candidates (see ``Task.reference_programs``), their starting values
+        fitted to this task's training years: AR(p) with intercept at the AIC order, damped
+        persistence toward the training mean, and (with a period) the seasonal AR(1)(1)."""
+        y = self.y[: self.n_train].copy()
+        mean = float(np.mean(y))
+        coef = _ar_fit_aic(y)
+        out = [
+            (f"ar-aic-program (AR({len(coef) - 1}))", _ar_program(coef, mean)),
+            ("damped-persistence-program", _damped_program(*_damped_fit(y))),
+        ]
+        period = self.reference_period()
+        if period is not None and period >= 2:
+            out.append(
+                (f"seasonal-ar-program (period {period})", _seasonal_ar_program(*_seasonal_ar_fit(y, period), period))
+            )
+        return out
 
     def fit_reference(self, ref: ForecastReference):
-        return ref.fit(self.y[: self.n_train].copy())
+        """The reference fitted on the training years, once per task (the end of a run scores the
+        references on validation and on test): its state, or raises :class:`ReferenceFitError`."""
+        cache = self.__dict__.setdefault("_reference_fits", {})
+        if ref.name not in cache:
+            start = time.perf_counter()
+            try:
+                cache[ref.name] = (ref.fit(self.y[: self.n_train].copy()), None, time.perf_counter() - start)
+            except ReferenceFitError as exc:
+                cache[ref.name] = (None, exc, time.perf_counter() - start)
+        state, error, _ = cache[ref.name]
+        if error is not None:
+            raise error
+        return state
 
     def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
         """Fit every reference on the training years and score it on ``split``. A reference's
         forecast from origin t uses y[0..t] only, so passing the series up to the split's end is
-        enough (and keeps later years out)."""
+        enough (and keeps later years out). A reference whose fit failed (``ReferenceFitError``)
+        gets an infinite score and its ``error``: reported as failed, never as a number."""
         split = self._check_split(split)
         rows = []
-        for ref in ENSO_REFERENCES:
+        for ref in self.reference_models():
             start = time.perf_counter()
-            state = self.fit_reference(ref)
+            try:
+                state = self.fit_reference(ref)
+            except ReferenceFitError as exc:
+                rows.append(
+                    {
+                        "model": ref.name,
+                        "mean_rmse": INF,
+                        "mean_acc": float("nan"),
+                        "n_params": ref.n_params,
+                        "fit_seconds": self._reference_fits[ref.name][2],
+                        "n_origins": int(len(self.origins(split))),
+                        "error": f"reference fit failed: {exc}",
+                    }
+                )
+                continue
             forecasts = ref.forecast(state, self.y[: self.split_end[split]].copy(), self.origins(split), self.leads)
             n_params = ref.n_params if ref.n_params is not None else len(state)
-            rows.append(
-                self.score_forecasts(
-                    forecasts, ref.name, split, n_params=n_params, fit_seconds=time.perf_counter() - start
-                )
-            )
+            seconds = self._reference_fits[ref.name][2] + time.perf_counter() - start
+            rows.append(self.score_forecasts(forecasts, ref.name, split, n_params=n_params, fit_seconds=seconds))
         return rows
 
     # ------------------------------------------------------------------ the report card
@@ -909,7 +1133,12 @@ class ForecastTask(Task):
         for ref in self.reference_models():
             if only is not None and ref.name not in only:
                 continue
-            forecasts = ref.forecast(self.fit_reference(ref), series, self.origins(split), self.leads)
+            try:
+                state = self.fit_reference(ref)
+            except ReferenceFitError as exc:
+                out.append(Errors(ref.name, self.kind, error=f"reference fit failed: {exc}"))
+                continue
+            forecasts = ref.forecast(state, series, self.origins(split), self.leads)
             out.append(Errors(ref.name, self.kind, values=forecasts - obs))
         return out
 
@@ -924,11 +1153,31 @@ class ForecastTask(Task):
         values = errors.values
         return [rms(values[:, k], skip_nan=True) for k in range(values.shape[1])]
 
+    @staticmethod
+    def overall_differential(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """The overall test's loss differential on the SAME origins as the headline mean RMSE (every
+        origin; lead k averages over the n_k origins whose target lies in the split):
+        d_t = (N / L) sum_{k in split at t} (a_tk^2 - b_tk^2) / n_k, so that mean(d) is exactly
+        mean_k MSE_k(a) - mean_k MSE_k(b), the per-lead MSEs the per-lead RMSEs come from. Returns
+        (d, mean over leads of the MSE of a, of b). With every target in the split, d_t is the
+        plain per-origin mean over leads."""
+        valid = ~(np.isnan(a) | np.isnan(b))
+        n_k = valid.sum(axis=0)
+        keep = valid.any(axis=1)
+        sq_a, sq_b = np.where(valid, a, 0.0) ** 2, np.where(valid, b, 0.0) ** 2
+        weights = np.where(n_k > 0, 1.0 / np.maximum(n_k, 1), 0.0)[None, :]
+        n, leads = int(keep.sum()), a.shape[1]
+        d = (n / leads) * np.sum((sq_a - sq_b) * weights, axis=1)[keep]
+        mse_a = float(np.mean(np.sum(sq_a * weights, axis=0)))
+        mse_b = float(np.mean(np.sum(sq_b * weights, axis=0)))
+        return d, mse_a, mse_b
+
     @classmethod
     def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
-        """Diebold-Mariano (HLN) per lead h (autocovariances up to lag h-1) and overall (the
-        per-origin mean of the squared-error differential over all leads, h = the number of leads);
-        ``mean_diff`` < 0: the champion has lower MSE. ``replicates``/``seed``: unused (no resampling)."""
+        """Diebold-Mariano (HLN) per lead h (autocovariances up to lag h-1) and overall, on the same
+        origins as the headline mean RMSE (``overall_differential``; h = the number of leads);
+        ``mean_diff`` < 0: the champion has the lower mean over leads of the MSE (``mse_champion``,
+        ``mse_reference``). ``replicates``/``seed``: unused (no resampling)."""
         from storage.stats import diebold_mariano, dm_from_differential
 
         a, b = champion.values, reference.values
@@ -940,9 +1189,8 @@ class ForecastTask(Task):
             per_lead.append(
                 {"lead": k + 1, "rmse_champion": rms(a[valid, k]), "rmse_reference": rms(b[valid, k]), **res.to_dict()}
             )
-        full = ~np.isnan(a).any(axis=1)
-        d = np.mean(a[full] ** 2 - b[full] ** 2, axis=1)
-        overall = dm_from_differential(d, h=leads).to_dict()
+        d, mse_a, mse_b = cls.overall_differential(a, b)
+        overall = {**dm_from_differential(d, h=leads).to_dict(), "mse_champion": mse_a, "mse_reference": mse_b}
         return {
             "test": "Diebold-Mariano, Harvey-Leybourne-Newbold correction, squared error",
             "overall": overall,
@@ -960,11 +1208,24 @@ class ForecastTask(Task):
             if p < SIGNIFICANCE
             else "not significantly different at the 5% level"
         )
-        return (
-            f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g}: the mean squared error over "
-            f"leads 1-{len(test['per_lead'])} is {direction} by {abs(o['mean_diff']):.3g} "
+        leads = len(test["per_lead"])
+        # both figures come from the same per-lead errors on the same origins (overall_differential)
+        mse = (
+            f"its mean over leads of the MSE, {o['mse_champion']:.4g} vs {o['mse_reference']:.4g}, is"
+            if "mse_champion" in o
+            else "the mean squared error over the leads is"
+        )
+        text = (
+            f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g} over leads 1-{leads} from the "
+            f"same {o['n']} forecast origins; {mse} {direction} by {abs(o['mean_diff']):.3g} "
             f"(Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}): {sig}."
         )
+        if (c < r) != (o["mean_diff"] < 0) and c != r:
+            text += (
+                " The mean RMSE and the mean MSE order the two models differently (the MSE weighs the "
+                "leads with larger errors more); the test is on the MSE."
+            )
+        return text
 
     @classmethod
     def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
@@ -986,7 +1247,8 @@ class ForecastTask(Task):
         o = test["overall"]
         lines += [
             "",
-            f"Overall (mean over leads of the squared-error differential, h = {o['h']}, n = {o['n']}): "
+            f"Overall (mean over leads of the squared-error differential, on every origin of the "
+            f"headline RMSE, h = {o['h']}, n = {o['n']}): "
             f"DM* = {o['statistic']:.2f}, p = {o['p_value']:.3g}.",
             "",
         ]
@@ -1032,7 +1294,15 @@ class ForecastTask(Task):
         return "\n".join(forecast_residual_lines(errors.values, target_months))
 
     def seed_programs(self) -> list[str]:
-        return [AR1_SOURCE, AR2_SOURCE, KALMAN_AR1_SOURCE, SEASONAL_AR1_SOURCE, *input_seed_programs(self.inputs)]
+        """The mutation proposer's parents besides the run's best: the reference programs (fitted
+        to this series), then the small textbook forms and the seeds that read the task's inputs."""
+        return [source for _, source in self.reference_programs()] + [
+            AR1_SOURCE,
+            AR2_SOURCE,
+            KALMAN_AR1_SOURCE,
+            SEASONAL_AR1_SOURCE,
+            *input_seed_programs(self.inputs),
+        ]
 
     def contract_text(self) -> str:
         ds = self.dataset
