@@ -388,9 +388,10 @@ def build_report(
 def _test_series(task: Any, split: str, champion: Errors, best: Errors) -> dict[str, Any] | None:
     """What the test-years plot draws (forecasts): for leads 1, 6 and the last, the target times,
     the observations and the forecasts of the champion and of the best reference. None for other
-    kinds of task (curves: the per-group RMSE is in the card)."""
+    kinds of task (curves: the per-group RMSE is in the card): only a task with forecast origins and
+    per-origin errors has test years to draw."""
     targets, origins = getattr(task, "targets", None), getattr(task, "origins", None)
-    if champion.kind != "forecast" or targets is None or origins is None:
+    if targets is None or origins is None:
         return None
     if champion.values is None or best.values is None:
         return None

@@ -296,7 +296,8 @@ def test_permuted_test_targets_leave_the_search_bit_identical(tmp_path):
         "ar-aic",
         "damped-persistence",
         "persistence",
-        "statsmodels-arma21",
+        "sarima-200-101x12",  # fails on Niño 1+2 (seasonal MA root at -1): recorded as failed, never scored
+        "statsmodels-arma21",  # fails likewise (MA root at -1)
     ]
     assert test_a["test_score"].to_list() != test_b["test_score"].to_list()
     assert test_a["validation_score"].to_list() == test_b["validation_score"].to_list()
