@@ -90,7 +90,9 @@ def test_the_stages_are_prefect_tasks_that_overlap_and_logging_is_retried(prefec
 
     # Every stage is there, each run finished, with its counts in its final message.
     proposals, batches, logs = _family(runs, "propose"), _family(runs, "calibrate-batch"), _family(runs, "log-progress")
-    assert len(proposals) == report["proposal_requests"] >= 3
+    # (48 candidates are two or more proposal task runs: the first rounds carry the task's seeds,
+    # its reference programs and calendar seeds among them)
+    assert len(proposals) == report["proposal_requests"] >= 2
     assert not _family(runs, "deduplicate")  # the store's deduplication runs inside its propose task run
     assert len(batches) == report["calibration_batches"] >= 6
     for name in ("score-test-split", "report-card", "log-final"):
