@@ -8,7 +8,9 @@ Three shapes of model share the class:
 - one parameter vector (a curve fitted without groups, a regression over a table): the
   DataFrame's columns are the program's inputs (a column whose name is not a program name reaches
   the program under its ``program_names`` name, datasets/tasks/regression.py);
-- a forecast candidate: the DataFrame holds the history (one column, oldest first). By default
+- a forecast candidate: the DataFrame holds the history (the series' column, oldest first, and
+  for a candidate that reads x, the calendar column and the covariates by name; any numeric type:
+  an int month is fine; a missing or non-numeric one is a :class:`HistoryError`). By default
   (``params={"horizon": 0}``) each row gets the one-step-ahead forecast made from the rows before
   it; with ``params={"horizon": h}`` the model returns the forecasts at leads 1..h after the last
   row, as a DataFrame with the columns ``lead`` and ``forecast`` (fit.json's ``forecast`` section
@@ -34,6 +36,11 @@ import pandas as pd
 
 class UnknownGroupError(ValueError):
     """A row names a group (cell) that the model has no parameters for and cannot calibrate."""
+
+
+class HistoryError(ValueError):
+    """A forecast model's history lacks a column the model reads (the series, the calendar, a
+    covariate), or holds values it cannot read (not numeric, a calendar value outside 1..period)."""
 
 
 class NDVMProgramModel(mlflow.pyfunc.PythonModel):
@@ -90,6 +97,8 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         horizon = (params or {}).get("horizon") or 0
         if horizon:
             return self.forecast(model_input, int(horizon))
+        if self._forecast is not None:  # one step ahead per row: the same columns, checked alike
+            model_input = self._history(model_input)
         if self._grouped is not None:
             return self._predict_groups(model_input)
         columns = {str(c): np.asarray(model_input[c], dtype=np.float64) for c in model_input.columns}
@@ -108,27 +117,21 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             raise ValueError("params={'horizon': h} applies to forecast models only; this model predicts per row")
         if isinstance(horizon, bool) or int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon must be a whole number of steps >= 1, got {horizon!r}")
+        history = self._history(history)
         column = self._forecast["input"]
-        if column not in history.columns:
-            raise ValueError(
-                f"the history needs the column {column!r} (oldest first); columns given: {list(history.columns)}"
-            )
-        values = np.asarray(history[column], dtype=np.float64)
-        if values.size == 0 or not np.isfinite(values).all():
-            bad = (
-                "is empty"
-                if values.size == 0
-                else f"has {int((~np.isfinite(values)).sum())} missing or infinite values"
-            )
-            raise ValueError(f"the history column {column!r} {bad}: the forecast walks every value")
+        if len(history) == 0:
+            raise HistoryError(f"the history is empty: the forecast walks the column {column!r} from its first value")
+        for name in history.columns:  # the series and every covariate: the state walks each value
+            missing = int((~np.isfinite(history[name].to_numpy())).sum())
+            if missing:
+                raise HistoryError(
+                    f"the history column {name!r} has {missing} missing or infinite values: the forecast walks every value"
+                )
+        values = history[column].to_numpy()
         theta = self._theta if self._theta.shape[1] else None
         inputs = {column: values, self._forecast["horizon_input"]: np.asarray(float(horizon))}
         # a candidate that takes x: the covariates as observed, the calendar (1..period) extended
         # past the history, step by step
-        needed = [n for n in [self._forecast.get("calendar"), *self._forecast.get("covariates", [])] if n]
-        absent = [n for n in needed if n not in history.columns]
-        if absent:
-            raise ValueError(f"this forecast model also reads the columns {absent} of the history (its x)")
         for name in self._forecast.get("covariates", []):
             inputs[name] = np.asarray(history[name], dtype=np.float64)
         calendar = self._forecast.get("calendar")
@@ -139,6 +142,44 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             inputs[calendar] = np.concatenate([seen, ahead])
         out = np.asarray(self._forecaster.evaluate(theta, inputs), dtype=np.float64).reshape(-1)
         return pd.DataFrame({"lead": np.arange(1, horizon + 1), "forecast": out})
+
+    def _history(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The columns a forecast model reads, as float64: the series, then its x's (the calendar
+        position, the covariates), whatever numeric type the user gave them (an int month is
+        natural). A missing column, a non-numeric one or a calendar value outside 1..period is a
+        :class:`HistoryError` naming the column and what it is."""
+        spec = self._forecast
+        column, calendar = spec["input"], spec.get("calendar")
+        roles = {column: "the series itself, oldest first"}
+        if calendar:
+            roles[calendar] = f"the calendar position of each row, 1..{spec['period']}"
+        for name in spec.get("covariates", []):
+            roles[name] = "a covariate, its value observed at each row"
+        absent = [name for name in roles if name not in frame.columns]
+        if absent:
+            what = "; ".join(f"{name!r} ({roles[name]})" for name in absent)
+            raise HistoryError(
+                f"the history lacks the column(s) {what}: this forecast model reads {list(roles)} "
+                f"(columns given: {[str(c) for c in frame.columns]})"
+            )
+        out = {}
+        for name in roles:
+            try:
+                values = pd.to_numeric(frame[name], errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
+            except (ValueError, TypeError) as exc:
+                raise HistoryError(f"the history column {name!r} ({roles[name]}) is not numeric: {exc}") from None
+            out[name] = values
+        if calendar:
+            cal = out[calendar]
+            period = int(spec["period"])
+            bad = ~np.isfinite(cal) | (cal != np.round(cal)) | (cal < 1) | (cal > period)
+            if bad.any():
+                first = int(np.flatnonzero(bad)[0])
+                raise HistoryError(
+                    f"the history column {calendar!r} ({roles[calendar]}) holds {float(cal[first]):g} at row {first}: "
+                    f"each value must be a whole number from 1 to {period}"
+                )
+        return pd.DataFrame(out, index=frame.index)
 
     def _evaluate(self, theta: np.ndarray, columns: dict[str, np.ndarray], n: int) -> np.ndarray:
         """The program at one parameter row ``theta`` [1, P] on ``n`` rows of ``columns``."""
@@ -240,4 +281,4 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
         return np.array([[float(fit.params[name]) for name in self._program.param_names]])
 
 
-__all__ = ["NDVMProgramModel", "UnknownGroupError"]
+__all__ = ["HistoryError", "NDVMProgramModel", "UnknownGroupError"]

@@ -208,13 +208,25 @@ def _group_signature(entry: LeaderboardEntry) -> Any:
 
 
 def _forecast_signature(entry: LeaderboardEntry) -> Any:
-    """The signature of a forecast model: the history column, and the parameter ``horizon``
-    (0, the default: one-step-ahead predictions per row; h: forecasts at leads 1..h)."""
-    from mlflow.models import infer_signature
+    """The signature of a forecast model: the history column, the columns its x reads (calendar,
+    covariates, by name), and the parameter ``horizon`` (0, the default: one-step-ahead predictions
+    per row; h: forecasts at leads 1..h).
 
-    if entry.input_example is None:
+    The columns take any type: a user's month column is naturally int64, which MLflow will not
+    cast to double ("not safely"), and a series of counts is integer too; the model converts them
+    and says which column is not numeric (storage/pyfunc_model.py). The x columns are optional to
+    MLflow so that a missing one reaches the model, whose error says what the column is (the
+    calendar, a covariate) instead of MLflow's dump of the frame."""
+    from mlflow.types.schema import AnyType, ColSpec, ParamSchema, ParamSpec, Schema
+
+    spec = entry.model_forecast
+    if entry.input_example is None or spec is None:
         raise ValueError(f"entry {entry.hash}: a forecast model needs an input example (the history column)")
-    return infer_signature(entry.input_example, params={"horizon": 0})
+    x_columns = [*([spec["calendar"]] if spec.get("calendar") else []), *spec.get("covariates", [])]
+    inputs = Schema(
+        [ColSpec(AnyType(), spec["input"]), *(ColSpec(AnyType(), name, required=False) for name in x_columns)]
+    )
+    return mlflow.models.ModelSignature(inputs=inputs, params=ParamSchema([ParamSpec("horizon", "long", 0)]))
 
 
 class Tracker:

@@ -92,3 +92,96 @@ def test_bad_histories_and_horizons_are_clear_errors(logged):
         model.predict(pd.DataFrame({column: [0.1, np.nan, 0.2]}), params={"horizon": 3})
     with pytest.raises(Exception, match="whole number"):
         model.predict(pd.DataFrame({column: [0.1, 0.2]}), params={"horizon": -2})
+
+
+# ---- what a user naturally passes: an int calendar column, covariates by name (issue 30, part 5) ----
+# reads the calendar (ref x 0) and the covariate c (ref x 1); every term moves the forecasts
+CALENDAR_COVARIATE_SOURCE = """(param a 0.6) (param b 1.0) (param k 0.01)
+(define (init) 0.0)
+(define (predict s) s)
+(define (update s y x) (+ (* a y) (* b (ref x 1)) (* k (ref x 0))))"""
+
+
+@pytest.fixture(scope="module")
+def with_covariate(tmp_path_factory):
+    """A yearly user file with an 11-step calendar and the covariate ``c`` (a manifest declares
+    both); the candidate above fitted on it and logged as the flow logs it, loaded back."""
+    import mlflow
+    import polars as pl
+
+    import datasets
+    from datasets.tasks import make_task
+    from storage.tracking import LeaderboardEntry, Tracker
+
+    folder = tmp_path_factory.mktemp("cov")
+    n, rng = 160, np.random.default_rng(0)
+    c = rng.normal(size=n)
+    v = np.zeros(n)
+    for t in range(1, n):
+        v[t] = 0.6 * v[t - 1] + 2.0 * c[t - 1] + 0.5 * rng.normal()
+    path = folder / "cycles.csv"
+    pl.DataFrame({"year": np.arange(1850, 1850 + n), "v": v, "c": c}).write_csv(path)
+    path.with_suffix(".toml").write_text(
+        'x = "year"\ny = "v"\ntask = "forecast"\nperiod = 11\nleads = 4\ncovariates = ["c"]\n'
+    )
+    task = make_task(datasets.load(path))
+    fit = task.fit(CALENDAR_COVARIATE_SOURCE, **CALIBRATION)
+    assert fit.ok, fit.error
+    tracker = Tracker(run_folder=folder / "runs", experiment="ndvm-cycles-forecast-test")
+    tracker.start_run("cov-1", dataset="cycles", task="forecast")
+    entry = LeaderboardEntry(
+        hash="cal-cov",
+        source=CALENDAR_COVARIATE_SOURCE,
+        parameters=dict(fit.params),
+        train_metrics={"loss": fit.train_loss},
+        heldout_metrics={"mean_rmse": 1.0},
+        **task.entry_extras(CALENDAR_COVARIATE_SOURCE, dict(fit.params)),
+    )
+    _, uri = tracker.log_entry(entry)
+    tracker.end_run()
+    return task, fit, mlflow.pyfunc.load_model(uri)
+
+
+def test_int_calendar_and_covariates_by_name_forecast_as_the_task_does(with_covariate):
+    task, fit, model = with_covariate
+    assert list(task.model_x_columns(1)) == ["calendar", "c"]
+    origins, want = task.origins("validation"), task.forecasts(fit, "validation")
+    row = len(origins) // 2
+    end = origins[row] + 1
+    cols = task.model_x_columns(end)
+    calendar = cols["calendar"].astype(np.int64)  # what a user types: 1, 2, ..., 11, 1, ...
+    assert np.array_equal(calendar, cols["calendar"])
+    # columns in any order, the calendar as int64, extra columns (a label, the year) ignored
+    history = pd.DataFrame(
+        {"label": ["a"] * end, "c": cols["c"], "calendar": calendar, "year": np.arange(end), "v": task.y[:end]}
+    )
+    got = model.predict(history, params={"horizon": task.leads})["forecast"].to_numpy()
+    np.testing.assert_allclose(got, want[row], rtol=1e-12, atol=1e-14)
+    as_float = model.predict(history.astype({"calendar": float}), params={"horizon": task.leads})
+    np.testing.assert_array_equal(as_float["forecast"].to_numpy(), got)
+    # the covariate moves the forecast: it is read by name, not by position
+    shifted = model.predict(history.assign(c=cols["c"] + 1.0), params={"horizon": task.leads})["forecast"]
+    assert not np.allclose(shifted.to_numpy(), got)
+    # one step ahead per row takes the int calendar too: row o + 1 is the lead-1 forecast from origin o
+    one_step = np.asarray(model.predict(history))
+    assert one_step.shape == (end,)
+    np.testing.assert_allclose(one_step[origins[:row] + 1], want[:row, 0], rtol=1e-9, atol=1e-12)
+
+
+def test_a_missing_or_unreadable_x_column_is_named(with_covariate):
+    from storage.pyfunc_model import HistoryError
+
+    task, _, model = with_covariate
+    end = 40
+    cols = task.model_x_columns(end)
+    history = pd.DataFrame({"v": task.y[:end], "calendar": cols["calendar"].astype(int), "c": cols["c"]})
+    with pytest.raises(HistoryError, match=r"lacks the column\(s\) 'c' \(a covariate"):
+        model.predict(history.drop(columns="c"), params={"horizon": 3})
+    with pytest.raises(HistoryError, match=r"'calendar' \(the calendar position of each row, 1\.\.11\)"):
+        model.predict(history.drop(columns="calendar"))  # the one-step path checks the same columns
+    with pytest.raises(HistoryError, match="'c' .* is not numeric"):
+        model.predict(history.assign(c=["high"] * end), params={"horizon": 3})
+    with pytest.raises(HistoryError, match="holds 12 at row 5: each value must be a whole number from 1 to 11"):
+        model.predict(history.assign(calendar=np.where(np.arange(end) == 5, 12, history["calendar"])))
+    with pytest.raises(HistoryError, match="'c' has 1 missing"):
+        model.predict(history.assign(c=np.where(np.arange(end) == 7, np.nan, cols["c"])), params={"horizon": 3})
