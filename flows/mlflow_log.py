@@ -191,7 +191,7 @@ def _log_end_of_run_extras(tracker: Any, store: Any, run_id: str, folder: Path) 
         log_test_scores(tracker, store, run_id)
         card = folder / "reports" / run_id / "report.json"
         if card.is_file():
-            from flows.report import log_report
+            from flows.report_mlflow import log_report
 
             log_report(tracker, store, run_id, json.loads(card.read_text()))
     except Exception as exc:

@@ -4,7 +4,7 @@
   message (``StoreLockedError``) only when another process holds the lock, else corruption
   (``StoreCorruptError``) naming the file and the recovery commands.
 - ``is_disk_full(exc)`` / ``is_corruption(exc)``: classify an exception (its chain included) raised
-  anywhere below a command, for the one-line messages of ``ndvm`` (flows/cli.py).
+  anywhere below a command, for the one-line messages of ``ndvm`` (flows/cli_failures.py).
 - ``check_store(path)``: read every row of every table (DuckDB verifies each block's checksum on
   read) and say which tables are damaged: ``ndvm store check``.
 - ``repair_store(path)``: copy every readable row into a new file, keep the damaged one beside it

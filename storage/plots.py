@@ -122,7 +122,7 @@ def plot_loss(history: Sequence[float], path: str | Path, title: str = "training
     return _save(fig, path)
 
 
-# ---- the report card's plots (flows/report.py logs them on the parent and the champion's run) ----
+# ---- the report card's plots (flows/report_mlflow.py logs them on the parent and the champion's run) ----
 def plot_test_years(
     panels: Sequence[dict],
     path: str | Path,

@@ -246,13 +246,13 @@ def test_the_run_summary_names_the_registry_decision_and_links_the_leaderboard_v
 
     from rich.console import Console
 
-    from flows.cli import _print_report
+    from flows.cli_display import print_run_summary
 
     report, folder = enso_run
     # the shared run is the first on its folder's fingerprint: its best becomes the champion
     assert report["champion"] and "ndvm-enso-forecast" in report["champion"]
     buffer = io.StringIO()
-    _print_report(Console(file=buffer, width=400), report, str(folder))
+    print_run_summary(Console(file=buffer, width=400), report, str(folder))
     out = buffer.getvalue()
     assert f"model registry: {report['champion']}" in out
     experiment = report["mlflow_experiment_id"]

@@ -68,7 +68,7 @@ def _clean_env() -> dict[str, str]:
 @pytest.mark.parametrize(
     "call",
     [
-        "from flows.cli import _quiet_environment; _quiet_environment()",
+        "from flows.environment import quiet_environment; quiet_environment()",
         "from pipeline_bench.discovery import _quiet; _quiet()",
     ],
 )

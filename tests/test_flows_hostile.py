@@ -130,7 +130,7 @@ def test_failure_classes_and_exit_codes(tmp_path):
     import duckdb
 
     from datasets.errors import DataFormatError
-    from flows.cli import EXIT_DISK, EXIT_INPUT, EXIT_INTERNAL, EXIT_STORE, classify_failure
+    from flows.cli_failures import EXIT_DISK, EXIT_INPUT, EXIT_INTERNAL, EXIT_STORE, classify_failure
     from flows.config import DiscoveryError
     from storage import StoreLockedError
     from storage.health import DiskFullError

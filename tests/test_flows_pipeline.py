@@ -138,7 +138,7 @@ def test_every_configuration_field_is_an_option_of_the_flow_and_the_command_line
     import inspect
 
     from flows.calibration import CalibrationOptions
-    from flows.cli import _add_discover_options, _budget, _discover_kwargs
+    from flows.cli_options import add_discover_options, budget_of, discover_kwargs
     from flows.discover import Budget, DiscoverConfig, DiscoveryError, build_config, discover, discover_options
     from flows.runners import RunnerChoice
 
@@ -161,7 +161,7 @@ def test_every_configuration_field_is_an_option_of_the_flow_and_the_command_line
     }
 
     parser = argparse.ArgumentParser()
-    _add_discover_options(parser)
+    add_discover_options(parser)
     flags = {s: a for a in parser._actions for s in a.option_strings}
     signature = inspect.signature(discover.fn).parameters
     for o in options:
@@ -193,7 +193,7 @@ def test_every_configuration_field_is_an_option_of_the_flow_and_the_command_line
             "--serial",
         ]
     )
-    kwargs, budget = _discover_kwargs(args), _budget(args)
+    kwargs, budget = discover_kwargs(args), budget_of(args)
     assert budget == {"minutes": 2.0, "max_candidates": None, "max_cost_usd": 0.5, "drain_minutes": None}
     config = build_config(**kwargs)
     assert (config.calibration.steps, config.llm_env, config.price_per_token, config.serial) == (
@@ -205,11 +205,11 @@ def test_every_configuration_field_is_an_option_of_the_flow_and_the_command_line
     assert (config.runner.kind, config.runner.workers, config.proposer) == ("processes", 2, "mutation")
     assert DiscoverConfig.from_dict(config.to_dict()) == config
     # the flow's defaults are the command line's
-    assert build_config(**_discover_kwargs(parser.parse_args([]))) == build_config()
+    assert build_config(**discover_kwargs(parser.parse_args([]))) == build_config()
     with pytest.raises(DiscoveryError, match=r"unknown discovery option\(s\) \['stepz'\]"):
         build_config(stepz=3)
     with pytest.raises(DiscoveryError, match="both --input-price and --output-price"):
-        _discover_kwargs(parser.parse_args(["--input-price", "1"]))
+        discover_kwargs(parser.parse_args(["--input-price", "1"]))
 
 
 def test_serve_has_the_discover_options_and_names_its_zone(capsys):

@@ -224,9 +224,9 @@ def test_a_run_draws_and_records_its_seed(nights):
     assert status.seed == first.seed and status.config["seed"] == first.seed
     assert status.config["calibration"]["seed"] == first.seed  # the fits follow the run's seed
     assert status.dataset_fingerprint == first.dataset_fingerprint == second.dataset_fingerprint
-    from flows.cli import _library_line
+    from flows.cli_display import library_line
 
-    assert f"seed {first.seed}" in _library_line(first.to_dict())
+    assert f"seed {first.seed}" in library_line(first.to_dict())
 
 
 def test_the_second_run_reuses_the_first_runs_evaluations(nights):
@@ -268,9 +268,9 @@ def test_the_second_run_reuses_the_first_runs_evaluations(nights):
     )
     assert copied and all(same for (same,) in copied)
     # counted in the summary and the progress line
-    from flows.cli import _library_line
+    from flows.cli_display import library_line
 
-    assert f"reused {second.reused} evaluations from earlier runs" in _library_line(second.to_dict())
+    assert f"reused {second.reused} evaluations from earlier runs" in library_line(second.to_dict())
     assert progress.reused == second.reused
 
 

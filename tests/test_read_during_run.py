@@ -124,7 +124,7 @@ def test_without_a_snapshot_a_held_store_is_a_clear_error(tmp_path):
     with CandidateStore(path) as writer:
         _fill(writer, "old")
         out = ndvm_cli("leaderboard", "--folder", str(tmp_path))
-        from flows.cli import EXIT_STORE
+        from flows.cli_failures import EXIT_STORE
 
         assert out.returncode == EXIT_STORE and "Traceback" not in out.stderr, out.stderr
         assert "another process holds it" in out.stderr

@@ -202,15 +202,15 @@ def test_the_pyfunc_model_predicts_from_the_tables_own_columns(tmp_path, task):
 def test_the_command_line_takes_several_inputs_a_split_and_a_name():
     import argparse
 
-    from flows.cli import _add_discover_options, _discover_kwargs
+    from flows.cli_options import add_discover_options, discover_kwargs
     from flows.config import build_config
 
     parser = argparse.ArgumentParser()
-    _add_discover_options(parser)
+    add_discover_options(parser)
     args = parser.parse_args(
         ["--data", "t.csv", "--x", "x", "--x", "v", "--y", "y", "--split", "random", "--name", "n"]
     )
-    config = build_config(**_discover_kwargs(args))
+    config = build_config(**discover_kwargs(args))
     assert config.problem.x == ("x", "v") and config.problem.split == "random" and config.problem.name == "n"
     assert config.problem.label == "n"
     again = type(config).from_dict(json.loads(json.dumps(config.to_dict())))

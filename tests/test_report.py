@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from flows.report import Errors, paired_curve_test, paired_forecast_test, report_markdown, verdict
+from datasets.tasks import Errors
+from flows.report_render import report_markdown
+from flows.report_verdict import paired_curve_test, paired_forecast_test, verdict
 from storage.stats import diebold_mariano
 
 

@@ -11,7 +11,8 @@ import ndvm
 if not hasattr(ndvm, "compile"):
     pytest.skip("the ndvm runtime (ndvm.compile) is not built yet", allow_module_level=True)
 
-from flows.report import formula_markdown, report_plots  # noqa: E402
+from flows.report_mlflow import report_plots  # noqa: E402
+from flows.report_render import formula_markdown  # noqa: E402
 from storage.formula import render  # noqa: E402
 from storage.plots import is_png, plot_formula  # noqa: E402
 

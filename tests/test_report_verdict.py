@@ -3,7 +3,7 @@ on both sides, every reference the champion loses to named, and which model to u
 
 from __future__ import annotations
 
-from flows.report import best_model_note, headline, metric_label, reference_label
+from flows.report_verdict import best_model_note, headline, metric_label, reference_label
 
 
 def card(champion: float, scores: dict[str, float], best: str, overall: dict, kind: str = "forecast") -> dict:

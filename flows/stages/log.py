@@ -141,7 +141,7 @@ class LogStage:
     def _log_final(self, tracker: Any, k: int) -> None:
         """The final leaderboard, then the test scores on the logged entries and the parent run."""
         from flows.final import log_test_scores
-        from flows.report import log_report
+        from flows.report_mlflow import log_report
 
         self._log_leaderboard(tracker, k)
         log_test_scores(tracker, self.store, self.run_id)
