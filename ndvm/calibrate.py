@@ -479,6 +479,24 @@ def calibrate_many(
     return done
 
 
+def _native_groups(
+    groups: Sequence[tuple[Mapping[str, Any], Any]], loss: str, caller: str
+) -> tuple[list[tuple[Any, Any]], list[dict[str, Any]]]:
+    """``groups`` checked (each an ``(inputs, target)`` pair, a target wherever ``loss`` needs one)
+    and converted once for the native side: the native groups and each group's problem record."""
+    groups = list(groups)
+    for g, item in enumerate(groups):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValueError(f"{caller}: group {g} must be an (inputs, target) pair, got {type(item).__name__}")
+        if loss != "value" and item[1] is None:
+            raise ValueError(f"{caller}: loss {loss!r} needs a target, and group {g} has none")
+    native_groups = [
+        (_inputs(inputs), None if target is None else np.ascontiguousarray(real_array(target, "target").ravel()))
+        for inputs, target in groups
+    ]
+    return native_groups, [_problem_of(inputs, target, loss, None, None) for inputs, target in groups]
+
+
 def calibrate_groups(
     programs: Sequence[Program | str],
     groups: Sequence[tuple[Mapping[str, Any], Any]],
@@ -509,26 +527,13 @@ def calibrate_groups(
     ``calibrate_many``'s (below), without lane inputs or lane targets.
     """
     options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
-    groups = list(groups)
-    for g, item in enumerate(groups):
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise ValueError(f"calibrate_groups: group {g} must be an (inputs, target) pair, got {type(item).__name__}")
-        if loss != "value" and item[1] is None:
-            raise ValueError(f"calibrate_groups: loss {loss!r} needs a target, and group {g} has none")
+    native_groups, problems = _native_groups(groups, loss, "calibrate_groups")
     out: list[list[Fit] | None] = [None] * len(programs)
     natives, thetas, where, compiled, failed = _prepare(programs, limits, restarts, seed, init, jitter)
     for i, failure in failed.items():
-        out[i] = [failure() for _ in groups]
-    if compiled and groups:
+        out[i] = [failure() for _ in native_groups]
+    if compiled and native_groups:
         spec = _spec(options, loss, None, None)
-        native_groups = [
-            (
-                _inputs(inputs),
-                None if target is None else np.ascontiguousarray(real_array(target, "target").ravel()),
-            )
-            for inputs, target in groups
-        ]
-        problems = [_problem_of(inputs, target, loss, None, None) for inputs, target in groups]
         for group_limits, members in _by_limits(compiled).items():
             t0 = time.perf_counter()
             results = _native.calibrate_groups(
@@ -539,7 +544,7 @@ def calibrate_groups(
                 group_limits.native(),
                 _threads(threads),
             )
-            seconds = (time.perf_counter() - t0) / (len(members) * len(groups))
+            seconds = (time.perf_counter() - t0) / (len(members) * len(native_groups))
             for k, per_group in zip(members, results):
                 out[where[k]] = [
                     _fit_from(compiled[k], res, seconds, problem) for res, problem in zip(per_group, problems)
@@ -618,11 +623,7 @@ def calibrate_shared(
     """
     options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
     groups = list(groups)
-    for g, item in enumerate(groups):
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise ValueError(f"calibrate_shared: group {g} must be an (inputs, target) pair, got {type(item).__name__}")
-        if loss != "value" and item[1] is None:
-            raise ValueError(f"calibrate_shared: loss {loss!r} needs a target, and group {g} has none")
+    native_groups, problems = _native_groups(groups, loss, "calibrate_shared")
     if shared_values is not None and len(shared_values) != len(programs):
         raise ValueError(
             f"calibrate_shared: shared_values has {len(shared_values)} entries for {len(programs)} programs"
@@ -642,14 +643,6 @@ def calibrate_shared(
     joint = [k for k, program in enumerate(compiled) if program.shared_names]
     if joint and groups:
         spec = _spec(options, loss, None, None)
-        native_groups = [
-            (
-                _inputs(inputs),
-                None if target is None else np.ascontiguousarray(np.asarray(target, dtype=np.float64).ravel()),
-            )
-            for inputs, target in groups
-        ]
-        problems = [_problem_of(inputs, target, loss, None, None) for inputs, target in groups]
         everyone = list(range(len(groups)))
         for group_limits, members in _by_limits([compiled[k] for k in joint]).items():
             batch = [joint[m] for m in members]
