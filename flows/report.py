@@ -238,6 +238,9 @@ def build_report(
         series = _test_series(task, split, champion, best)
         if series is not None:
             report["test_series"] = series
+        cells = _test_cells(task, split, champion, best)
+        if cells is not None:
+            report["test_cells"] = cells
         report["versus_each_reference"] = [
             {"reference": r.name, **kind.paired_test(champion, r, replicates=replicates)["overall"]} for r in usable
         ]
@@ -308,6 +311,62 @@ def _test_series(task: Any, split: str, champion: Errors, best: Errors) -> dict[
             }
         )
     return {"panels": panels, "time_label": dataset.x, "y_label": dataset.y}
+
+
+TEST_CELLS_SHOWN = 48  # panels of the test-cells plot (more cells: an even spread over their names)
+POINTS_PER_PANEL = 150  # rows of each part of a cell drawn (and kept in report.json): a panel is ~3 cm
+
+
+def _natural(name: Any) -> list[Any]:
+    """Sort key: ``b3c2`` before ``b3c10``."""
+    import re
+
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
+
+
+def _thin(n: int, k: int = POINTS_PER_PANEL) -> np.ndarray:
+    """At most ``k`` indices of ``n`` rows, evenly spread, first and last kept."""
+    return np.unique(np.linspace(0, n - 1, num=min(n, k)).round().astype(int)) if n else np.zeros(0, dtype=int)
+
+
+def _test_cells(task: Any, split: str, champion: Errors, best: Errors) -> dict[str, Any] | None:
+    """What the test-cells plot draws (curves: errors per group): one panel per whole held-out
+    cell of ``split`` (every scored cell when none is held out whole), with the rows it was fitted
+    on, the scored rows and the champion's and the best reference's predictions of them. None when
+    the task has no per-cell rows to draw (``scored_rows``) or the errors are not per group."""
+    rows_of = getattr(task, "scored_rows", None)
+    if rows_of is None or champion.groups is None or best.groups is None:
+        return None
+    rows = rows_of(split)
+    names = sorted((g for g in rows if g in champion.groups and g in best.groups), key=_natural)
+    if not names:
+        return None
+    shown = [names[i] for i in _thin(len(names), TEST_CELLS_SHOWN)]
+    reference = f"{reference_label(best.name)} (best reference)"
+    panels = []
+    for group in shown:
+        r = rows[group]
+        observed, fit_keep, keep = np.asarray(r["y"], float), _thin(len(r["fit_y"])), _thin(len(r["y"]))
+        errors = {"champion": champion.groups[group], reference: best.groups[group]}
+        panels.append(
+            {
+                "group": str(group),
+                "fit_x": np.asarray(r["fit_x"], float)[fit_keep].tolist(),
+                "fit_y": np.asarray(r["fit_y"], float)[fit_keep].tolist(),
+                "x": np.asarray(r["x"], float)[keep].tolist(),
+                "observed": observed[keep].tolist(),
+                "models": {label: (observed + e)[keep].tolist() for label, e in errors.items()},
+                "rmse": {label: float(np.sqrt(np.mean(np.square(e)))) for label, e in errors.items()},
+            }
+        )
+    held = all(rows[g]["held_out_group"] for g in names)
+    return {
+        "panels": panels,
+        "cells": len(names),
+        "held_out_cells": held,
+        "x_label": task.dataset.x,
+        "y_label": task.dataset.y,
+    }
 
 
 def _stored_reference_scores(store: Any, run_id: str) -> dict[str, float | None]:

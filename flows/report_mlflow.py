@@ -1,5 +1,5 @@
 """The report card on MLflow: ``report.md`` and ``report.json`` on the run's parent run, the card's
-plots (the test years, RMSE per lead), and on each logged entry's nested run its formula and,
+plots (the test years, RMSE per lead; for curves the held-out cells), and on each logged entry's nested run its formula and,
 for the champion, its standard errors as metrics."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from flows.report_verdict import reference_label
 
 def report_plots(report: dict[str, Any], folder: Path) -> list[Path]:
     """The card's plots as PNG files in ``folder``: the test years (observations, the champion and
-    the best reference, forecasts) and the champion's error per lead against every reference."""
-    from storage.plots import plot_per_lead, plot_test_years
+    the best reference, forecasts) and the champion's error per lead against every reference; for
+    curves, the test rows of each held-out cell (``test_cells.png``)."""
+    from storage.plots import plot_per_lead, plot_test_cells, plot_test_years
 
     out = []
     if report.get("test_series"):
@@ -27,6 +28,21 @@ def report_plots(report: dict[str, Any], folder: Path) -> list[Path]:
                 time_label=ts["time_label"],
                 y_label=ts["y_label"],
                 title=f"{report['dataset']}: the test years, champion vs {reference_label(report['best_reference'])}",
+            )
+        )
+    if report.get("test_cells"):  # curves: one panel per held-out cell (flows.report._test_cells)
+        tc = report["test_cells"]
+        which = "held-out cells" if tc["held_out_cells"] else "cells (their later rows)"
+        shown = len(tc["panels"])
+        count = f"{tc['cells']} {which}" + (f", {shown} shown" if shown < tc["cells"] else "")
+        out.append(
+            plot_test_cells(
+                tc["panels"],
+                folder / "test_cells.png",
+                x_label=tc["x_label"],
+                y_label=tc["y_label"],
+                title=f"{report['dataset']}: the test split, {count}: champion vs "
+                f"{reference_label(report['best_reference'])}",
             )
         )
     per_lead = report.get("per_lead")

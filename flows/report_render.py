@@ -17,13 +17,19 @@ from storage.selection import champion_of_run
 
 
 def formula_markdown(digest: str, formula: Any, source: str) -> str:
-    """``formula.md``: the formula as text and as LaTeX (a ``$$`` block), and the program."""
+    """``formula.md``: the formula as text, one definition per line; its LaTeX; the program.
+
+    MLflow's Markdown preview shows a ``$$`` block as raw source on one wrapped line and a long
+    code line behind a scroll bar (seen in the UI at 1600 px), so the text formula is cut at its
+    ``;`` and the LaTeX is a code block (rendered: formula.png; source: formula.tex)."""
     lines = [f"# Formula of `{digest}`", ""]
     if formula.ok:
-        lines += ["```text", formula.text, "```", "", "$$", formula.latex, "$$", ""]
+        definitions = [part.strip() for part in formula.text.split(";") if part.strip()]
+        lines += ["```text", *definitions, "```", "", "LaTeX (also `formula.tex`):", ""]
+        lines += ["```latex", formula.latex, "```", ""]
     else:
         lines += [f"(no formula: {formula.reason})", ""]
-    lines += ["```scheme", source.strip(), "```", ""]
+    lines += ["Program:", "", "```scheme", source.strip(), "```", ""]
     return "\n".join(lines)
 
 

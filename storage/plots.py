@@ -156,6 +156,80 @@ def plot_test_years(
     return _save(fig, path)
 
 
+def plot_test_cells(
+    panels: Sequence[dict],
+    path: str | Path,
+    x_label: str = "x",
+    y_label: str = "y",
+    title: str = "held-out cells",
+    columns: int = 6,
+) -> Path:
+    """Small multiples, one panel per held-out cell (curves): the rows its parameters were fitted
+    on, the scored rows, and each model's predictions of the scored rows.
+
+    Each panel is ``{"group": name, "fit_x": [...], "fit_y": [...], "x": [...], "observed": [...],
+    "models": {label: [...]}, "rmse": {label: value}}`` (``rmse`` optional: shown in the panel's
+    title); the first model is drawn as the champion (black, solid), the others dashed."""
+    if not panels:
+        raise ValueError("test-cells plot: no panel")
+    n = len(panels)
+    ncols = max(1, min(columns, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols, 2.3 * nrows + 1.3), squeeze=False)
+    colors = ["black", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
+    handles: dict[str, object] = {}
+    for ax, panel in zip(axes.ravel(), panels, strict=False):
+        x = np.asarray(panel["x"], dtype=float)
+        fit_x = np.asarray(panel.get("fit_x", []), dtype=float)
+        if fit_x.size:
+            handles["rows fitted on"] = ax.scatter(fit_x, panel["fit_y"], s=3, color="0.6", lw=0)
+        if x.size:
+            ax.axvspan(x.min(), x.max(), color="tab:blue", alpha=0.07)
+        handles["scored rows (observed)"] = ax.scatter(x, panel["observed"], s=4, color="tab:blue", lw=0)
+        for i, (label, values) in enumerate(panel["models"].items()):
+            v = np.asarray(values, dtype=float)
+            if v.shape != x.shape:
+                raise ValueError(
+                    f"test-cells plot: {label} has {v.shape} values for {x.shape} rows of {panel['group']}"
+                )
+            (line,) = ax.plot(
+                x, v, color=colors[i % len(colors)], lw=1.5 if i == 0 else 1.2, ls="-" if i == 0 else "--"
+            )
+            handles.setdefault(label, line)
+        rmse = panel.get("rmse") or {}
+        name = str(panel["group"])
+        if rmse:  # the panel says who wins on this cell, in the order of the legend
+            name += "\nRMSE " + " vs ".join(format(float(v), ".3g") for v in rmse.values())
+        ax.set_title(name, fontsize=8)
+        ax.tick_params(labelsize=6)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(y_label, fontsize=7)
+    for ax in axes[-1, :]:
+        ax.set_xlabel(x_label, fontsize=7)
+    # the title and one legend for every panel above the grid, a fixed height in inches
+    height = fig.get_figheight()
+    fig.suptitle(
+        title + "\n(each panel: the cell, and the RMSE of the champion vs the reference on its scored rows)",
+        fontsize=10,
+        y=1 - 0.08 / height,
+        va="top",
+    )
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 1 - 0.55 / height),
+        ncol=len(handles),
+        fontsize=8,
+        frameon=False,
+        markerscale=4,
+    )
+    fig.subplots_adjust(top=1 - 1.25 / height, hspace=0.75, wspace=0.3)
+    return _save(fig, path)
+
+
 def plot_per_lead(
     per_lead: dict[str, Sequence[float]],
     path: str | Path,
@@ -205,6 +279,7 @@ __all__ = [
     "plot_forecast",
     "plot_loss",
     "plot_test_years",
+    "plot_test_cells",
     "plot_per_lead",
     "plot_formula",
     "is_png",

@@ -147,6 +147,22 @@ def test_curve_run_report_card(prefect_api, tmp_path):
     assert len(card["per_group"]["champion"]) == card["paired_test"]["overall"]["n_units"]
     md = report_markdown(card)
     assert "RMSE per group" in md and "Standard errors per group" in md
+    # the test split per cell (no cell held out whole here: every cell's later rows), drawn as
+    # plots/test_cells.png on the parent run and on the champion's run (issue 30, part 4)
+    cells = card["test_cells"]
+    assert cells["cells"] == len(card["per_group"]["champion"]) and not cells["held_out_cells"]
+    assert sorted(p["group"] for p in cells["panels"]) == sorted(card["per_group"]["champion"])
+    from mlflow.tracking import MlflowClient
+
+    from storage.tracking import default_tracking_uri
+
+    client = MlflowClient(default_tracking_uri(tmp_path))
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=500)
+    [parent] = [r for r in runs if r.data.tags.get("ndvm.run_id") == "curve-card"]
+    [champion] = [r for r in runs if r.data.tags.get("ndvm.hash") == card["champion"]["hash"]]
+    for run in (parent, champion):
+        plots = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+        assert "plots/test_cells.png" in plots and "plots/test_years.png" not in plots
 
 
 def test_discovery_suite_is_registered_but_not_in_the_default_run():

@@ -62,7 +62,7 @@ def page_text(browser: str, url: str, width: int = 1600) -> str:
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=300,  # a loaded 2-core machine: one page took over 120 s
         )
     assert result.returncode == 0, result.stderr[-2000:]
     dom = re.sub(r"<script.*?</script>|<style.*?</style>", " ", result.stdout, flags=re.S)
@@ -91,10 +91,18 @@ def screenshot(browser: str, url: str, out, width: int = 1600):
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=300,  # a loaded 2-core machine: one page took over 120 s
         )
     assert result.returncode == 0, result.stderr[-2000:]
     return out
+
+
+def report_card(folder) -> dict:
+    """The run's report.json (``reports/<run>/report.json`` in the run folder)."""
+    import json
+
+    (path,) = folder.glob("reports/*/report.json")
+    return json.loads(path.read_text())
 
 
 def test_mlflow_ui_shows_the_leaderboard_and_the_champion(enso_run, prefect_api):
@@ -135,6 +143,30 @@ def test_mlflow_ui_shows_the_leaderboard_and_the_champion(enso_run, prefect_api)
         assert f"{report['best_score']:.6f}"[:7] in run_page  # its value, as the UI prints it
         assert "Child runs" in run_page and report["best_hash"] in run_page
 
+        # The parent run's plots, as the artifact browser previews them: the test years (observations,
+        # champion, best reference) and the RMSE per lead; the report card beside them
+        shots = folder / "screenshots"
+        shots.mkdir(exist_ok=True)
+        run_base = f"{base}#/experiments/{experiment}/runs/{parent}"
+        # the screenshots show the pages in the mode a user is in after the printed leaderboard link
+        # (a fresh browser profile would open them in the GenAI mode)
+        classic = "?workflowType=machine_learning"
+        for plot in ("test_years.png", "rmse_per_lead.png"):
+            page = page_text(browser, f"{run_base}/artifactPath/plots/{plot}")
+            assert plot in page and "report.md" in page, (plot, page[:2000])
+            shot = screenshot(browser, f"{run_base}/artifactPath/plots/{plot}{classic}", shots / f"parent_{plot}")
+            assert shot.stat().st_size > 40_000  # the image is drawn, not an empty frame
+        # the champion's run: its formula previewed as Markdown (text, LaTeX, program)
+        champion = report_card(folder)["champion"]["hash"]
+        (champ,) = client.search_runs([experiment], f"tags.`ndvm.hash` = '{champion}'")
+        champ_base = f"{base}#/experiments/{experiment}/runs/{champ.info.run_id}"
+        page = page_text(browser, f"{champ_base}/artifactPath/formula.md")
+        assert f"Formula of {champion}" in page and " plots " in page, page[:3000]
+        screenshot(browser, f"{champ_base}/artifactPath/formula.md{classic}", shots / "champion_formula_md.png")
+        screenshot(
+            browser, f"{champ_base}/artifactPath/plots/test_years.png{classic}", shots / "champion_test_years.png"
+        )
+
         # The registry: the model of the dataset and task, its champion version.
         models_page = page_text(browser, f"{base}#/models")
         assert "ndvm-enso-forecast" in models_page and "@ champion" in models_page, models_page[:2000]
@@ -144,6 +176,7 @@ def test_mlflow_ui_shows_the_leaderboard_and_the_champion(enso_run, prefect_api)
         # the version carries the formula, the test scores and the verdict (issue 30, part 4)
         version_page = page_text(browser, f"{base}#/models/ndvm-enso-forecast/versions/1")
         # (its description: the verdict in words, the formula, the scores; the first tags of its table)
+        screenshot(browser, f"{base}#/models/ndvm-enso-forecast/versions/1", shots / "champion_version.png")
         for text in (
             "The champion",
             "Formula: ",

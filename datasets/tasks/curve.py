@@ -753,6 +753,26 @@ class CurveTask(Task):
     def _split_groups(self, split: str) -> list[Any]:
         return self.groups() + self._held_groups(split)[0]
 
+    def scored_rows(self, split: str = TEST) -> dict[Any, dict[str, Any]]:
+        """The data a per-cell plot of ``split`` draws (the report's test-cells plot): for each
+        whole group held out for ``split`` (or, when there is none, each group scored on it), its
+        rows in x order with x in the data's units: ``fit_x``, ``fit_y`` (the rows its parameters
+        are fitted on), ``x``, ``y`` (the scored rows, aligned with ``Errors.groups[group]``) and
+        ``held_out_group``."""
+        held, held_part = self._held_groups(split)
+        out = {}
+        for group in held or self._split_groups(split):
+            fit_x, fit_y = self._xy(group, held_part if group in held else TRAIN)
+            x, y = self._xy(group, split)
+            out[group] = {
+                "fit_x": fit_x * self.x_scale,
+                "fit_y": fit_y,
+                "x": x * self.x_scale,
+                "y": y,
+                "held_out_group": group in held,
+            }
+        return out
+
     def _errors_of(self, fit: TaskFit, split: str) -> Errors:
         groups: dict[Any, np.ndarray] = {}
         for group in self._split_groups(split):
