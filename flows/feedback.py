@@ -20,6 +20,8 @@ import logging
 import threading
 from typing import Any
 
+from proposers.datacard import residual_text
+
 log = logging.getLogger("ndvm.discover")
 
 
@@ -114,7 +116,8 @@ class ResidualNotes:
                 import json
 
                 try:
-                    text = self.task.validation_residuals(best["source"], json.loads(best["parameters"] or "{}"))
+                    facts = self.task.residual_facts(best["source"], json.loads(best["parameters"] or "{}"))
+                    text = residual_text(facts)
                 except Exception as exc:  # advice for a prompt: a failed breakdown must not stop the run
                     log.warning("residuals of the best program failed: %s", exc)
                     text = ""

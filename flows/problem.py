@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from proposers.datacard import card_text
+
 
 @dataclass(frozen=True)
 class ProblemSpec:
@@ -136,7 +138,7 @@ def task_spec(dataset: Any, task: Any):
         score_label=metric_label(task),
         seed_programs=task.seed_programs(),
         program_source=task.program_source,
-        data_card=task.data_card(),
+        data_card=card_text(task.card_facts()),
         table_inputs=getattr(task, "table_inputs", False),
     )
 
@@ -148,8 +150,17 @@ def probe_inputs(task: Any) -> dict[str, np.ndarray]:
 
 def entry_extras(dataset: Any, task: Any, source: str, parameters: dict[str, float]) -> dict[str, Any]:
     """What MLflow logs for a leaderboard entry besides the store's row (plots, an input example,
-    for a forecast candidate the program the pyfunc model runs): the task's ``entry_extras``."""
-    return task.entry_extras(source, parameters)
+    for a forecast candidate the program the pyfunc model runs): the task's ``entry_extras``, with
+    the data of its plots (``fit_series``, ``forecast_series``) made the plots the tracker draws
+    (``fit_plot``, ``forecast_plot``: storage/plots.py). The task computes; it draws nothing."""
+    from storage.plots import FitPlot, ForecastPlot
+
+    extras = dict(task.entry_extras(source, parameters))
+    if "fit_series" in extras:
+        extras["fit_plot"] = FitPlot(**extras.pop("fit_series"))
+    if "forecast_series" in extras:
+        extras["forecast_plot"] = ForecastPlot(**extras.pop("forecast_series"))
+    return extras
 
 
 __all__ = ["ProblemSpec", "load_problem", "task_spec", "probe_inputs", "entry_extras", "metric_label"]

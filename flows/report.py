@@ -22,12 +22,13 @@ are; nothing here feeds back into the search):
 - how well validation predicted test: Spearman's rank correlation of the validation and test
   scores of the entries scored on test (the final top k).
 
-Everything that depends on the kind of task comes from the task (``datasets.tasks.base.Task``:
-``test_errors``, ``reference_test_errors``, ``references_to_refit``, ``error_breakdown``,
-``paired_test``, ``verdict`` and their Markdown), so these modules never branch on the kind.
+The task computes the errors (``datasets.tasks.base.Task``: ``test_errors``,
+``reference_test_errors``, ``references_to_refit``); the paired test, its verdict and its Markdown
+follow from the errors' layout (by lead or by group: flows/report_tests.py), so these modules never
+branch on the kind of task.
 
 The card is built here (``build_report``, at the end of a run: ``finish_report``); its verdict in
-words is flows/report_verdict.py, its Markdown and JSON flows/report_render.py, its plots and
+words is flows/report_verdict.py, its paired tests flows/report_tests.py, its Markdown and JSON flows/report_render.py, its plots and
 MLflow artifacts flows/report_mlflow.py.
 """
 
@@ -41,8 +42,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from datasets.tasks import Errors, task_class
+from datasets.tasks import Errors
 from flows.report_render import write_report
+from flows.report_tests import paired_test_for
 from flows.report_verdict import best_model_note, headline, reference_label
 from storage.selection import champion_of_run
 
@@ -51,10 +53,9 @@ class ReportError(RuntimeError):
     """The report cannot be built (no such run, nothing calibrated, a task without test data)."""
 
 
-# ---------------------------------------------------------------------------- errors and paired tests
-# What is kind-specific (the errors' structure, the per-lead or per-group breakdown, which paired
-# test, the verdict's wording, their Markdown) belongs to the task classes (datasets/tasks): this
-# module only asks the task, and has no branch on its kind.
+# ---------------------------------------------------------------------------- errors
+# The task computes the errors of a model on a split; what is said of them depends only on their
+# layout (flows/report_tests.py): no branch here on the kind of task.
 def model_errors(
     task: Any, source: str, parameters: dict, name: str, split: str, calibrate_options: dict | None = None
 ) -> Errors:
@@ -223,15 +224,12 @@ def build_report(
             if k not in only
         ]
     report["champion"]["stderr"] = _stderr_of(task, champ["source"], parameters)
-    kind = task_class(champion.kind)
+    kind = paired_test_for(champion)
     if not champion.error:
-        report[kind.breakdown_key] = {
-            "champion": kind.error_breakdown(champion),
-            **{r.name: kind.error_breakdown(r) for r in usable},
-        }
+        report[kind.breakdown_key] = {"champion": champion.breakdown(), **{r.name: r.breakdown() for r in usable}}
     if usable and not champion.error:
         best = min(usable, key=lambda r: r.primary())
-        test = kind.paired_test(champion, best, replicates=replicates)
+        test = kind.run(champion, best, replicates=replicates)
         report["best_reference"] = best.name
         report["paired_test"] = test
         report["verdict_detail"] = kind.verdict(champion, best, test)  # the test's own figures
@@ -242,7 +240,7 @@ def build_report(
         if cells is not None:
             report["test_cells"] = cells
         report["versus_each_reference"] = [
-            {"reference": r.name, **kind.paired_test(champion, r, replicates=replicates)["overall"]} for r in usable
+            {"reference": r.name, **kind.run(champion, r, replicates=replicates)["overall"]} for r in usable
         ]
     else:
         report["verdict"] = (

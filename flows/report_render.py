@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from datasets.tasks import task_class
-from datasets.tasks.base import format_number as _num
+from flows.report_tests import format_number as _num
+from flows.report_tests import paired_test_of_report
 from storage.selection import champion_of_run
 
 
@@ -74,10 +74,10 @@ def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
     for r in report["references"]:
         lines.append(f"| {r['name']} | {_num(r['test_score']) if not r['error'] else 'failed: ' + r['error']} |")
     lines.append("")
-    kind = task_class(report["kind"])
-    if kind.breakdown_key in report:
+    kind = paired_test_of_report(report)
+    if kind is not None:
         lines += kind.breakdown_markdown(report[kind.breakdown_key], max_groups=max_groups)
-    if "paired_test" in report:
+    if "paired_test" in report and kind is not None:
         t = report["paired_test"]
         lines += ["## Paired test against the best reference (" + report["best_reference"] + ")", "", t["test"], ""]
         lines += kind.paired_test_markdown(t)

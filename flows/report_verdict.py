@@ -1,37 +1,14 @@
-"""The report card's verdict in words: the paired test the champion's task runs against a
-reference, the sentence a scientist can quote (``headline``), which model to use
-(``best_model_note``), and how references and metrics are named. What depends on the kind of task
-(which test, its wording) comes from the task class (datasets/tasks)."""
+"""The report card's verdict in words: the sentence a scientist can quote (``headline``), which
+model to use (``best_model_note``), and how references and metrics are named. The paired test
+it quotes, and that test's own sentence, are in flows/report_tests.py."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from datasets.tasks import CurveTask, Errors, ForecastTask, task_class
-from datasets.tasks.base import SIGNIFICANCE
-from datasets.tasks.base import format_number as _num
-
-
-def paired_test(champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """The paired test the champion's task runs (``Task.paired_test``)."""
-    return task_class(champion.kind).paired_test(champion, reference, replicates=replicates, seed=seed)
-
-
-def paired_forecast_test(champion: Errors, reference: Errors) -> dict[str, Any]:
-    """Diebold-Mariano (HLN) per lead and overall; ``mean_diff`` < 0: the champion has lower MSE."""
-    return ForecastTask.paired_test(champion, reference)
-
-
-def paired_curve_test(champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Paired bootstrap interval of RMSE(champion) - RMSE(reference) (negative: champion better)."""
-    return CurveTask.paired_test(champion, reference, replicates=replicates, seed=seed)
-
-
-def verdict(kind: str, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
-    """One sentence: the difference with its p-value or interval, and what it means at 5%."""
-    return task_class(kind).verdict(champion, reference, test)
-
+from flows.report_tests import BY_GROUP, BY_LEAD, SIGNIFICANCE
+from flows.report_tests import format_number as _num
 
 # ---------------------------------------------------------------------------- the verdict in words
 # How a scientist names the references (the stored names are identifiers); others: "-" -> " ".
@@ -68,9 +45,10 @@ def headline(report: dict[str, Any]) -> str:
     scores = {r["name"]: r["test_score"] for r in report["references"] if not r["error"]}
     champ, ref = float(c["test_score"]), float(scores[best])
     overall = report["paired_test"]["overall"]
-    where = "on the test years" if report["kind"] == "forecast" else "on the held-out test data"
+    interval = "low" in overall and "high" in overall  # a bootstrap interval (errors by group), or a p-value
+    where = (BY_GROUP if interval else BY_LEAD).where
     what = f"{metric_label(report['metric'])} {champ:.3f} against {ref:.3f}"
-    if "low" in overall and "high" in overall:  # a bootstrap interval (curves): significant when it excludes 0
+    if interval:  # significant when the interval excludes 0
         lo, hi = overall["low"], overall["high"]
         significant = hi < 0 or lo > 0
         evidence = f"bootstrap interval of the difference, {int(overall['level'] * 100)}%: [{lo:+.3f}, {hi:+.3f}]"

@@ -58,7 +58,8 @@ class TaskSpec:
     seed_programs: list[str] = field(default_factory=list)
     program_source: Callable[[str], str] | None = None
     # A short description of the training and validation data (units, ranges, lags, season, spread
-    # across groups): ``Task.data_card()``, computed once per run; part of the prompt's cached prefix.
+    # across groups): ``card_text(Task.card_facts())`` (proposers/datacard.py), computed once per run;
+    # part of the prompt's cached prefix.
     data_card: str = ""
     # True when every input is a column of one table (a vector over the same rows), so any input
     # may enter any data sub-expression (the regression task); the mutation proposer then adds
@@ -163,7 +164,7 @@ class ProposalContext:
     duplicates: list[Duplicate] = field(default_factory=list)  # the previous round's duplicates
     duplicate_rate: float = 0.0  # share of the recent proposals that were duplicates, 0..1
     stale_rounds: int = 0  # rounds in a row that gave nothing new
-    # Where the current best program fails on validation (``Task.validation_residuals``), "" if unknown
+    # Where the current best program fails on validation (``residual_text(Task.residual_facts(...))``), "" if unknown
     residuals: str = ""
 
     def reference(self) -> str:

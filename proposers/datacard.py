@@ -1,8 +1,9 @@
 """The data card and the residual notes of the LLM prompt: short text from numbers.
 
 The tasks (``datasets/tasks``) decide WHICH rows and errors go in (training and validation only,
-never test); this module only turns arrays into a few compact lines, so that every task words
-its card the same way. Everything here is plain numpy and stays a few hundred tokens long:
+never test) and expose them as facts (``datasets/tasks/facts.py``: ``Task.card_facts``,
+``Task.residual_facts``); this module only turns those arrays into a few compact lines
+(``card_text``, ``residual_text``), so that every task words its card the same way. Everything here is plain numpy and stays a few hundred tokens long:
 numbers are printed with 3 significant digits, long lists are cut to the most telling entries.
 
 - :func:`column_lines`: per column its unit, range, mean and spread (the scale a parameter needs).
@@ -17,10 +18,23 @@ numbers are printed with 3 significant digits, long lists are cut to the most te
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from datasets.tasks.facts import (
+    ColumnFacts,
+    CovariateFacts,
+    GroupFacts,
+    GroupResidualFacts,
+    InputCorrelationFacts,
+    InputResidualFacts,
+    LeadResidualFacts,
+    NoteFact,
+    SeriesFacts,
+    UnscoredFact,
+)
 
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -222,15 +236,122 @@ def group_residual_lines(
     return lines
 
 
-__all__ = [
-    "MONTHS",
-    "autocorrelation",
-    "column_lines",
-    "forecast_residual_lines",
-    "group_residual_lines",
-    "group_spread_lines",
-    "lag_line",
-    "num",
-    "seasonal_lines",
-    "spread_line",
-]
+# ---------------------------------------------------------------------------- the task's facts in words
+# A task exposes facts (datasets/tasks/facts.py: arrays it chose, training and validation only);
+# each kind of fact has one renderer here. ``card_text`` and ``residual_text`` are what the prompt gets.
+def _column_facts(f: ColumnFacts) -> list[str]:
+    return [f"Data card (the {f.rows} training and validation rows only):", *column_lines(f.columns, f.values)]
+
+
+def _series_facts(f: SeriesFacts) -> list[str]:
+    y = np.asarray(f.values, dtype=float)
+    lines = [f"Series `{f.name}` ({y.size} points): {lag_line(y)}"]
+    if f.months is not None:
+        lines += seasonal_lines(y, f.months)
+    return lines
+
+
+def _covariate_facts(f: CovariateFacts, lags: tuple[int, ...] = (1, 3, 6)) -> list[str]:
+    """How the covariate observed at step t correlates with the series at t + lag."""
+    y = np.asarray(f.series, dtype=float)
+    c = np.asarray(f.values, dtype=float)[: len(y)]
+    parts = []
+    for lag in lags:
+        if len(y) > lag + 2 and np.std(c[:-lag]) > 0 and np.std(y[lag:]) > 0:
+            parts.append(f"lag {lag}: r = {np.corrcoef(c[:-lag], y[lag:])[0, 1]:+.2f}")
+    if not parts:
+        return []
+    return [f"Covariate `{f.name}` (x entry {f.entry}) at step t vs `{f.series_name}` at t + lag: " + ", ".join(parts)]
+
+
+def _group_facts(f: GroupFacts) -> list[str]:
+    lines = group_spread_lines(
+        f.groups,
+        group_label=f.group_label,
+        x_label=f.x_label,
+        y_label=f.y_label,
+        x_per_unit=f.x_per_unit,
+        thresholds=f.thresholds,
+    )
+    return lines + [spread_line(f"{column} at the first row", values) for column, values in f.first_rows.items()]
+
+
+def _input_correlation_facts(f: InputCorrelationFacts) -> list[str]:
+    y = np.asarray(f.values, dtype=float)
+    lines = []
+    for column, name, values in f.inputs:
+        v = np.asarray(values, dtype=float)
+        if np.std(v) > 0 and np.std(y) > 0:
+            alias = f" (program input `{name}`)" if name != column else ""
+            lines.append(f"- correlation of {f.target} with {column}{alias}: {num(float(np.corrcoef(v, y)[0, 1]))}")
+    return lines
+
+
+def _note_fact(f: NoteFact) -> list[str]:
+    return [f.text]
+
+
+def _unscored_fact(f: UnscoredFact) -> list[str]:
+    return [f"The best program could not be scored on validation: {f.reason}"]
+
+
+def _lead_residual_facts(f: LeadResidualFacts) -> list[str]:
+    return forecast_residual_lines(f.errors, f.target_months)
+
+
+def _group_residual_facts(f: GroupResidualFacts) -> list[str]:
+    return group_residual_lines(f.errors, f.x, group_label=f.group_label, x_label=f.x_label)
+
+
+def _input_residual_facts(f: InputResidualFacts) -> list[str]:
+    """RMSE and bias of a table's model by range (thirds) of each input."""
+    p, y = np.asarray(f.prediction, dtype=float), np.asarray(f.target, dtype=float)
+    err = p - y
+    if not np.all(np.isfinite(err)):
+        return ["The best program gives non-finite predictions on some validation rows."]
+    rmse = float(np.sqrt(np.mean(err**2)))
+    lines = [f"Validation residuals of the best program (RMSE {num(rmse)}), by thirds of each input:"]
+    for name, v in f.inputs.items():
+        edges = np.quantile(v, [0, 1 / 3, 2 / 3, 1])
+        cells = []
+        for i in range(3):
+            m = (v >= edges[i]) & (v <= edges[i + 1])
+            if m.any():
+                cells.append(
+                    f"{num(edges[i])}..{num(edges[i + 1])}: rmse {num(np.sqrt(np.mean(err[m] ** 2)))}, "
+                    f"bias {num(np.mean(err[m]))}"
+                )
+        lines.append(f"- {name}: " + "; ".join(cells))
+    return lines
+
+
+_RENDERERS: dict[type, Callable[[Any], list[str]]] = {
+    ColumnFacts: _column_facts,
+    SeriesFacts: _series_facts,
+    CovariateFacts: _covariate_facts,
+    GroupFacts: _group_facts,
+    InputCorrelationFacts: _input_correlation_facts,
+    NoteFact: _note_fact,
+    UnscoredFact: _unscored_fact,
+    LeadResidualFacts: _lead_residual_facts,
+    GroupResidualFacts: _group_residual_facts,
+    InputResidualFacts: _input_residual_facts,
+}
+
+
+def fact_lines(fact: Any) -> list[str]:
+    """The lines of one fact; a fact of a kind with no renderer is a TypeError naming it."""
+    render = _RENDERERS.get(type(fact))
+    if render is None:
+        raise TypeError(f"no data-card renderer for {type(fact).__name__} (add one in proposers/datacard.py)")
+    return render(fact)
+
+
+def card_text(facts: Sequence[Any]) -> str:
+    """The data card of the LLM prompt from a task's ``card_facts()``."""
+    return "\n".join(line for fact in facts for line in fact_lines(fact))
+
+
+def residual_text(facts: Sequence[Any]) -> str:
+    """Where the best program fails on validation, from a task's ``residual_facts(...)`` ("" when none)."""
+    return "\n".join(line for fact in facts for line in fact_lines(fact))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,6 +52,53 @@ def test_a_toy_proposer_added_by_one_module_and_one_line_runs_a_discovery(tmp_pa
     first, second = (context for _, context in toy.requests)
     assert first.best == [] and first.residuals == ""
     assert second.best and second.residuals != ""
+
+
+def test_a_toy_task_added_by_one_module_and_one_line_runs_a_discovery(tmp_path, monkeypatch):
+    """docs/architecture.md "Add a task": a module implementing the five abstract methods of
+    datasets.tasks.base.Task, one TASKS line, and a discovery runs on it end to end: search,
+    the test split at the end, the report card, MLflow."""
+    import json
+
+    from toy_task import SEEDS, ToyTask
+
+    import datasets.tasks as tasks
+    from flows.discover import Budget, Discovery, build_config
+    from storage import CandidateStore, default_store_path
+
+    monkeypatch.setattr(tasks, "TASKS", {**tasks.TASKS, "toy": ToyTask})  # the one line (for this test)
+
+    config = build_config(
+        "enso",
+        "mutation",
+        task_kind="toy",
+        serial=True,
+        batch_size=4,
+        steps=40,
+        restarts=2,
+        top_k=2,
+        test_top_k=2,
+        log_every=3600.0,
+        folder=str(tmp_path),
+    )
+    discovery = Discovery(config, Budget(minutes=None, max_candidates=8), run_id="toy-task-run")
+    task = discovery.task
+    assert isinstance(task, ToyTask)
+    try:
+        report = discovery.run()
+    finally:
+        discovery.close()
+    assert report.status == "finished" and report.pending == 0
+    assert report.calibrated >= len(SEEDS) and report.best_score is not None and report.best_score > 0
+    # the champion's test score in the report card is the toy task's own RMSE on its test rows
+    card = json.loads((tmp_path / "reports" / "toy-task-run" / "report.json").read_text())
+    champion = card["champion"]
+    refit = task.restore_fit(champion["source"], champion["parameters"])
+    x, y = task.rows["test"]
+    assert champion["test_score"] == pytest.approx(float(np.sqrt(np.mean((refit.predictor({"x": x}) - y) ** 2))))
+    assert card["verdict"] == "No paired test: no reference model could be scored."  # the toy has none
+    with CandidateStore(default_store_path(tmp_path), read_only=True) as store:
+        assert store.run_status("toy-task-run").task == "toy"
 
 
 def test_an_unregistered_proposer_is_refused_naming_the_registered_ones():

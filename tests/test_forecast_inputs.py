@@ -14,6 +14,7 @@ from datasets import enso
 from datasets.schema import Dataset
 from datasets.tasks import CandidateError, TaskError, make_task, ndvm_available
 from datasets.tasks import forecast as fc
+from proposers.datacard import card_text
 
 RAW = shared_data_dir() / "enso" / "raw"
 needs_ndvm = pytest.mark.skipif(not ndvm_available(), reason="the ndvm runtime (ndvm.compile/calibrate) is not built")
@@ -272,12 +273,12 @@ def test_a_user_covariate_is_learnt_from(tmp_path):
 def test_the_data_card_shows_the_covariate_from_seen_points_only():
     ds = nino34_soi()
     task = make_task(ds)
-    card = task.data_card()
+    card = card_text(task.card_facts())
     line = next(ln for ln in card.splitlines() if ln.startswith("Covariate `soi` (x entry 1)"))
     seen = task.split_end["validation"]
     soi = ds.frame.sort("t").get_column("soi").to_numpy()[:seen]
     assert f"lag 1: r = {np.corrcoef(soi[:-1], task.y[1:seen])[0, 1]:+.2f}" in line
-    assert make_task(with_soi_changed_after(ds, seen - 1)).data_card() == card  # test years unseen
+    assert card_text(make_task(with_soi_changed_after(ds, seen - 1)).card_facts()) == card  # test years unseen
 
 
 def test_an_x_candidate_renders_as_a_formula():

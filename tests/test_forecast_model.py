@@ -28,7 +28,7 @@ def logged(tmp_path_factory):
     """AR(2) and a seasonal AR(1) fitted on the embedded ENSO task and logged as the flow logs them."""
     import mlflow
 
-    from flows.problem import ProblemSpec, load_problem
+    from flows.problem import ProblemSpec, entry_extras, load_problem
     from storage.tracking import LeaderboardEntry, Tracker
 
     dataset, task = load_problem(ProblemSpec(dataset="enso"))
@@ -44,7 +44,7 @@ def logged(tmp_path_factory):
             parameters=dict(fit.params),
             train_metrics={"loss": fit.train_loss},
             heldout_metrics={"mean_rmse": 1.0},
-            **task.entry_extras(source, dict(fit.params)),
+            **entry_extras(dataset, task, source, dict(fit.params)),
         )
         _, uri = tracker.log_entry(entry)
         out[name] = (fit, mlflow.pyfunc.load_model(uri))
@@ -111,6 +111,7 @@ def with_covariate(tmp_path_factory):
 
     import datasets
     from datasets.tasks import make_task
+    from flows.problem import entry_extras
     from storage.tracking import LeaderboardEntry, Tracker
 
     folder = tmp_path_factory.mktemp("cov")
@@ -124,7 +125,8 @@ def with_covariate(tmp_path_factory):
     path.with_suffix(".toml").write_text(
         'x = "year"\ny = "v"\ntask = "forecast"\nperiod = 11\nleads = 4\ncovariates = ["c"]\n'
     )
-    task = make_task(datasets.load(path))
+    dataset = datasets.load(path)
+    task = make_task(dataset)
     fit = task.fit(CALENDAR_COVARIATE_SOURCE, **CALIBRATION)
     assert fit.ok, fit.error
     tracker = Tracker(run_folder=folder / "runs", experiment="ndvm-cycles-forecast-test")
@@ -135,7 +137,7 @@ def with_covariate(tmp_path_factory):
         parameters=dict(fit.params),
         train_metrics={"loss": fit.train_loss},
         heldout_metrics={"mean_rmse": 1.0},
-        **task.entry_extras(CALENDAR_COVARIATE_SOURCE, dict(fit.params)),
+        **entry_extras(dataset, task, CALENDAR_COVARIATE_SOURCE, dict(fit.params)),
     )
     _, uri = tracker.log_entry(entry)
     tracker.end_run()

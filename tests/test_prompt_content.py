@@ -20,6 +20,7 @@ from conftest import shared_file  # noqa: E402
 from test_flows_support import FakeOpenAI  # noqa: E402
 
 from proposers import Budget, Duplicate, Failure, ProposalContext, ScoredProgram  # noqa: E402
+from proposers.datacard import residual_text  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -47,7 +48,7 @@ def enso_prompt(enso, **context) -> str:
     ctx = ProposalContext(
         spec,
         best=[ScoredProgram(source, 0.9, params=params)],
-        residuals=task.validation_residuals(source, params),
+        residuals=residual_text(task.residual_facts(source, params)),
         **context,
     )
     return "\n".join(m["content"] for m in build_messages(ctx, 4))
@@ -106,7 +107,7 @@ def test_battery_prompt_has_the_spread_across_cells_and_no_held_out_cell():
     fit = task.fit(source, steps=60)
     assert fit.ok
     params = task.flat_parameters(fit.params)
-    residuals = task.validation_residuals(source, params)
+    residuals = residual_text(task.residual_facts(source, params))
     spec = task_spec(dataset, task)
     ctx = ProposalContext(spec, best=[ScoredProgram(source, 0.01)], residuals=residuals)
     prompt = "\n".join(m["content"] for m in build_messages(ctx, 4))
@@ -138,7 +139,7 @@ def test_residuals_break_down_by_lead_and_month_and_follow_the_best(enso):
     from flows.feedback import ResidualNotes
 
     task, source, params = enso
-    text = task.validation_residuals(source, params)
+    text = residual_text(task.residual_facts(source, params))
     by_lead = text.splitlines()[0]
     assert by_lead.startswith("RMSE by lead: ") and len(by_lead.split()) == 3 + task.leads
     # the lead-1 RMSE is that of the task's own validation score at lead 1
@@ -148,13 +149,13 @@ def test_residuals_break_down_by_lead_and_month_and_follow_the_best(enso):
 
     notes = ResidualNotes(task)
     calls = []
-    original = task.validation_residuals
+    original = task.residual_facts
 
     def counted(*args):
         calls.append(args)
         return original(*args)
 
-    task.validation_residuals = counted
+    task.residual_facts = counted
     try:
         row = {"hash": "a" * 64, "source": source, "parameters": json.dumps(params)}
         assert notes.text(row) == text and notes.text(row) == text
@@ -164,7 +165,7 @@ def test_residuals_break_down_by_lead_and_month_and_follow_the_best(enso):
         assert len(calls) == 2 and other != text  # a new best: recomputed
         assert notes.text(None) == ""
     finally:
-        del task.validation_residuals
+        del task.residual_facts
 
 
 def test_datacard_numbers_are_the_statistics_they_name():

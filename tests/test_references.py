@@ -13,6 +13,7 @@ import pytest
 import datasets
 from datasets.tasks import forecast as fc
 from datasets.tasks import make_task, ndvm_available
+from flows.report_tests import BY_LEAD
 
 needs_ndvm = pytest.mark.skipif(not ndvm_available(), reason="the ndvm runtime (ndvm.compile/calibrate) is not built")
 
@@ -125,7 +126,7 @@ def test_the_paired_test_uses_the_headline_origins_and_compares_like_with_like()
     for k in range(1, leads):  # the last origins' later targets lie past the end of the split
         a[n - k :, k] = b[n - k :, k] = np.nan
     champion, reference = Errors("champion", "forecast", values=a), Errors("ar", "forecast", values=b)
-    test = fc.ForecastTask.paired_test(champion, reference)
+    test = BY_LEAD.run(champion, reference)
     o = test["overall"]
     per_lead_mse = lambda e: [np.nanmean(e[:, k] ** 2) for k in range(leads)]  # noqa: E731
     # every origin of the headline RMSE; the mean differential is the mean over leads of the MSE difference
@@ -135,7 +136,7 @@ def test_the_paired_test_uses_the_headline_origins_and_compares_like_with_like()
     assert o["mean_diff"] == pytest.approx(o["mse_champion"] - o["mse_reference"], rel=1e-12)
     # the headline is the mean over leads of the square roots of the same per-lead MSEs
     assert champion.primary() == pytest.approx(np.mean(np.sqrt(per_lead_mse(a))), rel=1e-12)
-    text = fc.ForecastTask.verdict(champion, reference, test)
+    text = BY_LEAD.verdict(champion, reference, test)
     assert f"same {n} forecast origins" in text and f"{o['mse_champion']:.4g} vs {o['mse_reference']:.4g}" in text
 
 
@@ -150,6 +151,6 @@ def test_the_verdict_says_when_mean_rmse_and_mean_mse_disagree():
     b = z * np.array([1.0, 3.0])
     champion, reference = Errors("champion", "forecast", values=a), Errors("ar", "forecast", values=b)
     assert champion.primary() < reference.primary()  # (0.1 + 3.3) / 2 < (1 + 3) / 2
-    test = fc.ForecastTask.paired_test(champion, reference)
+    test = BY_LEAD.run(champion, reference)
     assert test["overall"]["mean_diff"] > 0  # (0.01 + 10.89) / 2 > (1 + 9) / 2
-    assert "order the two models differently" in fc.ForecastTask.verdict(champion, reference, test)
+    assert "order the two models differently" in BY_LEAD.verdict(champion, reference, test)

@@ -14,6 +14,7 @@ import datasets
 import ndvm
 from datasets.errors import DataFormatError, SplitError
 from datasets.tasks import RegressionTask, TaskError, make_task
+from proposers.datacard import card_text
 from storage.columns import program_names
 
 if not hasattr(ndvm, "compile"):
@@ -128,7 +129,7 @@ def test_the_task_takes_every_input_under_its_program_name(task):
     assert set(task.proposer_inputs()) == {"x", "v", "temp_C_"}
     assert "'temp (C)'" in task.proposer_inputs()["temp_C_"]
     assert set(task.probe_inputs()) == {"x", "v", "temp_C_"}
-    card = task.data_card()
+    card = card_text(task.card_facts())
     assert "temp (C)" in card and "correlation of y with x" in card
     contract = task.contract_text()
     assert all(f"`{n}`" in contract for n in task.input_names)
@@ -254,11 +255,12 @@ def test_the_benchmarks_problems_and_metric():
 
 def test_the_paired_test_of_a_large_test_split_resamples_a_seeded_sample_of_rows():
     from datasets.tasks import Errors
+    from flows.report_tests import paired_test
 
     rng = np.random.default_rng(0)
     champion = Errors("c", "regression", groups={None: rng.normal(0, 1.0, 120_000)})
     reference = Errors("r", "regression", groups={None: rng.normal(0, 1.5, 120_000)})
-    test = RegressionTask.paired_test(champion, reference, replicates=200)
+    test = paired_test(champion, reference, replicates=200)
     assert "50000 of the 120000 test rows" in test["test"]
     assert test["overall"]["high"] < 0  # the champion's errors are smaller: the interval excludes 0
 

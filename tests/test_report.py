@@ -8,7 +8,7 @@ import pytest
 
 from datasets.tasks import Errors
 from flows.report_render import report_markdown
-from flows.report_verdict import paired_curve_test, paired_forecast_test, verdict
+from flows.report_tests import BY_GROUP, BY_LEAD, verdict
 from storage.stats import diebold_mariano
 
 
@@ -17,14 +17,14 @@ def test_forecast_paired_test_per_lead_and_overall():
     a, b = rng.normal(0, 0.8, (120, 3)), rng.normal(0, 1.0, (120, 3))
     a[-1, 1:] = np.nan  # targets past the end of the split
     b[-1, 1:] = np.nan
-    test = paired_forecast_test(Errors("champion", "forecast", values=a), Errors("ar", "forecast", values=b))
+    test = BY_LEAD.run(Errors("champion", "forecast", values=a), Errors("ar", "forecast", values=b))
     for k, row in enumerate(test["per_lead"]):
         valid = ~np.isnan(a[:, k])
         ref = diebold_mariano(a[valid, k], b[valid, k], h=k + 1)
         assert row["lead"] == k + 1 and row["statistic"] == pytest.approx(ref.statistic, rel=1e-12)
         assert row["n"] == valid.sum()
     assert test["overall"]["h"] == 3 and test["overall"]["n"] == 120  # every origin, as the headline RMSE
-    text = verdict("forecast", Errors("champion", "forecast", values=a), Errors("ar", "forecast", values=b), test)
+    text = verdict(Errors("champion", "forecast", values=a), Errors("ar", "forecast", values=b), test)
     assert "significantly lower at the 5% level" in text and "p = " in text and "vs ar" in text
 
 
@@ -32,11 +32,11 @@ def test_curve_paired_test_resamples_groups_or_blocks():
     rng = np.random.default_rng(1)
     champ = Errors("c", "curve", groups={f"cell{i}": rng.normal(0, 0.01, 30) for i in range(8)})
     ref = Errors("power-law", "curve", groups={f"cell{i}": rng.normal(0, 0.03, 30) for i in range(8)})
-    test = paired_curve_test(champ, ref, replicates=500)
+    test = BY_GROUP.run(champ, ref, replicates=500)
     assert test["overall"]["scheme"] == "groups" and test["overall"]["n_units"] == 8
     assert test["overall"]["high"] < 0
-    assert "interval excludes 0" in verdict("curve", champ, ref, test) and "lower" in verdict("curve", champ, ref, test)
-    one = paired_curve_test(
+    assert "interval excludes 0" in verdict(champ, ref, test) and "lower" in verdict(champ, ref, test)
+    one = BY_GROUP.run(
         Errors("c", "curve", groups={None: rng.normal(0, 1, 64)}),
         Errors("r", "curve", groups={None: rng.normal(0, 1, 64)}),
         replicates=500,

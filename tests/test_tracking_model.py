@@ -65,7 +65,7 @@ def battery(tmp_path_factory):
     """A per-cell fit on battery-synthetic (6 cells), logged by the tracker as the flow logs it."""
     import mlflow
 
-    from flows.problem import ProblemSpec, load_problem
+    from flows.problem import ProblemSpec, entry_extras, load_problem
     from storage.tracking import LeaderboardEntry, Tracker
 
     dataset, task = load_problem(ProblemSpec(dataset="battery-synthetic"))
@@ -82,7 +82,7 @@ def battery(tmp_path_factory):
         parameters=parameters,
         train_metrics={"mse": fit.train_loss},
         heldout_metrics={"rmse": 0.0},
-        **task.entry_extras(SQRT_FADE, parameters),
+        **entry_extras(dataset, task, SQRT_FADE, parameters),
     )
     _, uri = tracker.log_entry(entry)
     tracker.end_run()

@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from .facts import ColumnFacts
+from .metrics import rms
+
 
 @dataclass
 class TaskFit:
@@ -73,26 +76,14 @@ def least_squares_multistart(func, x, y, starts, lower, upper, max_nfev: int = 4
     return best_p, best
 
 
-SIGNIFICANCE = 0.05  # the level the report card's verdicts speak of
-
-
-def format_number(value: Any, fmt: str = ".4g") -> str:
-    """A number for the report card's Markdown: ``-`` for None, inf/nan spelled out."""
-    if value is None:
-        return "-"
-    try:
-        return format(float(value), fmt) if math.isfinite(float(value)) else str(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 @dataclass
 class Errors:
-    """Errors (prediction - observation) of one model on one split, in the structure its task gives
-    them (``Task.test_errors``); ``kind`` names that task kind, whose class interprets them.
+    """Errors (prediction - observation) of one model on one split, in the layout its task gives
+    them (``Task.test_errors``); ``kind`` names the task kind that made them (for the record).
 
-    ``kind="forecast"``: ``values`` is [n_origins, leads] (NaN where the target lies outside the split).
-    ``kind="curve"``: ``groups`` maps each scored group to its error vector (key None: no groups).
+    By forecast origin and lead: ``values`` is [n_origins, leads] (NaN where the target lies outside
+    the split). By group: ``groups`` maps each scored group to its error vector (key None: no
+    groups). The report card's paired test follows from this layout (flows/report_tests.py).
     ``error``: why the model could not be scored (its primary score is then inf).
     """
 
@@ -102,43 +93,143 @@ class Errors:
     groups: dict[Any, np.ndarray] | None = None
     error: str | None = None
 
+    def breakdown(self) -> list[float] | dict[str, float]:
+        """The RMSE per unit of the layout: per lead (a list: lead 1 first, each over the origins
+        whose target lies in the split) or per group (group as text -> RMSE)."""
+        if self.values is not None:
+            return [rms(self.values[:, k], skip_nan=True) for k in range(self.values.shape[1])]
+        if self.groups is not None:
+            return {str(g): rms(v) for g, v in self.groups.items()}
+        raise ValueError(f"errors of {self.name!r} hold neither values by lead nor groups")
+
     def primary(self) -> float:
-        """The task's primary metric from these errors (``Task.primary_of_errors``)."""
+        """The primary metric these errors give: the mean over leads or over groups of the RMSE
+        (inf when the model could not be scored)."""
         if self.error:
             return math.inf
-        from . import task_class
-
-        return task_class(self.kind).primary_of_errors(self)
+        breakdown = self.breakdown()
+        return float(np.mean(breakdown if isinstance(breakdown, list) else list(breakdown.values())))
 
 
 class Task(ABC):
-    """The interface every task implements (the flows use nothing else).
+    """The interface every task implements (the flows use nothing else, and never branch on the kind).
 
-    Attributes: ``kind``, ``name``, ``primary_metric`` (lower is better), ``dataset``.
+    A task owns a dataset's splits: candidates are fitted on ``train``; ``score(fit, "validation")``
+    is what the search ranks and selects by; ``score(fit, "test")`` is called once, at the end of a
+    run, for the final top k, after ``prepare_test_fit`` (which may fit held-out groups on their own
+    ``test_fit`` rows). It computes fits and scores; what is said of them (the report card's paired
+    tests and plots, the prompt's data card) is worded elsewhere from what it exposes.
 
-    Splits: candidates are fitted on ``train``; ``score(fit, "validation")`` is what the search
-    ranks and selects by; ``score(fit, "test")`` is called once, at the end of a run, for the final
-    top k, after ``prepare_test_fit`` (which may fit held-out groups on their own ``test_fit`` rows).
+    **Every task implements** (abstract here): ``fit_inputs(group)`` and ``fit_target(group)`` (the
+    training data of a fit group), ``score(fit, split)`` (a dict holding ``primary_metric``, lower
+    is better; ``"error"`` when the fit cannot be scored), ``test_errors(source, parameters, name,
+    split)`` (the :class:`Errors` the report card tests) and ``contract_text()`` (what a proposer
+    must write). Attributes: ``kind``, ``name``, ``primary_metric``, ``calibration_loss``, ``dataset``.
 
-    Subclasses implement: ``program_source(candidate)`` (the text the store compiles),
-    ``fit_groups()``, ``fit_inputs(group)``, ``fit_target(group)``, ``calibration_loss``,
-    ``collect_params(groups, fits)``, ``attach_predictor(fit, program)``, ``score(fit, split)``,
-    ``score_references(split)``, ``restore_fit(source, parameters, name)``, ``probe_inputs()``,
-    ``proposer_inputs()``, ``split_label()``, ``entry_extras(source, parameters)``,
-    ``check_program(program)``, ``seed_programs()``, ``contract_text()``; optionally
-    ``reference_programs()`` (the references as candidates that seed every run).
-
-    The end-of-run report card (``flows/report.py``) uses: ``test_errors`` and
-    ``reference_test_errors`` (the split's :class:`Errors`), ``references_to_refit``, and the class
-    methods ``primary_of_errors``, ``error_breakdown`` (under the report key ``breakdown_key``),
-    ``paired_test``, ``verdict`` and the Markdown pieces ``breakdown_markdown``,
-    ``paired_test_markdown`` and ``versus_row_markdown``.
+    **Everything else has a default** a task overrides when it needs to: ``program_source``
+    (the candidate as is), ``fit_groups`` (one group, None), ``collect_params``, ``attach_predictor``,
+    ``restore_fit`` (one group: the stored parameters), ``check_program``, ``probe_inputs`` (the
+    training inputs), ``proposer_inputs``, ``split_label``, ``seed_programs``,
+    ``reference_programs``, ``score_references`` and ``reference_test_errors`` (no references),
+    ``references_to_refit``, ``value_loss_squared_errors``, ``prepare_test_fit``,
+    ``flat_parameters``, ``entry_extras`` (nothing more to log), ``card_facts`` (the columns) and
+    ``residual_facts`` (none); ``fit_batch`` and ``calibrate_programs`` fit every group of every
+    program in one native batch. ``docs/architecture.md`` ("Add a task") has the recipe.
     """
 
     kind = "task"
     name = "task"
     primary_metric = "rmse"
     calibration_loss = "mse"
+    dataset: Any = None
+
+    # ---------------------------------------------------------------- what every task implements
+    @abstractmethod
+    def fit_inputs(self, group: Any = None) -> dict[str, np.ndarray]:
+        """The named inputs of a fit on ``group``'s training rows (``fit_groups()``)."""
+
+    @abstractmethod
+    def fit_target(self, group: Any = None) -> Any:
+        """The target of a fit on ``group``'s training rows (None when the program computes its loss)."""
+
+    @abstractmethod
+    def score(self, fit: TaskFit, split: str) -> dict[str, Any]:
+        """Scores of ``fit`` on ``split`` ("validation" during the search, "test" once at the end):
+        ``primary_metric`` (inf for a failed fit, never silently zero) and whatever else the task
+        reports; ``"error"`` says why a fit could not be scored."""
+
+    @abstractmethod
+    def test_errors(
+        self, source: str, parameters: dict[str, float], name: str, split: str, **calibrate_options
+    ) -> Errors:
+        """Errors of a stored candidate (source + stored parameters) on ``split``; a candidate that
+        fails there gives an :class:`Errors` with ``error`` set, never an exception."""
+
+    @abstractmethod
+    def contract_text(self) -> str:
+        """What a proposer must write: the program's inputs, its output, an example."""
+
+    # ---------------------------------------------------------------- the program and its fit
+    def program_source(self, candidate: str) -> str:
+        """The text the store compiles from a candidate (default: the candidate as is)."""
+        return candidate
+
+    def check_program(self, program: Any) -> None:  # noqa: B027 (an optional hook)
+        """Refuse a compiled program this task cannot fit (raise ``CandidateError``); default: accept."""
+
+    def fit_groups(self) -> list[Any]:
+        """The groups fitted apart (one set of parameters each); default: one, named None."""
+        return [None]
+
+    def collect_params(self, groups: list[Any], fits: list[Any]) -> dict[Any, Any]:
+        """A fit's parameters from its per-group ``ndvm.Fit``: name -> value for one group, else
+        group -> (name -> value)."""
+        if groups == [None]:
+            return dict(fits[0].params)
+        return {g: dict(f.params) for g, f in zip(groups, fits)}
+
+    def restore_fit(self, source: str, parameters: dict[str, float], name: str = "entry") -> TaskFit:
+        """A stored candidate's fit back from its stored (flat) parameters, ready to score. The
+        default serves a task of one fit group; a task with several overrides it."""
+        from .runtime import require_ndvm
+
+        program = require_ndvm().compile(self.program_source(source))
+        params = {n: float(parameters[n]) for n in program.param_names}
+        fit = TaskFit(self.name, name, source, params, math.nan, 0.0, n_params=len(program.param_names))
+        self.attach_predictor(fit, program)
+        return fit
+
+    # ---------------------------------------------------------------- what the proposers see
+    def probe_inputs(self) -> dict[str, np.ndarray]:
+        """Inputs for the store's semantic fingerprint, inside the data's domain (default: the
+        training inputs of the first fit group)."""
+        return self.fit_inputs(self.fit_groups()[0])
+
+    def proposer_inputs(self) -> dict[str, str]:
+        """The program's inputs as a proposer sees them: name -> description."""
+        return {name: "an input of the program" for name in self.fit_inputs(self.fit_groups()[0])}
+
+    def split_label(self) -> str:
+        """How the rows were split, in words (default: none given)."""
+        return ""
+
+    def seed_programs(self) -> list[str]:
+        """Valid starting programs for the mutation proposer (default: none)."""
+        return []
+
+    def score_references(self, split: str) -> list[dict[str, Any]]:
+        """The reference models' scores on ``split`` (``score``'s dicts, with ``model``); default: none."""
+        return []
+
+    def reference_test_errors(self, split: str, only: set[str] | None = None) -> list[Errors]:
+        """Errors of the task's reference models on ``split`` (fitted on the training part; only the
+        ones named in ``only`` when given). Default: no references."""
+        return []
+
+    def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
+        """What MLflow logs for a leaderboard entry besides the store's row: the data of its plots
+        (``fit_series``, ``forecast_series``), an input example, a model program. Default: nothing."""
+        return {}
 
     # ---------------------------------------------------------------- fitting a batch
     def fit_batch(
@@ -214,38 +305,22 @@ class Task(ABC):
 
         return self.dataset.frame.filter(pl.col("split").is_in([TRAIN, VALIDATION]))
 
-    def data_card(self) -> str:
-        """A short description of the data for the LLM prompt, from the training and validation
-        rows only: per column its unit, range and spread. Tasks add their structure (lags and
-        season of a series, spread across groups). Computed once per run; a few hundred tokens."""
-        from proposers.datacard import column_lines
-
+    def card_facts(self) -> list[Any]:
+        """What the LLM prompt's data card says (``datasets/tasks/facts.py``; worded by
+        ``proposers.datacard.card_text``), from the training and validation rows only: per column
+        its unit, range and spread. Tasks add their structure (lags and season of a series, spread
+        across groups). Computed once per run; a few hundred tokens once worded."""
         frame = self.seen_frame()
         values = {name: frame.get_column(name).to_numpy() for name in frame.columns if name != "split"}
-        lines = [
-            f"Data card (the {frame.height} training and validation rows only):",
-            *column_lines([c for c in self.dataset.columns if c.name != "split"], values),
-        ]
-        return "\n".join(lines)
+        return [ColumnFacts([c for c in self.dataset.columns if c.name != "split"], values, frame.height)]
 
-    def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
-        """Where a stored candidate fails on the validation split, in a few lines for the LLM prompt
-        ("" when the task has no breakdown). Never looks at the test split."""
-        return ""
+    def residual_facts(self, source: str, parameters: dict[str, float]) -> list[Any]:
+        """Where a stored candidate fails on the validation split, as facts for the LLM prompt
+        (worded by ``proposers.datacard.residual_text``; none when the task has no breakdown).
+        Never looks at the test split."""
+        return []
 
     # ---------------------------------------------------------------- the report card (test split)
-    @abstractmethod
-    def test_errors(
-        self, source: str, parameters: dict[str, float], name: str, split: str, **calibrate_options
-    ) -> Errors:
-        """Errors of a stored candidate (source + stored parameters) on ``split``; a candidate that
-        fails there gives an :class:`Errors` with ``error`` set, never an exception."""
-
-    @abstractmethod
-    def reference_test_errors(self, split: str, only: set[str] | None = None) -> list[Errors]:
-        """Errors of the task's reference models on ``split`` (fitted on the training part; only the
-        ones named in ``only`` when given)."""
-
     def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
         """Which references the report refits, given the test scores the end-of-run scoring stored
         (name -> score, None where it failed): None means all of them (default)."""
@@ -256,40 +331,3 @@ class Task(ABC):
         many squared errors that loss averages, or None when it is not a mean of squared errors
         (then the report card gives no standard errors). Default: None."""
         return None
-
-    breakdown_key = "breakdown"
-
-    @classmethod
-    @abstractmethod
-    def primary_of_errors(cls, errors: Errors) -> float:
-        """The primary metric computed from a model's (error-free) :class:`Errors`."""
-
-    @classmethod
-    @abstractmethod
-    def error_breakdown(cls, errors: Errors) -> Any:
-        """The report's per-unit RMSE of a model (per lead, per group, ...), JSON-ready."""
-
-    @classmethod
-    @abstractmethod
-    def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
-        """The paired test of the champion against a reference: ``{"test": how, "overall": {...}, ...}``."""
-
-    @classmethod
-    @abstractmethod
-    def verdict(cls, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
-        """One sentence: the difference with its p-value or interval, and what it means at 5%."""
-
-    @classmethod
-    def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
-        """Markdown lines of the report's ``breakdown_key`` section (model name -> breakdown)."""
-        return []
-
-    @classmethod
-    def paired_test_markdown(cls, test: dict[str, Any]) -> list[str]:
-        """Markdown lines detailing the paired test beyond its description (default: none)."""
-        return []
-
-    @classmethod
-    @abstractmethod
-    def versus_row_markdown(cls, row: dict[str, Any]) -> str:
-        """One row ``| reference | statistic | p | interval |`` of the paired test against each reference."""

@@ -27,9 +27,10 @@ import polars as pl
 
 from ..schema import TEST, TEST_FIT, TRAIN, VALIDATION, VALIDATION_FIT, Dataset
 from . import runtime
-from .base import Errors, Task, TaskFit, format_number, least_squares_multistart
+from .base import Errors, Task, TaskFit, least_squares_multistart
 from .errors import CandidateError, TaskError
-from .metrics import rms, rmse
+from .facts import GroupFacts, GroupResidualFacts, UnscoredFact
+from .metrics import rmse
 from .runtime import require_ndvm
 
 INPUT = "x"
@@ -487,12 +488,10 @@ class CurveTask(Task):
         return "temporal per series: fit on the first rows, validation = the rows that follow" + held
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
-        """What MLflow logs for a leaderboard entry: the fit of the first group over its training
-        and validation rows (validation marked held out), an input example, and for a per-group
+        """What MLflow logs for a leaderboard entry: the data of the plot of the first group's fit
+        over its training and validation rows (``fit_series``, validation marked held out), an input example, and for a per-group
         fit ``model_groups``: every group's parameters and the x scaling for the pyfunc model."""
         import pandas as pd
-
-        from storage.plots import FitPlot
 
         group = self.groups()[0]
         x_parts, y_parts, held_parts = [], [], []
@@ -507,15 +506,15 @@ class CurveTask(Task):
         prediction = self._program_predictor(program)(plain, {INPUT: x})
         title = f"{self.dataset.group} {group}" if group is not None else ""
         extras = {
-            "fit_plot": FitPlot(
-                x,
-                y,
-                prediction,
-                held,
-                x_label=f"x = {self.dataset.x} / {self.x_scale:g}",
-                y_label=self.dataset.y,
-                title=title,
-            ),
+            "fit_series": {
+                "x": x,
+                "y": y,
+                "prediction": prediction,
+                "heldout": held,
+                "x_label": f"x = {self.dataset.x} / {self.x_scale:g}",
+                "y_label": self.dataset.y,
+                "title": title,
+            },
             "input_example": pd.DataFrame({INPUT: x[:5]}),
         }
         if self.per_group:
@@ -746,9 +745,8 @@ class CurveTask(Task):
         return [self.score(self.fit_reference(ref, test_groups=split == TEST), split) for ref in self.references]
 
     # ------------------------------------------------------------------ the report card
-    # Errors are one vector per scored group; the breakdown is the RMSE per group; the paired test
-    # is a bootstrap interval of the RMSE difference (storage.stats.paired_bootstrap_rmse).
-    breakdown_key = "per_group"
+    # Errors are one vector per scored group (their breakdown: the RMSE per group); the report card
+    # runs its paired test on them (flows/report_tests.py).
 
     def _split_groups(self, split: str) -> list[Any]:
         return self.groups() + self._held_groups(split)[0]
@@ -820,130 +818,53 @@ class CurveTask(Task):
         ok = {k: v for k, v in stored.items() if v is not None}
         return {min(ok, key=lambda k: ok[k])} if ok else None
 
-    @classmethod
-    def primary_of_errors(cls, errors: Errors) -> float:
-        """Mean over groups of the RMSE."""
-        return float(np.mean(list(cls.error_breakdown(errors).values())))
-
-    @classmethod
-    def error_breakdown(cls, errors: Errors) -> dict[str, float]:
-        """RMSE per group."""
-        return {str(g): rms(v) for g, v in errors.groups.items()}
-
-    @classmethod
-    def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
-        """Paired bootstrap interval of RMSE(champion) - RMSE(reference) (negative: champion better):
-        whole groups resampled when there are several, a moving-block bootstrap of one series otherwise."""
-        from storage.stats import paired_bootstrap_rmse
-
-        keys = list(champion.groups)
-        if len(keys) >= 2:
-            res = paired_bootstrap_rmse(
-                [champion.groups[g] for g in keys],
-                [reference.groups[g] for g in keys],
-                replicates=replicates,
-                seed=seed,
-            )
-            how = (
-                f"paired bootstrap over {len(keys)} groups (whole groups resampled: errors within a group are "
-                "serially correlated, groups are independent); statistic: mean over groups of the RMSE difference"
-            )
-        else:
-            (g,) = keys
-            res = paired_bootstrap_rmse(champion.groups[g], reference.groups[g], replicates=replicates, seed=seed)
-            how = (
-                f"paired moving-block bootstrap of one series (block length {res.block}, as the errors are "
-                "serially correlated); statistic: RMSE difference"
-            )
-        return {"test": how, "overall": res.to_dict()}
-
-    @classmethod
-    def verdict(cls, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
-        c, r = champion.primary(), reference.primary()
-        o = test["overall"]
-        lo, hi = o["low"], o["high"]
-        if hi < 0:
-            sig = f"the champion's RMSE is lower ({int(o['level'] * 100)}% interval excludes 0)"
-        elif lo > 0:
-            sig = f"the champion's RMSE is higher ({int(o['level'] * 100)}% interval excludes 0)"
-        else:
-            sig = "no significant difference (the interval contains 0)"
-        return (
-            f"Champion test RMSE {c:.4g} vs {reference.name} {r:.4g}: difference {o['estimate']:+.4g}, "
-            f"{int(o['level'] * 100)}% bootstrap interval [{lo:+.4g}, {hi:+.4g}]: {sig}."
-        )
-
-    @classmethod
-    def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
-        names = list(breakdown)
-        groups = list(breakdown["champion"])
-        lines = [
-            f"### RMSE per group ({len(groups)} groups"
-            + (f", first {max_groups} shown" if len(groups) > max_groups else "")
-            + ")",
-            "",
-            "| group | " + " | ".join(names) + " |",
-            "|---" * (len(names) + 1) + "|",
-        ]
-        for g in groups[:max_groups]:
-            lines.append(f"| {g} | " + " | ".join(format_number(breakdown[n].get(g)) for n in names) + " |")
-        lines.append("")
-        return lines
-
-    @classmethod
-    def versus_row_markdown(cls, row: dict[str, Any]) -> str:
-        return (
-            f"| {row['reference']} | {row['estimate']:+.4g} | {row['p_value']:.3g} | "
-            f"[{row['low']:+.4g}, {row['high']:+.4g}] |"
-        )
-
     # ------------------------------------------------------------------ the LLM prompt
-    def data_card(self) -> str:
+    def card_facts(self) -> list[Any]:
         """The columns, then (with groups) how the groups differ over their training and validation
         rows: start value, last x seen, fade rate per ``x_scale`` of x, for battery data the life to
         95% and 80% of the start, and the other measured columns at the first row (the capacity in Ah).
         Groups held out whole for the test are not in it."""
-        from proposers.datacard import group_spread_lines, spread_line
-
-        lines = [super().data_card()]
+        facts = super().card_facts()
         if self.per_group and len(self.groups()) > 1:
             ds = self.dataset
             seen = {}
             for group in self.groups():
                 xs, ys = zip(*(self._xy(group, part) for part in (TRAIN, VALIDATION)))
                 seen[group] = (np.concatenate(xs) * self.x_scale, np.concatenate(ys))
-            lines += group_spread_lines(
-                seen,
-                group_label=ds.group,
-                x_label=ds.x,
-                y_label=ds.y,
-                x_per_unit=self.x_scale if self.x_scale != 1.0 else 1.0,
-                thresholds=(0.95, 0.8) if self.is_battery else (),
-            )
             # the other measured columns at each group's first row (battery data: the capacity in Ah)
             frame = self.seen_frame().filter(pl.col(ds.group).is_in(self.groups())).sort(ds.x)
             firsts = frame.group_by(ds.group, maintain_order=True).first()
-            for column in firsts.columns:
-                if column not in (ds.x, ds.y, ds.group, "split") and firsts.schema[column].is_numeric():
-                    lines.append(spread_line(f"{column} at the first row", firsts.get_column(column).to_list()))
-        return "\n".join(lines)
+            first_rows = {
+                column: firsts.get_column(column).to_list()
+                for column in firsts.columns
+                if column not in (ds.x, ds.y, ds.group, "split") and firsts.schema[column].is_numeric()
+            }
+            facts.append(
+                GroupFacts(
+                    seen,
+                    group_label=ds.group,
+                    x_label=ds.x,
+                    y_label=ds.y,
+                    x_per_unit=self.x_scale if self.x_scale != 1.0 else 1.0,
+                    thresholds=(0.95, 0.8) if self.is_battery else (),
+                    first_rows=first_rows,
+                )
+            )
+        return facts
 
-    def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
-        """RMSE and bias of the candidate on each group's validation rows: the worst groups, and
-        by range of x (in the dataset's units)."""
-        from proposers.datacard import group_residual_lines
-
+    def residual_facts(self, source: str, parameters: dict[str, float]) -> list[Any]:
+        """The candidate's errors on each group's validation rows, with their x (in the dataset's
+        units): the prompt names the worst groups and the x ranges where it fails."""
         try:
             fit = self.restore_fit(source, parameters, name="best")
         except Exception as exc:  # advice for a prompt: say why rather than fail the request
-            return f"The best program could not be scored on validation: {type(exc).__name__}: {exc}"
+            return [UnscoredFact(f"{type(exc).__name__}: {exc}")]
         errors = self._errors_of(fit, VALIDATION)
         if errors.error:
-            return f"The best program could not be scored on validation: {errors.error}"
+            return [UnscoredFact(errors.error)]
+        assert errors.groups is not None
         x = {g: self._xy(g, VALIDATION)[0] * self.x_scale for g in errors.groups}
-        return "\n".join(
-            group_residual_lines(errors.groups, x, group_label=self.dataset.group or "group", x_label=self.dataset.x)
-        )
+        return [GroupResidualFacts(errors.groups, x, group_label=self.dataset.group or "group", x_label=self.dataset.x)]
 
     def reference_programs(self) -> list[tuple[str, str]]:
         """Contract C1: the reference models as programs (linear, square root, power, knee, double

@@ -45,18 +45,18 @@ import polars as pl
 
 from ..schema import TEST, TRAIN, VALIDATION, Dataset
 from . import runtime
-from .base import SIGNIFICANCE, Errors, Task, TaskFit, format_number
+from .base import Errors, Task, TaskFit
 from .errors import CandidateError, ReferenceFitError, TaskError
+from .facts import CovariateFacts, LeadResidualFacts, SeriesFacts, UnscoredFact
 from .forecast_inputs import (
     ForecastInputs,
     check_update_arity,
-    covariate_card_lines,
     default_leads,
     input_seed_programs,
     plural,
     update_arity,
 )
-from .metrics import anomaly_correlation, rms, rmse
+from .metrics import anomaly_correlation, rmse
 from .runtime import require_ndvm
 
 SERIES = "ndvm-task-series"  # the only input; reserved, candidates may not mention it
@@ -895,11 +895,10 @@ class ForecastTask(Task):
         }
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
-        """What MLflow logs for a leaderboard entry besides the store's row: the one-step plot over
-        train + validation, the lead-1 validation forecasts, an input example and the model program."""
+        """What MLflow logs for a leaderboard entry besides the store's row: the data of the one-step
+        plot over train + validation (``fit_series``) and of the lead-1 validation forecasts
+        (``forecast_series``; flows/problem.py has them drawn), an input example and the model program."""
         import pandas as pd
-
-        from storage.plots import FitPlot, ForecastPlot
 
         ndvm = require_ndvm()
         dataset = self.dataset
@@ -915,24 +914,24 @@ class ForecastTask(Task):
         lead1 = np.full(t.shape, np.nan)
         lead1[self.origins(VALIDATION) + 1] = self.forecasts(fit, VALIDATION)[:, 0]
         return {
-            "fit_plot": FitPlot(
-                t,
-                self.y[:seen],
-                one_step,
-                held,
-                x_label=dataset.x,
-                y_label=dataset.y,
-                title="one-step-ahead predictions (train + validation)",
-            ),
-            "forecast_plot": ForecastPlot(
-                t,
-                self.y[:seen],
-                lead1,
-                split=float(t[self.n_train]),
-                label="lead-1 forecast (validation)",
-                time_label=dataset.x,
-                y_label=dataset.y,
-            ),
+            "fit_series": {
+                "x": t,
+                "y": self.y[:seen],
+                "prediction": one_step,
+                "heldout": held,
+                "x_label": dataset.x,
+                "y_label": dataset.y,
+                "title": "one-step-ahead predictions (train + validation)",
+            },
+            "forecast_series": {
+                "time": t,
+                "observed": self.y[:seen],
+                "forecast": lead1,
+                "split": float(t[self.n_train]),
+                "label": "lead-1 forecast (validation)",
+                "time_label": dataset.x,
+                "y_label": dataset.y,
+            },
             "input_example": pd.DataFrame({column: self.y[:24], **{n: v[:24] for n, v in x_columns.items()}}),
             "model_source": model_source,
             "model_forecast": self.forecast_model(source, column),
@@ -1107,9 +1106,8 @@ class ForecastTask(Task):
         return rows
 
     # ------------------------------------------------------------------ the report card
-    # Errors are [n_origins, leads] matrices; the breakdown is the RMSE per lead; the paired test is
-    # Diebold-Mariano with the Harvey-Leybourne-Newbold correction, per lead and overall.
-    breakdown_key = "per_lead"
+    # Errors are [n_origins, leads] matrices (their breakdown: the RMSE per lead); the report card
+    # runs its paired test on them (flows/report_tests.py).
 
     def test_errors(
         self, source: str, parameters: dict[str, float], name: str, split: str, **calibrate_options
@@ -1142,156 +1140,38 @@ class ForecastTask(Task):
             out.append(Errors(ref.name, self.kind, values=forecasts - obs))
         return out
 
-    @classmethod
-    def primary_of_errors(cls, errors: Errors) -> float:
-        """Mean over leads of the RMSE (each over the origins whose target lies in the split)."""
-        return float(np.mean(cls.error_breakdown(errors)))
-
-    @classmethod
-    def error_breakdown(cls, errors: Errors) -> list[float]:
-        """RMSE per lead."""
-        values = errors.values
-        return [rms(values[:, k], skip_nan=True) for k in range(values.shape[1])]
-
-    @staticmethod
-    def overall_differential(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float, float]:
-        """The overall test's loss differential on the SAME origins as the headline mean RMSE (every
-        origin; lead k averages over the n_k origins whose target lies in the split):
-        d_t = (N / L) sum_{k in split at t} (a_tk^2 - b_tk^2) / n_k, so that mean(d) is exactly
-        mean_k MSE_k(a) - mean_k MSE_k(b), the per-lead MSEs the per-lead RMSEs come from. Returns
-        (d, mean over leads of the MSE of a, of b). With every target in the split, d_t is the
-        plain per-origin mean over leads."""
-        valid = ~(np.isnan(a) | np.isnan(b))
-        n_k = valid.sum(axis=0)
-        keep = valid.any(axis=1)
-        sq_a, sq_b = np.where(valid, a, 0.0) ** 2, np.where(valid, b, 0.0) ** 2
-        weights = np.where(n_k > 0, 1.0 / np.maximum(n_k, 1), 0.0)[None, :]
-        n, leads = int(keep.sum()), a.shape[1]
-        d = (n / leads) * np.sum((sq_a - sq_b) * weights, axis=1)[keep]
-        mse_a = float(np.mean(np.sum(sq_a * weights, axis=0)))
-        mse_b = float(np.mean(np.sum(sq_b * weights, axis=0)))
-        return d, mse_a, mse_b
-
-    @classmethod
-    def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
-        """Diebold-Mariano (HLN) per lead h (autocovariances up to lag h-1) and overall, on the same
-        origins as the headline mean RMSE (``overall_differential``; h = the number of leads);
-        ``mean_diff`` < 0: the champion has the lower mean over leads of the MSE (``mse_champion``,
-        ``mse_reference``). ``replicates``/``seed``: unused (no resampling)."""
-        from storage.stats import diebold_mariano, dm_from_differential
-
-        a, b = champion.values, reference.values
-        leads = a.shape[1]
-        per_lead = []
-        for k in range(leads):
-            valid = ~np.isnan(a[:, k])
-            res = diebold_mariano(a[valid, k], b[valid, k], h=k + 1)
-            per_lead.append(
-                {"lead": k + 1, "rmse_champion": rms(a[valid, k]), "rmse_reference": rms(b[valid, k]), **res.to_dict()}
-            )
-        d, mse_a, mse_b = cls.overall_differential(a, b)
-        overall = {**dm_from_differential(d, h=leads).to_dict(), "mse_champion": mse_a, "mse_reference": mse_b}
-        return {
-            "test": "Diebold-Mariano, Harvey-Leybourne-Newbold correction, squared error",
-            "overall": overall,
-            "per_lead": per_lead,
-        }
-
-    @classmethod
-    def verdict(cls, champion: Errors, reference: Errors, test: dict[str, Any]) -> str:
-        c, r = champion.primary(), reference.primary()
-        o = test["overall"]
-        p = o["p_value"]
-        direction = "lower" if o["mean_diff"] < 0 else "higher"
-        sig = (
-            f"significantly {direction} at the 5% level"
-            if p < SIGNIFICANCE
-            else "not significantly different at the 5% level"
-        )
-        leads = len(test["per_lead"])
-        # both figures come from the same per-lead errors on the same origins (overall_differential)
-        mse = (
-            f"its mean over leads of the MSE, {o['mse_champion']:.4g} vs {o['mse_reference']:.4g}, is"
-            if "mse_champion" in o
-            else "the mean squared error over the leads is"
-        )
-        text = (
-            f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g} over leads 1-{leads} from the "
-            f"same {o['n']} forecast origins; {mse} {direction} by {abs(o['mean_diff']):.3g} "
-            f"(Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}): {sig}."
-        )
-        if (c < r) != (o["mean_diff"] < 0) and c != r:
-            text += (
-                " The mean RMSE and the mean MSE order the two models differently (the MSE weighs the "
-                "leads with larger errors more); the test is on the MSE."
-            )
-        return text
-
-    @classmethod
-    def breakdown_markdown(cls, breakdown: dict[str, Any], max_groups: int = 12) -> list[str]:
-        names = list(breakdown)
-        lines = ["### RMSE per lead", "", "| lead | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-        for k in range(len(breakdown["champion"])):
-            lines.append(f"| {k + 1} | " + " | ".join(format_number(breakdown[n][k]) for n in names) + " |")
-        lines.append("")
-        return lines
-
-    @classmethod
-    def paired_test_markdown(cls, test: dict[str, Any]) -> list[str]:
-        lines = ["| lead | RMSE champion | RMSE reference | DM* | p (two-sided) |", "|--:|--:|--:|--:|--:|"]
-        for row in test["per_lead"]:
-            lines.append(
-                f"| {row['lead']} | {format_number(row['rmse_champion'])} | "
-                f"{format_number(row['rmse_reference'])} | {row['statistic']:.2f} | {row['p_value']:.3g} |"
-            )
-        o = test["overall"]
-        lines += [
-            "",
-            f"Overall (mean over leads of the squared-error differential, on every origin of the "
-            f"headline RMSE, h = {o['h']}, n = {o['n']}): "
-            f"DM* = {o['statistic']:.2f}, p = {o['p_value']:.3g}.",
-            "",
-        ]
-        return lines
-
-    @classmethod
-    def versus_row_markdown(cls, row: dict[str, Any]) -> str:
-        return f"| {row['reference']} | DM* {row['statistic']:.2f} | {row['p_value']:.3g} | |"
-
     # ------------------------------------------------------------------ the LLM prompt
     def calendar_months(self) -> np.ndarray | None:
         """Calendar month (1-12) of every point of the series, in time order (None: not monthly)."""
         frame = self.dataset.frame.sort(self.dataset.x)
         return frame.get_column("month").cast(pl.Int64).to_numpy() if "month" in frame.columns else None
 
-    def data_card(self) -> str:
-        """The columns, then the series' lag structure and calendar cycle, over the training and
-        validation points only (the first ``split_end[validation]`` points of the sorted series)."""
-        from proposers.datacard import lag_line, seasonal_lines
-
+    def card_facts(self) -> list[Any]:
+        """The columns, then the series (its lag structure and calendar cycle) and each covariate
+        against it, over the training and validation points only (the first
+        ``split_end[validation]`` points of the sorted series)."""
         seen = self.split_end[VALIDATION]
         y = self.y[:seen]
-        lines = [super().data_card(), f"Series `{self.dataset.y}` ({seen} points): {lag_line(y)}"]
         months = self.calendar_months()
-        if months is not None:
-            lines += seasonal_lines(y, months[:seen])
-        lines += covariate_card_lines(self.inputs, y, self.dataset.y)
-        return "\n".join(lines)
+        series = SeriesFacts(self.dataset.y, y, None if months is None else months[:seen])
+        covariates = [
+            CovariateFacts(name, self.inputs.names.index(name), self.inputs.covariates[:seen, i], self.dataset.y, y)
+            for i, name in enumerate(self.inputs.covariate_names)
+        ]
+        return [*super().card_facts(), series, *covariates]
 
-    def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
-        """RMSE and bias of the candidate's validation forecasts by lead and by the calendar month
-        of the target (the validation driver sees the series up to the end of validation only)."""
-        from proposers.datacard import forecast_residual_lines
-
+    def residual_facts(self, source: str, parameters: dict[str, float]) -> list[Any]:
+        """The candidate's validation forecast errors by lead, with the calendar month of each
+        target (the validation driver sees the series up to the end of validation only)."""
         errors = self.test_errors(source, parameters, "best", VALIDATION)
         if errors.error:
-            return f"The best program could not be scored on validation: {errors.error}"
+            return [UnscoredFact(errors.error)]
         months = self.calendar_months()
         target_months = None
         if months is not None:
             idx = self.origins(VALIDATION)[:, None] + np.arange(1, self.leads + 1)[None, :]
             target_months = months[np.minimum(idx, self.split_end[VALIDATION] - 1)]
-        return "\n".join(forecast_residual_lines(errors.values, target_months))
+        return [LeadResidualFacts(errors.values, target_months)]
 
     def seed_programs(self) -> list[str]:
         """The mutation proposer's parents besides the run's best: the reference programs (fitted

@@ -285,23 +285,3 @@ def input_seed_programs(inputs: ForecastInputs) -> list[str]:
 (define (update s y x) (list y x))"""
         )
     return seeds
-
-
-def covariate_card_lines(
-    inputs: ForecastInputs, y: np.ndarray, name: str, lags: tuple[int, ...] = (1, 3, 6)
-) -> list[str]:
-    """For the data card: how each covariate observed at step t correlates with the series at
-    t + lag, over ``y``'s points only (the caller passes the training and validation part)."""
-    lines = []
-    for i, cov in enumerate(inputs.covariate_names):
-        c = inputs.covariates[: len(y), i]
-        parts = []
-        for lag in lags:
-            if len(y) > lag + 2 and np.std(c[:-lag]) > 0 and np.std(y[lag:]) > 0:
-                parts.append(f"lag {lag}: r = {np.corrcoef(c[:-lag], y[lag:])[0, 1]:+.2f}")
-        if parts:
-            lines.append(
-                f"Covariate `{cov}` (x entry {inputs.names.index(cov)}) at step t vs `{name}` at t + lag: "
-                + ", ".join(parts)
-            )
-    return lines

@@ -42,9 +42,10 @@ import polars as pl
 from storage.columns import program_names
 
 from ..schema import TEST, TRAIN, VALIDATION, Dataset
-from .base import Errors, TaskFit
+from .base import TaskFit
 from .curve import CurveTask
 from .errors import CandidateError, TaskError
+from .facts import InputCorrelationFacts, InputResidualFacts, NoteFact, UnscoredFact
 from .metrics import rmse
 from .runtime import require_ndvm
 
@@ -52,7 +53,6 @@ INF = float("inf")
 VALIDATION_BLOCKS = 5
 SAMPLE_SEED = 0  # the training sample of a large table: the same rows in every run
 SCORE_ROWS_PER_FIT_ROW = 10  # validation rows scored per training row fitted (large tables)
-PAIRED_TEST_ROWS = 50_000  # test rows the report card's paired bootstrap resamples (large tables)
 REFIT_STEPS = 50
 POLISH_STEPS = 100  # L-BFGS steps polishing each candidate after the run's (Adam) calibration  # L-BFGS steps of a finalist's refit on every training row
 
@@ -449,22 +449,6 @@ class RegressionTask(CurveTask):
     def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
         return [self.score(self.fit_reference(ref), split) for ref in self.references]
 
-    @classmethod
-    def paired_test(cls, champion: Errors, reference: Errors, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
-        """The curve task's paired bootstrap of the RMSE difference, over a seeded sample of at most
-        ``PAIRED_TEST_ROWS`` test rows (the same rows for both models): the bootstrap's index array
-        grows with rows x replicates, and 2 million test rows would need tens of gigabytes."""
-        (key,) = list(champion.groups)
-        n = champion.groups[key].size
-        if n > PAIRED_TEST_ROWS:
-            pick = np.sort(np.random.default_rng(seed).choice(n, PAIRED_TEST_ROWS, replace=False))
-            champion = Errors(champion.name, champion.kind, groups={key: champion.groups[key][pick]})
-            reference = Errors(reference.name, reference.kind, groups={key: reference.groups[key][pick]})
-        out = super().paired_test(champion, reference, replicates=replicates, seed=seed)
-        if n > PAIRED_TEST_ROWS:
-            out["test"] += f" (on a seeded sample of {PAIRED_TEST_ROWS} of the {n} test rows)"
-        return out
-
     def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
         return None  # three least-squares fits: cheap
 
@@ -514,54 +498,33 @@ class RegressionTask(CurveTask):
             seeds.append(power_law_source(names))
         return list(dict.fromkeys(seeds))
 
-    def data_card(self) -> str:
+    def card_facts(self) -> list[Any]:
         """The base card (every column's unit and range) and how the target moves with each input
         (correlation over the training and validation rows)."""
-        from proposers.datacard import num
-
-        lines = [super(CurveTask, self).data_card()]
+        facts = super(CurveTask, self).card_facts()
         frame = self.seen_frame()
         y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()
-        for column in self.columns:
-            v = frame.get_column(column).cast(pl.Float64).to_numpy()
-            if np.std(v) > 0 and np.std(y) > 0:
-                corr = float(np.corrcoef(v, y)[0, 1])
-                name = self.names[column]
-                alias = f" (program input `{name}`)" if name != column else ""
-                lines.append(f"- correlation of {self.dataset.y} with {column}{alias}: {num(corr)}")
+        inputs = [(c, self.names[c], frame.get_column(c).cast(pl.Float64).to_numpy()) for c in self.columns]
+        facts.append(InputCorrelationFacts(self.dataset.y, y, inputs))
         if self.sampled():
-            lines.append(
-                f"- candidates are fitted on a seeded sample of {self.max_fit_rows} of the "
-                f"{self._rows(TRAIN)[1].size} training rows"
+            facts.append(
+                NoteFact(
+                    f"- candidates are fitted on a seeded sample of {self.max_fit_rows} of the "
+                    f"{self._rows(TRAIN)[1].size} training rows"
+                )
             )
-        return "\n".join(lines)
+        return facts
 
-    def validation_residuals(self, source: str, parameters: dict[str, float]) -> str:
-        """RMSE and bias of the candidate on the validation rows by range (thirds) of each input."""
-        from proposers.datacard import num
-
+    def residual_facts(self, source: str, parameters: dict[str, float]) -> list[Any]:
+        """The candidate's validation predictions and targets with every input: the prompt gives
+        RMSE and bias by range (thirds) of each input."""
         try:
             fit = self.restore_fit(source, parameters, name="best")
             p = self.predict(fit, None, VALIDATION)
         except Exception as exc:  # advice for a prompt: say why rather than fail the request
-            return f"The best program could not be scored on validation: {type(exc).__name__}: {exc}"
+            return [UnscoredFact(f"{type(exc).__name__}: {exc}")]
         inputs, y = self._rows(VALIDATION)
-        err = p - y
-        if not np.all(np.isfinite(err)):
-            return "The best program gives non-finite predictions on some validation rows."
-        lines = [f"Validation residuals of the best program (RMSE {num(rmse(p, y))}), by thirds of each input:"]
-        for name, v in inputs.items():
-            edges = np.quantile(v, [0, 1 / 3, 2 / 3, 1])
-            cells = []
-            for i in range(3):
-                m = (v >= edges[i]) & (v <= edges[i + 1])
-                if m.any():
-                    cells.append(
-                        f"{num(edges[i])}..{num(edges[i + 1])}: rmse {num(np.sqrt(np.mean(err[m] ** 2)))}, "
-                        f"bias {num(np.mean(err[m]))}"
-                    )
-            lines.append(f"- {name}: " + "; ".join(cells))
-        return "\n".join(lines)
+        return [InputResidualFacts(p, y, inputs)]
 
     def contract_text(self) -> str:
         ds = self.dataset
@@ -591,12 +554,11 @@ Example:
 """
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
-        """What MLflow logs for a leaderboard entry: predictions against the first input over
+        """What MLflow logs for a leaderboard entry: the data of the plot of the predictions
+        (``fit_series``) against the first input over
         (at most 2,000 of) the training and validation rows, validation marked held out, and an
         input example with the table's own column names (what the pyfunc model predicts from)."""
         import pandas as pd
-
-        from storage.plots import FitPlot
 
         parts = [self._rows(TRAIN), self._rows(VALIDATION)]
         inputs = {k: np.concatenate([p[0][k] for p in parts]) for k in self.input_names}
@@ -610,6 +572,13 @@ Example:
         prediction = self._program_predictor(program)(plain, inputs)
         first = self.input_names[0]
         return {
-            "fit_plot": FitPlot(inputs[first], y, prediction, held, x_label=self.columns[0], y_label=self.dataset.y),
+            "fit_series": {
+                "x": inputs[first],
+                "y": y,
+                "prediction": prediction,
+                "heldout": held,
+                "x_label": self.columns[0],
+                "y_label": self.dataset.y,
+            },
             "input_example": pd.DataFrame({c: inputs[self.names[c]][:5] for c in self.columns}),
         }
