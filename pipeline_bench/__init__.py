@@ -8,4 +8,7 @@
 - ``symreg_discovery.py``: ``ndvm bench --suite symreg-discovery`` (ndvm discover vs Operon and
   gplearn on tables, at equal wall clock);
 - ``grouped_fits.py``: ``python -m pipeline_bench.grouped_fits`` (grouped battery fits, two ways).
+- ``severson_nested.py``: ``python -m pipeline_bench.severson_nested`` (battery discovery searched on
+  one Severson batch and scored on the other, batch 3 never read: the check for changes aimed at the
+  suite's Severson case).
 """
