@@ -27,6 +27,22 @@ from datasets.tasks import Errors
 from datasets.tasks.metrics import rms
 
 SIGNIFICANCE = 0.05  # the level the report card's verdicts speak of
+# Two test scores this close (relative to the reference's) are the same model for a scientist, whatever
+# a paired test says: a champion that IS the reference law, calibrated as a candidate, differs from
+# the reference's own fit in the fifth or sixth digit, and a paired test on thousands of errors can
+# call that "significantly better" (a bootstrap interval of [-0.0000, -0.0000]).
+PRACTICAL_EQUALITY = 1e-3
+
+
+def practically_equal(champion: float, reference: float) -> bool:
+    """True when two test scores differ by less than ``PRACTICAL_EQUALITY`` of the reference's."""
+    return (
+        math.isfinite(champion)
+        and math.isfinite(reference)
+        and abs(champion - reference) <= PRACTICAL_EQUALITY * abs(reference)
+    )
+
+
 PAIRED_TEST_ROWS = 50_000  # rows of one series the paired bootstrap resamples (a large table's test split)
 
 

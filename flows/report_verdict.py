@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from flows.report_tests import BY_GROUP, BY_LEAD, SIGNIFICANCE
+from flows.report_tests import BY_GROUP, BY_LEAD, PRACTICAL_EQUALITY, SIGNIFICANCE, practically_equal
 from flows.report_tests import format_number as _num
 
 # ---------------------------------------------------------------------------- the verdict in words
@@ -61,7 +61,12 @@ def headline(report: dict[str, Any]) -> str:
     better = champ < ref  # in the metric shown (the test may weigh errors otherwise: DM on squared errors)
     significant = significant and better == test_better
     name = reference_label(best)
-    if better and significant:
+    if practically_equal(champ, ref):  # the same law, two fits: no verdict either way
+        sentence = (
+            f"The champion scores as {name} does {where}: {what}, a difference under "
+            f"{PRACTICAL_EQUALITY:.1%} of it ({evidence}); it does not beat it."
+        )
+    elif better and significant:
         sentence = f"The champion beats {name} {where}: {what} ({evidence})."
     elif better:
         sentence = f"The champion does not significantly beat {name} {where}: {what} ({evidence})."

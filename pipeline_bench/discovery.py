@@ -224,7 +224,14 @@ CASES = (
 
 
 def _significance(row: dict[str, Any]) -> str:
-    """better / worse / tie: the champion against the best reference on test (5% level)."""
+    """better / worse / tie: the champion against the best reference on test (5% level); a tie
+    whatever the test says when the two test scores are practically equal (the report card's rule,
+    ``flows.report_tests.practically_equal``: the champion is then the reference law itself)."""
+    from flows.report_tests import practically_equal
+
+    champion, reference = row.get("champion_test"), row.get("best_reference_test")
+    if champion is not None and reference is not None and practically_equal(float(champion), float(reference)):
+        return "tie"
     p = row.get("paired") or {}
     if "p_value" in p and "mean_diff" in p:
         if p["p_value"] < SIGNIFICANCE:

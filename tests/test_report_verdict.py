@@ -55,6 +55,30 @@ def test_curve_verdict_quotes_the_bootstrap_interval():
     )
 
 
+def test_the_reference_law_itself_is_no_win_whatever_the_paired_test_says():
+    # SEV's Severson run: the champion was the power law calibrated as a candidate; it differed from the
+    # reference's own fit in the sixth digit and the bootstrap interval, [-0.0000, -0.0000], excluded 0
+    laws = {"power-law": 0.050700, "linear": 0.090}
+    same = card(0.0506998, laws, "power-law", {"low": -2e-7, "high": -1e-8, "estimate": -1e-7, "level": 0.95}, "curve")
+    text = headline(same)
+    assert text.startswith(
+        "The champion scores as the power law does on the held-out test data: RMSE 0.051 against 0.051"
+    )
+    assert "does not beat it" in text and "beats the power law" not in text
+    # just past the margin (0.1% of the reference's score), the paired test decides again
+    apart = card(0.0506, laws, "power-law", {"low": -2e-4, "high": -1e-5, "estimate": -1e-4, "level": 0.95}, "curve")
+    assert headline(apart).startswith("The champion beats the power law")
+
+
+def test_the_suite_counts_a_practically_equal_champion_as_a_tie():
+    from pipeline_bench.discovery import _significance
+
+    row = {"champion_test": 0.0506998, "best_reference_test": 0.0507, "paired": {"low": -2e-7, "high": -1e-8}}
+    assert _significance(row) == "tie"
+    assert _significance({**row, "champion_test": 0.0506}) == "better"
+    assert _significance({**row, "champion_test": 0.06, "paired": {"low": 0.001, "high": 0.01}}) == "worse"
+
+
 def test_labels_and_which_model_to_use():
     assert metric_label("mean_rmse") == "mean RMSE" and reference_label("ar-aic") == "AR(AIC)"
     report = card(1.05, ENSO, "ar-aic", {"p_value": 0.2, "mean_diff": 0.01})
