@@ -68,6 +68,8 @@ def print_run_summary(console, report: dict[str, Any], folder: str) -> None:
         f"{report['failed']} failed, {report['pending']} pending; best validation {report['metric']} {best}"
     )
     console.print(library_line(report))
+    if report.get("reference_programs"):
+        console.print(references_line(report))
     console.print(
         f"busy fractions: proposal {100 * report['proposal_busy']:.0f}% "
         f"({report['proposal_requests']} requests), calibration {100 * report['calibration_busy']:.0f}% "
@@ -121,6 +123,19 @@ def library_line(report: dict[str, Any]) -> str:
     return (
         f"library: reused {report.get('reused', 0)} evaluations from earlier runs, started from {seeds} of "
         f"their best programs (dataset fingerprint {report.get('dataset_fingerprint')}); seed {report.get('seed')}"
+    )
+
+
+def references_line(report: dict[str, Any]) -> str:
+    """The task's reference programs the run started from (origin ``reference``) and their
+    validation scores: the programs the run's best is measured against."""
+    parts = []
+    for ref in report["reference_programs"]:
+        result = f"{ref['score']:.5g}" if ref["score"] is not None else (ref["status"] or "pending")
+        parts.append(f"{ref['name']} {result}")
+    return (
+        f"references: started from {len(parts)} reference programs of the task (validation "
+        f"{report['metric']}): " + "; ".join(parts)
     )
 
 

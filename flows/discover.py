@@ -231,8 +231,6 @@ class Discovery:
         """Run the pipeline until the budget is spent. Inside the ``discover`` flow every stage's
         work is a Prefect task; the flow's own thread coordinates them (``coordinate``)."""
         self.calibrate.enqueue(self.queue_initial)
-        if self.queue_initial:
-            self.logger.info("resuming %s: %d candidates were pending", self.run_id, len(self.queue_initial))
         self.runner = runner = TaskRunner()
         status, mlflow_status = "failed", "FAILED"
         try:

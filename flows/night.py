@@ -7,7 +7,8 @@ Two small hooks of the discover flow (``flows/discover.py``), kept here so the f
   into the runs table, and the summary prints it: ``--seed S --serial --fresh`` replays the run.
 - :func:`open_run_library`: the run's dataset fingerprint (``storage.fingerprint``), recorded in
   the store, and the library of earlier runs on it (``storage.library``): their evaluations are
-  reused and their best programs seed the run, unless the run is ``fresh``.
+  reused and their best programs seed the run, unless the run is ``fresh``; the task's reference
+  programs (``Task.reference_programs``, origin ``reference``) seed every new run.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def open_run_library(
         new_run=not resumed,
     )
     left = [] if resumed else library.seed_run(program_source)
+    # the task's references as programs (origin "reference"): every new run starts from them
+    references = [] if resumed else library.seed_references(task.reference_programs(), program_source)
     if log is not None:
         if config.fresh:
             log.info(
@@ -74,14 +77,17 @@ def open_run_library(
                 run_id,
                 library.fingerprint,
             )
-        elif not resumed:
+        if not resumed:
             log.info(
-                "run %s: dataset fingerprint %s; started from %d programs of earlier runs",
+                "run %s: dataset fingerprint %s; started from %d programs of earlier runs and %d reference "
+                "programs of the task (%d to calibrate first)",
                 run_id,
                 library.fingerprint,
                 len(library.seeds),
+                len(library.references),
+                len(left) + len(references),
             )
-    return library, [BatchItem(c.hash, c.source, c.program_source or c.source) for c in left]
+    return library, [BatchItem(c.hash, c.source, c.program_source or c.source) for c in left + references]
 
 
 __all__ = ["SEED_LIMIT", "draw_seed", "open_run_library", "with_seed"]

@@ -56,6 +56,8 @@ def open_run(
             raise DiscoveryError(f"cannot resume: {exc}") from exc
         run_id = resume
         queue_initial = [BatchItem(c.hash, c.source, c.program_source or c.source) for c in store.pending(resume)]
+        if queue_initial:
+            logger.info("resuming %s: %d candidates were pending", run_id, len(queue_initial))
     else:
         queue_initial = []
         run_id = run_id or f"run-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"

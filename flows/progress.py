@@ -128,6 +128,9 @@ class DiscoveryReport:
     dataset_fingerprint: str | None = None
     reused: int = 0  # evaluations taken from earlier runs on the same fingerprint
     library_seeds: list[str] = field(default_factory=list)  # earlier runs' best programs it started from
+    # The task's reference programs it started from (origin "reference"), in the task's order:
+    # {"name", "hash", "status", "score"} (score: validation, None unless calibrated ok)
+    reference_programs: list[dict[str, Any]] = field(default_factory=list)
     llm: dict[str, Any] | None = (
         None  # this session's LLM spend: tokens, cached tokens, cost per new (flows/feedback.py)
     )
@@ -200,6 +203,18 @@ def summary_artifact(
         log.warning("could not create the run's summary artifact: %s", exc)
 
 
+def reference_programs(store: Any, run_id: str, task: Any) -> list[dict[str, Any]]:
+    """The task's reference programs the run started from, named as the task names them, with
+    their validation results (storage/library.py ``reference_results``)."""
+    from storage.library import reference_results
+
+    names = {source: name for name, source in task.reference_programs()}
+    return [
+        {"name": names.get(r.source, "reference"), "hash": r.hash, "status": r.status, "score": r.score}
+        for r in reference_results(store, run_id)
+    ]
+
+
 def build_report(run: Any, status: str) -> DiscoveryReport:
     """The report of ``run`` (a ``flows.discover.Discovery`` that has ended with ``status``),
     from the store's counts and what its stages hold."""
@@ -254,7 +269,9 @@ def build_report(run: Any, status: str) -> DiscoveryReport:
         dataset_fingerprint=run.library.fingerprint,
         reused=s.reused,
         library_seeds=list(run.library.seeds),
-        llm=llm_summary(run.propose.proposer, s.new),
+        reference_programs=reference_programs(run.store, run.run_id, run.task),
+        # (the cost per new candidate counts what the proposer bought: not the references nor library seeds)
+        llm=llm_summary(run.propose.proposer, s.new - s.seeded),
     )
 
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.store import FINAL_STATES, LIBRARY_ORIGIN, Candidate, CandidateStore, StoreError
+from storage.store import FINAL_STATES, LIBRARY_ORIGIN, REFERENCE_ORIGIN, Candidate, CandidateStore, StoreError
 
 # How many of the earlier runs' best programs a run starts from (the proposers' context shows five).
 DEFAULT_SEEDS = 5
@@ -59,6 +60,7 @@ class ProgramLibrary:
     fingerprint: str
     enabled: bool = True
     seeds: list[str] = field(default_factory=list)  # hashes of the library programs the run started from
+    references: list[str] = field(default_factory=list)  # hashes of the task's reference programs it started from
 
     def best_programs(self, k: int = DEFAULT_SEEDS) -> list[LibraryProgram]:
         """The ``k`` best validated programs of earlier runs on the fingerprint, best first."""
@@ -94,6 +96,22 @@ class ProgramLibrary:
         self.seeds = [c.hash for c in added]
         return self.reuse(added)
 
+    def seed_references(
+        self, programs: Iterable[tuple[str, str]], program_source: Callable[[str], str] | None = None
+    ) -> list[Candidate]:
+        """Add the task's reference programs (``Task.reference_programs``: (name, source) pairs) to
+        the run, origin ``reference``, so the search starts from the best model the task knows and
+        its best score is never worse than theirs. Added to every new run, ``fresh`` ones too (they
+        are the task's, not earlier runs'); an earlier evaluation on the same data is reused as for
+        any candidate. A reference the run already holds (a library seed of the same program) is
+        a duplicate and not added twice. Returns the candidates still to calibrate."""
+        proposals = [{"source": source, "origin": REFERENCE_ORIGIN, "parents": []} for _, source in programs]
+        if not proposals:
+            return []
+        added = self.store.add(proposals, self.run_id, program_source=program_source)
+        self.references = [c.hash for c in added]
+        return self.reuse(added)
+
 
 def open_library(
     store: CandidateStore,
@@ -121,7 +139,14 @@ def open_library(
         )
     else:
         fingerprint = status.dataset_fingerprint
-    return ProgramLibrary(store, run_id, fingerprint, enabled, seeds=seeded_hashes(store, run_id))
+    return ProgramLibrary(
+        store,
+        run_id,
+        fingerprint,
+        enabled,
+        seeds=seeded_hashes(store, run_id),
+        references=seeded_hashes(store, run_id, REFERENCE_ORIGIN),
+    )
 
 
 # ---------------------------------------------------------------------------- queries
@@ -216,14 +241,54 @@ def best_programs(
     ]
 
 
-def seeded_hashes(store: CandidateStore, run_id: str) -> list[str]:
-    """The library programs ``run_id`` started from, in the order they were added."""
+def seeded_hashes(store: CandidateStore, run_id: str, origin: str = LIBRARY_ORIGIN) -> list[str]:
+    """The programs ``run_id`` started from (library seeds, or ``origin`` ``reference``: the task's
+    reference programs), in the order they were added."""
     with store._lock:
         rows = store._con.execute(
             "SELECT hash FROM proposals WHERE run_id = $1 AND origin = $2 AND outcome = 'new' ORDER BY id",
-            [run_id, LIBRARY_ORIGIN],
+            [run_id, origin],
         ).fetchall()
     return [r[0] for r in rows]
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    """A reference program of a run (origin ``reference``) and its validation result so far."""
+
+    hash: str
+    source: str  # the text the task gave (the store may keep another text of the same hash)
+    status: str | None  # the evaluation's status (ok, failed, ...); None: not evaluated yet
+    score: float | None  # its validation score (None unless ok with a finite score)
+
+
+def reference_results(store: CandidateStore, run_id: str) -> list[ReferenceResult]:
+    """The task's reference programs ``run_id`` started from, in the order they were added, each
+    with its best ``ok`` evaluation of the run (else its latest one; none while pending)."""
+    with store._lock:
+        rows = store._con.execute(
+            """
+            SELECT p.hash, p.source, e.status, e.score
+            FROM proposals p JOIN runs r ON r.run_id = p.run_id
+                 LEFT JOIN evaluations e ON e.candidate = p.hash AND e.run_id = p.run_id
+            WHERE p.run_id = $1 AND p.origin = $2 AND p.outcome = 'new'
+            QUALIFY row_number() OVER (
+                PARTITION BY p.hash
+                ORDER BY (e.status = 'ok' AND e.score IS NOT NULL AND isfinite(e.score)) DESC NULLS LAST,
+                         CASE WHEN r.higher_is_better THEN -e.score ELSE e.score END ASC NULLS LAST,
+                         e.id DESC NULLS LAST) = 1
+            ORDER BY p.id
+            """,
+            [run_id, REFERENCE_ORIGIN],
+        ).fetchall()
+    return [
+        ReferenceResult(h, source, status, float(score) if status == "ok" and _finite(score) else None)
+        for h, source, status, score in rows
+    ]
+
+
+def _finite(value: Any) -> bool:
+    return value is not None and math.isfinite(float(value))
 
 
 def library_runs(store: CandidateStore, fingerprint: str) -> list[str]:
@@ -238,11 +303,14 @@ def library_runs(store: CandidateStore, fingerprint: str) -> list[str]:
 __all__ = [
     "DEFAULT_SEEDS",
     "LIBRARY_ORIGIN",
+    "REFERENCE_ORIGIN",
     "LibraryProgram",
     "ProgramLibrary",
+    "ReferenceResult",
     "best_programs",
     "library_runs",
     "open_library",
+    "reference_results",
     "reuse_evaluations",
     "seeded_hashes",
 ]

@@ -48,6 +48,8 @@ from storage.parsimony import candidate_complexity
 OUTCOMES = ("new", "duplicate_hash", "duplicate_semantic", "invalid", "store_error")
 # The origin of a program a run started from out of the program library (storage/library.py).
 LIBRARY_ORIGIN = "library"
+# The origin of a task's reference programs (``Task.reference_programs``), added to every new run.
+REFERENCE_ORIGIN = "reference"
 # What a calibrated candidate became: ok -> calibrated; crashed (killed its worker twice, the
 # second time alone) and timeout (over --candidate-seconds alone) are final like failed.
 FINAL_STATES = {"ok": "calibrated", "crashed": "crashed", "timeout": "timeout"}
@@ -246,7 +248,9 @@ class RunStatus:
     seed: int | None = None  # the run's seed (drawn unless given), None before it was recorded
     dataset_fingerprint: str | None = None  # storage/fingerprint.dataset_fingerprint, None: not recorded
     reused: int = 0  # evaluations copied from earlier runs on the same fingerprint (storage/library.py)
-    seeded: int = 0  # earlier runs' best programs the run started from (origin "library")
+    seeded: int = (
+        0  # programs the run started from: earlier runs' best (origin "library"), the task's references ("reference")
+    )
 
     @property
     def duplicates(self) -> int:
@@ -876,8 +880,8 @@ class CandidateStore:
                 else 0
             )
             seeded = self._con.sql(
-                "SELECT count(*) FROM proposals WHERE run_id = $1 AND outcome = 'new' AND origin = $2",
-                params=[run_id, LIBRARY_ORIGIN],
+                "SELECT count(*) FROM proposals WHERE run_id = $1 AND outcome = 'new' AND origin IN ($2, $3)",
+                params=[run_id, LIBRARY_ORIGIN, REFERENCE_ORIGIN],
             ).fetchall()[0][0]
         return RunStatus(
             run_id=run_id,

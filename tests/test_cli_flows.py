@@ -166,7 +166,8 @@ def test_serve_registers_a_cron_deployment_and_runs_it(prefect_api, tmp_path):
         assert state is not None and state.is_completed(), state
         with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
             status = store.run_status(store.latest_run())
-        assert (status.status, status.new, status.pending) == ("finished", 6, 0)
+        # 6 proposals and the task's three reference programs (enso: AR(AIC), damped persistence, seasonal AR)
+        assert (status.status, status.new, status.pending) == ("finished", 6 + 3, 0)
         # the run knows its deployment (Prefect's runtime): the next run of it would continue it if killed
         assert status.config["deployment"] == "nightly-test"
     finally:

@@ -116,7 +116,8 @@ def test_ndvm_workers_use_their_thread_count_and_calibrate_a_run(cluster, tmp_pa
         test_top_k=1,
     )
     assert report["runner"] == f"dask ({address})"
-    assert report["new"] == 16 and report["pending"] == 0 and report["calibrated"] >= 12
+    # 16 proposals and the task's three reference programs (enso: AR(AIC), damped persistence, seasonal AR)
+    assert report["new"] == 16 + 3 and report["pending"] == 0 and report["calibrated"] >= 12 + 3
     assert len({w.rsplit(":", 1)[1] for w in report["workers"]}) == 2, "both workers calibrated batches"
 
 

@@ -48,7 +48,9 @@ def test_enso_run_fills_store_and_leaderboard(enso_run):
     report, folder = enso_run
     assert report["status"] == "finished"
     assert report["stop_reason"].startswith("candidates (40)")
-    assert report["new"] == ENSO_RUN_BUDGET["max_candidates"]  # the candidate budget is exact
+    # the candidate budget is exact; the task's three reference programs (AR(AIC), damped
+    # persistence, seasonal AR) are added besides it, before any proposal
+    assert report["new"] == ENSO_RUN_BUDGET["max_candidates"] + 3
     assert report["calibrated"] + report["failed"] == report["new"] and report["pending"] == 0
     assert report["calibrated"] >= 30
     assert report["proposed"] == report["new"] + report["duplicates"] + report["invalid"]
@@ -56,7 +58,8 @@ def test_enso_run_fills_store_and_leaderboard(enso_run):
     assert report["calibration_batches"] >= 3  # batches of 16 for 40 candidates, streamed
     with CandidateStore(folder / "candidates.duckdb", read_only=True) as store:
         status = store.run_status("enso-e2e")
-        assert (status.status, status.new, status.calibrated) == ("finished", 40, report["calibrated"])
+        assert (status.status, status.new, status.calibrated) == ("finished", 40 + 3, report["calibrated"])
+        assert status.seeded == 3  # the references, not counted in --max-candidates
         top = store.top(5, run_id="enso-e2e")
         scores = top["score"].to_list()
         assert scores == sorted(scores) and np.isfinite(scores).all()
@@ -211,7 +214,8 @@ def test_llm_proposer_against_a_local_fake_server(prefect_api, tmp_path, monkeyp
     finally:
         fake.close()
     assert report["proposer"] == "llm" and report["model"] == "openai/fake-model"
-    assert report["new"] == 6 and report["pending"] == 0 and report["calibrated"] >= 5
+    # 6 proposals and the three reference programs (enso: AR(AIC), damped persistence, seasonal AR)
+    assert report["new"] == 6 + 3 and report["pending"] == 0 and report["calibrated"] >= 5 + 3
     assert fake.max_inflight >= 2  # several requests in flight at once
     assert all(a == f"Bearer {secret}" for a in fake.authorization)
     prompt = json.dumps(fake.requests[-1]["messages"])
@@ -219,7 +223,7 @@ def test_llm_proposer_against_a_local_fake_server(prefect_api, tmp_path, monkeyp
     assert report["cost_usd"] is not None
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
         origins = set(store.history("llm-run")["origin"].to_list())
-    assert origins == {"llm:openai/fake-model"}
+    assert origins == {"llm:openai/fake-model", "reference"}
     client, parent, children = _mlflow_runs(tmp_path, "llm-run")
     assert parent.data.params["model"] == "openai/fake-model" and len(children) >= 2
     # the key is read from the environment only: it is in neither store
@@ -307,8 +311,12 @@ def test_curve_task_with_groups(prefect_api, tmp_path):
         folder=str(tmp_path),
         run_id="curve-run",
     )
-    assert report["metric"] == "rmse" and report["new"] == 16 and report["pending"] == 0
-    assert report["calibrated"] >= 12 and report["best_score"] < 0.05  # state of health, a fraction
+    # 16 proposals and six of the task's eight reference programs (the linear, square-root,
+    # power-law, knee and double-exponential laws and the square root + power law with a shared
+    # exponent; the power law with a shared exponent and the knee with a shared shape compute the
+    # same values at the store's probe parameters as their per-cell twins: semantic duplicates)
+    assert report["metric"] == "rmse" and report["new"] == 16 + 6 and report["pending"] == 0
+    assert report["calibrated"] >= 12 + 6 and report["best_score"] < 0.05  # state of health, a fraction
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
         best = store.evaluation("curve-run", report["best_hash"])
         source = store.candidate(report["best_hash"])["source"]
@@ -396,14 +404,15 @@ def test_a_repeating_llm_is_told_its_duplicates_changes_course_and_is_stopped(pr
     finally:
         fake.close()
     assert report["stop_reason"] == f"stopped proposing: {stale} rounds in a row gave nothing new"
-    assert report["new"] == 2 and report["elapsed_seconds"] < 60
+    # the two programs and the three reference programs the run started from
+    assert report["new"] == 2 + 3 and report["elapsed_seconds"] < 60
     # every round is one request plus at most max_repairs repairs; at most one round gave something
     # new, then `stale` rounds did not, and up to `concurrency` more were in flight when it stopped
     bound = (1 + stale + concurrency) * (1 + max_repairs)
     assert len(fake.requests) <= bound, f"{len(fake.requests)} requests for 2 programs (bound {bound})"
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
         history = store.history("repeating")
-    stored = history.filter(pl.col("outcome") == "new")["hash"].to_list()
+    stored = history.filter((pl.col("outcome") == "new") & (pl.col("origin") != "reference"))["hash"].to_list()
     assert len(stored) == 2
     prompts = [r["messages"][1]["content"] for r in fake.requests]
     told = [p for p in prompts if "duplicates of programs already stored" in p]
@@ -441,7 +450,8 @@ def test_the_stale_round_stop_applies_to_the_offline_proposers_too(prefect_api, 
         max_stale_rounds=2,
     )
     assert report["stop_reason"] == "stopped proposing: 2 rounds in a row gave nothing new"
-    assert report["new"] == 1 and report["proposed"] == 3 * 16 and report["duplicates"] == 3 * 16 - 1
+    # (and the three reference programs the run started from: new and proposed, not duplicates)
+    assert report["new"] == 1 + 3 and report["proposed"] == 3 * 16 + 3 and report["duplicates"] == 3 * 16 - 1
 
 
 def _stored_evaluations(folder, run_id):

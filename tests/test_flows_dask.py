@@ -31,8 +31,9 @@ def test_discover_on_a_local_dask_cluster_with_two_workers(prefect_api, tmp_path
             run_id="dask-run",
         )
     assert report["runner"].startswith("dask (tcp://")
-    assert report["new"] == 24 and report["pending"] == 0
-    assert report["calibrated"] + report["failed"] == 24 and report["calibrated"] >= 18
+    # 24 proposals and the task's three reference programs (enso: AR(AIC), damped persistence, seasonal AR)
+    assert report["new"] == 24 + 3 and report["pending"] == 0
+    assert report["calibrated"] + report["failed"] == 24 + 3 and report["calibrated"] >= 18 + 3
     assert report["calibration_batches"] >= 4
     pids = {w.rsplit(":", 1)[1] for w in report["workers"]}
     assert len(pids) == 2 and str(os.getpid()) not in pids  # both workers, neither of them this process

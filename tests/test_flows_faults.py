@@ -4,7 +4,8 @@ real worker processes; faults are injected with the test hooks of ``flows/faults
 aborts, or sleeps, when handed a marked candidate hash).
 
 The candidates come from a replay file of known programs, so the test knows their hashes (and the
-batches: a replay run takes them in file order, ``batch_size`` at a time).
+batches: a replay run takes them in file order, ``batch_size`` at a time, after the batch of the
+task's three reference programs, which every run starts from and hands out before any proposal).
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ def states(folder, run_id: str) -> dict[str, str]:
     return dict(store_rows(folder, run_id, "SELECT hash, state FROM run_candidates WHERE run_id = $1"))
 
 
+def references(folder, run_id: str) -> set[str]:
+    """The task's reference programs the run started from (three on enso)."""
+    rows = store_rows(folder, run_id, "SELECT hash FROM proposals WHERE run_id = $1 AND origin = 'reference'")
+    return {h for (h,) in rows}
+
+
 def test_a_candidate_that_kills_its_worker_is_retried_alone_then_marked_crashed(prefect_api, tmp_path, monkeypatch):
     from flows.calibration import BatchItem, CalibrationOptions, calibrate_batch
     from flows.discover import discover
@@ -107,13 +114,16 @@ def test_a_candidate_that_kills_its_worker_is_retried_alone_then_marked_crashed(
     )
     report = discover(**common, budget={"minutes": 2.0, "max_candidates": 12}, run_id="crash-run")
 
-    assert report["status"] == "finished" and report["new"] == 12 and report["pending"] == 0
-    assert report["crashed"] == 1 and report["calibrated"] + report["failed"] == 11
+    # the 12 programs and the three references (their own first batch)
+    assert report["status"] == "finished" and report["new"] == 12 + 3 and report["pending"] == 0
+    assert report["crashed"] == 1 and report["calibrated"] + report["failed"] == 11 + 3
     # the batch died (its worker aborted), its four members were retried alone, the bad one died again
     assert report["worker_deaths"] == 2 and report["retried_alone"] == 4 and report["workers_replaced"] == 2
     assert str(os.getpid()) not in {w.rsplit(":", 1)[1] for w in report["workers"]}
     runs = evaluations(tmp_path, "crash-run")
-    assert sorted(runs) == sorted(hashes) and all(len(v) == 1 for v in runs.values())  # each calibrated once
+    refs = references(tmp_path, "crash-run")
+    assert len(refs) == 3 and sorted(runs) == sorted([*hashes, *refs])
+    assert all(len(v) == 1 for v in runs.values())  # each calibrated once
     [(status, score, error)] = runs[bad]
     assert status == "crashed" and score is None and "SIGABRT" in error and "never retried" in error
     assert states(tmp_path, "crash-run")[bad] == "crashed"
@@ -157,10 +167,11 @@ def test_a_candidate_over_candidate_seconds_is_marked_timeout_and_the_run_goes_o
     )
     took = time.monotonic() - started
     assert report["status"] == "finished" and report["pending"] == 0 and report["timeout"] == 1
-    assert report["calibrated"] + report["failed"] == 2 and report["retried_alone"] == 3
+    # (and the three references, calibrated in their own batch before the replayed ones)
+    assert report["calibrated"] + report["failed"] == 2 + 3 and report["retried_alone"] == 3
     assert report["workers_replaced"] == 2  # the worker of the batch, then the one of the slow candidate alone
     runs = evaluations(tmp_path, "slow-run")
-    assert all(len(v) == 1 for v in runs.values()) and len(runs) == 3
+    assert all(len(v) == 1 for v in runs.values()) and len(runs) == 3 + 3
     [(status, _, error)] = runs[hashes[1]]
     assert status == "timeout" and "2.5 s" in error and "--candidate-seconds" in error
     assert states(tmp_path, "slow-run")[hashes[1]] == "timeout"
@@ -186,16 +197,20 @@ def test_minutes_is_a_hard_deadline_what_is_in_calibration_stays_pending(prefect
         folder=str(tmp_path),
     )
     report = discover(**common, budget={"minutes": 0.05, "drain_minutes": 0.05}, run_id="deadline-run")
-    assert report["status"] == "finished" and report["new"] == 3
-    assert report["cancelled_at_deadline"] == 3 and report["pending"] == 3
+    # the three programs and the three references (their own batch, handed out first: it may or may
+    # not end within the 6 s; the batch of the three programs never does)
+    assert report["status"] == "finished" and report["new"] == 3 + 3
+    refs = references(tmp_path, "deadline-run")
+    refs_pending = sum(states(tmp_path, "deadline-run")[h] == "pending" for h in refs)
+    assert report["cancelled_at_deadline"] == 3 + refs_pending and report["pending"] == 3 + refs_pending
     assert "hard deadline" in report["stop_reason"]
     assert report["elapsed_seconds"] < 3 + 3 + 15  # proposal window + drain + the cancelling and clean-up
-    assert evaluations(tmp_path, "deadline-run") == {}
-    assert set(states(tmp_path, "deadline-run").values()) == {"pending"}
+    assert set(evaluations(tmp_path, "deadline-run")) <= refs  # none of the three programs
+    assert {states(tmp_path, "deadline-run")[h] for h in hashes} == {"pending"}
 
     monkeypatch.delenv("NDVM_TEST_SLOW_HASHES")
     resumed = discover(**common, budget={"minutes": 0.05}, resume="deadline-run")
-    assert resumed["pending"] == 0 and resumed["calibrated"] + resumed["failed"] == 3
+    assert resumed["pending"] == 0 and resumed["calibrated"] + resumed["failed"] == 3 + 3
     assert all(len(v) == 1 for v in evaluations(tmp_path, "deadline-run").values())
 
 
@@ -253,8 +268,9 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
         report = discovery.run().to_dict()
     finally:
         discovery.close()
-    assert report["status"] == "finished" and report["new"] == 4 and report["pending"] == 0
-    assert report["calibrated"] == 4 and report["best_score"] is not None
+    # four programs and the task's three reference programs (the fifth line cannot be stored)
+    assert report["status"] == "finished" and report["new"] == 4 + 3 and report["pending"] == 0
+    assert report["calibrated"] == 4 + 3 and report["best_score"] is not None
     assert report["store_errors"] == 1 and report["mlflow_run_id"] is None and report["logged_entries"] == 0
     assert report["mlflow_error"] and str(port) in report["tracking_uri"]
     [(outcome, error_kind, error, source)] = store_rows(
@@ -305,7 +321,7 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
         assert len(hashes) == 2 == len(set(hashes))  # ... and each entry once
         best = store_rows(tmp_path, "down-run", "SELECT hash FROM leaderboard WHERE run_id = $1 ORDER BY rank LIMIT 2")
         assert hashes == sorted(h for (h,) in best)
-        assert parents[0].data.metrics["calibrated"] == 4
+        assert parents[0].data.metrics["calibrated"] == 4 + 3
         # what the end of the run could not log: the report card and the test-split scores
         assert "report.md" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
         assert any(k.startswith("test_") for c in children for k in client.get_run(c.info.run_id).data.metrics)
@@ -350,6 +366,8 @@ def test_on_dask_a_batch_that_kills_its_worker_is_retried_alone_locally(prefect_
             run_id="dask-crash-run",
         )
     assert report["status"] == "finished" and report["pending"] == 0
-    assert report["crashed"] == 1 and report["retried_alone"] == 4 and report["calibrated"] + report["failed"] == 3
+    # (the references' batch first, then the four programs, whose batch dies)
+    assert report["crashed"] == 1 and report["retried_alone"] == 4
+    assert report["calibrated"] + report["failed"] == 3 + 3
     runs = evaluations(tmp_path, "dask-crash-run")
     assert all(len(v) == 1 for v in runs.values()) and runs[hashes[2]][0][0] == "crashed"

@@ -25,7 +25,8 @@ def test_discover_with_two_worker_processes(prefect_api, tmp_path):
         run_id="process-run",
     )
     assert report["runner"] == "processes (2 workers)"
-    assert report["new"] == 24 and report["pending"] == 0 and report["calibrated"] + report["failed"] == 24
+    # 24 proposals and the task's three reference programs (enso: AR(AIC), damped persistence, seasonal AR)
+    assert report["new"] == 24 + 3 and report["pending"] == 0 and report["calibrated"] + report["failed"] == 24 + 3
     pids = {w.rsplit(":", 1)[1] for w in report["workers"]}
     assert len(pids) == 2 and str(os.getpid()) not in pids
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:

@@ -43,14 +43,18 @@ def test_a_toy_proposer_added_by_one_module_and_one_line_runs_a_discovery(tmp_pa
     finally:
         discovery.close()
     assert report.status == "finished" and report.proposer == "toy"
-    assert report.new == len(TERMS) and report.calibrated + report.failed == len(TERMS) and report.pending == 0
+    # the proposals and the task's three reference programs (enso), which the run starts from
+    assert report.new == len(TERMS) + 3 and report.calibrated + report.failed == len(TERMS) + 3
+    assert report.pending == 0
     assert report.best_score is not None
     # offline, rounds of 4: every request asked for round_size programs, one request in flight
     assert [n for n, _ in toy.requests] == [4, 4]
-    # serial: the second round came after the first was calibrated, and it wants residuals: its
-    # context says where the best of the first round fails on validation
+    # serial: the first round came after the reference programs were calibrated, the second after
+    # the first round; it wants residuals: each context says where the best so far fails on validation
     first, second = (context for _, context in toy.requests)
-    assert first.best == [] and first.residuals == ""
+    references = {r["hash"] for r in report.reference_programs}
+    assert len(references) == 3 and {p.canonical_hash for p in first.best} <= references
+    assert first.best and first.residuals != ""
     assert second.best and second.residuals != ""
 
 

@@ -284,7 +284,13 @@ def test_the_second_run_starts_from_the_first_runs_best_programs(nights):
     assert seeded["hash"].to_list() == best_first and set(seeded["outcome"]) == {"new"}
     assert history["origin"][:5].to_list() == [LIBRARY_ORIGIN] * 5  # before any proposal
     # the library seeds are not part of the candidate budget: 24 proposals were accepted besides
-    assert second.new == 24 + 5
+    # (and the task's reference programs, origin "reference", that are not among the seeds already)
+    references = _query(
+        folder,
+        "SELECT count(*) FROM proposals WHERE run_id = ? AND origin = 'reference' AND outcome = 'new'",
+        second.run_id,
+    )[0][0]
+    assert second.new == 24 + 5 + references and references <= 3
     # the mutation proposer's first round: its parents include the seeds (the run's best programs)
     parents = _query(
         folder,
@@ -297,7 +303,8 @@ def test_the_second_run_starts_from_the_first_runs_best_programs(nights):
 
 def test_fresh_neither_reuses_nor_seeds(nights):
     folder, first, _, _, fresh = nights
-    assert fresh.reused == 0 and fresh.library_seeds == [] and fresh.new == 24
+    # (a fresh run still starts from the task's three reference programs)
+    assert fresh.reused == 0 and fresh.library_seeds == [] and fresh.new == 24 + 3
     assert (
         _query(folder, "SELECT count(*) FROM evaluations WHERE run_id = ? AND reused_from IS NOT NULL", fresh.run_id)[
             0
@@ -395,10 +402,17 @@ def test_the_llm_proposers_first_prompt_shows_the_library_programs(nights, tmp_p
         seeds = discovery.library.seeds
     finally:
         discovery.close()
+    references = {
+        h
+        for (h,) in _query(
+            tmp_path, "SELECT hash FROM proposals WHERE run_id = ? AND origin = 'reference'", discovery.run_id
+        )
+    }
     with CandidateStore(tmp_path / "candidates.duckdb", read_only=True) as store:
-        library = {h: store.candidate(h)["source"] for h in seeds}
+        library = {h: store.candidate(h)["source"] for h in set(seeds) | references}
     assert len(seeds) == 5 and context.best
-    assert {p.canonical_hash for p in context.best} <= set(seeds)  # every example is a library program
+    # every example is a library program or one of the task's reference programs the run starts from
+    assert {p.canonical_hash for p in context.best} <= set(seeds) | references
     assert context.best[0].canonical_hash == seeds[0]  # the best of them first
     prompt = build_messages(context, 4)[1]["content"]
     for program in context.best:

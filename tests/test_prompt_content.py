@@ -484,10 +484,11 @@ def test_a_discover_run_sends_the_data_card_and_the_residuals_and_reports_its_to
     finally:
         fake.close()
     prompts = [json.dumps(r["messages"], ensure_ascii=False) for r in fake.requests]
-    assert report["new"] == 6 and len(prompts) >= 4
+    # 6 proposals and the task's three reference programs, calibrated before the first request (serial)
+    assert report["new"] == 6 + 3 and len(prompts) >= 4
     assert all("Data card (the 492 training and validation rows only)" in p for p in prompts)
-    assert "Where the best program fails" not in prompts[0]  # nothing calibrated yet
-    assert any("Where the best program fails" in p and "RMSE by lead: 1:" in p for p in prompts[2:])
+    # the first prompt already has the residuals of the best reference program
+    assert "Where the best program fails" in prompts[0] and "RMSE by lead: 1:" in prompts[0]
     assert not [y for y in range(1991, 2011) for p in prompts if str(y) in p]
     llm = report["llm"]
     assert llm["requests"] == len(prompts) and llm["tokens_in"] == 900 * len(prompts)

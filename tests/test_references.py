@@ -6,6 +6,7 @@ Real tasks on the embedded ENSO data and on user series; real discovery runs on 
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import polars as pl
 import pytest
@@ -114,6 +115,50 @@ def test_inverse_root_modulus():
     # complex pair of an AR(2): modulus sqrt(-a2)
     assert fc._inverse_root_modulus([1.885, -0.899], ma=False) == pytest.approx(np.sqrt(0.899))
     assert fc._inverse_root_modulus([], ma=True) == 0.0
+
+
+# ---------------------------------------------------------------------------- every run starts from them
+@needs_ndvm
+def test_every_run_is_seeded_with_the_reference_programs_and_never_scores_worse(tmp_path):
+    from flows.cli_display import references_line
+    from flows.discover import Budget, build_config, run_discovery
+
+    settings = dict(serial=True, batch_size=8, steps=30, restarts=2, top_k=1, test_top_k=1, log_every=3600.0)
+    config = build_config("enso", "mutation", seed=5, fresh=True, folder=str(tmp_path), **settings)
+    report = run_discovery(config, Budget(minutes=None, max_candidates=8))
+    assert report.status == "finished" and report.pending == 0
+    task = make_task(datasets.load("enso"))
+    con = duckdb.connect(str(tmp_path / "candidates.duckdb"), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT c.source, e.status, e.score FROM proposals p JOIN candidates c ON c.hash = p.hash "
+            "JOIN evaluations e ON e.candidate = p.hash AND e.run_id = p.run_id "
+            "WHERE p.run_id = ? AND p.origin = 'reference' AND p.outcome = 'new'",
+            [report.run_id],
+        ).fetchall()
+        best = con.execute("SELECT min(score) FROM evaluations WHERE run_id = ? AND status = 'ok'", [report.run_id])
+        best = best.fetchall()[0][0]
+        new = con.execute(
+            "SELECT count(*) FROM proposals WHERE run_id = ? AND outcome = 'new' AND origin <> 'reference'",
+            [report.run_id],
+        ).fetchall()[0][0]
+    finally:
+        con.close()
+    assert sorted(source for source, _, _ in rows) == sorted(source for _, source in task.reference_programs())
+    assert all(status == "ok" and np.isfinite(score) for _, status, score in rows)
+    assert best <= min(score for _, _, score in rows)  # the run's best is never worse than a reference's
+    assert new == 8  # the references do not take the candidate budget
+    # 8 candidates and the three references (AR(AIC), damped persistence, seasonal AR: monthly data)
+    assert report.new == 8 + 3 and report.library_seeds == []
+    # the report names them as the task does, in its order, with their validation scores
+    names = [name for name, _ in task.reference_programs()]
+    assert [r["name"] for r in report.reference_programs] == names
+    assert sorted(r["score"] for r in report.reference_programs) == pytest.approx(sorted(s for _, _, s in rows))
+    assert all(r["status"] == "ok" for r in report.reference_programs)
+    line = references_line(report.to_dict())
+    assert line.startswith("references: started from 3 reference programs of the task (validation mean_rmse)")
+    for ref in report.reference_programs:
+        assert f"{ref['name']} {ref['score']:.5g}" in line
 
 
 # ---------------------------------------------------------------------------- the verdict's figures

@@ -113,6 +113,10 @@ class CalibrateStage:
                 meter=self.meter,
                 log=self.log,
             )
+            # What the run starts from (the task's reference programs, a resumed run's pending
+            # candidates) goes out before any proposal is admitted: its own first batches, so the
+            # proposals' batches are the proposals in order, batch_size at a time.
+            self.fill(new_batches=True)
             try:
                 yield self.supervisor
             finally:

@@ -145,7 +145,8 @@ class LogStage:
 
         self._log_leaderboard(tracker, k)
         log_test_scores(tracker, self.store, self.run_id)
-        log_llm_summary(tracker, llm_summary(self.propose.proposer, self.store.run_status(self.run_id).new))
+        status = self.store.run_status(self.run_id)  # new candidates the proposer bought: not the seeded ones
+        log_llm_summary(tracker, llm_summary(self.propose.proposer, status.new - status.seeded))
         if self.score.report_card is not None:  # report.md/.json on the parent, formulas on the entries
             log_report(tracker, self.store, self.run_id, self.score.report_card)
 
