@@ -429,9 +429,11 @@ class Tracker:
                 "ndvm.hash": entry.hash,
                 "ndvm.origin": entry.origin or "",
                 "ndvm.kind": "candidate",
+                # the runs table shows the view's tag columns in the order the run's tags were
+                # created (seen at 1600 px): the formula first, before it is cut at the right edge
+                "formula": formula[:_MAX_TAG],
                 "ndvm.discovery_run": getattr(self, "discovery_run_id", None) or "",
                 "origin": entry.origin or "",
-                "formula": formula[:_MAX_TAG],
             }
             tags.update(
                 {
@@ -815,7 +817,8 @@ class Tracker:
             verdict = self.client.get_run(self.parent_run_id).data.tags.get("verdict")
         if verdict:
             tags["ndvm.verdict"] = verdict[:_MAX_TAG]
-        parts = [verdict or "", f"Formula: {formula}" if formula else ""]
+        # the description is Markdown: a formula's a*b*c would turn italic (seen on the version page)
+        parts = [verdict or "", f"Formula: `{formula}`" if formula else ""]
         scores = f"Validation {metric} {score:.4f}"
         if test is not None:
             scores += f"; test {test:.4f}"

@@ -133,19 +133,25 @@ def free_port() -> int:
 
 
 def start_ui(folder, port: int, prefect_api: str) -> subprocess.Popen:
-    """``ndvm ui`` in a subprocess; returns once the MLflow server answers /health."""
+    """``ndvm ui`` in a subprocess; returns once the MLflow server answers /health.
+
+    Its output goes to ``ui.log`` in ``folder``, not to a pipe: the server logs every request, and
+    a pipe nobody reads fills (64 KiB) and blocks the server's only worker in its next write (seen
+    as Chromium hanging on the fifth or sixth MLflow page of tests/test_ui_browser.py)."""
+    log = open(Path(folder) / "ui.log", "a")  # noqa: SIM115 (the child holds it for its life)
     proc = subprocess.Popen(
         [sys.executable, "-m", "ndvm.cli", "ui", "--folder", str(folder), "--port", str(port)],
         env=subprocess_env(prefect_api),
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
+    log.close()  # the child has its own descriptor
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"ndvm ui exited: {proc.stdout.read()[-3000:]}")
+            raise AssertionError(f"ndvm ui exited: {(Path(folder) / 'ui.log').read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
                 if reply.status == 200:
