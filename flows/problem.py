@@ -140,6 +140,8 @@ def task_spec(dataset: Any, task: Any):
         program_source=task.program_source,
         data_card=card_text(task.card_facts()),
         table_inputs=getattr(task, "table_inputs", False),
+        state_space=task.state_space,
+        observed_x=task.observed_x(),
     )
 
 

@@ -65,6 +65,13 @@ class TaskSpec:
     # may enter any data sub-expression (the regression task); the mutation proposer then adds
     # feature terms over all of them (proposers/mutation.py, ``sr_term``)
     table_inputs: bool = False
+    # True when candidates are state-space forecasters, ``(init)``, ``(predict s)``, ``(update s y)``
+    # or ``(update s y x)`` (the forecast task): the mutation proposer may then grow their state
+    # (``state_term``: a lag, the calendar, a covariate, a damping)
+    state_space: bool = False
+    # What ``(ref x i)`` holds in ``(update s y x)``, in order: (name, period) with the period for
+    # the calendar position (1..period) and None for a covariate; empty: the task gives no x
+    observed_x: list[tuple[str, int | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,19 @@ class ScoredProgram:
     score: float
     canonical_hash: str | None = None
     params: dict[str, float] | None = None  # fitted parameter values, shown to LLMs
+
+
+@dataclass(frozen=True)
+class ReferenceProgram:
+    """One of the task's reference models written as a program (``Task.reference_programs``, origin
+    ``reference`` in the store): a textbook model the search starts from and must beat."""
+
+    name: str  # as the task names it, e.g. "ar-aic-program (AR(2))"
+    source: str
+    score: float | None = None  # its validation score in this run; None: not calibrated (yet)
+    params: dict[str, float] | None = None  # its fitted values, when calibrated
+    status: str | None = None  # its evaluation's status (ok, failed, ...); None: not calibrated yet
+    canonical_hash: str | None = None
 
 
 class LLMFatalError(RuntimeError):
@@ -166,6 +186,10 @@ class ProposalContext:
     stale_rounds: int = 0  # rounds in a row that gave nothing new
     # Where the current best program fails on validation (``residual_text(Task.residual_facts(...))``), "" if unknown
     residuals: str = ""
+    # The task's reference models as programs, with their validation scores once calibrated: the
+    # programs to beat and to build on (the LLM prompt names them; the mutation proposer has them
+    # as parents through ``TaskSpec.seed_programs``)
+    references: list[ReferenceProgram] = field(default_factory=list)
 
     def reference(self) -> str:
         return self.language_reference if self.language_reference is not None else load_prompt("language.md")

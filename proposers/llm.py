@@ -237,10 +237,17 @@ def prompt_parts(
         contract=task.contract.strip(),
         score_label=task.score_label,
     )
+    request_template = user_template or load_prompt("propose.md")
+    # (a custom request template without $references shows no reference block)
+    references = reference_text(context) if "$references" in request_template else ""
     best = ""
     if context.best:
         parts = ["Best programs so far (best first):"]
+        shown = {r.canonical_hash: r.name for r in context.references if r.canonical_hash and references}
         for k, prog in enumerate(context.best[:max_best], start=1):
+            if prog.canonical_hash in shown:  # its program and fitted values are in the references above
+                parts.append(f"{k}. score {prog.score:.6g}: the reference {shown[prog.canonical_hash]} above")
+                continue
             fitted = ""
             if prog.params:
                 fitted = "\nfitted: " + ", ".join(f"{name}={value:.4g}" for name, value in prog.params.items())
@@ -264,12 +271,42 @@ def prompt_parts(
             + "\n".join(f"- {d.brief()}" for d in context.duplicates[-max_failures:])
             + "\n\n"
         )
-    request = Template(user_template or load_prompt("propose.md")).substitute(
-        best=best, residuals=residuals, failures=failures, budget=context.budget.describe(), n=n
+    request = Template(request_template).substitute(
+        references=references,
+        best=best,
+        residuals=residuals,
+        failures=failures,
+        budget=context.budget.describe(),
+        n=n,
     )
     if hint:
         request += f"\nSuggestion for this request (ignore it if it does not fit the contract): {hint}\n"
     return system, fixed, request
+
+
+def reference_text(context: ProposalContext) -> str:
+    """The task's reference models as programs, with their validation scores: the programs to beat
+    and to build on ("" when the task has none). A reference that is not calibrated yet is shown
+    without a score, a failed one says so."""
+    if not context.references:
+        return ""
+    parts = [
+        "The task's reference models, written as programs (the textbook models of this data; the "
+        "search started from them). Beat their validation scores; a good way is to build on one: "
+        "keep its structure and add a mechanism, a lag, a term or an input it lacks:"
+    ]
+    for ref in context.references:
+        if ref.score is not None:
+            result = f"validation score {ref.score:.6g}"
+        elif ref.status is not None:
+            result = f"calibration {ref.status}: no score"
+        else:
+            result = "not calibrated yet"
+        fitted = ""
+        if ref.params:
+            fitted = "\nfitted: " + ", ".join(f"{name}={value:.4g}" for name, value in ref.params.items())
+        parts.append(f"- {ref.name}: {result}\n```scheme\n{ref.source.strip()}\n```{fitted}")
+    return "\n".join(parts) + "\n\n"
 
 
 def build_messages(
@@ -715,6 +752,7 @@ __all__ = [
     "extract_programs",
     "needs_cache_markers",
     "prompt_parts",
+    "reference_text",
     "repair_message",
     "redact",
 ]

@@ -17,6 +17,10 @@ sub-expressions of class ``scalar``/``data`` that are not loop control, see
 - ``wrap``: wrap a sub-expression in a smooth helper (sigmoid, softplus, tanh, exp of a negative);
 - ``hoist``: replace a sub-expression by one of its own sub-expressions (keeps sizes in check);
 - ``grow``: a new random program, used when there is no parent at all;
+- ``state_term`` (forecasters only: ``TaskSpec.state_space``): one more element of the state and
+  its use in ``predict``: a further lag, the calendar position (a seasonal term or a persistence
+  that follows the season), a covariate, or a damping toward a level (:mod:`proposers.state_edits`),
+  so a reference parent (AR(p), damped persistence) grows into AR(p+1), a cyclostationary AR...;
 - ``sr_term`` (tables only: ``TaskSpec.table_inputs``, every input a column over the same rows):
   ``e -> (+ e (* pN f))`` with ``f`` a feature of any inputs: an input, a product or ratio of two,
   a square or cube, a unary form (sin, cos, exp, tanh, sqrt|a|, log|a|) of a scaled input, or an
@@ -42,6 +46,7 @@ from .language import NUMERIC_OPS, SPECIAL_FORMS, Analysis, Site, _arith_uses, a
 from .niches import NicheArchive, rank_weights
 from .sexpr import Node, SexprError, Sym, copy_node, count_nodes, read_all, symbols_in, to_source
 from .simplify import simplify as simplify_forms
+from .state_edits import grow_state
 from .validate import require_compile
 
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -56,8 +61,14 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     # a table's feature term (``_op_sr_term``): weight 0 unless the task's inputs are a table's
     # columns (TaskSpec.table_inputs), where it takes TABLE_SR_WEIGHT
     "sr_term": 0.0,
+    # a forecaster's state grown by a lag, the calendar, a covariate or a damping
+    # (``proposers.state_edits``): weight 0 unless the task's candidates are state-space forecasters
+    # (TaskSpec.state_space), where it takes STATE_TERM_WEIGHT
+    "state_term": 0.0,
 }
 TABLE_SR_WEIGHT = 3.0
+STATE_TERM_WEIGHT = 2.0
+STATE_TERM_GROWTH = 40  # nodes a state edit may add (a seasonal term in predict, its state element, x)
 SR_UNARY = ("sin", "cos", "exp", "tanh", "sqrt-abs", "log-abs")
 SWAP_BINARY = ("+", "-", "*", "/")
 # The unary functions an edit may wrap around any term or swap for another, from the runtime's
@@ -108,13 +119,23 @@ class _Edit:
         self.imported_params: list[list] = []  # full (param ...) forms from a crossover donor
 
     def fresh_param(self, init: float) -> Sym:
+        name = self._fresh_name()
+        self.new_params.append((name, float(init)))
+        return Sym(name)
+
+    def bounded_param(self, init: float, lo: float, hi: float) -> Sym:
+        """A new parameter constrained to (lo, hi)."""
+        name = self._fresh_name()
+        self.imported_params.append([Sym("param"), Sym(name), float(init), [Sym("between"), float(lo), float(hi)]])
+        return Sym(name)
+
+    def _fresh_name(self) -> str:
         k = 1
         while f"p{k}" in self.reserved:
             k += 1
         name = f"p{k}"
         self.reserved.add(name)
-        self.new_params.append((name, float(init)))
-        return Sym(name)
+        return name
 
     def get(self, path: tuple[int, ...]) -> Node:
         node: Node = self.forms
@@ -248,6 +269,8 @@ class MutationProposer(Proposer):
         self.niches = NicheArchive(seed)  # the parents' niches (its descriptor cache)
         self._compile = require_compile() if validate else None
         self._table = False  # this call's task gives a table's columns (set by propose)
+        self._state_space = False  # this call's candidates are forecasters (set by propose)
+        self._observed_x: list[tuple[str, int | None]] = []  # what their (ref x i) holds
 
     # -- parents ---------------------------------------------------------------------------
     def _parent(
@@ -307,6 +330,8 @@ class MutationProposer(Proposer):
     def propose(self, context: ProposalContext | None, n: int) -> list[Proposal]:
         parents = self._parents(context)
         self._table = bool(context is not None and getattr(context.task, "table_inputs", False))
+        self._state_space = bool(context is not None and getattr(context.task, "state_space", False))
+        self._observed_x = list(getattr(context.task, "observed_x", []) or []) if context is not None else []
         inputs = self.inputs
         if inputs is None and context is not None:
             inputs = list(context.task.inputs)
@@ -347,6 +372,8 @@ class MutationProposer(Proposer):
         op_weights = [self.weights[o] for o in ops]
         if self._table and "sr_term" in self.weights and self.weights["sr_term"] == 0.0:
             op_weights[ops.index("sr_term")] = TABLE_SR_WEIGHT
+        if self._state_space and "state_term" in self.weights and self.weights["state_term"] == 0.0:
+            op_weights[ops.index("state_term")] = STATE_TERM_WEIGHT
         for _ in range(self.attempts):
             self.stats.attempts += 1
             if parents:
@@ -369,8 +396,9 @@ class MutationProposer(Proposer):
                 forms = simplify_forms(forms).forms
             size = sum(count_nodes(f) for f in forms)
             n_params = sum(1 for f in forms if isinstance(f, list) and f and f[0] == "param")
-            # the size cap grows with the parent, so large seed programs can still be edited
-            max_size = max(self.max_nodes, parent_size + 24)
+            # the size cap grows with the parent, so large seed programs can still be edited (a
+            # state edit touches three functions and declares up to two parameters at once)
+            max_size = max(self.max_nodes, parent_size + (STATE_TERM_GROWTH if op == "state_term" else 24))
             if size > max_size or n_params > self.max_params or n_params < self.min_params:
                 self.stats.size_rejects += 1
                 continue
@@ -729,6 +757,10 @@ class MutationProposer(Proposer):
         edit.set(site.path, [Sym("+"), copy_node(site.node), term])
         return True
 
+    def _op_state_term(self, edit, parent, parents, data, used) -> bool:
+        edited = grow_state(edit.forms, self.rng, self._observed_x, edit.fresh_param, edit.bounded_param)
+        return edited is not None
+
     def _op_grow(self, edit: _Edit, data: list[str] | set[str]) -> bool:
         data_names = sorted(data)
         term = self._term(edit, data_names, [], self.rng.randint(2, 4))
@@ -741,4 +773,4 @@ class MutationProposer(Proposer):
         return True
 
 
-__all__ = ["MutationProposer", "MutationStats", "DEFAULT_WEIGHTS"]
+__all__ = ["MutationProposer", "MutationStats", "DEFAULT_WEIGHTS", "STATE_TERM_WEIGHT"]

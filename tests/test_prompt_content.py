@@ -93,6 +93,42 @@ def test_enso_prompt_has_the_data_card_and_residuals_and_nothing_of_the_test_yea
     assert f"- anom_c [°C]: {num(y.min())}..{num(y.max())}," in prompt
 
 
+def test_the_prompt_names_the_reference_programs_with_their_scores_as_the_ones_to_beat(enso):
+    """Issue 31 part 1: the task's reference models written as programs, named as the task names
+    them, with their validation scores (or why there is none), as the programs to beat and build
+    on; a reference among the best programs is not shown twice."""
+    from proposers import ReferenceProgram
+
+    task, source, params = enso
+    (ar_name, ar_source), (damped_name, damped_source), (seasonal_name, seasonal_source) = task.reference_programs()
+    references = [
+        ReferenceProgram(ar_name, ar_source, 1.05434, {"c": 0.0036, "a1": 1.0119}, "ok", "a" * 16),
+        ReferenceProgram(damped_name, damped_source, None, None, "failed", "b" * 16),
+        ReferenceProgram(seasonal_name, seasonal_source, canonical_hash="c" * 16),
+    ]
+    from flows.problem import task_spec
+    from proposers.llm import build_messages
+
+    spec = task_spec(task.dataset, task)
+    best = [ScoredProgram(ar_source, 1.05434, canonical_hash="a" * 16), ScoredProgram(source, 1.2, params=params)]
+    ctx = ProposalContext(spec, best=best, references=references)
+    prompt = "\n".join(m["content"] for m in build_messages(ctx, 4))
+    assert "The task's reference models, written as programs" in prompt and "Beat their validation scores" in prompt
+    assert (
+        f"- {ar_name}: validation score 1.05434\n```scheme\n{ar_source.strip()}\n```\nfitted: c=0.0036, a1=1.012"
+        in prompt
+    )
+    assert f"- {damped_name}: calibration failed: no score\n```scheme\n{damped_source.strip()}" in prompt
+    assert f"- {seasonal_name}: not calibrated yet\n```scheme\n{seasonal_source.strip()}" in prompt
+    # the references come before the best programs; the AR reference among them is named, not repeated
+    assert prompt.index("The task's reference models") < prompt.index("Best programs so far")
+    assert f"1. score 1.05434: the reference {ar_name} above" in prompt
+    plain = "\n".join(m["content"] for m in build_messages(ProposalContext(spec, best=best), 4))
+    assert prompt.count(ar_source.strip()) == 1 and prompt.count(source.strip()) == plain.count(source.strip())
+    # without references, no such block (and the best programs are shown in full)
+    assert "reference models" not in plain and plain.count(ar_source.strip()) == 1
+
+
 def test_battery_prompt_has_the_spread_across_cells_and_no_held_out_cell():
     import datasets
     from datasets.tasks import make_task
@@ -487,8 +523,12 @@ def test_a_discover_run_sends_the_data_card_and_the_residuals_and_reports_its_to
     # 6 proposals and the task's three reference programs, calibrated before the first request (serial)
     assert report["new"] == 6 + 3 and len(prompts) >= 4
     assert all("Data card (the 492 training and validation rows only)" in p for p in prompts)
-    # the first prompt already has the residuals of the best reference program
+    # the first prompt already has the residuals of the best reference program, and names every
+    # reference program with its validation score as the programs to beat and build on
     assert "Where the best program fails" in prompts[0] and "RMSE by lead: 1:" in prompts[0]
+    assert "The task's reference models, written as programs" in prompts[0]
+    for ref in report["reference_programs"]:
+        assert ref["status"] == "ok" and f"- {ref['name']}: validation score {ref['score']:.6g}" in prompts[0]
     assert not [y for y in range(1991, 2011) for p in prompts if str(y) in p]
     llm = report["llm"]
     assert llm["requests"] == len(prompts) and llm["tokens_in"] == 900 * len(prompts)

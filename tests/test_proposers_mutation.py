@@ -379,3 +379,104 @@ def test_unary_operator_sets_come_from_the_primitive_table():
         assert p.total and p.foldable and p.kind == "numeric" and p.arity.min == p.arity.max == 1, name
     assert PRIMITIVE_INFO["logistic"].synonym and "logistic" not in SWAP_UNARY
     assert not PRIMITIVE_INFO["log"].total and not PRIMITIVE_INFO["sqrt"].total and not PRIMITIVE_INFO["tan"].total
+
+
+# ---------------------------------------------------------------------------- forecasters' state
+def _enso_spec(seeds: list[str], observed_x=None):
+    import dataclasses
+
+    import datasets
+    from datasets.tasks import make_task
+    from flows.problem import task_spec
+
+    task = make_task(datasets.load("enso"))
+    spec = task_spec(task.dataset, task)
+    spec = dataclasses.replace(spec, seed_programs=seeds)
+    if observed_x is not None:
+        spec = dataclasses.replace(spec, observed_x=observed_x)
+    return task, spec
+
+
+def _define(forms, name):
+    return next(f for f in forms if isinstance(f, list) and f[0] == "define" and f[1][0] == name)
+
+
+@needs_runtime
+def test_mutation_grows_a_reference_parents_state_by_a_lag_the_calendar_and_a_damping():
+    """Issue 31 part 1: from the AR(AIC) reference alone the mutation proposer reaches AR(p+1), a
+    seasonal or cyclostationary AR reading the calendar through x, and a damped AR; each a valid
+    forecaster of the task, and the lag child starts exactly at its parent's forecasts."""
+    from proposers.mutation import STATE_TERM_WEIGHT
+
+    probe_task, _ = _enso_spec([])
+    (ar_name, ar_source) = probe_task.reference_programs()[0]
+    task, spec = _enso_spec([ar_source])
+    assert spec.state_space and spec.observed_x == [("month", 12)]
+    proposer = MutationProposer(seed=0)
+    out = proposer.propose(ProposalContext(spec), 120)
+    # one parent: few distinct state edits (a lag, a damping, two calendar forms), each once
+    assert proposer.stats.by_operator.get("state_term", 0) >= 3 and STATE_TERM_WEIGHT > 0
+    parent_len = len(_define(read_all(ar_source), "init")[2]) - 1  # the AR's lags
+    lag = calendar = damped = None
+    for p in out:
+        forms = read_all(p.source)
+        init, update = _define(forms, "init")[2], _define(forms, "update")
+        task.check_candidate(p.source)  # a valid forecaster of the task (the contract, the arity of update)
+        if update[1] == ["update", "s", "y"] and isinstance(init, list) and len(init) - 1 == parent_len + 1:
+            if update[2][-1] == ["list-ref", "s", parent_len - 1] and {"a1", "c"} <= symbols_in(forms):
+                lag = lag or p
+        if len(update[1]) == 4 and ["ref", "x", 0] in update[2] and "cos" in symbols_in(forms):
+            calendar = calendar or p
+        if "(between 0.0 1.0)" in p.source and "a1" in symbols_in(forms):
+            damped = damped or p
+    assert lag and calendar and damped, proposer.stats
+    # the new lag's coefficient starts at 0: the child forecasts as its parent until calibrated
+    program = task.compile(lag.source)
+    child = task.restore_fit(lag.source, {q.name: q.init for q in program.params}, "lag")
+    parent_program = task.compile(ar_source)
+    parent = task.restore_fit(ar_source, {q.name: q.init for q in parent_program.params}, ar_name)
+    assert task.score(child, "validation")["mean_rmse"] == pytest.approx(
+        task.score(parent, "validation")["mean_rmse"], rel=1e-12
+    )
+
+
+@needs_runtime
+def test_state_edits_add_a_covariate_and_wrap_a_scalar_state():
+    import random
+
+    from proposers.language import analyze
+    from proposers.mutation import _Edit, _Parent
+    from proposers.sexpr import to_source
+    from proposers.state_edits import grow_state
+
+    task, _ = _enso_spec([])
+    programs = dict(task.reference_programs())
+    ar = next(s for n, s in programs.items() if n.startswith("ar-aic"))
+    damped = programs["damped-persistence-program"]
+
+    def edit(source, variant, observed_x):
+        forms = read_all(source)
+        e = _Edit(_Parent(source, forms, analyze(forms), None, 1.0), random.Random(0), set())
+        done = grow_state(e.forms, random.Random(0), observed_x, e.fresh_param, e.bounded_param, variant=variant)
+        return done, (to_source(e.finish()) if done else None)
+
+    # a covariate (SOI beside the calendar): x's second element, kept in the state, weighed in predict
+    done, source = edit(ar, "covariate", [("month", 12), ("soi", None)])
+    assert done.flat and "(define (update s y x) (list y (list-ref s 0) (ref x 1)))" in source
+    assert "(* p1 (list-ref s 2))" in source
+    # no covariate declared, no x at all: the variants that need them do not apply
+    assert edit(ar, "covariate", [("month", 12)])[0] is None and edit(ar, "calendar", [])[0] is None
+    # a scalar state (damped persistence) becomes (list old new): a lag of it is an AR(2) around mu
+    done, source = edit(damped, "lag", [])
+    assert not done.flat
+    assert "(define (init) (list mu mu))" in source and "(define (update s y) (list y (car s)))" in source
+    assert "(* phi (- (car s) mu))" in source and "(* p1 (cadr s))" in source
+    # a program that is not a forecaster is left alone
+    assert edit("(param a 1.0) (* a x)", "damp", [])[0] is None
+
+
+def test_state_term_is_never_drawn_for_a_task_that_is_not_a_forecaster():
+    spec = TaskSpec("toy", "y = a x", {"x": "vector"}, "a vector like x", seed_programs=["(param a 1.0) (* a x)"])
+    proposer = MutationProposer(seed=0, validate=False)
+    proposer.propose(ProposalContext(spec), 60)
+    assert proposer.stats.produced > 0 and "state_term" not in proposer.stats.by_operator

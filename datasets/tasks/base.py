@@ -131,6 +131,7 @@ class Task(ABC):
     ``restore_fit`` (one group: the stored parameters), ``check_program``, ``probe_inputs`` (the
     training inputs), ``proposer_inputs``, ``split_label``, ``seed_programs``,
     ``reference_programs``, ``score_references`` and ``reference_test_errors`` (no references),
+    ``observed_x`` (no x; the forecast task: calendar and covariates) and ``state_space`` (False),
     ``references_to_refit``, ``value_loss_squared_errors``, ``prepare_test_fit``,
     ``flat_parameters``, ``entry_extras`` (nothing more to log), ``card_facts`` (the columns) and
     ``residual_facts`` (none); ``fit_batch`` and ``calibrate_programs`` fit every group of every
@@ -142,6 +143,8 @@ class Task(ABC):
     primary_metric = "rmse"
     calibration_loss = "mse"
     dataset: Any = None
+    # candidates are state-space forecasters (init, predict, update): proposers' TaskSpec.state_space
+    state_space = False
 
     # ---------------------------------------------------------------- what every task implements
     @abstractmethod
@@ -282,6 +285,11 @@ class Task(ABC):
     def reference_programs(self) -> list[tuple[str, str]]:
         """Contract C1: the task's reference models as (name, candidate source in the task's own
         candidate form), calibrated like any candidate; every run is seeded with them. Default: none."""
+        return []
+
+    def observed_x(self) -> list[tuple[str, int | None]]:
+        """What a candidate's ``(ref x i)`` holds, in order: (name, period) for the calendar
+        position, (name, None) for a covariate (the forecast task); default: no x."""
         return []
 
     def attach_predictor(self, fit: TaskFit, program: Any) -> None:  # noqa: B027 (an optional hook)

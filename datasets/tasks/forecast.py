@@ -554,6 +554,7 @@ class ForecastTask(Task):
     kind = "forecast"
     primary_metric = "mean_rmse"
     calibration_loss = "value"  # the fitting driver returns the loss itself
+    state_space = True  # candidates define (init), (predict s), (update s y [x])
 
     def __init__(
         self,
@@ -812,6 +813,14 @@ class ForecastTask(Task):
     def probe_inputs(self) -> dict[str, np.ndarray]:
         """Inputs for the store's semantic fingerprint: a stretch of the training series."""
         return self.driver_inputs(min(60, self.n_train))
+
+    def observed_x(self) -> list[tuple[str, int | None]]:
+        """``(ref x 0)``: the calendar position 1..period (when the dataset has a period), then each
+        declared covariate (datasets/tasks/forecast_inputs.py)."""
+        calendar = (
+            [(self.inputs.calendar_name or "calendar", self.inputs.period)] if self.inputs.calendar is not None else []
+        )
+        return calendar + [(name, None) for name in self.inputs.covariate_names]
 
     def proposer_inputs(self) -> dict[str, str]:
         """The program inputs a proposer may use (none: the driver passes state and observation)."""

@@ -56,6 +56,8 @@ class ProposeStage:
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)  # recent, for the proposers' context
         self.niches = NicheArchive(config.seed)  # parents drawn across structural niches (proposers/niches.py)
         self.residuals = ResidualNotes(task)  # where the best fails on validation (proposers that want it)
+        self.task = task
+        self.reference_names: dict[str, str] | None = None  # reference program text -> the task's name for it
         self.meter = StageMeter()
         self.may_propose: Callable[[], bool] = lambda: False  # set by the coordinator
         self.live_requests: set[tuple[Any, Any]] = set()  # (event loop, asyncio task) of requests in flight
@@ -111,7 +113,8 @@ class ProposeStage:
 
         feedback = self.admit.feedback
         # the best program, then one per structural niche; as duplicates rise, the less-visited niches
-        best = self.niches.select(store_programs(self.store, self.run_id), 5, explore=feedback.duplicate_rate)
+        programs = store_programs(self.store, self.run_id)
+        best = self.niches.select(programs, 5, explore=feedback.duplicate_rate)
         b = self.clock.budget
         left = ProposalBudget(
             proposals_left=None if b.max_candidates is None else max(0, b.max_candidates - self.admit.accepted),
@@ -127,7 +130,28 @@ class ProposeStage:
             duplicate_rate=feedback.duplicate_rate,
             stale_rounds=feedback.stale_rounds,
             residuals=self._residuals(),
+            references=self._references(programs),
         )
+
+    def _references(self, programs: list[Any]) -> list[Any]:
+        """The task's reference programs the run started from, named as the task names them, with
+        their validation scores and fitted values once calibrated (``programs``: the run's
+        calibrated programs, ``store_programs``)."""
+        from proposers import ReferenceProgram
+        from storage.library import reference_results
+
+        if self.reference_names is None:
+            self.reference_names = {source: name for name, source in self.task.reference_programs()}
+        calibrated = {p.canonical_hash: p for p in programs}
+        out = []
+        for ref in reference_results(self.store, self.run_id):
+            name = self.reference_names.get(ref.source, "reference")
+            scored = calibrated.get(ref.hash)
+            if scored is None:  # pending or failed: the task's own text
+                out.append(ReferenceProgram(name, ref.source, status=ref.status, canonical_hash=ref.hash))
+            else:  # the stored text, whose parameter names the fitted values use
+                out.append(ReferenceProgram(name, scored.source, scored.score, scored.params, ref.status, ref.hash))
+        return out
 
     def _residuals(self) -> str:
         """Where the run's best program fails on validation (for a proposer that wants it;
