@@ -76,8 +76,16 @@ def _probe_value(key: tuple, u: float) -> float:
 
 def probe_theta(params: list[Any]) -> tuple[np.ndarray, int]:
     """The probe parameter matrix [rows * permutations, P] for a program's declared parameters,
-    and the number of permutations per row. ``params`` are ``ndvm.Param`` (name, init, constraint)."""
-    return _probe_theta(tuple(_constraint_key(p.constraint) for p in params))
+    and the number of permutations per row. ``params`` are ``ndvm.Param`` (name, init, constraint,
+    shared). A parameter shared across groups is its own class: a law with a shared exponent and the
+    same law with a per-group one compute the same function at any one parameter vector, yet they
+    are different models (fitted jointly vs per group), so they must not fingerprint alike."""
+    return _probe_theta(tuple(_param_key(p) for p in params))
+
+
+def _param_key(param: Any) -> tuple:
+    key = _constraint_key(param.constraint)
+    return key + ("shared",) if getattr(param, "shared", False) else key
 
 
 @functools.lru_cache(maxsize=256)  # a run's programs share a handful of constraint signatures
@@ -165,6 +173,9 @@ def fingerprint(program: Any, probe_inputs: Mapping[str, Any] | None) -> Fingerp
     candidates = [per_row[:, k, :].tobytes() for k in range(n_perm)]
     digest = hashlib.sha256()
     digest.update(repr(out.shape[1:]).encode())
+    shared = sorted(_param_key(p) for p in program.params if getattr(p, "shared", False))
+    if shared:  # the same outputs from a shared and a per-group parameter are still two models
+        digest.update(repr(shared).encode())
     digest.update(min(candidates))
     return Fingerprint(digest.hexdigest()[:16])
 

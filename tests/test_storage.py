@@ -98,6 +98,20 @@ def test_semantic_stage_catches_equal_functions(store, run):
     assert store.run_status(run).duplicate_semantic == 2 + (seen[3] == "duplicate_semantic")
 
 
+def test_a_shared_parameter_makes_another_model_than_a_per_group_one(store, run):
+    # the same function at any one parameter vector, yet fitted jointly over groups vs per group:
+    # before the fix the battery reference "power law, shared exponent" was dropped as a semantic
+    # duplicate of the per-cell power law and never calibrated
+    per_group = "(param a 1.0 positive) (param b 0.5 positive) (* a (expt (+ x 1) b))"
+    shared = "(param a 1.0 positive) (param b 0.5 positive shared) (* a (expt (+ x 1) b))"
+    shared_scale = "(param a 1.0 positive shared) (param b 0.5 positive) (* a (expt (+ x 1) b))"
+    both_shared_again = "(param c 1.0 positive) (param d 0.5 positive shared) (* c (expt (+ x 1) d))"
+    new = store.add([per_group, shared, shared_scale, both_shared_again], run)
+    assert [c.source for c in new] == [per_group, shared, shared_scale]
+    assert len({c.fingerprint for c in new}) == 3
+    assert outcomes(store, run)[3] in ("duplicate_hash", "duplicate_semantic")  # a renaming of `shared`
+
+
 def test_semantic_stage_is_off_without_probe_inputs(store):
     run = store.start_run("no-probes", metric="rmse")
     new = store.add(["(param a 0.5) (* 2 (+ a x))", "(param a 0.5) (+ (* 2 a) (* 2 x))"], run)
