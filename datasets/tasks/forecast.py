@@ -107,34 +107,26 @@ MODEL_SERIES_FALLBACK = "series"  # model input name when a candidate defines th
 MODEL_HORIZON_INPUT = "ndvm-model-horizon"
 _FORECAST_MODEL = """
 ;; ---- forecasts at leads 1..h after a history (appended by ndvm discover for the pyfunc model) ----
-(define (ndvm-model-forecast ndvm-model-history ndvm-model-h)
+{x_define}(define (ndvm-model-forecast ndvm-model-history ndvm-model-h)
   (let ndvm-model-walk ((t 0) (s (init)))
     (if (= t (size ndvm-model-history))
         (let ndvm-model-lead ((k 0) (s s) (acc '()))
           (if (>= k ndvm-model-h)
               (apply vec (reverse acc))
               (let ((p (predict s)))
-                (ndvm-model-lead (+ k 1) (update s p) (cons p acc)))))
-        (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-history t))))))
+                (ndvm-model-lead (+ k 1) (update s p{x_lead}) (cons p acc)))))
+        (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-history t){x_walk})))))
 (ndvm-model-forecast {column} {horizon})
 """
-# The same for a candidate that takes x: x of step j with the covariates observed at step i, as
-# the task's forecast driver passes it (an observation: i = j; a forecast step: i = the origin,
-# the history's last step); the calendar column reaches beyond the history (the model extends it).
-_FORECAST_MODEL_X = """
-;; ---- forecasts at leads 1..h after a history, with x (appended by ndvm discover for the pyfunc model) ----
-(define (ndvm-model-x j i) (vec {x}))
-(define (ndvm-model-forecast ndvm-model-history ndvm-model-h)
-  (let ndvm-model-walk ((t 0) (s (init)))
-    (if (= t (size ndvm-model-history))
-        (let ndvm-model-lead ((k 0) (s s) (acc '()))
-          (if (>= k ndvm-model-h)
-              (apply vec (reverse acc))
-              (let ((p (predict s)))
-                (ndvm-model-lead (+ k 1) (update s p (ndvm-model-x (+ t k) (- t 1))) (cons p acc)))))
-        (ndvm-model-walk (+ t 1) (update s (ref ndvm-model-history t) (ndvm-model-x t t))))))
-(ndvm-model-forecast {column} {horizon})
-"""
+# A candidate that takes x gets x of step j with the covariates observed at step i, as the task's
+# forecast driver passes it (an observation: i = j; a forecast step: i = the origin, the history's
+# last step); the calendar column reaches beyond the history (the model extends it).
+_FORECAST_MODEL_X_SLOTS = {
+    "x_define": "(define (ndvm-model-x j i) (vec {x}))\n",
+    "x_lead": " (ndvm-model-x (+ t k) (- t 1))",
+    "x_walk": " (ndvm-model-x t t)",
+}
+_FORECAST_MODEL_NO_X = {"x_define": "", "x_lead": "", "x_walk": ""}
 
 # Multi-step loss: from every ``stride``-th origin t in [burn, n), the forecast path over leads
 # 1..h (iterating the candidate's own update on its predictions), squared errors against
@@ -882,13 +874,10 @@ class ForecastTask(Task):
             else:
                 covariates = names
             x = ([f"(ref {calendar} j)"] if calendar else []) + [f"(ref {n} i)" for n in covariates]
-            source = (
-                candidate.rstrip()
-                + "\n"
-                + _FORECAST_MODEL_X.format(column=column, horizon=MODEL_HORIZON_INPUT, x=" ".join(x))
-            )
+            slots = {**_FORECAST_MODEL_X_SLOTS, "x_define": _FORECAST_MODEL_X_SLOTS["x_define"].format(x=" ".join(x))}
         else:
-            source = candidate.rstrip() + "\n" + _FORECAST_MODEL.format(column=column, horizon=MODEL_HORIZON_INPUT)
+            slots = _FORECAST_MODEL_NO_X
+        source = candidate.rstrip() + "\n" + _FORECAST_MODEL.format(column=column, horizon=MODEL_HORIZON_INPUT, **slots)
         expected = sorted([column, MODEL_HORIZON_INPUT, *([calendar] if calendar else []), *covariates])
         inputs = sorted(ndvm.compile(source).inputs)
         if inputs != expected:
