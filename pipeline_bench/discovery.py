@@ -46,7 +46,6 @@ SEVERSON_MINUTES = 0.75
 UNEMPLOYMENT_MINUTES = 0.75
 QUICK_MINUTES = 0.3
 MAX_TEST_SCORED = 300
-SIGNIFICANCE = 0.05
 SEVERSON_FILE = Path("battery") / "severson.csv"
 NINO34_FILE = Path("enso") / "raw" / "psl_nino34.long.data.txt"
 # The Bureau of Meteorology's SOI starts in 1876 (CPC's in 1951, after Niño 3.4's first training year)
@@ -227,7 +226,7 @@ def _significance(row: dict[str, Any]) -> str:
     """better / worse / tie: the champion against the best reference on test (5% level); a tie
     whatever the test says when the two test scores are practically equal (the report card's rule,
     ``flows.report_tests.practically_equal``: the champion is then the reference law itself)."""
-    from flows.report_tests import practically_equal
+    from flows.report_tests import SIGNIFICANCE, practically_equal
 
     champion, reference = row.get("champion_test"), row.get("best_reference_test")
     if champion is not None and reference is not None and practically_equal(float(champion), float(reference)):
