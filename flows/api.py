@@ -113,6 +113,10 @@ class DiscoveryResult:
                 "params": self.parameters(i),
                 "static_inputs": {k: np.asarray(v, float).tolist() for k, v in extras.get("static_inputs", {}).items()},
             }
+            if extras.get("model_forecast") is not None:  # a forecast candidate: one step ahead per row
+                fit["forecast"] = extras["model_forecast"]
+            if extras.get("model_columns") is not None:
+                fit["columns"] = extras["model_columns"]
             if extras.get("model_groups") is not None:
                 fit["groups"] = {**extras["model_groups"], "calibration": self._calibration()}
             (Path(tmp) / "fit.json").write_text(json.dumps(fit))

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.cli_display import ProgressDisplay, print_run_summary, stdout_console, ui_command
+from flows.cli_display import ProgressDisplay, print_run_summary, run_exit_code, stdout_console, ui_command
 from flows.cli_failures import EXIT_STORE, debugging, quiet_tracebacks, report_failure, user_errors
 from flows.cli_options import budget_of, discover_kwargs
 from flows.environment import quiet_environment
@@ -62,7 +62,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     finally:  # a failure: one line from guarded (classify_failure), with its exit code
         remove()
     print_run_summary(console, report, args.folder)
-    return 0
+    return run_exit_code(report)
 
 
 # Errors that mean a wrong option, file or run id: a message, not a traceback. (module, class):
@@ -118,6 +118,7 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
             validation_fraction=args.validation_fraction,
             split=args.split,
             name=args.dataset_name,
+            covariates=args.covariates,
             top=args.top,
             steps=args.steps,
             restarts=args.restarts,

@@ -115,6 +115,18 @@ def print_run_summary(console, report: dict[str, Any], folder: str) -> None:
     console.print(f"browse the results:  [bold]{ui_command(folder)}[/]   (then open {page})")
     if report["pending"]:
         console.print(f"continue this run:  ndvm discover --resume {report['run_id']} --folder {folder}")
+    for failure in report.get("end_failures") or []:  # last: what the user must not miss
+        console.print(
+            f"[bold red]end of run: {failure['step']} failed[/] ({failure['message']}); the candidates are "
+            f"stored. Once the cause is fixed:  {failure['retry']}",
+            soft_wrap=True,
+        )
+
+
+def run_exit_code(report: dict[str, Any]) -> int:
+    """``ndvm discover``'s exit code: the first failed end-of-run step's failure class, else 0."""
+    failures = report.get("end_failures") or []
+    return int(failures[0]["exit_code"]) if failures else 0
 
 
 def library_line(report: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ EXIT_INPUT = 1  # a wrong option, file, column, value or run id: change the comm
 EXIT_USAGE = 2  # argparse's: an unknown option, a missing argument
 EXIT_STORE = 3  # the candidate store is damaged, or another process holds it
 EXIT_DISK = 4  # the disk is full, or a file or folder cannot be written or read
+EXIT_TRACKING = 5  # MLflow (tracking or its model registry) failed at the end of a run: `ndvm log` later
 EXIT_INTERNAL = 70  # a bug: the message says so; --debug or NDVM_DEBUG=1 shows the traceback
 EXIT_INTERRUPTED = 130  # Ctrl-C
 DEBUG_ENV = "NDVM_DEBUG"

@@ -73,10 +73,11 @@ from flows.proposer_registry import make_proposer
 from flows.stages.admit import AdmitStage
 from flows.stages.calibrate import CalibrateStage
 from flows.stages.clock import DEADLINE_MARGIN_SECONDS, DEADLINE_SAFETY, RunClock, deadline_batch_size
+from flows.stages.end import EndOfRun
 from flows.stages.log import PROGRESS_PODIUM, LogStage
 from flows.stages.propose import OFFLINE_ROUNDS_PER_REQUEST, ProposeStage
 from flows.stages.score import RECORD_WAIT_SECONDS, ScoreStage
-from flows.stages.tasks import TaskRunner, log_final_task, report_card_task, score_test_task
+from flows.stages.tasks import TaskRunner, log_final_task
 from flows.status import status_path
 from storage import CandidateStore, StoreError, default_store_path
 from storage.health import is_disk_full
@@ -138,6 +139,7 @@ class Discovery:
         self.wake = threading.Event()  # set when a task ends: the coordinator looks again
         self.runner: TaskRunner | None = None
         self.elapsed_final = 0.0
+        self.end = EndOfRun(str(self.folder), self.logger)  # the end-of-run steps that failed
         status = self.store.run_status(self.run_id)
         common = dict(store=self.store, run_id=self.run_id, log=self.logger)
         # The stages, in the order data moves through them (flows/stages/).
@@ -237,9 +239,8 @@ class Discovery:
             with self.calibrate.workers(runner, self.wake):
                 self.coordinate()
                 runner.wait(self.calibrate.futures, None)  # the last results recorded before the end reads them
-            runner.call(score_test_task, stage=self.score)
-            runner.call(report_card_task, stage=self.score)
-            status, mlflow_status = "finished", "FINISHED"  # only once the end's stages succeeded
+            self.end.score_and_report(runner, self.score, self.run_id)  # failures recorded, not raised
+            status, mlflow_status = "finished", "FINISHED"  # the search is over and its results stored
         except KeyboardInterrupt:
             status, mlflow_status = "interrupted", "KILLED"
             self._stop("interrupted")
@@ -263,6 +264,8 @@ class Discovery:
                     log_final_task.fn(stage=self.log, mlflow_status=mlflow_status)
                 else:  # bounded, never raises: the results are in the store whatever MLflow does
                     runner.call(log_final_task, stage=self.log, mlflow_status=mlflow_status)
+                if status == "finished":
+                    self.end.check_tracking(self.log.tracking.error, self.run_id)
             finally:
                 self.propose.save_usage()
                 self.store.set_run_status(self.run_id, status)

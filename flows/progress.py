@@ -134,6 +134,10 @@ class DiscoveryReport:
     llm: dict[str, Any] | None = (
         None  # this session's LLM spend: tokens, cached tokens, cost per new (flows/feedback.py)
     )
+    # End-of-run steps that failed (test scoring, report card, MLflow and its registry), in order:
+    # {"step", "exit_code" (the failure class's, flows/cli_failures.py), "message", "retry"}. The
+    # candidates are stored whatever fails here; ``ndvm discover`` exits with the first one's code.
+    end_failures: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -265,6 +269,7 @@ def build_report(run: Any, status: str) -> DiscoveryReport:
         cancelled_at_deadline=run.calibrate.cancelled_at_deadline,
         store_errors=s.store_errors + run.admit.store_errors,
         mlflow_error=tracking.error,
+        end_failures=list(run.end.failures),
         seed=run.config.seed,
         dataset_fingerprint=run.library.fingerprint,
         reused=s.reused,

@@ -150,6 +150,7 @@ def recalibrate(
     validation_fraction: float | None = None,
     split: str | None = None,
     name: str | None = None,
+    covariates: list[str] | None = None,
     top: int = 5,
     steps: int = CalibrationOptions.steps,
     restarts: int = CalibrationOptions.restarts,
@@ -172,6 +173,7 @@ def recalibrate(
         validation_fraction=validation_fraction,
         split=split,
         name=name,
+        covariates=list(covariates) if covariates else None,
     )
     options = CalibrationOptions(optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed)
     report = run_recalibration(problem, from_run, top, options, folder, tracking_uri, run_id)

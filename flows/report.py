@@ -331,11 +331,10 @@ def _test_cells(task: Any, split: str, champion: Errors, best: Errors) -> dict[s
     """What the test-cells plot draws (curves: errors per group): one panel per whole held-out
     cell of ``split`` (every scored cell when none is held out whole), with the rows it was fitted
     on, the scored rows and the champion's and the best reference's predictions of them. None when
-    the task has no per-cell rows to draw (``scored_rows``) or the errors are not per group."""
-    rows_of = getattr(task, "scored_rows", None)
-    if rows_of is None or champion.groups is None or best.groups is None:
+    the task has no per-cell rows to draw (``Task.scored_rows``) or the errors are not per group."""
+    if champion.groups is None or best.groups is None:
         return None
-    rows = rows_of(split)
+    rows = task.scored_rows(split)
     names = sorted((g for g in rows if g in champion.groups and g in best.groups), key=_natural)
     if not names:
         return None
@@ -384,20 +383,12 @@ def finish_report(
     store: Any, run_id: str, task: Any, folder: str | Path, log: Any, calibrate_options: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
     """The end of a finished run: build the report card and write it under ``folder/reports/<run>``.
-    A report that cannot be built is a warning, never a failed run (the results are in the store)."""
+    A failure is raised: the run records it as a failed end-of-run step (its candidates are stored,
+    ``ndvm report --run`` builds the card again)."""
     import time
 
     started = time.monotonic()
-    try:
-        report = build_report(store, run_id, task=task, calibrate_options=calibrate_options)
-        md, _ = write_report(report, folder)
-    except Exception as exc:
-        log.warning(
-            "the report card could not be built: %s: %s (retry with `ndvm report --run %s`)",
-            type(exc).__name__,
-            exc,
-            run_id,
-        )
-        return None
+    report = build_report(store, run_id, task=task, calibrate_options=calibrate_options)
+    md, _ = write_report(report, folder)
     log.info("report card %s in %.1f s: %s", md, time.monotonic() - started, report["verdict"])
     return report

@@ -106,6 +106,36 @@ def overall_differential(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, floa
     return d, mse_a, mse_b
 
 
+def _dm(test: Any, d_or_a: np.ndarray, *rest: Any, h: int) -> dict[str, Any]:
+    """A Diebold-Mariano result as a dict, or, with too few paired errors for horizon ``h`` (a short
+    test span: 32 test years and 12 leads give 21 whole origins), the same keys with no statistic
+    and no p-value and ``untestable`` saying why: the card reports the scores without a verdict of
+    significance instead of failing."""
+    from storage.stats import StatsError
+
+    try:
+        return test(d_or_a, *rest, h=h).to_dict()
+    except StatsError as exc:
+        a = np.asarray(d_or_a, float)
+        mean_diff = float(np.mean(a * a - np.asarray(rest[0], float) ** 2)) if rest else float(np.mean(a))
+        return {
+            "n": int(a.size),
+            "h": h,
+            "mean_diff": mean_diff,
+            "statistic": None,
+            "p_value": None,
+            "untestable": str(exc),
+        }
+
+
+def _p_text(row: dict[str, Any]) -> str:
+    return "untested" if row.get("p_value") is None else f"{row['p_value']:.3g}"
+
+
+def _stat_text(row: dict[str, Any]) -> str:
+    return "-" if row.get("statistic") is None else f"{row['statistic']:.2f}"
+
+
 class ByLead(PairedTest):
     """Errors by forecast origin and lead: Diebold-Mariano (HLN) per lead and overall."""
 
@@ -125,12 +155,12 @@ class ByLead(PairedTest):
         per_lead = []
         for k in range(leads):
             valid = ~np.isnan(a[:, k])
-            res = diebold_mariano(a[valid, k], b[valid, k], h=k + 1)
+            res = _dm(diebold_mariano, a[valid, k], b[valid, k], h=k + 1)
             per_lead.append(
-                {"lead": k + 1, "rmse_champion": rms(a[valid, k]), "rmse_reference": rms(b[valid, k]), **res.to_dict()}
+                {"lead": k + 1, "rmse_champion": rms(a[valid, k]), "rmse_reference": rms(b[valid, k]), **res}
             )
         d, mse_a, mse_b = overall_differential(a, b)
-        overall = {**dm_from_differential(d, h=leads).to_dict(), "mse_champion": mse_a, "mse_reference": mse_b}
+        overall = {**_dm(dm_from_differential, d, h=leads), "mse_champion": mse_a, "mse_reference": mse_b}
         return {
             "test": "Diebold-Mariano, Harvey-Leybourne-Newbold correction, squared error",
             "overall": overall,
@@ -142,10 +172,16 @@ class ByLead(PairedTest):
         o = test["overall"]
         p = o["p_value"]
         direction = "lower" if o["mean_diff"] < 0 else "higher"
-        sig = (
-            f"significantly {direction} at the 5% level"
-            if p < SIGNIFICANCE
-            else "not significantly different at the 5% level"
+        if p is None:
+            sig = f"no significance test ({o['untestable']})"
+        elif p < SIGNIFICANCE:
+            sig = f"significantly {direction} at the 5% level"
+        else:
+            sig = "not significantly different at the 5% level"
+        evidence = (
+            "too few origins for the Diebold-Mariano test"
+            if p is None
+            else f"Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}"
         )
         leads = len(test["per_lead"])
         # both figures come from the same per-lead errors on the same origins (overall_differential)
@@ -157,7 +193,7 @@ class ByLead(PairedTest):
         text = (
             f"Champion test mean RMSE {c:.4g} vs {reference.name} {r:.4g} over leads 1-{leads} from the "
             f"same {o['n']} forecast origins; {mse} {direction} by {abs(o['mean_diff']):.3g} "
-            f"(Diebold-Mariano HLN statistic {o['statistic']:.2f}, two-sided p = {p:.3g}): {sig}."
+            f"({evidence}): {sig}."
         )
         if (c < r) != (o["mean_diff"] < 0) and c != r:
             text += (
@@ -179,20 +215,20 @@ class ByLead(PairedTest):
         for row in test["per_lead"]:
             lines.append(
                 f"| {row['lead']} | {_num(row['rmse_champion'])} | "
-                f"{_num(row['rmse_reference'])} | {row['statistic']:.2f} | {row['p_value']:.3g} |"
+                f"{_num(row['rmse_reference'])} | {_stat_text(row)} | {_p_text(row)} |"
             )
         o = test["overall"]
         lines += [
             "",
             f"Overall (mean over leads of the squared-error differential, on every origin of the "
             f"headline RMSE, h = {o['h']}, n = {o['n']}): "
-            f"DM* = {o['statistic']:.2f}, p = {o['p_value']:.3g}.",
+            f"DM* = {_stat_text(o)}, p = {_p_text(o)}" + (f" ({o['untestable']})." if o.get("untestable") else "."),
             "",
         ]
         return lines
 
     def versus_row_markdown(self, row: dict[str, Any]) -> str:
-        return f"| {row['reference']} | DM* {row['statistic']:.2f} | {row['p_value']:.3g} | |"
+        return f"| {row['reference']} | DM* {_stat_text(row)} | {_p_text(row)} | |"
 
 
 class ByGroup(PairedTest):

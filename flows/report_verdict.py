@@ -20,9 +20,11 @@ REFERENCE_NAMES = {
     "knee-bacon-watts": "the Bacon-Watts knee",
     "power-law": "the power law",
     "double-exponential": "the double exponential",
-    "linear": "the linear fade",
-    "quadratic": "the quadratic fade",
-    "exponential": "the exponential fade",
+    # curve and regression references alike (a fade only for battery data): neutral words
+    "constant": "the constant (the training mean)",
+    "linear": "the linear model",
+    "quadratic": "the quadratic model",
+    "exponential": "the exponential model",
 }
 
 
@@ -55,8 +57,11 @@ def headline(report: dict[str, Any]) -> str:
         test_better = overall["estimate"] < 0
     else:  # a test with a p-value (Diebold-Mariano for forecasts)
         p = overall["p_value"]
-        evidence = f"Diebold-Mariano p = {p:.2f}" if p >= 0.01 else f"Diebold-Mariano p = {p:.1g}"
-        significant = p < SIGNIFICANCE
+        if p is None:  # too few test origins for the test over every lead (flows/report_tests.py)
+            evidence = f"no Diebold-Mariano test: {overall['untestable']}"
+        else:
+            evidence = f"Diebold-Mariano p = {p:.2f}" if p >= 0.01 else f"Diebold-Mariano p = {p:.1g}"
+        significant = p is not None and p < SIGNIFICANCE
         test_better = overall["mean_diff"] < 0
     better = champ < ref  # in the metric shown (the test may weigh errors otherwise: DM on squared errors)
     significant = significant and better == test_better

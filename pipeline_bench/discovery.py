@@ -170,6 +170,8 @@ def one_run(label: str, folder: Path, seed: int, minutes: float, cap: int | None
 
 def _paired_text(row: dict[str, Any]) -> str:
     p = row.get("paired") or {}
+    if p.get("untestable"):
+        return "untested (too few origins)"
     if "p_value" in p and "statistic" in p:
         return f"DM* {p['statistic']:+.2f}, p = {p['p_value']:.3g}"
     if "low" in p:
@@ -233,7 +235,7 @@ def _significance(row: dict[str, Any]) -> str:
         return "tie"
     p = row.get("paired") or {}
     if "p_value" in p and "mean_diff" in p:
-        if p["p_value"] < SIGNIFICANCE:
+        if p["p_value"] is not None and p["p_value"] < SIGNIFICANCE:
             return "better" if p["mean_diff"] < 0 else "worse"
         return "tie"
     if "low" in p and "high" in p:

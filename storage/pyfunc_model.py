@@ -7,7 +7,9 @@ Three shapes of model share the class:
 
 - one parameter vector (a curve fitted without groups, a regression over a table): the
   DataFrame's columns are the program's inputs (a column whose name is not a program name reaches
-  the program under its ``program_names`` name, datasets/tasks/regression.py);
+  the program under its ``program_names`` name, datasets/tasks/regression.py); a curve's fit.json
+  has a ``columns`` section: its x column, in the data's units and name, reaches the program's
+  input ``x`` as column / x_scale;
 - a forecast candidate: the DataFrame holds the history (the series' column, oldest first, and
   for a candidate that reads x, the calendar column and the covariates by name; any numeric type:
   an int month is fine; a missing or non-numeric one is a :class:`HistoryError`). By default
@@ -74,6 +76,10 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             self._forecaster = ndvm.compile(self._forecast["program"])
             if list(self._forecaster.param_names) != list(names):
                 raise ValueError("fit.json: the forecasting program's parameters differ from the model's")
+        self._columns = fitted.get("columns") or {}  # data column -> {"input", "scale"} (a curve)
+        for column, spec in self._columns.items():
+            if "input" not in spec or float(spec.get("scale", 0)) <= 0:
+                raise ValueError(f"fit.json: the columns section of {column!r} needs an input and a scale > 0")
         self._grouped = fitted.get("groups")
         if self._grouped is not None:
             spec = self._grouped
@@ -108,6 +114,11 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
 
         for column, name in program_names(list(columns)).items():
             columns.setdefault(name, columns[column])
+        # a curve's x in the data's own units and name (``t``, ``cycle``): the program's input is
+        # the column over its scale (the curve task's x_scale)
+        for column, spec in self._columns.items():
+            if column in model_input.columns:
+                columns[spec["input"]] = np.asarray(model_input[column], dtype=np.float64) / float(spec["scale"])
         return self._evaluate(self._theta, columns, len(model_input))
 
     def forecast(self, history: pd.DataFrame, horizon: int) -> pd.DataFrame:

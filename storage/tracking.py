@@ -118,6 +118,8 @@ class LeaderboardEntry:
     # (e.g. a forecast candidate with the task's forecasting driver)
     model_groups: dict[str, Any] | None = None  # per-group curves: every group's parameters, the columns
     # and the x scaling (storage/pyfunc_model.py)
+    model_columns: dict[str, dict[str, Any]] | None = None  # a curve: data column -> {"input", "scale"}:
+    # the column in the data's units reaches the program as input = column / scale (storage/pyfunc_model.py)
     model_forecast: dict[str, Any] | None = None  # forecasts: the program that forecasts leads 1..h after
     # a history, its input names and the task's leads (storage/pyfunc_model.py)
     complexity: int | None = None  # atoms of the canonical form (storage/parsimony.py)
@@ -625,6 +627,8 @@ class Tracker:
                 "params": {k: float(v) for k, v in entry.parameters.items()},
                 "static_inputs": {k: np.asarray(v, float).tolist() for k, v in entry.static_inputs.items()},
             }
+            if entry.model_columns is not None:
+                contents["columns"] = dict(entry.model_columns)
             signature = None
             if entry.model_groups is not None:
                 contents["groups"] = {**entry.model_groups, "calibration": dict(self.calibration)}

@@ -214,3 +214,25 @@ def test_optimizers_and_their_defaults_are_the_runtimes_table():
     spec.update({"xtol": 0.0, "loss": "value", "target": None, "lane_target": None})
     with pytest.raises(ValueError, match=r"unknown optimizer 'newton' \(expected one of adam, lbfgs, gd\)"):
         _native.calibrate(program._native, np.ones((1, 1)), {}, {}, spec, program.limits.native(), 1)
+
+
+def test_a_scalar_result_predicts_every_target_value():
+    """A constant model (the regression task's 'constant' reference) against a vector target: the
+    loss is the loss of the broadcast prediction, its gradient exact; the fit is the mean."""
+    rng = np.random.default_rng(4)
+    t = rng.normal(3.0, 2.0, 50)
+    prog = ndvm.compile("(param c 0.0)\nc")
+    theta = np.array([[0.5], [3.0], [-1.0]])
+    loss, grad = prog.loss_and_grad(theta, target=t, loss="mse")
+    c = theta[:, 0]
+    np.testing.assert_allclose(loss, [np.mean((ci - t) ** 2) for ci in c], rtol=1e-13)
+    np.testing.assert_allclose(grad[:, 0], [2 * np.mean(ci - t) for ci in c], rtol=1e-13)
+    nll, g_nll = prog.loss_and_grad(theta, target=t, loss="gaussian_nll")
+    mse = np.array([np.mean((ci - t) ** 2) for ci in c])
+    np.testing.assert_allclose(nll, 0.5 * np.log(2 * np.pi * mse) + 0.5, rtol=1e-13)
+    np.testing.assert_allclose(g_nll[:, 0], [np.mean(ci - t) / m for ci, m in zip(c, mse)], rtol=1e-12)
+    fit = ndvm.calibrate(prog, target=t)
+    assert fit.params["c"] == pytest.approx(np.mean(t), rel=1e-8)
+    # a vector of the wrong length is still an error that names both lengths
+    with pytest.raises(ndvm.EvalError, match="the target has 50 values but the program returned 3"):
+        ndvm.compile("(param c 0.0)\n(* c x)").loss_and_grad(theta, {"x": np.ones(3)}, target=t, loss="mse")

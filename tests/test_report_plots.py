@@ -88,7 +88,7 @@ def test_curves_get_one_test_panel_per_held_out_cell(tmp_path):
         keep = np.searchsorted(x, panel["x"])
         np.testing.assert_allclose(panel["observed"], y[keep])
         np.testing.assert_allclose(panel["models"]["champion"], (y + champion.groups[group])[keep])
-        np.testing.assert_allclose(panel["models"]["the linear fade (best reference)"], (y + best.groups[group])[keep])
+        np.testing.assert_allclose(panel["models"]["the linear model (best reference)"], (y + best.groups[group])[keep])
         assert panel["rmse"]["champion"] == pytest.approx(np.sqrt(np.mean(champion.groups[group] ** 2)))
     report = {"dataset": "battery-synthetic", "best_reference": "linear", "test_cells": cells}
     [path] = report_plots(report, tmp_path)

@@ -334,6 +334,12 @@ class Task(ABC):
         (name -> score, None where it failed): None means all of them (default)."""
         return None
 
+    def scored_rows(self, split: str) -> dict[Any, dict[str, Any]]:
+        """The rows a per-cell plot of ``split`` draws (the report card's test-cells plot), by group:
+        ``fit_x``, ``fit_y``, ``x``, ``y`` (one-dimensional, in the data's units) and
+        ``held_out_group``. Default: none (a task without cells along one x draws no such plot)."""
+        return {}
+
     def value_loss_squared_errors(self) -> int | None:
         """With ``calibration_loss == "value"`` (the program computes its own training loss): how
         many squared errors that loss averages, or None when it is not a mean of squared errors

@@ -515,11 +515,14 @@ class CurveTask(Task):
                 "y_label": self.dataset.y,
                 "title": title,
             },
-            "input_example": pd.DataFrame({INPUT: x[:5]}),
+            # the data's own x column, in its units: the model divides by x_scale (model_columns)
+            "input_example": pd.DataFrame({self.dataset.x: x[:5] * self.x_scale}),
+            "model_columns": {self.dataset.x: {"input": INPUT, "scale": self.x_scale}},
         }
         if self.per_group:
             # The logged model serves every group from raw x values (storage/pyfunc_model.py): it
             # carries each group's parameters and the scaling, and calibrates a new group on the fly.
+            del extras["model_columns"]  # the groups section carries the x column and its scaling
             head = self._part(group, TRAIN).head(5)
             extras["input_example"] = pd.DataFrame(
                 {

@@ -449,6 +449,11 @@ class RegressionTask(CurveTask):
     def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
         return [self.score(self.fit_reference(ref), split) for ref in self.references]
 
+    def scored_rows(self, split: str = TEST) -> dict[Any, dict[str, Any]]:
+        """None: a table's rows are not cells along one x (the curve task's plot), whatever its
+        number of inputs; the card compares the models by their scores and the residual plots."""
+        return {}
+
     def references_to_refit(self, stored: dict[str, float | None]) -> set[str] | None:
         return None  # three least-squares fits: cheap
 

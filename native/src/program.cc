@@ -124,10 +124,15 @@ struct Driver {
       if (kind != LossKind::Value) {
         const std::vector<double>& tv =
             loss->lane_target.empty() ? loss->target : loss->lane_target[lane_map ? (*lane_map)[lane] : lane];
-        if (tv.size() != ne)
+        if (tv.size() != ne && !(out.rank == 0 && !tv.empty()))
           eval_error("the target has " + std::to_string(tv.size()) + " values but the program returned " +
                      std::to_string(ne));
         t = tv.data();
+        if (tv.size() != ne) {  // a scalar result (a constant model) predicts every target value
+          res.losses[lane] = broadcast_loss(kind, y[0], t, static_cast<uint32_t>(tv.size()), l,
+                                            grad ? seed + (Lo == 1 ? 0 : l) : nullptr);
+          continue;
+        }
       }
       double obj = 0;
       size_t sl = Lo == 1 ? 0 : l;
@@ -184,6 +189,31 @@ struct Driver {
         base += ne_in;
       }
     }
+  }
+
+  // The loss of a scalar result y against n target values (each predicted by y), with its
+  // adjoint added to *seed: the formulas of store() with y[e] = y for every e.
+  double broadcast_loss(LossKind kind, double y, const double* t, uint32_t n, int l, double* seed) {
+    double sse = 0, sum = 0;  // sum_e (y - t_e)^2 and sum_e (y - t_e)
+    for (uint32_t e = 0; e < n; ++e) {
+      sse += (y - t[e]) * (y - t[e]);
+      sum += y - t[e];
+    }
+    if (kind == LossKind::MSE) {
+      if (seed) *seed += 2.0 * sum / n;
+      return sse / n;
+    }
+    if (loss->sigma_param >= 0) {  // Gaussian NLL with a sigma parameter
+      double s = vm.data(vm.param(loss->sigma_param))[l];
+      if (seed) {
+        *seed += sum / (s * s * n);
+        vm.adjoint(vm.param(loss->sigma_param))[l] += -sse / (s * s * s * n) + 1.0 / s;
+      }
+      return 0.5 * sse / (s * s * n) + std::log(s) + 0.5 * std::log(2 * M_PI);
+    }
+    double mse = sse / n;  // sigma profiled out
+    if (seed) *seed += sum / (n * mse);
+    return 0.5 * std::log(2 * M_PI * mse) + 0.5;
   }
 
   void set_shape(int rank, uint32_t rows, uint32_t cols) {
