@@ -11,12 +11,13 @@ include flows/offline.env
 export $(shell sed -n 's/^\([A-Z][A-Z0-9_]*\)=.*/\1/p' flows/offline.env)
 export PREFECT_HOME ?= $(CURDIR)/runs/prefect
 
-.PHONY: run test test-all lint bench build fuzz sanitize ui venv clean distclean help
+.PHONY: run test test-heavy test-all lint bench build fuzz sanitize ui venv clean distclean help
 
 help:
 	@echo "make run        the main job (offline discovery on the embedded default)"
 	@echo "make test       the test suite (C++ unit tests included)"
-	@echo "make test-all   the test suite including slow checks"
+	@echo "make test-heavy the end-to-end and slow checks make test leaves out (CI runs both)"
+	@echo "make test-all   every test: make test and make test-heavy in one run"
 	@echo "make lint       ruff (lint + format check), mypy --strict on ndvm/, clang-format check"
 	@echo "make bench      the benchmark suites (writes BENCHMARKS.json)"
 	@echo "make build      rebuild the native extension after a C++ edit"
@@ -57,6 +58,11 @@ ui: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# What `make test` leaves out to stay under 15 minutes: the end-to-end paths and kill/disk chains
+# (heavy) and the long randomized checks (slow). CI (.ci/run) runs it after `make test`.
+test-heavy: $(STAMP)
+	$(PY) -m pytest -q -m 'heavy or slow'
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''

@@ -260,13 +260,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     quiet_environment(getattr(args, "verbose", False))
     from rich.markdown import Markdown
 
-    from flows.report import ReportError, build_report
+    from flows.report import ReportError, build_report, rescore_missing_test_split
     from flows.report_render import progress_markdown, report_json, report_markdown, write_report
     from storage import default_store_path, open_for_reading
 
     console = stdout_console()
+    path = default_store_path(args.folder)
     try:
-        store, note = open_for_reading(default_store_path(args.folder))
+        store, note = open_for_reading(path)
         with store:
             run_id = args.run or store.latest_run()
             if run_id is None:
@@ -288,6 +289,14 @@ def cmd_report(args: argparse.Namespace) -> int:
                     console.print(Markdown(text))
                     console.print(f"[dim]({written}; --rebuild computes it again)[/]")
                 return 0
+        if args.rebuild and not note:  # the run's end failed to score the test split: score it now
+            scored = rescore_missing_test_split(args.folder, run_id)
+            if scored is not None:
+                print(
+                    f"ndvm report: {run_id}: {scored} entries and references scored on the test split", file=sys.stderr
+                )
+        store, _ = open_for_reading(path)
+        with store:
             report = build_report(store, run_id)
     except (ReportError, *user_errors()) as exc:
         return report_failure("report", exc, args)

@@ -379,6 +379,20 @@ def _stored_reference_scores(store: Any, run_id: str) -> dict[str, float | None]
     }
 
 
+def rescore_missing_test_split(folder: str | Path, run_id: str) -> int | None:
+    """For ``ndvm report --rebuild``: when the end of a finished run failed to score the test split
+    (no ``test_scores`` rows), score it now as the run's end would have (flows/final.py) and return
+    the number of rows recorded; None when the scores are there (nothing is scored twice)."""
+    from flows.final import score_final
+    from storage import CandidateStore, default_store_path
+
+    with CandidateStore(default_store_path(folder)) as store:
+        if store.run_status(run_id).status != "finished" or store.test_scores(run_id).height:
+            return None
+        task, config = task_of_run(store, run_id)
+        return len(score_final(store, run_id, task, config.calibration, k=config.test_top_k))
+
+
 def finish_report(
     store: Any, run_id: str, task: Any, folder: str | Path, log: Any, calibrate_options: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:

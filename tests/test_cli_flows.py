@@ -101,6 +101,7 @@ def test_leaderboard_of_a_run_folder(enso_run, capsys):
     assert report["best_hash"] in out and "mean_rmse" in out
 
 
+@pytest.mark.heavy  # end-to-end, timing-bound: make test-heavy
 def test_serve_registers_a_cron_deployment_and_runs_it(prefect_api, tmp_path):
     from prefect.client.orchestration import get_client
 

@@ -143,6 +143,7 @@ def test_a_candidate_that_kills_its_worker_is_retried_alone_then_marked_crashed(
     assert evaluations(tmp_path, "crash-run")[bad] == runs[bad]
 
 
+@pytest.mark.heavy  # end-to-end, timing-bound: make test-heavy
 def test_a_candidate_over_candidate_seconds_is_marked_timeout_and_the_run_goes_on(prefect_api, tmp_path, monkeypatch):
     from flows.discover import discover
 
@@ -178,6 +179,7 @@ def test_a_candidate_over_candidate_seconds_is_marked_timeout_and_the_run_goes_o
     assert took < 90  # the batch limit (2.5 s x (ceil(3/threads) + 1)), then 2.5 s alone: not an hour
 
 
+@pytest.mark.heavy  # end-to-end, timing-bound: make test-heavy
 def test_minutes_is_a_hard_deadline_what_is_in_calibration_stays_pending(prefect_api, tmp_path, monkeypatch):
     from flows.discover import discover
 
@@ -232,9 +234,11 @@ def _wait_http(url: str, seconds: float) -> None:
     pytest.fail(f"{url} did not answer within {seconds} s")
 
 
+@pytest.mark.heavy  # end-to-end, timing-bound: make test-heavy
 def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it(prefect_api, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
+    from flows.cli_failures import EXIT_TRACKING
     from flows.discover import Budget, Discovery, build_config
     from proposers import ReplayProposer
 
@@ -273,6 +277,10 @@ def test_mlflow_down_and_a_store_error_do_not_fail_the_run_then_ndvm_log_logs_it
     assert report["calibrated"] == 4 + 3 and report["best_score"] is not None
     assert report["store_errors"] == 1 and report["mlflow_run_id"] is None and report["logged_entries"] == 0
     assert report["mlflow_error"] and str(port) in report["tracking_uri"]
+    # said last by `ndvm discover`, which exits with the tracking failure's code (issue 36)
+    [failure] = report["end_failures"]
+    assert failure["step"] == "MLflow logging" and failure["exit_code"] == EXIT_TRACKING
+    assert failure["message"] == report["mlflow_error"] and failure["retry"].startswith("ndvm log --run down-run")
     [(outcome, error_kind, error, source)] = store_rows(
         tmp_path,
         "down-run",

@@ -367,6 +367,7 @@ def _fill(where: Path) -> Path:
     return ballast
 
 
+@pytest.mark.heavy  # end-to-end, timing-bound: make test-heavy
 def test_disk_full_during_a_run_stops_cleanly_and_resume_finishes(tmp_path, prefect_api):
     from storage import CandidateStore
 

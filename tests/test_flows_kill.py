@@ -81,6 +81,7 @@ def _run_until_paused(command: list[str], env: dict, marker) -> dict:
     return info
 
 
+@pytest.mark.heavy  # end-to-end, timing-bound: make test-heavy
 def test_kill_9_at_every_stage_then_resume_loses_nothing_and_calibrates_nothing_twice(prefect_api, tmp_path):
     folder = tmp_path / "runs"
     marker = tmp_path / "paused.json"

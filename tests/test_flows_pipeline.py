@@ -228,6 +228,7 @@ def test_serve_has_the_discover_options_and_names_its_zone(capsys):
 KILLED = "killed-night"
 
 
+@pytest.mark.heavy  # end-to-end, timing-bound: make test-heavy
 def test_a_scheduled_run_continues_the_killed_run_of_its_deployment(prefect_api, tmp_path, monkeypatch):
     """A run of deployment "nightly-test" is killed (kill -9) mid-run: it stays "running" in the
     store. The next run of the deployment continues it (same run id, pending candidates first),

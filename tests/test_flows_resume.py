@@ -33,6 +33,7 @@ def _evaluations(folder):
         return {c: (s, score) for c, s, score in rows}, store.run_status(RUN)
 
 
+@pytest.mark.heavy  # end-to-end, timing-bound: make test-heavy
 def test_kill_9_then_resume_loses_nothing(prefect_api, tmp_path):
     folder = tmp_path / "runs"
     status_file = folder / "status" / f"{RUN}.json"

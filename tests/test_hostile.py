@@ -638,7 +638,9 @@ def test_calibrate_many_works_in_a_forked_child():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("call", ["calibrate_many", "calibrate_groups", "calibrate"])
+@pytest.mark.parametrize(
+    "call", ["calibrate_many", "calibrate_groups", "calibrate", "calibrate-one-thread", "calibrate_shared"]
+)
 def test_ctrl_c_stops_a_native_calibration_within_a_second(call):
     """SIGINT during a long batch on the native pool: KeyboardInterrupt within a second, and the
     process calibrates again at once (the pool is idle, nothing is left running)."""
@@ -646,6 +648,10 @@ def test_ctrl_c_stops_a_native_calibration_within_a_second(call):
         "calibrate_many": "ndvm.calibrate_many([SRC] * 400, loss='value', steps=200, restarts=8, threads=2)",
         "calibrate_groups": "ndvm.calibrate_groups([SRC] * 100, [({}, None)] * 4, loss='value', steps=200, restarts=8, threads=2)",
         "calibrate": "ndvm.calibrate(SRC, loss='value', optimizer='adam', gtol=0, steps=10**5, restarts=64, threads=2)",
+        # one chunk of lanes (threads=1, or fewer than 8 restarts a thread): issue 36 found it deaf
+        "calibrate-one-thread": "ndvm.calibrate(SRC, loss='value', optimizer='adam', gtol=0, steps=10**5, restarts=4, threads=1)",
+        "calibrate_shared": "ndvm.calibrate_shared([SRC.replace('(param a 1.0)', '(param a 1.0 shared)')] * 8, "
+        "[({}, None)] * 4, loss='value', optimizer='adam', gtol=0, steps=10**5, restarts=4, threads=2)",
     }
     code = f"""
         import os, signal, threading, time, ndvm

@@ -182,7 +182,18 @@ def test_parents_from_context_best_and_their_hashes():
         ("closed-form", CLOSED, ("x",)),
         ("iterated-map", ITERATED, ("x",)),
         # one seed with few editable spots: most edits are duplicates, so it takes ~10 s
-        pytest.param("kalman", [KALMAN], ("ys",), marks=pytest.mark.slow),
+        # Known shortfall, found when CI began running the slow checks (issue 36): this seed yields
+        # 906 of 1,000 proposals (10,147 of 11,112 edits are duplicates; 885 distinct hashes), under
+        # the 950 asserted. Strict: it fails CI as soon as the generator reaches 950 again.
+        pytest.param(
+            "kalman",
+            [KALMAN],
+            ("ys",),
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.xfail(strict=True, reason="906 of 1,000 proposals from the one Kalman seed (< 950)"),
+            ],
+        ),
     ],
 )
 def test_validity_and_diversity(name, seeds, inputs):

@@ -370,3 +370,72 @@ def test_discovery_result_equations_sympy_latex_predict(run):
     got = np.asarray(result.predict(frame), dtype=float).reshape(-1)
     assert got.shape == (frame.height,)
     np.testing.assert_allclose(rows(got), want, rtol=1e-9, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- no silent end
+def _tiny_discover(folder: Path, run_id: str) -> list[str]:
+    data = _table(folder, 2, split=True)
+    return ["discover", "--data", str(data), "--x", "a", "--x", "temp (C)", "--y", "y", *TINY_RUN,
+            "--folder", str(folder / "runs"), "--run-id", run_id]  # fmt: skip
+
+
+def _last_lines(text: str, n: int = 4) -> str:
+    return " ".join(" ".join(text.strip().splitlines()[-n:]).split())
+
+
+def test_a_failed_report_card_is_said_last_exits_70_and_report_builds_it_later(
+    prefect_api, tmp_path, capsys, monkeypatch
+):
+    import flows.report
+    from flows.cli_failures import EXIT_INTERNAL
+    from storage import CandidateStore
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("injected: the card cannot be built")
+
+    monkeypatch.setattr(flows.report, "build_report", broken)
+    code = main(_tiny_discover(tmp_path, "card-fails"))
+    out = capsys.readouterr().out
+    assert code == EXIT_INTERNAL
+    last = _last_lines(out)
+    assert "end of run: report card failed" in last and "injected: the card cannot be built" in last
+    assert "ndvm report --run card-fails" in last and "card-fails finished" in " ".join(out.split())
+    with CandidateStore(tmp_path / "runs" / "candidates.duckdb", read_only=True) as store:
+        status = store.run_status("card-fails")
+        assert status.status == "finished" and status.calibrated >= 10  # the candidates are stored
+        assert store.test_scores("card-fails").height > 0  # the step before it did its work
+    assert not (tmp_path / "runs" / "reports" / "card-fails").exists()
+    monkeypatch.undo()  # the cause fixed: the retry the line names builds the card
+    text = _cli(capsys, "report", "--run", "card-fails", "--folder", str(tmp_path / "runs"))
+    assert "Verdict" in text and (tmp_path / "runs" / "reports" / "card-fails" / "report.json").is_file()
+
+
+def test_a_failed_test_scoring_exits_with_its_class_and_report_rebuild_scores_it(
+    prefect_api, tmp_path, capsys, monkeypatch
+):
+    import errno
+
+    import flows.final
+    from flows.cli_failures import EXIT_DISK
+    from storage import CandidateStore
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(flows.final, "score_final", full)
+    code = main(_tiny_discover(tmp_path, "scoring-fails"))
+    out = capsys.readouterr().out
+    assert code == EXIT_DISK
+    assert "end of run: test scoring failed" in _last_lines(out) and "disk is full" in _last_lines(out)
+    store_path = tmp_path / "runs" / "candidates.duckdb"
+    with CandidateStore(store_path, read_only=True) as store:
+        assert store.test_scores("scoring-fails").height == 0
+    # the report card does not depend on the stored scores: it was written
+    assert (tmp_path / "runs" / "reports" / "scoring-fails" / "report.json").is_file()
+    monkeypatch.undo()
+    assert main(["report", "--run", "scoring-fails", "--folder", str(tmp_path / "runs"), "--rebuild"]) == 0
+    err = capsys.readouterr().err
+    assert "scored on the test split" in err
+    with CandidateStore(store_path, read_only=True) as store:
+        scores = store.test_scores("scoring-fails")
+    assert scores.height > 3 and set(scores["entry_kind"]) == {"candidate", "reference"}

@@ -320,6 +320,7 @@ py::list calibrate_shared_binding(const std::vector<std::shared_ptr<Program>>& p
     group_targets[g] = item[1];
   }
   const size_t J = jobs_in.size();
+  Interrupt interrupt;  // Ctrl-C (see Interrupt): every job's specs stop on its flag
   std::vector<SharedJob> jobs(J);
   std::vector<std::vector<Inputs>> ins(J);
   std::vector<std::string> prep_errors(J);
@@ -352,6 +353,7 @@ py::list calibrate_shared_binding(const std::vector<std::shared_ptr<Program>>& p
         d["target"] = group_targets[g];
         d["lane_target"] = py::none();
         job.specs.push_back(spec_from(p, d));
+        job.specs.back().cancel = &interrupt.flag;
       }
       for (const Inputs& in : ins[j]) job.inputs.push_back(&in);
     } catch (const std::exception& e) { prep_errors[j] = e.what(); }
@@ -362,8 +364,9 @@ py::list calibrate_shared_binding(const std::vector<std::shared_ptr<Program>>& p
   std::vector<SharedResult> rs;
   {
     py::gil_scoped_release nogil;
-    rs = calibrate_shared_many(runnable, lim, threads);
+    rs = calibrate_shared_many(runnable, lim, threads, interrupt.poll);
   }
+  interrupt.raise_if_set();
   const int steps = spec_d["steps"].cast<int>();
   py::list out;
   size_t next = 0;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
 
 #include "error.h"
@@ -188,7 +189,24 @@ CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, i
                                const CalibSpec& spec, const Limits& lim, int threads, const PoolPoll& poll) {
   if (threads <= 0) threads = hardware_threads();
   int chunks = std::min(threads, R / 8);  // below 8 lanes a chunk is not worth a thread
-  if (chunks <= 1) return calibrate(p, vm, theta0, R, in, spec, lim);
+  if (chunks <= 1) {
+    if (!poll) return calibrate(p, vm, theta0, R, in, spec, lim);
+    // One chunk, from Python's main thread: on a pool worker, so that the waiting thread can take
+    // Ctrl-C (poll) while the calibration runs; its failure is rethrown here, as the inline call's.
+    CalibResult one;
+    std::exception_ptr failure;
+    parallel_for(
+        1, 1,
+        [&](int, VM& wvm) {
+          try {
+            one = calibrate(p, wvm, theta0, R, in, spec, lim);
+          } catch (...) { failure = std::current_exception(); }
+        },
+        poll);
+    if (spec.cancel && spec.cancel->load()) return CalibResult{};  // incomplete: the caller discards it
+    if (failure) std::rethrow_exception(failure);
+    return one;
+  }
   const int P = static_cast<int>(p.params.size());
   std::vector<int> start(chunks + 1);
   for (int c = 0; c <= chunks; ++c) start[c] = static_cast<int>(static_cast<long long>(R) * c / chunks);

@@ -159,7 +159,8 @@ SharedResult calibrate_shared(const SharedJob& job, const Limits& lim) {
     res.status[r] = reason == STOP_NONFINITE ? LANE_NONFINITE : LANE_CONVERGED;
   };
   int step = 0;
-  for (; step < spec.steps && !running.empty(); ++step) {
+  auto cancelled = [&] { return spec.cancel && spec.cancel->load(std::memory_order_relaxed); };
+  for (; step < spec.steps && !running.empty() && !cancelled(); ++step) {
     evaluate(true);
     ++res.evaluations;
     bool changed = false;
@@ -226,7 +227,8 @@ SharedResult calibrate_shared(const SharedJob& job, const Limits& lim) {
   return out;
 }
 
-std::vector<SharedResult> calibrate_shared_many(const std::vector<SharedJob>& jobs, const Limits& lim, int threads) {
+std::vector<SharedResult> calibrate_shared_many(const std::vector<SharedJob>& jobs, const Limits& lim, int threads,
+                                                const PoolPoll& poll) {
   // costliest first (lanes x groups' input elements), results in job order
   std::vector<double> cost(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -239,22 +241,25 @@ std::vector<SharedResult> calibrate_shared_many(const std::vector<SharedJob>& jo
   for (size_t i = 0; i < jobs.size(); ++i) order[i] = static_cast<int>(i);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cost[a] > cost[b]; });
   std::vector<SharedResult> out(jobs.size());
-  parallel_for(static_cast<int>(jobs.size()), threads, [&](int k, VM&) {
-    const int i = order[k];
-    try {
-      out[i] = calibrate_shared(jobs[i], lim);
-    } catch (const Error& e) {
-      out[i] = SharedResult{};
-      out[i].joint.error = e.what();
-      out[i].joint.error_kind = static_cast<int>(e.kind);
-      out[i].joint.error_line = e.line;
-      out[i].joint.error_col = e.col;
-    } catch (const std::exception& e) {
-      out[i] = SharedResult{};
-      out[i].joint.error = std::string("internal error: ") + e.what();
-      out[i].joint.error_kind = static_cast<int>(ErrorKind::Eval);
-    }
-  });
+  parallel_for(
+      static_cast<int>(jobs.size()), threads,
+      [&](int k, VM&) {
+        const int i = order[k];
+        try {
+          out[i] = calibrate_shared(jobs[i], lim);
+        } catch (const Error& e) {
+          out[i] = SharedResult{};
+          out[i].joint.error = e.what();
+          out[i].joint.error_kind = static_cast<int>(e.kind);
+          out[i].joint.error_line = e.line;
+          out[i].joint.error_col = e.col;
+        } catch (const std::exception& e) {
+          out[i] = SharedResult{};
+          out[i].joint.error = std::string("internal error: ") + e.what();
+          out[i].joint.error_kind = static_cast<int>(ErrorKind::Eval);
+        }
+      },
+      poll);
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "optim.h"
+#include "pool.h"
 
 namespace ndvm {
 
@@ -34,7 +35,10 @@ void split_params(const Program& p, std::vector<int>& shared, std::vector<int>& 
 SharedResult calibrate_shared(const SharedJob& job, const Limits& lim);
 
 // Each job on the pool (threads <= 0: all cores), costliest first; results in job order. A job
-// whose program fails gives joint.error (and its kind and position), like calibrate_many.
-std::vector<SharedResult> calibrate_shared_many(const std::vector<SharedJob>& jobs, const Limits& lim, int threads);
+// whose program fails gives joint.error (and its kind and position), like calibrate_many. `poll`:
+// see parallel_for (Ctrl-C; each running fit stops on its specs' cancel flag, the results are
+// then incomplete and the caller discards them).
+std::vector<SharedResult> calibrate_shared_many(const std::vector<SharedJob>& jobs, const Limits& lim, int threads,
+                                                const PoolPoll& poll = nullptr);
 
 }  // namespace ndvm
