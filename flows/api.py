@@ -250,7 +250,27 @@ def discover(
         from flows.discover import run_discovery
 
         report = run_discovery(config, Budget(**budget), run_id=run_id, resume=resume).to_dict()
+    _say_end_failures(report)
     return DiscoveryResult.open(config.folder, report["run_id"], report=report)
+
+
+def _say_end_failures(report: dict[str, Any]) -> None:
+    """No silent end in a notebook either: a search that calibrated nothing raises a DiscoveryError
+    (the run and its failed candidates are stored); another failed end-of-run step (test scoring,
+    the report card, MLflow) is a RuntimeWarning naming the retry, and is in ``result.report``."""
+    import warnings
+
+    from flows.errors import DiscoveryError
+
+    for failure in report.get("end_failures") or []:
+        if failure["step"] == "search":
+            raise DiscoveryError(f"run {report['run_id']}: {failure['message']}")
+        warnings.warn(
+            f"end of run {report['run_id']}: {failure['step']} failed ({failure['message']}); once the cause is "
+            f"fixed: {failure['retry']}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 __all__ = ["DiscoveryResult", "ResultError", "discover"]

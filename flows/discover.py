@@ -239,8 +239,9 @@ class Discovery:
             with self.calibrate.workers(runner, self.wake):
                 self.coordinate()
                 runner.wait(self.calibrate.futures, None)  # the last results recorded before the end reads them
-            self.end.score_and_report(runner, self.score, self.run_id)  # failures recorded, not raised
-            status, mlflow_status = "finished", "FINISHED"  # the search is over and its results stored
+            # failures recorded, not raised; a search that calibrated nothing is a failed run
+            searched = self.end.score_and_report(runner, self.score, self.run_id)
+            status, mlflow_status = ("finished", "FINISHED") if searched else ("failed", "FAILED")
         except KeyboardInterrupt:
             status, mlflow_status = "interrupted", "KILLED"
             self._stop("interrupted")
@@ -264,7 +265,7 @@ class Discovery:
                     log_final_task.fn(stage=self.log, mlflow_status=mlflow_status)
                 else:  # bounded, never raises: the results are in the store whatever MLflow does
                     runner.call(log_final_task, stage=self.log, mlflow_status=mlflow_status)
-                if status == "finished":
+                if status in ("finished", "failed"):
                     self.end.check_tracking(self.log.tracking.error, self.run_id)
             finally:
                 self.propose.save_usage()

@@ -1407,6 +1407,15 @@ class CandidateStore:
         row["loss_history"] = json.loads(row["loss_history"]) if row["loss_history"] else None
         return row
 
+    def common_errors(self, run_id: str, k: int = 3) -> list[tuple[str, int]]:
+        """The ``k`` most frequent errors of the run's failed evaluations: (error, count)."""
+        with self._lock:
+            return self._con.sql(
+                "SELECT error, count(*) AS n FROM evaluations WHERE run_id = $1 AND status <> 'ok' "
+                "AND error IS NOT NULL GROUP BY error ORDER BY n DESC, error LIMIT $2",
+                params=[run_id, k],
+            ).fetchall()
+
 
 __all__ = [
     "CandidateStore",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flows.cli_failures import EXIT_TRACKING, classify_failure
+from flows.cli_failures import EXIT_INPUT, EXIT_TRACKING, classify_failure
 
 
 class EndOfRun:
@@ -19,13 +19,27 @@ class EndOfRun:
         self.folder, self.logger = folder, logger
         self.failures: list[dict[str, Any]] = []
 
-    def score_and_report(self, runner: Any, score: Any, run_id: str) -> None:
-        """The test split, scored once, then the report card (``score``: the run's ScoreStage)."""
+    def score_and_report(self, runner: Any, score: Any, run_id: str) -> bool:
+        """The test split, scored once, then the report card (``score``: the run's ScoreStage).
+        False, with the failure recorded, when the search calibrated no candidate at all: then
+        there is nothing to score or report, and the run is a failed one."""
         from flows.stages.tasks import report_card_task, score_test_task
 
+        status = score.store.run_status(run_id)
+        if status.calibrated == 0:
+            errors = score.store.common_errors(run_id, 1)
+            common = f"; the most common error ({errors[0][1]} of them): {errors[0][0][:300]}" if errors else ""
+            self.failed(
+                "search",
+                EXIT_INPUT,
+                f"no candidate was calibrated ({status.failed} failed, {status.pending} pending){common}",
+                "run the discovery again (the data or the proposer's programs changed)",
+            )
+            return False
         rebuild = f"ndvm report --run {run_id} --folder {self.folder} --rebuild"
         self.step("test scoring", lambda: runner.call(score_test_task, stage=score), rebuild)
         self.step("report card", lambda: runner.call(report_card_task, stage=score), rebuild)
+        return True
 
     def check_tracking(self, error: str | None, run_id: str) -> None:
         """The final MLflow logging (and the registry's decision in it) failed: ``error`` says why."""
