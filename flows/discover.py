@@ -233,6 +233,7 @@ class Discovery:
         """Run the pipeline until the budget is spent. Inside the ``discover`` flow every stage's
         work is a Prefect task; the flow's own thread coordinates them (``coordinate``)."""
         self.calibrate.enqueue(self.queue_initial)
+        self.score.fit_references_early()  # scored at the end; fitted on the training split now
         self.runner = runner = TaskRunner()
         status, mlflow_status = "failed", "FAILED"
         try:

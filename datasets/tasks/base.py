@@ -224,6 +224,11 @@ class Task(ABC):
         """The reference models' scores on ``split`` (``score``'s dicts, with ``model``); default: none."""
         return []
 
+    def fit_references(self) -> None:  # noqa: B027 (an optional hook)
+        """Fit the reference models now and keep the fits (on the training split only), so that
+        scoring them later is cheap: the pipeline calls it on a background thread at the start of a
+        run. Default: nothing (the task refits its references when it scores them)."""
+
     def reference_test_errors(self, split: str, only: set[str] | None = None) -> list[Errors]:
         """Errors of the task's reference models on ``split`` (fitted on the training part; only the
         ones named in ``only`` when given). Default: no references."""

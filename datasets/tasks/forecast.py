@@ -1073,6 +1073,22 @@ class ForecastTask(Task):
             raise error
         return state
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a worker process gets: without the reference fits (workers never score references;
+        the run fits them on a thread of its own while it sends the task: flows/stages/score.py)."""
+        state = dict(self.__dict__)  # one atomic copy, whatever that thread adds meanwhile
+        state.pop("_reference_fits", None)
+        return state
+
+    def fit_references(self) -> None:
+        """Every reference fitted on the training years and cached (``fit_reference``); a fit that
+        fails is cached as failed and reported when the references are scored."""
+        for ref in self.reference_models():
+            try:
+                self.fit_reference(ref)
+            except ReferenceFitError:
+                pass
+
     def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
         """Fit every reference on the training years and score it on ``split``. A reference's
         forecast from origin t uses y[0..t] only, so passing the series up to the split's end is

@@ -51,6 +51,23 @@ class ScoreStage:
         # and what to tell once results are recorded (the admit stage's count, the log stage, the coordinator).
         self.failures: collections.deque[Any] = collections.deque(maxlen=8)
         self.on_recorded: list[Callable[[int], None]] = []
+        self._references_fitted: threading.Thread | None = None
+
+    def fit_references_early(self) -> None:
+        """Fit the task's reference models on a background thread while the search runs: they read
+        the training split only, and the end of the run scores them (a forecast task's state-space
+        references take 5-10 s, which a short run's user otherwise waits for after the search;
+        ``Task.fit_references``: a no-op for tasks whose reference fits are cheap or not kept). The
+        calibration runs in worker processes, so this thread mostly uses an idle core."""
+
+        def fit() -> None:
+            try:
+                self.task.fit_references()
+            except Exception as exc:  # the end scores them again and reports what fails there
+                self.log.debug("early reference fits: %s", exc)
+
+        self._references_fitted = threading.Thread(target=fit, name="ndvm-reference-fits", daemon=True)
+        self._references_fitted.start()
 
     @property
     def split_label(self) -> str:
@@ -116,6 +133,8 @@ class ScoreStage:
         test split (flows/final.py), once, after the search has stopped."""
         from flows.final import score_final
 
+        if self._references_fitted is not None:  # the early fits: wait for them, never fit twice at once
+            self._references_fitted.join()
         started = time.monotonic()
         rows = score_final(self.store, self.run_id, self.task, self.options, k=self.test_top_k)
         self.log.info("test split: %d entries and references scored in %.1f s", len(rows), time.monotonic() - started)
