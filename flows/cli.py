@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import Any
 
+from datasets.tasks import TASKS  # the task kinds, one registry (also flows/config.py)
 from flows.cli_commands import (
     cmd_calibrate,
     cmd_discover,
@@ -135,7 +136,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--y", help="target column")
     p.add_argument("--group", help="group column (one fit per group)")
-    p.add_argument("--task-kind", choices=["curve", "forecast", "regression"])
+    p.add_argument("--task-kind", choices=list(TASKS))
     add_calibration_options(p)
     _set_command(p, "calibrate", cmd_calibrate)
 

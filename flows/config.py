@@ -16,6 +16,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from datasets.tasks import TASKS  # the task kinds: one registry, read by the options and the CLI
 from flows.calibration import CalibrationOptions
 from flows.errors import DiscoveryError
 from flows.options import Option, OptionError, collect_options, nested_values, option, split_keywords
@@ -157,9 +158,7 @@ PROBLEM_OPTIONS: dict[str, dict[str, Any]] = {
     ),
     "y": option("target column of --data", group="data"),
     "group": option("group column of --data (one series per group, e.g. cell_id)", group="data"),
-    "task_kind": option(
-        "override the dataset's default task", group="data", choices=("curve", "forecast", "regression")
-    ),
+    "task_kind": option("override the dataset's default task", group="data", choices=tuple(TASKS)),
     "split": option(
         "files: how rows split into train/validation/test when the file has no split column (default: "
         "temporal for one input, random for several; grouped holds out whole --group groups)",
