@@ -193,13 +193,15 @@ CalibResult calibrate_threaded(const Program& p, VM& vm, const double* theta0, i
     if (!poll) return calibrate(p, vm, theta0, R, in, spec, lim);
     // One chunk, from Python's main thread: on a pool worker, so that the waiting thread can take
     // Ctrl-C (poll) while the calibration runs; its failure is rethrown here, as the inline call's.
+    // The worker uses the caller's VM (idle while it waits): its tape cache and statistics
+    // (replay counts, last usage) stay where the inline call would have left them.
     CalibResult one;
     std::exception_ptr failure;
     parallel_for(
         1, 1,
-        [&](int, VM& wvm) {
+        [&](int, VM&) {
           try {
-            one = calibrate(p, wvm, theta0, R, in, spec, lim);
+            one = calibrate(p, vm, theta0, R, in, spec, lim);
           } catch (...) { failure = std::current_exception(); }
         },
         poll);
