@@ -91,9 +91,15 @@ def test_the_stages_are_prefect_tasks_that_overlap_and_logging_is_retried(prefec
 
     # Every stage is there, each run finished, with its counts in its final message.
     proposals, batches, logs = _family(runs, "propose"), _family(runs, "calibrate-batch"), _family(runs, "log-progress")
-    # (48 candidates are two or more proposal task runs: the first rounds carry the task's seeds,
-    # its reference programs and calendar seeds among them)
-    assert len(proposals) == report["proposal_requests"] >= 2
+    # An offline proposer makes up to OFFLINE_ROUNDS_PER_REQUEST rounds of 16 in one task run while
+    # the queue allows: 48 new candidates take one request (4 rounds, 64 proposals, on a machine
+    # whose calibration keeps the queue short) or more (when a full queue ends a request early).
+    from flows.stages.propose import OFFLINE_ROUNDS_PER_REQUEST
+
+    assert len(proposals) == report["proposal_requests"] >= 1
+    per_request = [int(r.state.message.split(" proposals")[0]) for r in proposals]
+    assert all(0 < k <= OFFLINE_ROUNDS_PER_REQUEST * 16 for k in per_request), per_request
+    assert sum(per_request) >= 48
     assert not _family(runs, "deduplicate")  # the store's deduplication runs inside its propose task run
     assert len(batches) == report["calibration_batches"] >= 6
     for name in ("score-test-split", "report-card", "log-final"):
