@@ -115,6 +115,12 @@ class Dataset:
     def test(self) -> pl.DataFrame:
         return self.frame.filter(pl.col("split") == TEST)
 
+    def empty_parts(self) -> list[str]:
+        """The parts of train, validation and test that have no rows, counted without copying
+        the frame (a 10-million-row table would be filtered three times)."""
+        present = set(self.frame.get_column("split").unique().to_list())
+        return [part for part in (TRAIN, VALIDATION, TEST) if part not in present]
+
     @property
     def test_groups(self) -> list[str]:
         """Groups held out whole (their rows are only ``test_fit`` and ``test``), in frame order."""

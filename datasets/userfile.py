@@ -202,6 +202,9 @@ def load_file(
     if frame.height < 4:
         raise SplitError(f"{path}: only {frame.height} usable rows")
     frame = _assign_split(path, frame, inputs[0], group, kind, float(train_fraction), float(validation_fraction))
+    # one chunk per column (a large CSV is read in hundreds): the tasks gather rows by index from
+    # numpy views of the columns, which are copies when a column is chunked
+    frame = frame.rechunk()
     units = manifest.get("units", {})
     columns = tuple(Column(c, units.get(c, "?"), "user column") for c in frame.columns if c != "split")
     meta = {
@@ -291,9 +294,17 @@ def _assign_split(
             .alias("split")
         )
     elif kind == "random":
-        draw = np.random.default_rng(SPLIT_SEED).random(frame.height)
-        part = np.where(draw < train, TRAIN, np.where(draw < train + validation, VALIDATION, TEST))
-        frame = frame.with_columns(pl.Series("split", part, dtype=pl.Utf8))
+        # (the parts as a polars expression over the draws: numpy string arrays of ten million rows
+        # take 400 MB each)
+        draw = pl.Series("split", np.random.default_rng(SPLIT_SEED).random(frame.height))
+        part = (
+            pl.when(draw < train)
+            .then(pl.lit(TRAIN))
+            .when(draw < train + validation)
+            .then(pl.lit(VALIDATION))
+            .otherwise(pl.lit(TEST))
+        )
+        frame = frame.with_columns(part.alias("split"))
     else:  # grouped: whole groups, drawn in a seeded order
         keys = frame.get_column(group).unique(maintain_order=True).to_list()
         if len(keys) < 3:

@@ -119,6 +119,9 @@ def metric_label(task: Any) -> str:
 def task_spec(dataset: Any, task: Any):
     """The proposers' view of the task (``proposers.TaskSpec``), with the task's data card (training
     and validation rows only), computed here once per run."""
+    import polars as pl
+
+    from datasets.schema import TRAIN
     from proposers import Column, TaskSpec
 
     units = {c.name: c for c in dataset.columns}
@@ -127,7 +130,7 @@ def task_spec(dataset: Any, task: Any):
         for name in dataset.frame.columns
         if name != "split"
     ]
-    rows = dataset.train.head(5).drop("split").to_dicts()
+    rows = dataset.frame.lazy().filter(pl.col("split") == TRAIN).head(5).drop("split").collect().to_dicts()
     return TaskSpec(
         dataset=dataset.name,
         description=dataset.describe(),

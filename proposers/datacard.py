@@ -60,7 +60,9 @@ def column_lines(columns: Sequence[Any], values: dict[str, np.ndarray]) -> list[
         data = np.asarray(values[column.name])
         unit = f" [{column.unit}]" if getattr(column, "unit", "") else ""
         if data.dtype.kind in "iuf" and data.size:
-            finite = data[np.isfinite(data.astype(float))].astype(float)
+            as_float = data if data.dtype == np.float64 else data.astype(float)
+            finite_mask = np.isfinite(as_float)
+            finite = as_float if finite_mask.all() else as_float[finite_mask]  # (no copy of a clean column)
             if finite.size == 0:
                 lines.append(f"- {column.name}{unit}: no finite values")
                 continue
@@ -240,7 +242,10 @@ def group_residual_lines(
 # A task exposes facts (datasets/tasks/facts.py: arrays it chose, training and validation only);
 # each kind of fact has one renderer here. ``card_text`` and ``residual_text`` are what the prompt gets.
 def _column_facts(f: ColumnFacts) -> list[str]:
-    return [f"Data card (the {f.rows} training and validation rows only):", *column_lines(f.columns, f.values)]
+    rows = f"the {f.rows} training and validation rows only"
+    if f.sampled is not None:
+        rows += f"; a seeded sample of {f.sampled} of them"
+    return [f"Data card ({rows}):", *column_lines(f.columns, f.values)]
 
 
 def _series_facts(f: SeriesFacts) -> list[str]:

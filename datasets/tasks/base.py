@@ -19,6 +19,11 @@ import numpy as np
 from .facts import ColumnFacts
 from .metrics import rms
 
+# The data card of a larger table describes a seeded sample of this many of its training and
+# validation rows (ranges, spreads and correlations to three digits; the card of a 10-million-row
+# table cost 1.5 GB of memory over all rows)
+CARD_ROWS = 200_000
+
 
 @dataclass
 class TaskFit:
@@ -318,14 +323,28 @@ class Task(ABC):
 
         return self.dataset.frame.filter(pl.col("split").is_in([TRAIN, VALIDATION]))
 
+    def card_frame(self):
+        """(frame, rows): the rows the data card describes: the training and validation rows, or of
+        a table with more than ``CARD_ROWS`` of them a seeded sample of that many (in row order),
+        cut by row index without copying the whole table; ``rows`` counts all of them."""
+        from ..schema import TRAIN, VALIDATION
+
+        frame = self.dataset.frame
+        seen = np.flatnonzero(frame.get_column("split").is_in([TRAIN, VALIDATION]).to_numpy())
+        rows = int(seen.size)
+        if rows > CARD_ROWS:
+            seen = seen[np.sort(np.random.default_rng(0).choice(rows, CARD_ROWS, replace=False))]
+        return frame[seen], rows
+
     def card_facts(self) -> list[Any]:
         """What the LLM prompt's data card says (``datasets/tasks/facts.py``; worded by
         ``proposers.datacard.card_text``), from the training and validation rows only: per column
         its unit, range and spread. Tasks add their structure (lags and season of a series, spread
         across groups). Computed once per run; a few hundred tokens once worded."""
-        frame = self.seen_frame()
+        frame, rows = self.card_frame()
         values = {name: frame.get_column(name).to_numpy() for name in frame.columns if name != "split"}
-        return [ColumnFacts([c for c in self.dataset.columns if c.name != "split"], values, frame.height)]
+        columns = [c for c in self.dataset.columns if c.name != "split"]
+        return [ColumnFacts(columns, values, rows, sampled=frame.height if frame.height < rows else None)]
 
     def residual_facts(self, source: str, parameters: dict[str, float]) -> list[Any]:
         """Where a stored candidate fails on the validation split, as facts for the LLM prompt

@@ -13,6 +13,14 @@ after its training rows); at the end of a run the final top k are scored on ``te
 last rows) and, when the dataset holds whole groups out (Severson batch 3), on those groups too:
 the program is then fitted on each held-out group's ``test_fit`` rows (``fit_test_groups``) and
 scored on its ``test`` rows (``rmse_test_groups``; ``rmse_seen_groups`` for the others).
+
+Large curves: a group's training (and ``validation_fit``) rows beyond ``max_fit_rows`` (default:
+``fit_row_budget``, sized from a measured cost) are replaced during the search by a seeded sample of
+that many rows, in x order; its validation rows beyond ``max_score_rows`` likewise. Every fit,
+score, reference and prompt of the search reads those rows (``_xy``), and a worker process receives
+only them (``__getstate__``): a 10-million-row file costs its rows once, in the process that read
+it. ``prepare_test_fit`` refits a finalist on every training row (``_all_xy``) from its sampled fit
+before the test split, which is never sampled, is scored.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from .errors import CandidateError, TaskError
 from .facts import GroupFacts, GroupResidualFacts, UnscoredFact
 from .metrics import rmse
 from .runtime import require_ndvm
+from .sampling import REFIT_MAX_ROWS, REFIT_STEPS, SCORE_ROWS_PER_FIT_ROW, fit_row_budget, sample_rows
 
 INPUT = "x"
 INF = float("inf")
@@ -198,6 +207,7 @@ class CurveTask(Task):
         loss: str = "mse",
         per_group: bool = True,
         references: tuple[CurveReference, ...] | None = None,
+        max_fit_rows: int | None = None,
     ):
         if loss not in ("mse", "gaussian_nll"):
             raise TaskError(f"curve task: loss must be 'mse' or 'gaussian_nll', got {loss!r}")
@@ -206,6 +216,9 @@ class CurveTask(Task):
         self.per_group = per_group and dataset.group is not None
         self._rows: dict[tuple[Any, str], tuple[np.ndarray, np.ndarray]] = {}  # see _xy
         self._rows_of: int | None = None  # id of the frame the cached rows came from
+        self._all_rows: dict[tuple[Any, str], tuple[np.ndarray, np.ndarray]] = {}  # unsampled, see _all_xy
+        self._max_fit_rows = max_fit_rows
+        self._refits: dict[tuple, TaskFit] = {}  # refit_all_rows, by (source, parameters)
         self.is_battery = dataset.group == "cell_id" and dataset.x == "cycle"
         self.x_scale = float(x_scale) if x_scale is not None else (100.0 if self.is_battery else 1.0)
         if self.x_scale <= 0:
@@ -214,11 +227,7 @@ class CurveTask(Task):
             references if references is not None else (BATTERY_REFERENCES if self.is_battery else GENERIC_REFERENCES)
         )
         self.name = f"curve:{dataset.name}"
-        empty = [
-            part
-            for part, frame in ((TRAIN, dataset.train), (VALIDATION, dataset.validation), (TEST, dataset.test))
-            if frame.height == 0
-        ]
+        empty = dataset.empty_parts()
         if empty:
             raise TaskError(f"{dataset.name}: the split leaves no {' and no '.join(empty)} rows")
         if dataset.test_groups and not self.per_group:
@@ -264,11 +273,52 @@ class CurveTask(Task):
         per score), so they are cut from the frame once, in one pass, and kept (BENCHMARKS.md,
         "Figures behind choices in the code")."""
         if self._rows_of != id(self.dataset.frame):
-            self._rows, self._rows_of = self._split_rows(), id(self.dataset.frame)
+            self._all_rows, self._rows_of = self._split_rows(), id(self.dataset.frame)
+            self._rows = {}
         rows = self._rows.get((group, part))
-        if rows is None:  # a group or part without rows (or a group the dataset does not have)
-            rows = self._rows[(group, part)] = self._arrays(self._part(group, part))
+        if rows is None:
+            x, y = self._all_xy(group, part)
+            limit = self._row_limit(part)
+            if limit is not None and y.size > limit:  # a large table: the search's sample (module docstring)
+                pick = sample_rows(y.size, limit)
+                x, y = x[pick], y[pick]
+                x.flags.writeable = y.flags.writeable = False
+            rows = self._rows[(group, part)] = (x, y)
         return rows
+
+    def _all_xy(self, group, part: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every row of ``group``'s ``part``, sampled or not (the refit of a finalist)."""
+        if self._rows_of != id(self.dataset.frame):
+            self._xy(group, part)
+        rows = self._all_rows.get((group, part))
+        if rows is None:  # a group or part without rows (or a group the dataset does not have)
+            rows = self._all_rows[(group, part)] = self._arrays(self._part(group, part))
+        return rows
+
+    @property
+    def max_fit_rows(self) -> int:
+        """Training rows of a group a candidate is fitted on during the search (module docstring)."""
+        if self._max_fit_rows is None:
+            self._max_fit_rows = fit_row_budget()
+        return self._max_fit_rows
+
+    @property
+    def max_score_rows(self) -> int:
+        """Validation rows of a group the search scores on (``SCORE_ROWS_PER_FIT_ROW`` x ``max_fit_rows``)."""
+        return SCORE_ROWS_PER_FIT_ROW * self.max_fit_rows
+
+    def _row_limit(self, part: str) -> int | None:
+        """The rows of ``part`` the search reads at most (None: every row; the test parts)."""
+        if part in (TRAIN, VALIDATION_FIT):
+            return self.max_fit_rows
+        if part == VALIDATION:
+            return self.max_score_rows
+        return None
+
+    def sampled(self) -> bool:
+        """Whether the search reads a sample of some group's training rows (a large table)."""
+        groups = self.groups() + self.validation_groups()
+        return any(self._all_xy(g, p)[1].size > self.max_fit_rows for g in groups for p in (TRAIN, VALIDATION_FIT))
 
     def _arrays(self, frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         x = frame.get_column(self.dataset.x).cast(pl.Float64).to_numpy() / self.x_scale
@@ -287,10 +337,33 @@ class CurveTask(Task):
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        # the rows are rebuilt where the task is unpickled (a worker process): cheaper than shipping them
+        # the rows are rebuilt where the task is unpickled (a worker process): cheaper than shipping
+        # them; a large table ships only the rows the search reads (its samples, no test rows)
         state = dict(self.__dict__)
-        state["_rows"], state["_rows_of"] = {}, None
+        if self.sampled():
+            state["dataset"] = self._search_dataset()
+        state["_rows"], state["_all_rows"], state["_rows_of"], state["_refits"] = {}, {}, None, {}
         return state
+
+    def _search_dataset(self) -> Dataset:
+        """The dataset cut to the rows the search reads: each group's samples (``_xy``), in x order;
+        the test rows left out (a worker fits and scores validation; the test is scored where the
+        run is, flows/final.py), the held-out groups' ``test_fit`` rows kept (they name those groups)."""
+        import dataclasses
+
+        frame = self.dataset.frame.sort(self.dataset.x, maintain_order=True)
+        keys = ([self.dataset.group] if self.per_group else []) + ["split"]
+        kept = []
+        for key, part in frame.partition_by(keys, as_dict=True, maintain_order=True).items():
+            split = key[-1]
+            limit = self._row_limit(split)
+            if split == TEST:
+                continue
+            if limit is not None and part.height > limit:
+                part = part[sample_rows(part.height, limit)]
+            kept.append(part)
+        meta = {**self.dataset.meta, "search_rows_only": True}
+        return dataclasses.replace(self.dataset, frame=pl.concat(kept), meta=meta)
 
     def train_inputs(self, group=None) -> dict[str, np.ndarray]:
         """Inputs of the training rows of ``group`` (all rows when the task is not per group)."""
@@ -433,7 +506,63 @@ class CurveTask(Task):
         fit.predictor = lambda group, inputs: predict(self._group_params(fit, group), inputs)
 
     def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
-        return self.fit_test_groups(fit, **calibrate_options)
+        return self.fit_test_groups(self.refit_all_rows(fit, **calibrate_options), **calibrate_options)
+
+    def refit_all_rows(self, fit: TaskFit, **calibrate_options) -> TaskFit:
+        """A finalist fitted on samples of a large table, refitted on every training row of each
+        group (at most ``REFIT_MAX_ROWS`` of them, seeded): one L-BFGS lane from its sampled optimum, ``REFIT_STEPS`` steps (the search's Adam
+        settings find an optimum from the declared inits; they do not polish one). A group whose
+        refit fails or does not lower its loss keeps its sampled fit; a program with parameters
+        shared across groups keeps its joint sampled fit."""
+        if not fit.ok or not self.sampled() or self.dataset.meta.get("search_rows_only"):
+            return fit
+        # the end of a run refits the same finalist for the test scores, the report card and its
+        # plots: each refit (seconds on millions of rows) is done once, and a refit's own
+        # parameters are its fixed point
+        key = (fit.source, tuple(sorted(self.flat_parameters(fit.params).items())))
+        done = self._refits.get(key)
+        if done is not None:
+            return done
+        ndvm = require_ndvm()
+        program = self.compile(fit.source)
+        if not program.param_names or program.shared_names:
+            return fit
+        params, losses = {}, []
+        for group in self.groups():
+            x, y = self._all_xy(group, TRAIN)
+            if y.size > REFIT_MAX_ROWS:  # (sampling.py: the cost of a refit on ten million rows buys nothing)
+                pick = sample_rows(y.size, REFIT_MAX_ROWS)
+                x, y = x[pick], y[pick]
+            current = self._group_params(fit, group)
+            start = np.array([[float(current[n]) for n in program.param_names]])
+            refit = ndvm.calibrate(
+                program,
+                {INPUT: x},
+                target=y,
+                loss=self.loss,
+                optimizer="lbfgs",
+                steps=REFIT_STEPS,
+                restarts=1,
+                init=start,
+                threads=calibrate_options.get("threads"),
+            )
+            if refit.error or not np.isfinite(refit.loss):
+                params[group] = dict(current)
+                continue
+            params[group], losses = dict(refit.params), [*losses, float(refit.loss)]
+        out = TaskFit(
+            fit.task,
+            fit.name,
+            fit.source,
+            params if self.per_group else params[None],
+            float(np.mean(losses)) if len(losses) == len(params) else fit.train_loss,
+            fit.seconds,
+            fits=fit.fits,
+            n_params=fit.n_params,
+        )
+        self.attach_predictor(out, program)
+        self._refits[key] = self._refits[(fit.source, tuple(sorted(self.flat_parameters(out.params).items())))] = out
+        return out
 
     def flat_parameters(self, params: dict[Any, Any]) -> dict[str, float]:
         """Per-group fits keep every group as ``group/name`` and the first group's values under the

@@ -24,6 +24,7 @@ class ColumnFacts:
     columns: Sequence[Any]
     values: dict[str, np.ndarray]
     rows: int
+    sampled: int | None = None  # the values are a seeded sample of this many of the rows
 
 
 @dataclass

@@ -22,8 +22,8 @@ the file's order), ``std(block RMSEs, ddof=1) / sqrt(n_blocks)``; ``n_blocks`` s
 Large tables: fitting every candidate on every training row costs time in proportion to the rows.
 When the training part has more than ``max_fit_rows`` rows (default: sized from a measured cost,
 ``fit_row_budget``), candidates are fitted on a seeded sample of that many training rows (drawn
-once); ``prepare_test_fit`` refits the finalists on all training rows, starting from the sampled
-fit, before they are scored on the test split. Likewise the search scores a seeded sample of at
+once); ``prepare_test_fit`` refits the finalists on all training rows (at most ``REFIT_MAX_ROWS``,
+datasets/tasks/sampling.py), starting from the sampled fit, before they are scored on the test split. Likewise the search scores a seeded sample of at
 most ``SCORE_ROWS_PER_FIT_ROW`` x ``max_fit_rows`` validation rows (the standard error of an RMSE
 over hundreds of thousands of rows is far below the differences that rank candidates); the test
 split is scored on every row. A worker process receives only those rows (``__getstate__``).
@@ -48,12 +48,10 @@ from .errors import CandidateError, TaskError
 from .facts import InputCorrelationFacts, InputResidualFacts, NoteFact, UnscoredFact
 from .metrics import rmse
 from .runtime import require_ndvm
+from .sampling import REFIT_MAX_ROWS, REFIT_STEPS, SCORE_ROWS_PER_FIT_ROW, fit_row_budget, sample_rows
 
 INF = float("inf")
 VALIDATION_BLOCKS = 5
-SAMPLE_SEED = 0  # the training sample of a large table: the same rows in every run
-SCORE_ROWS_PER_FIT_ROW = 10  # validation rows scored per training row fitted (large tables)
-REFIT_STEPS = 50
 POLISH_STEPS = 100  # L-BFGS steps polishing each candidate after the run's (Adam) calibration  # L-BFGS steps of a finalist's refit on every training row
 
 
@@ -74,6 +72,16 @@ class LinearReference:
                 col = col * inputs[name]
             columns.append(col)
         return np.column_stack(columns)
+
+    def predict(self, inputs: dict[str, np.ndarray], coef: np.ndarray, rows_at_once: int = 100_000) -> np.ndarray:
+        """``design(inputs) @ coef``, ``rows_at_once`` rows at a time: the design matrix of a quadratic
+        in five inputs over two million test rows would take 340 MB."""
+        n = len(next(iter(inputs.values())))
+        out = np.empty(n)
+        for start in range(0, n, rows_at_once):
+            part = {k: v[start : start + rows_at_once] for k, v in inputs.items()}
+            out[start : start + rows_at_once] = self.design(part, min(rows_at_once, n - start)) @ coef
+        return out
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -112,33 +120,6 @@ def quadratic_terms(names: list[str]) -> tuple[tuple[str, ...], ...]:
     return linear_terms(names) + tuple((a, b) for i, a in enumerate(names) for b in names[i:])
 
 
-def fit_row_budget(n_params: int = 4, seconds_per_candidate: float = 0.1) -> int:
-    """How many training rows one candidate may be fitted on so that its fit at the pipeline's
-    default calibration (Adam, 100 steps, 8 starts: flows/calibration.py) takes about
-    ``seconds_per_candidate`` on one thread: measured here once per process on a typical candidate
-    (a rational function of two inputs with 4 parameters, 5,000 rows), never less than 2,000 rows."""
-    global _ROWS_PER_SECOND
-    if _ROWS_PER_SECOND is None:
-        ndvm = require_ndvm()
-        n = 5_000
-        rng = np.random.default_rng(0)
-        a, b = rng.random(n), rng.random(n)
-        program = ndvm.compile(
-            "(param p0 0.5)(param p1 0.5)(param p2 0.5)(param p3 0.5)"
-            "(+ p0 (/ (* p1 a b) (+ 1.0 (square (* p2 b)))) (* p3 (exp (- a))))"
-        )
-        y = 1.0 + a * b / (1.0 + b * b) + 0.3 * np.exp(-a)
-        start = time.perf_counter()
-        ndvm.calibrate(
-            program, {"a": a, "b": b}, target=y, optimizer="adam", steps=100, lr=0.05, restarts=8, seed=0, threads=1
-        )
-        _ROWS_PER_SECOND = n / max(time.perf_counter() - start, 1e-6)
-    return max(2_000, int(_ROWS_PER_SECOND * seconds_per_candidate * 4 / max(n_params, 1)))
-
-
-_ROWS_PER_SECOND: float | None = None
-
-
 class RegressionTask(CurveTask):
     """y = f(inputs) over a table; one parameter vector, scored on held-out rows (the dataset's split)."""
 
@@ -158,11 +139,7 @@ class RegressionTask(CurveTask):
         self.names = program_names(self.columns)
         self.input_names = [self.names[c] for c in self.columns]
         self.name = f"regression:{dataset.name}"
-        empty = [
-            part
-            for part, frame in ((TRAIN, dataset.train), (VALIDATION, dataset.validation), (TEST, dataset.test))
-            if frame.height == 0
-        ]
+        empty = dataset.empty_parts()
         if empty:
             raise TaskError(f"{dataset.name}: the split leaves no {' and no '.join(empty)} rows")
         names = self.input_names
@@ -189,14 +166,13 @@ class RegressionTask(CurveTask):
         return state
 
     def _search_dataset(self) -> Dataset:
-        """The dataset cut to the training sample and the validation rows."""
+        """The dataset cut to the training sample and the validation rows (gathered by row index)."""
         import dataclasses
 
-        train = self.dataset.frame.filter(pl.col("split") == TRAIN)
-        validation = self.dataset.frame.filter(pl.col("split") == VALIDATION)
-        if validation.height > self.max_score_rows:
-            validation = validation[self._sample_rows(validation.height, self.max_score_rows)]
-        frame = pl.concat([train[self._sample_rows(train.height)], validation])
+        train = self._part_index(TRAIN)
+        index = np.concatenate([train[self._sample_rows(train.size)], self._part_index(VALIDATION)])
+        index.sort()
+        frame = self.dataset.frame[index]
         return dataclasses.replace(self.dataset, frame=frame, meta={**self.dataset.meta, "search_rows_only": True})
 
     # ------------------------------------------------------------------ data
@@ -212,15 +188,28 @@ class RegressionTask(CurveTask):
             self._parts, self._parts_of, self._sample = {}, id(self.dataset.frame), None
         rows = self._parts.get(part)
         if rows is None:
-            frame = self.dataset.frame.filter(pl.col("split") == part)
-            if part == VALIDATION and frame.height > self.max_score_rows:
-                frame = frame[self._sample_rows(frame.height, self.max_score_rows)]
-            inputs = {self.names[c]: frame.get_column(c).cast(pl.Float64).to_numpy() for c in self.columns}
-            y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()
+            # gathered column by column by row index, the numeric columns only: a filter of the
+            # whole frame copies every column, the split's strings too (hundreds of megabytes of a
+            # 10-million-row table); the loaded frame is one chunk, so to_numpy() does not copy
+            index = self._part_index(part)
+            frame = self.dataset.frame
+
+            def column(c: str) -> np.ndarray:
+                return frame.get_column(c).cast(pl.Float64).to_numpy()[index]
+
+            inputs = {self.names[c]: column(c) for c in self.columns}
+            y = column(self.dataset.y)
             for v in (*inputs.values(), y):
                 v.flags.writeable = False
             rows = self._parts[part] = (inputs, y)
         return rows
+
+    def _part_index(self, part: str) -> np.ndarray:
+        """Row numbers of ``part`` in the frame; the validation part cut to its seeded sample."""
+        index = np.flatnonzero((self.dataset.frame.get_column("split") == part).to_numpy())
+        if part == VALIDATION and index.size > self.max_score_rows:
+            index = index[self._sample_rows(index.size, self.max_score_rows)]
+        return index
 
     @property
     def max_fit_rows(self) -> int:
@@ -243,8 +232,7 @@ class RegressionTask(CurveTask):
 
     def _sample_rows(self, n: int, size: int | None = None) -> np.ndarray:
         """The seeded sample of ``size`` (default ``max_fit_rows``) of ``n`` rows, in row order."""
-        size = self.max_fit_rows if size is None else size
-        return np.sort(np.random.default_rng(SAMPLE_SEED).choice(n, size, replace=False))
+        return sample_rows(n, self.max_fit_rows if size is None else size)
 
     @property
     def max_score_rows(self) -> int:
@@ -346,12 +334,16 @@ class RegressionTask(CurveTask):
         return fit.predictor(None, self._rows(part)[0])
 
     def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
-        """A finalist fitted on a sample is refitted on every training row (from its sampled fit)."""
+        """A finalist fitted on a sample is refitted on every training row (at most
+        ``REFIT_MAX_ROWS``, seeded), from its sampled fit."""
         if not fit.ok or not self.sampled() or not fit.fits:
             return fit
         ndvm = require_ndvm()
         program = self.compile(fit.source)
         inputs, y = self._rows(TRAIN)
+        if y.size > REFIT_MAX_ROWS:  # (sampling.py: a refit on ten million rows buys nothing)
+            pick = sample_rows(y.size, REFIT_MAX_ROWS)
+            inputs, y = {k: v[pick] for k, v in inputs.items()}, y[pick]
         start = np.array([[float(fit.params[n]) for n in program.param_names]])
         # one L-BFGS lane from the sampled optimum: a few steps on every row (a run's Adam settings
         # are for finding an optimum from declared inits, not for polishing one)
@@ -432,8 +424,7 @@ class RegressionTask(CurveTask):
         params = dict(zip(ref.param_names, map(float, coef)))
 
         def predictor(group, rows):
-            n = len(next(iter(rows.values())))
-            return ref.design(rows, n) @ coef
+            return ref.predict(rows, coef)
 
         return TaskFit(
             self.name,
@@ -507,7 +498,7 @@ class RegressionTask(CurveTask):
         """The base card (every column's unit and range) and how the target moves with each input
         (correlation over the training and validation rows)."""
         facts = super(CurveTask, self).card_facts()
-        frame = self.seen_frame()
+        frame, _ = self.card_frame()
         y = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()
         inputs = [(c, self.names[c], frame.get_column(c).cast(pl.Float64).to_numpy()) for c in self.columns]
         facts.append(InputCorrelationFacts(self.dataset.y, y, inputs))
