@@ -468,6 +468,7 @@ def _stored_evaluations(folder, run_id):
     return {h: (status, json.loads(p), json.loads(t), json.loads(v)) for h, status, p, t, v in rows}
 
 
+@pytest.mark.heavy  # (a discovery run of its own: make test-heavy, run by CI)
 def test_stored_metrics_do_not_depend_on_the_batches_in_flight(tmp_path):
     """The same serial run (same seed, so the same proposals) with one batch in flight and with two
     (the threads runner's default: two workers, each on every core): every candidate is stored with

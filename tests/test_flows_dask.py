@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 
+
+@pytest.mark.heavy  # (a discovery run of its own: make test-heavy, run by CI)
 def test_discover_on_a_local_dask_cluster_with_two_workers(prefect_api, tmp_path):
     from distributed import LocalCluster
 

@@ -332,6 +332,7 @@ def test_a_scheduled_run_continues_the_killed_run_of_its_deployment(prefect_api,
     assert report["tokens"][0] % 900 == 0 and 0 < report["tokens"][0] <= 900 * calls  # 900 per answered call
 
 
+@pytest.mark.heavy  # (a discovery run of its own: make test-heavy, run by CI)
 def test_a_reply_whose_recording_fails_is_kept_and_not_requested_again(prefect_api, tmp_path, monkeypatch):
     # Recording the first reply fails after the request succeeded (a paid LLM request): Prefect must
     # not retry the propose task (a retry would send the request again); the reply's proposals go

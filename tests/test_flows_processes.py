@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 
+
+@pytest.mark.heavy  # (a discovery run of its own: make test-heavy, run by CI)
 def test_discover_with_two_worker_processes(prefect_api, tmp_path):
     from flows.discover import discover
     from storage import CandidateStore

@@ -267,6 +267,7 @@ def _champion_below_top(folder: Path, run_id: str, top: pl.DataFrame, k: int = 5
     return [] if choice is None or choice.hash in top["hash"].to_list()[:k] else [choice.hash]
 
 
+@pytest.mark.heavy  # (a discovery run of its own: make test-heavy, run by CI)
 def test_permuted_test_targets_leave_the_search_bit_identical(tmp_path):
     frame = datasets.load("enso").frame
     (tmp_path / "a").mkdir()

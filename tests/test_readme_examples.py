@@ -52,7 +52,14 @@ def test_the_readme_has_the_examples_it_should():
     assert any("ndvm-enso-forecast@champion" in code for _, code in SCRIPTS)
 
 
-@pytest.mark.parametrize("line,code", [s for s in SCRIPTS if "models:/" not in s[1]], ids=lambda v: str(v)[:12])
+def _runnable(line: int, code: str):
+    """A block that runs a discovery (minutes on two cores) is heavy: make test-heavy runs it."""
+    return pytest.param(line, code, marks=[pytest.mark.heavy] if "discover(" in code else [])
+
+
+@pytest.mark.parametrize(
+    "line,code", [_runnable(*s) for s in SCRIPTS if "models:/" not in s[1]], ids=lambda v: str(v)[:12]
+)
 def test_readme_block_runs(line, code, tmp_path):
     out = run(code, tmp_path)
     assert out.returncode == 0, f"README.md line {line}:\n{out.stderr[-3000:]}"

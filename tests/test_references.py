@@ -117,6 +117,7 @@ def test_inverse_root_modulus():
     assert fc._inverse_root_modulus([], ma=True) == 0.0
 
 
+@pytest.mark.heavy  # (a discovery run of its own: make test-heavy, run by CI)
 # ---------------------------------------------------------------------------- every run starts from them
 @needs_ndvm
 def test_every_run_is_seeded_with_the_reference_programs_and_never_scores_worse(tmp_path):

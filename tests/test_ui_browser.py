@@ -90,6 +90,7 @@ def report_card(folder) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.heavy  # (a discovery run of its own: make test-heavy, run by CI)
 def test_mlflow_ui_shows_the_leaderboard_and_the_champion(enso_run, prefect_api):
     from mlflow.tracking import MlflowClient
 
