@@ -218,6 +218,7 @@ class Proposal:
     cost_usd: float | None = None
     repairs: int = 0  # LLM repair rounds this candidate needed
     meta: dict[str, Any] = field(default_factory=dict)
+    simplified_from: str | None = None  # the text as proposed, when the admit stage simplified it
 
 
 def proposal_record(proposal: Proposal) -> dict[str, Any]:

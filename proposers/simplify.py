@@ -18,6 +18,13 @@ changes, with three rules that keep the model's values:
    values ``E`` could take. ``(* 3.0 p)``, ``(sin phi)``, ``(exp (- k))``, ``(* p1 p2)`` all
    become one parameter.
 3. **Unused parameters are dropped**: a declaration no expression refers to.
+4. **Identities that hold wherever the value is finite**: inside a pure expression a zero term
+   (``(* ... 0.0 ...)``, ``(/ 0.0 ...)``, ``(- u u)``: the mutation engine's "multiply by 0.0"
+   leaves them, with their parameters) becomes ``0.0`` and a factor ``(/ u u)`` ``1.0``, when the
+   expression still reads every input it read (the shape of its value stays); rule 1 then drops
+   the neutral element. ``(exp (log u))`` and ``(log (exp u))`` become ``u``. Two or more constant arguments of a
+   sum or product whose parameters occur nowhere else (``(+ a b x)``) are grouped, and rule 2
+   makes them one parameter: constants that cannot be told apart are merged.
 
 A parameter that is also bound locally somewhere (a ``let`` or a formal with its name) is left
 alone by rule 2: its occurrences are not all the parameter. The outermost such ``E`` is rewritten
@@ -59,6 +66,11 @@ class Simplified:
     @property
     def changed(self) -> bool:
         return bool(self.changes)
+
+    @property
+    def param_names(self) -> list[str]:
+        """The parameters the simplified program declares, in order."""
+        return [str(f[1]) for f in self.forms if _is_param_decl(f)]
 
 
 def _is_num(node: Node) -> bool:
@@ -110,12 +122,96 @@ def _bound_names(node: Node, out: set[str]) -> None:
         _bound_names(x, out)
 
 
-def _fold(node: Node, shadowed: set[str], changes: list[str]) -> Node:
+def _pure(node: Node, shadowed: set[str]) -> bool:
+    """A pure numeric expression: literals, names and calls of pure numeric primitives on them."""
+    if isinstance(node, Sym) or _is_num(node):
+        return True
+    return (
+        isinstance(node, list)
+        and bool(node)
+        and isinstance(node[0], Sym)
+        and node[0] in FOLDABLE
+        and str(node[0]) not in shadowed
+        and all(_pure(x, shadowed) for x in node[1:])
+    )
+
+
+def _call_of(node: Node, head: str, shadowed: set[str]) -> bool:
+    return (
+        isinstance(node, list) and bool(node) and node[0] == head and isinstance(node[0], Sym) and head not in shadowed
+    )
+
+
+def _is_zero_term(node: Node, shadowed: set[str]) -> bool:
+    """``(* ... 0.0 ...)``, ``(/ 0.0 ...)`` and ``(- u u)`` of pure expressions: zero wherever finite."""
+    if not _pure(node, shadowed) or not isinstance(node, list) or len(node) < 3:
+        return False
+    if _call_of(node, "*", shadowed) and any(isinstance(a, float) and a == 0.0 for a in node[1:]):
+        return True
+    if _call_of(node, "/", shadowed) and isinstance(node[1], float) and node[1] == 0.0:
+        return True
+    return _call_of(node, "-", shadowed) and len(node) == 3 and to_str(node[1]) == to_str(node[2])
+
+
+def _is_one_factor(node: Node, shadowed: set[str]) -> bool:
+    """``(/ u u)`` of a pure expression: one wherever finite."""
+    return (
+        _call_of(node, "/", shadowed)
+        and len(node) == 3  # type: ignore[arg-type]
+        and _pure(node, shadowed)
+        and to_str(node[1]) == to_str(node[2])  # type: ignore[index]
+    )
+
+
+def _reads(node: Node, params: frozenset[str]) -> set[str]:
+    """The names ``node`` reads besides parameters and primitives: inputs and locals (vectors, maybe)."""
+    return {n for n in symbols_in(node) if n not in params and n not in FOLDABLE}
+
+
+def _outermost_pure(node: Node, path: tuple, shadowed: set[str]):
+    """(path, expression) of every pure call not inside a larger pure one."""
+    if not isinstance(node, list) or not node:
+        return
+    if _pure(node, shadowed) and isinstance(node[0], Sym):
+        yield path, node
+        return
+    for i, x in enumerate(node):
+        yield from _outermost_pure(x, path + (i,), shadowed)
+
+
+def _constant_identity(forms: list[Node], shadowed: set[str], changes: list[str], params: frozenset[str]) -> bool:
+    """Replace one zero term (``(* ... 0.0 ...)``, ``(/ 0.0 ...)``, ``(- u u)``) by 0.0 or one
+    factor ``(/ u u)`` by 1.0 inside a pure expression that still reads every input it read
+    afterwards: the value is the same wherever it was finite and its shape (the broadcast of the
+    inputs read) is kept. Constant folding then drops the neutral element, and rule 3 the
+    parameters that went with the term."""
+    for j, form in enumerate(forms):
+        if _is_param_decl(form):
+            continue
+        for root_path, root in _outermost_pure(form, (j,), shadowed):
+            reads = _reads(root, params)
+            for path, expr in _paths(root, ()):
+                if not path:
+                    continue  # the whole expression: its value (and shape) is all there is
+                value = 0.0 if _is_zero_term(expr, shadowed) else 1.0 if _is_one_factor(expr, shadowed) else None
+                if value is None:
+                    continue
+                trial = copy.deepcopy(root)
+                _set(trial, path, value)
+                if _reads(trial, params) != reads:
+                    continue
+                _set(forms, root_path + path, value)
+                changes.append(f"{to_str(expr)} became {value!r}")
+                return True
+    return False
+
+
+def _fold(node: Node, shadowed: set[str], changes: list[str], params: frozenset[str] = frozenset()) -> Node:
     if not isinstance(node, list) or not node:
         return node
     if node[0] == "quote" and isinstance(node[0], Sym):
         return node
-    node = [node[0]] + [_fold(x, shadowed, changes) for x in node[1:]]
+    node = [node[0]] + [_fold(x, shadowed, changes, params) for x in node[1:]]
     head = node[0]
     if not (isinstance(head, Sym) and head in FOLDABLE and str(head) not in shadowed):
         return node
@@ -135,6 +231,11 @@ def _fold(node: Node, shadowed: set[str], changes: list[str]) -> Node:
         if len(kept) < len(args) and kept and any(not _is_num(a) for a in kept):
             changes.append(f"dropped the neutral {neutral!r} of {head}")
             return kept[0] if len(kept) == 1 else [head] + kept
+    # exp(log u) and log(exp u): u wherever they are finite
+    inverse = {"exp": "log", "log": "exp"}.get(str(head))
+    if inverse is not None and len(args) == 1 and _call_of(args[0], inverse, shadowed) and len(args[0]) == 2:  # type: ignore[arg-type]
+        changes.append(f"{head} of {inverse} u became u")
+        return args[0][1]  # type: ignore[index]
     return node
 
 
@@ -245,6 +346,30 @@ def _lone_parameter(forms: list[Node], shadowed: set[str], changes: list[str], p
     return False
 
 
+def _group_lone_arguments(forms: list[Node], shadowed: set[str], changes: list[str]) -> None:
+    """``(+ a b x)`` with ``a`` and ``b`` used nowhere else becomes ``(+ (+ a b) x)`` (likewise
+    for ``*``), which rule 2 then makes one parameter: two constants of a sum cannot be told apart."""
+    decls = {str(f[1]): k for k, f in enumerate(forms) if _is_param_decl(f) and str(f[1]) not in shadowed}
+    if len(decls) < 2:
+        return
+    totals = {name: sum(_occurrences(f, name) for k, f in enumerate(forms) if k != decls[name]) for name in decls}
+    for j, form in enumerate(forms):
+        if _is_param_decl(form):
+            continue
+        for path, expr in list(_paths(form, (j,))):
+            if not (_call_of(expr, "+", shadowed) or _call_of(expr, "*", shadowed)) or len(expr) < 4:
+                continue
+            group = [a for a in expr[1:] if _pure_params(a, set(decls), shadowed)]
+            used = set().union(*(_pure_params(a, set(decls), shadowed) or set() for a in group)) if group else set()
+            inside = {p: sum(_occurrences(a, p) for a in group) for p in used}
+            if len(group) < 2 or len(group) == len(expr) - 1 or any(inside[p] != totals[p] for p in used):
+                continue
+            rest = [a for a in expr[1:] if not any(a is g for g in group)]
+            _set(forms, path, [expr[0], [expr[0], *group], *rest])
+            changes.append(f"grouped the constant arguments {', '.join(map(to_str, group))} of {expr[0]}")
+            return
+
+
 def simplify(forms: list[Node], max_rounds: int = 20) -> Simplified:
     """Simplify a program's top-level forms (a new list; the input is not modified)."""
     forms = copy.deepcopy(list(forms))
@@ -256,7 +381,11 @@ def simplify(forms: list[Node], max_rounds: int = 20) -> Simplified:
         for f in forms:
             _bound_names(f, shadowed)
         # names defined at top level (define f ...) shadow primitives too
-        forms = [f if _is_param_decl(f) else _fold(f, shadowed, changes) for f in forms]
+        params = frozenset(str(f[1]) for f in forms if _is_param_decl(f))
+        forms = [f if _is_param_decl(f) else _fold(f, shadowed, changes, params) for f in forms]
+        while _constant_identity(forms, shadowed, changes, params):
+            pass
+        _group_lone_arguments(forms, shadowed, changes)
         while _lone_parameter(forms, shadowed, changes, param_map):
             pass
         used: set[str] = set()
@@ -292,4 +421,18 @@ def map_params(result: Simplified, old: dict[str, float]) -> dict[str, float]:
     return out
 
 
-__all__ = ["simplify", "Simplified", "map_params", "FOLDABLE", "RANGE_CONSTRAINT"]
+def simplify_source(source: str) -> tuple[str, Simplified | None]:
+    """(the simplified text, the result) of a candidate's source; (source, None) when it does not
+    read (the store records it invalid with the runtime's error) or nothing changes."""
+    from .sexpr import SexprError, read_all, to_source
+
+    try:
+        result = simplify(read_all(source))
+    except (SexprError, RecursionError, ValueError, TypeError, IndexError):  # (a form the rules do not expect:
+        return source, None  # the text goes to the store unchanged, which compiles it or records why not)
+    if not result.changed:
+        return source, None
+    return to_source(result.forms), result
+
+
+__all__ = ["simplify", "simplify_source", "Simplified", "map_params", "FOLDABLE", "RANGE_CONSTRAINT"]

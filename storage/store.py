@@ -391,6 +391,14 @@ def _normalize_proposal(proposal: Any) -> tuple[str, str | None, list[str]]:
     return source, label, [str(p) for p in (parents or [])]
 
 
+def _simplified_from(proposal: Any) -> str | None:
+    """The text as proposed of a proposal that was simplified before it was stored, else None."""
+    value = (
+        proposal.get("simplified_from") if isinstance(proposal, Mapping) else getattr(proposal, "simplified_from", None)
+    )
+    return value if isinstance(value, str) else None
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id            VARCHAR PRIMARY KEY,
@@ -492,6 +500,8 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS dataset_fingerprint VARCHAR;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS fingerprint_parts JSON;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS seed BIGINT;
 ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS reused_from VARCHAR;
+-- a proposal the admit stage simplified (proposers/simplify.py) keeps the text as proposed
+ALTER TABLE proposals ADD COLUMN IF NOT EXISTS simplified_from VARCHAR;
 CREATE OR REPLACE VIEW leaderboard AS
 WITH ranked AS (
     SELECT e.run_id, e.candidate AS hash, c.source, c.origin, e.dataset, e.task, e.split,
@@ -526,6 +536,7 @@ _PROPOSAL_COLUMNS = (
     "error",
     "error_line",
     "error_column",
+    "simplified_from",
 )
 _CANDIDATE_COLUMNS = (
     "hash",
@@ -965,6 +976,7 @@ class CandidateStore:
                         message,
                         None,
                         None,
+                        _simplified_from(proposal),
                     ]
                 ],
             )
@@ -986,7 +998,9 @@ class CandidateStore:
         """
         import ndvm
 
+        proposals = list(proposals)
         items = [_normalize_proposal(p) for p in proposals]
+        simplified_from = [_simplified_from(p) for p in proposals]
         probes = self.probe_inputs(run_id)
         compiled: list[tuple[str, str | None, list[str], Any, Exception | None]] = []
         for source, origin, parents in items:  # compiling needs no lock: it touches no table
@@ -1002,7 +1016,7 @@ class CandidateStore:
             index = self._run_index(run_id)
             hashes, fingerprints = set(index.hashes), dict(index.fingerprints)  # committed on success only
             proposal_rows, candidate_rows, member_rows = [], [], []
-            for source, origin, parents, program, error in compiled:
+            for (source, origin, parents, program, error), before in zip(compiled, simplified_from):
                 row = [run_id, now, source, origin, json.dumps(parents)]
                 if program is None:
                     proposal_rows.append(
@@ -1015,19 +1029,20 @@ class CandidateStore:
                             getattr(error, "message", str(error)),
                             getattr(error, "line", None),
                             getattr(error, "column", None),
+                            before,
                         ]
                     )
                     continue
                 digest = program.canonical_hash
                 if digest in hashes:
-                    proposal_rows.append(row + ["duplicate_hash", digest, digest, None, None, None, None])
+                    proposal_rows.append(row + ["duplicate_hash", digest, digest, None, None, None, None, before])
                     continue
                 fp = fingerprint(program, probes)
                 twin = fingerprints.get(fp.value) if fp.value is not None else None
                 if twin is not None:
-                    proposal_rows.append(row + ["duplicate_semantic", digest, twin, None, None, None, None])
+                    proposal_rows.append(row + ["duplicate_semantic", digest, twin, None, None, None, None, before])
                     continue
-                proposal_rows.append(row + ["new", digest, None, None, None, None, None])
+                proposal_rows.append(row + ["new", digest, None, None, None, None, None, before])
                 wrapped = None if program_source is None else program.source
                 candidate_rows.append(
                     [

@@ -1,6 +1,6 @@
 """The admit stage: a round's proposals into the store, which keeps every program once.
 
-The store drops duplicates (canonical hash, semantic fingerprint) and invalid programs and counts
+Every proposal is simplified first (``simplified``); the store drops duplicates (canonical hash, semantic fingerprint) and invalid programs and counts
 them; with a candidate budget the proposals go in slices so the run accepts exactly that many;
 a program an earlier run on the same data evaluated is recorded from the library instead of
 being queued (storage/library.py); the new candidates join the calibration queue. What each
@@ -10,13 +10,33 @@ round gave (new, duplicates, stale rounds) is noted for the next round's context
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
 from flows import faults
 from flows.calibration import BatchItem
 from flows.feedback import RoundFeedback
+from proposers.simplify import simplify_source
 from storage.health import is_disk_full
+
+
+def simplified(proposal: Any) -> Any:
+    """A proposal of any proposer, simplified before it is deduplicated and fitted
+    (proposers/simplify.py: constant folding, zero terms, parameters that cannot be told apart):
+    the store then hashes, fits and counts the complexity of the simplified program, and keeps the
+    text as proposed (``proposals.simplified_from``). The mutation engine's proposals are
+    simplified already; an LLM's or a replay's are not."""
+    source = getattr(proposal, "source", None)
+    if not isinstance(source, str) or not dataclasses.is_dataclass(proposal):
+        return proposal
+    text, result = simplify_source(source)
+    if result is None:
+        return proposal
+    changes = {"canonical_hash": None, "simplified_from": source}
+    if hasattr(proposal, "param_names"):
+        changes["param_names"] = result.param_names
+    return dataclasses.replace(proposal, source=text, **changes)
 
 
 class AdmitStage:
@@ -53,6 +73,7 @@ class AdmitStage:
     def deduplicate(self, proposals: list[Any]) -> dict[str, int]:
         """A request's proposals into the store: duplicates and invalid programs are dropped (and
         counted), the new candidates join the calibration queue."""
+        proposals = [simplified(p) for p in proposals]
         with self.lock:
             new = self._accept(proposals)
             self.feedback.record(self.store, self.run_id, proposals, {c.proposed_source or c.source for c in new})
