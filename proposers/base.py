@@ -261,12 +261,15 @@ class ProposerTraits:
       (``ProposalContext.residuals``), which costs a store query and a task call per round.
     - ``names_duplicates``: its context names the duplicates it proposed (``ProposalContext.duplicates``),
       not only their rate.
+    - ``simplifies``: its proposals are already what ``proposers.simplify`` makes of them, so the
+      admit stage does not simplify them again (0.4 ms a proposal on the proposal thread).
     """
 
     offline: bool = False
     round_size: int = 16
     wants_residuals: bool = False
     names_duplicates: bool = False
+    simplifies: bool = False
 
 
 class Proposer:

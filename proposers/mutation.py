@@ -34,6 +34,7 @@ declared), then the program must pass the static checks and, when ``validate`` i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable
@@ -263,6 +264,7 @@ class MutationProposer(Proposer):
         self.dedup = dedup
         self.attempts = attempts
         self.simplify = simplify
+        self.traits = dataclasses.replace(type(self).traits, simplifies=simplify)  # (the admit stage skips it)
         self.stats = MutationStats()
         self._seen: set[str] = set()
         self._parent_cache: dict[str, _Parent | None] = {}

@@ -352,11 +352,11 @@ def test_a_reply_whose_recording_fails_is_kept_and_not_requested_again(prefect_a
     real_dedup = AdmitStage.deduplicate
     broken = []
 
-    def dedup_fails_once(self, proposals):
+    def dedup_fails_once(self, proposals, **options):
         if not broken:
             broken.append(len(proposals))
             raise OSError("disk briefly full")
-        return real_dedup(self, proposals)
+        return real_dedup(self, proposals, **options)
 
     monkeypatch.setattr(MutationProposer, "apropose", counted)
     monkeypatch.setattr(AdmitStage, "deduplicate", dedup_fails_once)

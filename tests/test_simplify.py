@@ -251,3 +251,13 @@ def test_the_admit_stage_simplifies_every_proposers_proposals(tmp_path):
     assert complexity == candidate_complexity(lean, ndvm.compile(lean), False)
     assert complexity < candidate_complexity(bloated, ndvm.compile(bloated), False)
     store.close()
+
+
+def test_only_a_proposer_that_simplifies_itself_skips_the_admit_stages_simplifier():
+    from proposers.llm import LLMProposer
+    from proposers.replay import ReplayProposer
+
+    assert MutationProposer(seed=0).traits.simplifies
+    assert not MutationProposer(seed=0, simplify=False).traits.simplifies
+    assert not MutationProposer.traits.simplifies  # the class's own traits are not changed
+    assert not ReplayProposer.traits.simplifies and not LLMProposer.traits.simplifies

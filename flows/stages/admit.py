@@ -70,10 +70,12 @@ class AdmitStage:
         self.store_errors = 0  # proposals whose store error could not be recorded either
         self.lock = threading.Lock()  # replies of concurrent requests arrive in worker threads
 
-    def deduplicate(self, proposals: list[Any]) -> dict[str, int]:
-        """A request's proposals into the store: duplicates and invalid programs are dropped (and
-        counted), the new candidates join the calibration queue."""
-        proposals = [simplified(p) for p in proposals]
+    def deduplicate(self, proposals: list[Any], already_simplified: bool = False) -> dict[str, int]:
+        """A request's proposals into the store: simplified (unless the proposer's traits say it
+        simplifies them itself), duplicates and invalid programs dropped (and counted), the new
+        candidates queued for calibration."""
+        if not already_simplified:
+            proposals = [simplified(p) for p in proposals]
         with self.lock:
             new = self._accept(proposals)
             self.feedback.record(self.store, self.run_id, proposals, {c.proposed_source or c.source for c in new})

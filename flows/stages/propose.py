@@ -262,7 +262,7 @@ class ProposeStage:
             return {"proposals": len(proposals), "new": 0}
         if proposals:
             try:
-                counts = self.admit.deduplicate(proposals)
+                counts = self.admit.deduplicate(proposals, already_simplified=self.traits.simplifies)
             except Exception as exc:
                 kept = self.admit.keep_unrecorded(proposals)
                 raise ProposalsNotRecorded(
