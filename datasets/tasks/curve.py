@@ -40,7 +40,7 @@ from .errors import CandidateError, TaskError
 from .facts import GroupFacts, GroupResidualFacts, UnscoredFact
 from .metrics import rmse
 from .runtime import require_ndvm
-from .sampling import REFIT_MAX_ROWS, REFIT_STEPS, SCORE_ROWS_PER_FIT_ROW, fit_row_budget, sample_rows
+from .sampling import REFIT_MAX_ROWS, REFIT_STEPS, SCORE_ROWS_PER_FIT_ROW, fit_row_budget, lbfgs_from, sample_rows
 
 INPUT = "x"
 INF = float("inf")
@@ -523,7 +523,6 @@ class CurveTask(Task):
         done = self._refits.get(key)
         if done is not None:
             return done
-        ndvm = require_ndvm()
         program = self.compile(fit.source)
         if not program.param_names or program.shared_names:
             return fit
@@ -534,16 +533,13 @@ class CurveTask(Task):
                 pick = sample_rows(y.size, REFIT_MAX_ROWS)
                 x, y = x[pick], y[pick]
             current = self._group_params(fit, group)
-            start = np.array([[float(current[n]) for n in program.param_names]])
-            refit = ndvm.calibrate(
+            refit = lbfgs_from(
                 program,
                 {INPUT: x},
-                target=y,
+                y,
+                current,
                 loss=self.loss,
-                optimizer="lbfgs",
                 steps=REFIT_STEPS,
-                restarts=1,
-                init=start,
                 threads=calibrate_options.get("threads"),
             )
             if refit.error or not np.isfinite(refit.loss):

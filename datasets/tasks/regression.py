@@ -47,8 +47,7 @@ from .curve import CurveTask
 from .errors import CandidateError, TaskError
 from .facts import InputCorrelationFacts, InputResidualFacts, NoteFact, UnscoredFact
 from .metrics import rmse
-from .runtime import require_ndvm
-from .sampling import REFIT_MAX_ROWS, REFIT_STEPS, SCORE_ROWS_PER_FIT_ROW, fit_row_budget, sample_rows
+from .sampling import REFIT_MAX_ROWS, REFIT_STEPS, SCORE_ROWS_PER_FIT_ROW, fit_row_budget, lbfgs_from, sample_rows
 
 INF = float("inf")
 VALIDATION_BLOCKS = 5
@@ -274,22 +273,18 @@ class RegressionTask(CurveTask):
         fits = super().fit_batch(programs, sources, names, **calibrate_options)
         if calibrate_options.get("optimizer", "lbfgs") == "lbfgs":
             return fits
-        ndvm = require_ndvm()
         inputs, y = self._fit_rows()
         for program, fit in zip(programs, fits):
             if not fit.ok or not program.param_names:
                 continue
-            start = np.array([[float(fit.params[n]) for n in program.param_names]])
             try:
-                polished = ndvm.calibrate(
+                polished = lbfgs_from(
                     program,
                     {k: v for k, v in inputs.items() if k in program.inputs},
-                    target=y,
+                    y,
+                    fit.params,
                     loss=self.loss,
-                    optimizer="lbfgs",
                     steps=POLISH_STEPS,
-                    restarts=1,
-                    init=start,
                     threads=calibrate_options.get("threads"),
                 )
             except Exception:  # a polish is optional: the run's own fit stands
@@ -338,26 +333,13 @@ class RegressionTask(CurveTask):
         ``REFIT_MAX_ROWS``, seeded), from its sampled fit."""
         if not fit.ok or not self.sampled() or not fit.fits:
             return fit
-        ndvm = require_ndvm()
         program = self.compile(fit.source)
         inputs, y = self._rows(TRAIN)
         if y.size > REFIT_MAX_ROWS:  # (sampling.py: a refit on ten million rows buys nothing)
             pick = sample_rows(y.size, REFIT_MAX_ROWS)
             inputs, y = {k: v[pick] for k, v in inputs.items()}, y[pick]
-        start = np.array([[float(fit.params[n]) for n in program.param_names]])
-        # one L-BFGS lane from the sampled optimum: a few steps on every row (a run's Adam settings
-        # are for finding an optimum from declared inits, not for polishing one)
-        options = {k: v for k, v in calibrate_options.items() if k in ("threads",)}
-        full = ndvm.calibrate(
-            program,
-            inputs,
-            target=y,
-            loss=self.loss,
-            optimizer="lbfgs",
-            steps=REFIT_STEPS,
-            restarts=1,
-            init=start,
-            **options,
+        full = lbfgs_from(
+            program, inputs, y, fit.params, loss=self.loss, steps=REFIT_STEPS, threads=calibrate_options.get("threads")
         )
         if full.error or not math.isfinite(full.loss):
             return fit

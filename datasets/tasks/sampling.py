@@ -58,3 +58,21 @@ def fit_row_budget(n_params: int = 4, seconds_per_candidate: float = 0.1) -> int
 def sample_rows(n: int, size: int) -> np.ndarray:
     """The seeded sample of ``size`` of ``n`` rows, as sorted row indices (row order kept)."""
     return np.sort(np.random.default_rng(SAMPLE_SEED).choice(n, size, replace=False))
+
+
+def lbfgs_from(program, inputs, target, start, *, loss: str, steps: int, threads: int | None = None):
+    """One L-BFGS lane of ``program`` from the parameter values ``start`` (name -> value): the
+    polish and the refit of a fitted candidate (a run's Adam settings find an optimum from the
+    declared inits; they do not polish one). ``ndvm.calibrate``'s result."""
+    init = np.array([[float(start[n]) for n in program.param_names]])
+    return require_ndvm().calibrate(
+        program,
+        inputs,
+        target=target,
+        loss=loss,
+        optimizer="lbfgs",
+        steps=steps,
+        restarts=1,
+        init=init,
+        threads=threads,
+    )
