@@ -116,6 +116,7 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
             task_kind=args.task_kind,
             train_fraction=args.train_fraction,
             validation_fraction=args.validation_fraction,
+            edge_fraction=args.edge_fraction,
             split=args.split,
             name=args.dataset_name,
             covariates=args.covariates,
@@ -333,6 +334,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         task_kind=args.task_kind,
         train_fraction=getattr(args, "train_fraction", None),
         validation_fraction=getattr(args, "validation_fraction", None),
+        edge_fraction=getattr(args, "edge_fraction", None),
     )
     dataset, task = load_problem(problem)
     if args.x and len(args.x) == 1 and args.x[0] != dataset.x or args.y and args.y != dataset.y:

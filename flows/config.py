@@ -184,6 +184,13 @@ PROBLEM_OPTIONS: dict[str, dict[str, Any]] = {
         group="data",
         metavar="F",
     ),
+    "edge_fraction": option(
+        "tables (the regression task): the share of training rows at the edges of the training ranges "
+        "held out of fitting and scored with the validation rows, so that candidates must extrapolate "
+        "(default 0.1; 0: none)",
+        group="data",
+        metavar="F",
+    ),
     "covariates": option(
         "forecast files: a column observed with y that candidates receive in x",
         group="data",

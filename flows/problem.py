@@ -35,6 +35,7 @@ class ProblemSpec:
     split: str | None = None  # files: "temporal" | "random" | "grouped"; None: the file's split column or the default
     name: str | None = None  # files: the dataset's name (its MLflow experiment and registered model)
     covariates: list[str] | None = None  # file columns a forecast candidate receives in x (--covariate COL)
+    edge_fraction: float | None = None  # tables: the edge block's share (datasets/tasks/edges.py); None: 0.1
 
     def __post_init__(self) -> None:
         # stored configurations come back from JSON with lists; one input stays a plain string
@@ -109,7 +110,10 @@ def load_problem(spec: ProblemSpec) -> tuple[Any, Any]:
         extra = dict(spec.options or {})
         dataset_options.check(datasets.definition(spec.dataset), extra)  # unknown names: an error listing the valid
         dataset = datasets.load(spec.dataset, **fractions, **extra)
-    return dataset, make_task(dataset, spec.task_kind)
+    task_options = {}
+    if spec.edge_fraction is not None:  # the regression task's alone: refused by the others' constructors
+        task_options["edge_fraction"] = spec.edge_fraction
+    return dataset, make_task(dataset, spec.task_kind, **task_options)
 
 
 def metric_label(task: Any) -> str:

@@ -152,6 +152,16 @@ def _formula(source: str, parameters: dict) -> dict[str, Any]:
     return render(source, plain).to_dict()
 
 
+def _validation_parts(heldout_metrics: str | None, metric: str) -> dict[str, float] | None:
+    """The champion's validation score inside the training box and at its edges, when the task
+    scored an edge block (the regression task: datasets/tasks/edges.py)."""
+    held = json.loads(heldout_metrics or "{}")
+    keys = {"in_range": f"{metric}_in_range", "edge": f"{metric}_edge"}
+    if not all(k in held for k in keys.values()):
+        return None
+    return {part: float(held[k]) for part, k in keys.items()}
+
+
 def build_report(
     store: Any,
     run_id: str | None = None,
@@ -224,6 +234,9 @@ def build_report(
             if k not in only
         ]
     report["champion"]["stderr"] = _stderr_of(task, champ["source"], parameters)
+    parts = _validation_parts(champ["heldout_metrics"], status.metric)
+    if parts:
+        report["champion"]["validation_parts"] = parts
     kind = paired_test_for(champion)
     if not champion.error:
         report[kind.breakdown_key] = {"champion": champion.breakdown(), **{r.name: r.breakdown() for r in usable}}

@@ -57,6 +57,14 @@ def report_markdown(report: dict[str, Any], max_groups: int = 12) -> str:
         f"test {_num(c['test_score'])}",
         "",
     ]
+    if c.get("validation_parts"):
+        v = c["validation_parts"]
+        lines += [
+            f"Validation {report['metric']}: {_num(v['in_range'])} inside the training box, {_num(v['edge'])} "
+            "at its edges (the edge block: training rows held out of fitting, so the score asks "
+            "whether the model extrapolates).",
+            "",
+        ]
     if report.get("selection"):
         sel = report["selection"]
         lines += [f"Selection: {sel['reason']} ({sel['rule']}.)", ""]

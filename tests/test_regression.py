@@ -146,9 +146,16 @@ def test_the_seeds_fit_the_law_exactly_and_scores_carry_their_standard_error(tas
     assert fit.params["c1"] == pytest.approx(2.0, abs=0.01) and fit.params["c4"] == pytest.approx(-0.5, abs=0.02)
     score = task.score(fit)
     assert score["rmse"] == pytest.approx(0.01, rel=0.2)  # the noise level
-    assert score["n_blocks"] == 5 and 0 < score["rmse_se"] < score["rmse"]
-    blocks = [score[f"rmse_block{i + 1}"] for i in range(5)]  # what the champion's rule pairs on
-    assert score["rmse_se"] == pytest.approx(np.std(blocks, ddof=1) / np.sqrt(5), rel=1e-12)
+    # five blocks of the validation rows, five of the edge block (datasets/tasks/edges.py)
+    assert score["n_blocks"] == 10 and 0 < score["rmse_se"] < score["rmse"]
+    blocks = [score[f"rmse_block{i + 1}"] for i in range(10)]  # what the champion's rule pairs on
+    assert score["rmse_se"] == pytest.approx(np.std(blocks, ddof=1) / np.sqrt(10), rel=1e-12)
+    # the pooled score sits between its two parts: inside the box, and the held-out edges
+    assert (
+        min(score["rmse_in_range"], score["rmse_edge"])
+        <= score["rmse"]
+        <= max(score["rmse_in_range"], score["rmse_edge"])
+    )
     assert score["nmse"] < 1e-3
     refs = {r["model"]: r for r in task.score_references()}
     assert set(refs) == {"constant", "linear", "quadratic"}
@@ -171,7 +178,9 @@ def test_a_large_training_part_is_searched_on_a_sample_and_finalists_refit_on_al
     import pickle
 
     worker = pickle.loads(pickle.dumps(task))
-    assert worker.dataset.frame.height == 500 + ds.validation.height
+    edge_rows = task.split_target("edge").size  # the edge block's rows (datasets/tasks/edges.py), scored
+    assert edge_rows > 0 and worker.dataset.frame.height == 500 + edge_rows + ds.validation.height
+    np.testing.assert_array_equal(worker.split_target("edge"), task.split_target("edge"))
     np.testing.assert_array_equal(worker.fit_target(), task.fit_target())
     assert worker.score(fit)["rmse"] == task.score(fit)["rmse"]
     assert task.score(fit)["train_rmse"] == pytest.approx(np.sqrt(fit.train_loss), rel=1e-6)

@@ -49,6 +49,10 @@ def make_task(dataset: Dataset, kind: str | None = None, **options):
             f"{dataset.name}: the curve task takes one input; {len(dataset.inputs)} inputs "
             f"({', '.join(dataset.inputs)}) need the regression task"
         )
+    if "edge_fraction" in options and kind != "regression":
+        raise TaskError(
+            f"{dataset.name}: --edge-fraction applies to tables (the regression task), not to the {kind} task"
+        )
     return task_class(kind)(dataset, **options)
 
 

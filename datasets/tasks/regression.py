@@ -44,6 +44,7 @@ from storage.columns import program_names
 from ..schema import TEST, TRAIN, VALIDATION, Dataset
 from .base import TaskFit
 from .curve import CurveTask
+from .edges import EDGE_BLOCKS, EDGE_FRACTION, EDGE_MIN_ROWS, EDGE_SAMPLE_ROWS, EdgeBlock, GrowthGrid
 from .errors import CandidateError, TaskError
 from .facts import InputCorrelationFacts, InputResidualFacts, NoteFact, UnscoredFact
 from .metrics import rmse
@@ -51,6 +52,11 @@ from .sampling import REFIT_MAX_ROWS, REFIT_STEPS, SCORE_ROWS_PER_FIT_ROW, fit_r
 
 INF = float("inf")
 VALIDATION_BLOCKS = 5
+# Parts of the training split (datasets/tasks/edges.py): the inner rows candidates are fitted on
+# during the search (TRAIN), the edge block held out of fitting (EDGE), and both (ALL_TRAINING:
+# what the finalists and the references are refitted on before the test).
+EDGE = "edge"
+ALL_TRAINING = "all_training"
 POLISH_STEPS = 100  # L-BFGS steps polishing each candidate after the run's (Adam) calibration  # L-BFGS steps of a finalist's refit on every training row
 
 
@@ -126,9 +132,20 @@ class RegressionTask(CurveTask):
     primary_metric = "rmse"
     table_inputs = True  # every input is a column over the same rows (proposers' TaskSpec.table_inputs)
 
-    def __init__(self, dataset: Dataset, *, loss: str = "mse", max_fit_rows: int | None = None):
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        loss: str = "mse",
+        max_fit_rows: int | None = None,
+        edge_fraction: float | None = None,
+    ):
         if loss not in ("mse", "gaussian_nll"):
             raise TaskError(f"regression task: loss must be 'mse' or 'gaussian_nll', got {loss!r}")
+        edge_fraction = EDGE_FRACTION if edge_fraction is None else edge_fraction
+        if not (isinstance(edge_fraction, (int, float)) and 0.0 <= edge_fraction < 0.5):
+            raise TaskError(f"regression task: the edge fraction must be in [0, 0.5), got {edge_fraction!r}")
+        self.edge_fraction = float(edge_fraction)
         self.dataset = dataset
         self.loss = loss
         self.per_group = False
@@ -153,11 +170,13 @@ class RegressionTask(CurveTask):
         self._parts: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
         self._parts_of: int | None = None
         self._sample: tuple[dict[str, np.ndarray], np.ndarray] | None = None
+        self._edge: tuple[EdgeBlock | None, GrowthGrid | None] | None = None  # (edges.py), made once
 
     def __getstate__(self) -> dict[str, Any]:
         """What a worker process gets: without the cached arrays, and for a sampled table only the
         rows a worker reads (the training sample and the validation rows), not the whole table: a
         worker fits and scores validation; the test is scored where the run is (flows/final.py)."""
+        self._edge_parts()  # made here, from every training row: a worker applies the same block
         state = dict(self.__dict__)
         if self.sampled():
             state["dataset"] = self._search_dataset()
@@ -169,7 +188,9 @@ class RegressionTask(CurveTask):
         import dataclasses
 
         train = self._part_index(TRAIN)
-        index = np.concatenate([train[self._sample_rows(train.size)], self._part_index(VALIDATION)])
+        index = np.concatenate(
+            [train[self._sample_rows(train.size)], self._part_index(EDGE), self._part_index(VALIDATION)]
+        )
         index.sort()
         frame = self.dataset.frame[index]
         return dataclasses.replace(self.dataset, frame=frame, meta={**self.dataset.meta, "search_rows_only": True})
@@ -204,11 +225,44 @@ class RegressionTask(CurveTask):
         return rows
 
     def _part_index(self, part: str) -> np.ndarray:
-        """Row numbers of ``part`` in the frame; the validation part cut to its seeded sample."""
-        index = np.flatnonzero((self.dataset.frame.get_column("split") == part).to_numpy())
-        if part == VALIDATION and index.size > self.max_score_rows:
+        """Row numbers of ``part`` in the frame (TRAIN: the inner training rows, EDGE: the edge
+        block, ALL_TRAINING: both); the scored parts (validation, edge) cut to their seeded sample."""
+        split = TRAIN if part in (EDGE, ALL_TRAINING) else part
+        index = np.flatnonzero((self.dataset.frame.get_column("split") == split).to_numpy())
+        if split == TRAIN and part != ALL_TRAINING:
+            edge = self._edge_parts()[0]
+            if edge is not None:  # the mask of every row, then read at the part's rows (no gathered copies)
+                frame = self.dataset.frame
+                at_edge = edge.mask([frame.get_column(c).cast(pl.Float64).to_numpy() for c in self.columns])[index]
+                index = index[at_edge] if part == EDGE else index[~at_edge]
+            elif part == EDGE:
+                index = index[:0]
+        if part in (VALIDATION, EDGE) and index.size > self.max_score_rows:
             index = index[self._sample_rows(index.size, self.max_score_rows)]
         return index
+
+    def _edge_parts(self) -> tuple[EdgeBlock | None, GrowthGrid | None]:
+        """The edge block and the growth grid (datasets/tasks/edges.py), made once from every
+        training row (the block's thresholds are plain numbers: a worker's rows get the same)."""
+        if self._edge is None:
+            index = np.flatnonzero((self.dataset.frame.get_column("split") == TRAIN).to_numpy())
+            frame = self.dataset.frame
+            # the block's quantiles from a seeded sample of a large table; the box from every row
+            sample = index[sample_rows(index.size, EDGE_SAMPLE_ROWS)] if index.size > EDGE_SAMPLE_ROWS else index
+            columns, ranges = [], {}
+            for c in self.columns:
+                full = frame.get_column(c).cast(pl.Float64).to_numpy()
+                columns.append(full[sample])
+                ranges[self.names[c]] = (float(np.min(full[index])), float(np.max(full[index])))
+            target = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()[index]
+            edge = EdgeBlock.of(columns, self.edge_fraction) if index.size >= EDGE_MIN_ROWS else None
+            self._edge = (edge, GrowthGrid.of(ranges, target))
+        return self._edge
+
+    @property
+    def edge_block(self) -> EdgeBlock | None:
+        """The training rows held out at the edges of the training box, or None (edges.py)."""
+        return self._edge_parts()[0]
 
     @property
     def max_fit_rows(self) -> int:
@@ -328,16 +382,25 @@ class RegressionTask(CurveTask):
             raise TaskError(f"fit {fit.name!r} has no predictor (it was not made by this task)")
         return fit.predictor(None, self._rows(part)[0])
 
-    def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
-        """A finalist fitted on a sample is refitted on every training row (at most
-        ``REFIT_MAX_ROWS``, seeded), from its sampled fit."""
-        if not fit.ok or not self.sampled() or not fit.fits:
-            return fit
-        program = self.compile(fit.source)
-        inputs, y = self._rows(TRAIN)
+    def _refit_rows(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Every training row, the edge block's too (at most ``REFIT_MAX_ROWS``, seeded): what the
+        finalists and the references are fitted on before the test."""
+        inputs, y = self._rows(ALL_TRAINING)
         if y.size > REFIT_MAX_ROWS:  # (sampling.py: a refit on ten million rows buys nothing)
             pick = sample_rows(y.size, REFIT_MAX_ROWS)
             inputs, y = {k: v[pick] for k, v in inputs.items()}, y[pick]
+        return inputs, y
+
+    def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
+        """A finalist fitted on part of the training rows (a sample of a large table, or the rows
+        inside the edge block) is refitted on every training row (``_refit_rows``) from its fit:
+        ``REFIT_STEPS`` L-BFGS steps; a refit that fails keeps the fit as it was."""
+        if not fit.ok or not fit.fits or not (self.sampled() or self.edge_block is not None):
+            return fit
+        program = self.compile(fit.source)
+        if not program.param_names:
+            return fit
+        inputs, y = self._refit_rows()
         full = lbfgs_from(
             program, inputs, y, fit.params, loss=self.loss, steps=REFIT_STEPS, threads=calibrate_options.get("threads")
         )
@@ -357,49 +420,78 @@ class RegressionTask(CurveTask):
         return out
 
     # ------------------------------------------------------------------ scoring
-    def score(self, fit: TaskFit, split: str = VALIDATION) -> dict[str, Any]:
+    def score(self, fit: TaskFit, split: str = VALIDATION, *, reference: bool = False) -> dict[str, Any]:
         """Scores on ``split``'s rows: ``rmse`` (primary), ``nmse``, ``mae``, ``train_rmse`` (on the
-        rows the candidate was fitted on: the sample of a large table), and ``rmse_se`` with
-        ``n_blocks`` (contract C2, see the module docstring). A failed or non-finite fit scores inf."""
+        rows the candidate was fitted on: the inner rows, or their sample in a large table), and
+        ``rmse_se`` with ``n_blocks`` (contract C2, see the module docstring). A failed or non-finite
+        fit scores inf.
+
+        On the validation split with an edge block (edges.py) the held-out rows are the validation
+        rows and the edge rows together: ``rmse`` is pooled over both, ``rmse_in_range`` and
+        ``rmse_edge`` (with ``nmse_in_range``, ``nmse_edge``) are each part's, and the blocks are
+        ``VALIDATION_BLOCKS`` of the validation rows then ``EDGE_BLOCKS`` of the edge rows. A
+        candidate (not a ``reference``) whose prediction leaves the band just beyond the training
+        box (the growth check) scores inf, with the reason."""
         if split not in (VALIDATION, TEST):
             raise TaskError(f"a regression task scores the 'validation' or the 'test' split, not {split!r}")
-        y = self.split_target(split)
-        blocks = min(VALIDATION_BLOCKS, y.size)
+        edge, growth = self._edge_parts() if split == VALIDATION else (None, None)
+        parts = [(split, VALIDATION_BLOCKS)] + ([(EDGE, EDGE_BLOCKS)] if edge is not None else [])
+        targets = [self.split_target(part) for part, _ in parts]
+        blocks = [min(k, y.size) for (_, k), y in zip(parts, targets)]
+        n_blocks = sum(blocks)
         base = {"model": fit.name, "n_params": fit.n_params, "train_loss": fit.train_loss, "fit_seconds": fit.seconds}
         failed = {**base, "rmse": INF, "rmse_pooled": INF, "nmse": INF, "mae": INF, "train_rmse": INF}
-        failed.update(rmse_se=INF, n_blocks=blocks)
+        failed.update(rmse_se=INF, n_blocks=n_blocks)
+        if edge is not None:
+            failed.update(rmse_in_range=INF, rmse_edge=INF)
         if not fit.ok:
             return {**failed, "error": fit.error}
         try:
-            p = self.predict(fit, None, split)
+            predictions = [self.predict(fit, None, part) for part, _ in parts]
             p_fit = fit.predictor(None, self.fit_inputs())
+            beyond = fit.predictor(None, growth.points) if growth is not None and not reference else None
         except Exception as exc:  # a candidate failing at prediction time scores inf, with the reason
             return {**failed, "error": f"prediction failed: {exc}"}
-        if not np.all(np.isfinite(p)):
-            return {**failed, "error": f"non-finite predictions on {split} rows"}
+        for (part, _), p in zip(parts, predictions):
+            if not np.all(np.isfinite(p)):
+                return {**failed, "error": f"non-finite predictions on {part} rows"}
+        refusal = growth.refusal(beyond) if beyond is not None and growth is not None else None
+        if refusal is not None:
+            return {**failed, "error": refusal}
+        p, y = np.concatenate(predictions), np.concatenate(targets)
         error = rmse(p, y)
         var = float(np.var(y))
-        per_block = [rmse(pp, yy) for pp, yy in zip(np.array_split(p, blocks), np.array_split(y, blocks))]
-        return {
+        per_block = [
+            rmse(pp, yy)
+            for pk, yk, k in zip(predictions, targets, blocks)
+            for pp, yy in zip(np.array_split(pk, k), np.array_split(yk, k))
+        ]
+        out = {
             **base,
             "rmse": error,
             "rmse_pooled": error,
             "nmse": error**2 / var if var > 0 else INF,
             "mae": float(np.mean(np.abs(p - y))),
             "train_rmse": rmse(p_fit, self.fit_target()) if np.all(np.isfinite(p_fit)) else INF,
-            "rmse_se": float(np.std(per_block, ddof=1) / math.sqrt(blocks)) if blocks > 1 else INF,
-            "n_blocks": blocks,
+            "rmse_se": float(np.std(per_block, ddof=1) / math.sqrt(n_blocks)) if n_blocks > 1 else INF,
+            "n_blocks": n_blocks,
             # per-block scores: the champion's rule pairs candidates block by block (storage/selection.py)
-            **({f"rmse_block{i + 1}": float(v) for i, v in enumerate(per_block)} if blocks > 1 else {}),
+            **({f"rmse_block{i + 1}": float(v) for i, v in enumerate(per_block)} if n_blocks > 1 else {}),
             "error": None,
         }
+        if edge is not None:
+            for label, pk, yk in zip(("in_range", "edge"), predictions, targets):
+                out[f"rmse_{label}"] = rmse(pk, yk)
+                out[f"nmse_{label}"] = out[f"rmse_{label}"] ** 2 / float(np.var(yk)) if np.var(yk) > 0 else INF
+        return out
 
     def fit_reference(self, ref: Any, test_groups: bool = False) -> TaskFit:
-        """A linear reference fitted by least squares on the rows candidates are fitted on (every
-        training row, or the sample of a large table: a design matrix of every row and term of a
-        10-million-row table would take gigabytes)."""
+        """A linear reference fitted by least squares on the rows candidates are fitted on (the inner
+        training rows, or their sample in a large table: a design matrix of every row and term of a
+        10-million-row table would take gigabytes); for the test (``test_groups``) on the rows the
+        finalists are refitted on (``_refit_rows``)."""
         start = time.perf_counter()
-        inputs, y = self._fit_rows()
+        inputs, y = self._refit_rows() if test_groups else self._fit_rows()
         design = ref.design(inputs, y.size)
         coef, *_ = np.linalg.lstsq(design, y, rcond=None)
         mse = float(np.mean((design @ coef - y) ** 2))
@@ -420,7 +512,10 @@ class RegressionTask(CurveTask):
         )
 
     def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
-        return [self.score(self.fit_reference(ref), split) for ref in self.references]
+        return [
+            self.score(self.fit_reference(ref, test_groups=split == TEST), split, reference=True)
+            for ref in self.references
+        ]
 
     def scored_rows(self, split: str = TEST) -> dict[Any, dict[str, Any]]:
         """None: a table's rows are not cells along one x (the curve task's plot), whatever its
@@ -432,7 +527,8 @@ class RegressionTask(CurveTask):
 
     # ------------------------------------------------------------------ proposers and prompts
     def _ranges(self) -> dict[str, tuple[float, float]]:
-        inputs, _ = self._rows(TRAIN)
+        """Each input's range over every training row (the edge block's too): the training box."""
+        inputs, _ = self._rows(ALL_TRAINING)
         return {k: (float(np.min(v)), float(np.max(v))) for k, v in inputs.items()}
 
     def probe_inputs(self) -> dict[str, np.ndarray]:
@@ -460,7 +556,11 @@ class RegressionTask(CurveTask):
             "grouped": f"whole {self.dataset.group} groups held out (seed {self.dataset.meta.get('split_seed', 0)})",
             "temporal": f"temporal, in {self.dataset.x} order",
         }.get(kind, kind)
-        return f"{kind} split: {how}; validation = {VALIDATION_BLOCKS} blocks of the validation rows"
+        label = f"{kind} split: {how}; validation = {VALIDATION_BLOCKS} blocks of the validation rows"
+        edge = self.edge_block
+        if edge is not None:
+            label += f" and {EDGE_BLOCKS} of the {edge.describe(self.input_names)}"
+        return label
 
     def seed_programs(self) -> list[str]:
         """Linear in every input, the pairwise products, the full quadratic, and where every input is
@@ -525,11 +625,20 @@ Contract:
   softplus min max abs square. No strings, no set!, no I/O.
 - Fit: {"mean squared error" if self.loss == "mse" else "Gaussian negative log-likelihood"} on the training
   rows; score: RMSE on the validation rows ({self.split_label()}), lower is better. Simpler formulas
-  that score as well are preferred.
+  that score as well are preferred.{self._edge_contract()}
 
 Example:
 {example}
 """
+
+    def _edge_contract(self) -> str:
+        if self.edge_block is None:
+            return ""
+        return (
+            "\n- The rows at the edges of the training ranges are held out of fitting and scored with the "
+            "validation rows: a formula must extrapolate, not only interpolate. A prediction that leaves the "
+            "target's range by far just beyond the training box refuses the candidate."
+        )
 
     def entry_extras(self, source: str, parameters: dict[str, float]) -> dict[str, Any]:
         """What MLflow logs for a leaderboard entry: the data of the plot of the predictions
@@ -538,10 +647,10 @@ Example:
         input example with the table's own column names (what the pyfunc model predicts from)."""
         import pandas as pd
 
-        parts = [self._rows(TRAIN), self._rows(VALIDATION)]
+        parts = [self._rows(TRAIN), self._rows(EDGE), self._rows(VALIDATION)]
         inputs = {k: np.concatenate([p[0][k] for p in parts]) for k in self.input_names}
         y = np.concatenate([p[1] for p in parts])
-        held = np.concatenate([np.zeros(parts[0][1].size, bool), np.ones(parts[1][1].size, bool)])
+        held = np.concatenate([np.full(p[1].size, i > 0) for i, p in enumerate(parts)])
         if y.size > 2000:
             pick = np.sort(np.random.default_rng(0).choice(y.size, 2000, replace=False))
             inputs, y, held = {k: v[pick] for k, v in inputs.items()}, y[pick], held[pick]
