@@ -56,14 +56,14 @@ spec = json.load(open(sys.argv[1]))
 load = lambda p: np.loadtxt(p, delimiter=",", skiprows=1, ndmin=2)
 train, tid, tood = (load(spec[k]) for k in ("train", "test_id", "test_ood"))
 start = time.time()
-model = SymbolicRegressor(max_time=int(spec["seconds"]), random_state=0, n_threads=2,
+model = SymbolicRegressor(max_time=int(spec["seconds"]), random_state=spec.get("seed", 0), n_threads=2,
                           generations=10**6, max_evaluations=10**9)
 model.fit(train[:, :-1], train[:, -1])
 out = {"seconds": time.time() - start,
        "pred_id": model.predict(tid[:, :-1]).tolist(), "pred_ood": model.predict(tood[:, :-1]).tolist()}
 try:
     out["complexity"] = int(model.stats_["model_length"])
-    out["model"] = model.get_model_string(model.model_, 4)
+    out["model"] = model.get_model_string(model.model_, 6)
 except Exception as exc:
     out["complexity"], out["model"] = None, repr(exc)
 json.dump(out, open(spec["out"], "w"))
@@ -77,7 +77,8 @@ spec = json.load(open(sys.argv[1]))
 load = lambda p: np.loadtxt(p, delimiter=",", skiprows=1, ndmin=2)
 train, tid, tood = (load(spec[k]) for k in ("train", "test_id", "test_ood"))
 start = time.time()
-model = SymbolicRegressor(population_size=1000, generations=1, warm_start=True, random_state=0, n_jobs=1,
+model = SymbolicRegressor(population_size=1000, generations=1, warm_start=True, random_state=spec.get("seed", 0),
+                          n_jobs=1,
                           function_set=("add", "sub", "mul", "div", "sqrt", "log", "sin", "cos"))
 g = 1
 while True:
@@ -166,8 +167,17 @@ def nmse(prediction: Any, y: Any) -> float:
 
 
 # ---------------------------------------------------------------------------- NDVM
-def run_ndvm(name: str, tables: dict[str, Any], seconds: float, folder: Path) -> dict[str, Any]:
-    """``ndvm discover`` on the training table (seeded 80/20 train/validation) for ``seconds``."""
+def run_ndvm(
+    name: str,
+    tables: dict[str, Any],
+    seconds: float,
+    folder: Path,
+    *,
+    seed: int = 0,
+    extra_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """``ndvm discover`` on the training table (seeded 80/20 train/validation) for ``seconds``, with
+    the run's ``seed`` and ``extra_args`` (an ablation: ``("--edge-fraction", "0")``)."""
     import ndvm
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -183,7 +193,8 @@ def run_ndvm(name: str, tables: dict[str, Any], seconds: float, folder: Path) ->
     command += ["--name", name]
     for column in inputs:
         command += ["--x", column]
-    command += ["--minutes", f"{seconds / 60:.4f}", "--seed", "0", "--folder", str(folder / "runs")]
+    command += ["--minutes", f"{seconds / 60:.4f}", "--seed", str(seed), "--folder", str(folder / "runs")]
+    command += list(extra_args)
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds * 4 + 300)
     took = time.perf_counter() - start
@@ -210,6 +221,9 @@ def run_ndvm(name: str, tables: dict[str, Any], seconds: float, folder: Path) ->
         "pred_ood": predict(tables["test_ood"]),
         "complexity": champion.get("complexity"),
         "model": (champion.get("formula") or {}).get("text", champion["source"]),
+        "source": champion["source"],
+        "parameters": champion["parameters"],
+        "validation_parts": champion.get("validation_parts"),
         "calibrated": card.get("counts", {}).get("calibrated"),
     }
 
@@ -233,9 +247,11 @@ def peer_python(peer: str) -> tuple[Path | None, str]:
     return python, ""
 
 
-def run_peer(peer: str, python: Path, tables: dict[str, Any], seconds: float, folder: Path) -> dict[str, Any]:
+def run_peer(
+    peer: str, python: Path, tables: dict[str, Any], seconds: float, folder: Path, *, seed: int = 0
+) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
-    spec = {"seconds": seconds, "out": str(folder / "out.json")}
+    spec = {"seconds": seconds, "out": str(folder / "out.json"), "seed": seed}
     for part in ("train", "test_id", "test_ood"):
         _write(tables[part], folder / f"{part}.csv")
         spec[part] = str(folder / f"{part}.csv")

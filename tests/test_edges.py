@@ -120,19 +120,13 @@ def test_the_growth_grid_keeps_positive_inputs_positive_and_refuses_non_finite_v
 
 
 # ---------------------------------------------------------------------------- the test split
-def test_finalists_and_references_are_refitted_on_every_training_row_for_the_test(task):
+def test_the_test_split_scores_the_fit_the_search_validated(task):
+    # not refitted with the edge rows: the parameters scored on test are the ones the report card
+    # prints and the MLflow model serves (a sampled table's finalists are refitted, on every row)
     fit = task.fit(LAW, steps=200)
-    full = task.prepare_test_fit(fit)
-    assert full.params["c"] != fit.params["c"] and full.params["c"] == pytest.approx(1.0, abs=0.01)
-    assert full.train_loss == pytest.approx(
-        float(
-            np.mean((full.predictor(None, task.split_inputs("all_training")) - task.split_target("all_training")) ** 2)
-        ),
-        rel=1e-6,
-    )
+    assert task.prepare_test_fit(fit) is fit
     ref = task.fit_reference(task.references[1], test_groups=True)
-    inner = task.fit_reference(task.references[1])
-    assert ref.params != inner.params
+    assert ref.params == task.fit_reference(task.references[1]).params
 
 
 def test_a_worker_applies_the_same_block(task):

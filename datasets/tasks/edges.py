@@ -11,8 +11,8 @@ masses 5-8 of a [1, 5] training box). Two questions, both answered from the trai
   validation rows: a row is at the edge when one of its inputs lies in that input's lower or upper
   tail, the tails of every input at the same quantile level ``q``, the largest for which the
   union holds at most ``fraction`` of the training rows (found by bisection on a seeded sample).
-  Candidates are fitted on the inner rows; the finalists are refitted on every training row before
-  the test (``RegressionTask.prepare_test_fit``), the references too.
+  Candidates (and the references) are fitted on the inner rows, and the test split scores that
+  fit: the parameters scored are the ones the report card prints and the MLflow model serves.
 - **The growth check** (``GrowthGrid``): each candidate is evaluated on seeded points just beyond
   the training box (each input's range widened by ``GROWTH_WIDEN`` of its width on each side, an
   input positive on every training row never below half its smallest value, a non-negative one

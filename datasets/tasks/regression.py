@@ -384,7 +384,7 @@ class RegressionTask(CurveTask):
 
     def _refit_rows(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Every training row, the edge block's too (at most ``REFIT_MAX_ROWS``, seeded): what the
-        finalists and the references are fitted on before the test."""
+        finalists of a sampled table are refitted on before the test."""
         inputs, y = self._rows(ALL_TRAINING)
         if y.size > REFIT_MAX_ROWS:  # (sampling.py: a refit on ten million rows buys nothing)
             pick = sample_rows(y.size, REFIT_MAX_ROWS)
@@ -392,10 +392,12 @@ class RegressionTask(CurveTask):
         return inputs, y
 
     def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
-        """A finalist fitted on part of the training rows (a sample of a large table, or the rows
-        inside the edge block) is refitted on every training row (``_refit_rows``) from its fit:
-        ``REFIT_STEPS`` L-BFGS steps; a refit that fails keeps the fit as it was."""
-        if not fit.ok or not fit.fits or not (self.sampled() or self.edge_block is not None):
+        """A finalist fitted on a sample of a large table is refitted on every training row
+        (``_refit_rows``) from its sampled fit: ``REFIT_STEPS`` L-BFGS steps; a refit that fails
+        keeps the fit as it was. A table that is not sampled keeps the fit the search validated
+        (on the rows inside the edge block): the parameters scored on the test split are the ones
+        the report card prints and the MLflow model serves."""
+        if not fit.ok or not fit.fits or not self.sampled():
             return fit
         program = self.compile(fit.source)
         if not program.param_names:
@@ -488,10 +490,9 @@ class RegressionTask(CurveTask):
     def fit_reference(self, ref: Any, test_groups: bool = False) -> TaskFit:
         """A linear reference fitted by least squares on the rows candidates are fitted on (the inner
         training rows, or their sample in a large table: a design matrix of every row and term of a
-        10-million-row table would take gigabytes); for the test (``test_groups``) on the rows the
-        finalists are refitted on (``_refit_rows``)."""
+        10-million-row table would take gigabytes)."""
         start = time.perf_counter()
-        inputs, y = self._refit_rows() if test_groups else self._fit_rows()
+        inputs, y = self._fit_rows()
         design = ref.design(inputs, y.size)
         coef, *_ = np.linalg.lstsq(design, y, rcond=None)
         mse = float(np.mean((design @ coef - y) ** 2))
@@ -512,10 +513,7 @@ class RegressionTask(CurveTask):
         )
 
     def score_references(self, split: str = VALIDATION) -> list[dict[str, Any]]:
-        return [
-            self.score(self.fit_reference(ref, test_groups=split == TEST), split, reference=True)
-            for ref in self.references
-        ]
+        return [self.score(self.fit_reference(ref), split, reference=True) for ref in self.references]
 
     def scored_rows(self, split: str = TEST) -> dict[Any, dict[str, Any]]:
         """None: a table's rows are not cells along one x (the curve task's plot), whatever its
