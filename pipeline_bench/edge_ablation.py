@@ -2,7 +2,8 @@
 with the edge block (the default, ``--edge-fraction 0.1``) and without it (``--edge-fraction 0``),
 same seeds, same wall clock; NMSE on the in-domain and the out-of-domain test files.
 
-    python -m pipeline_bench.edge_ablation [SECONDS] [SEED ...]     (default: 180 s, seed 0)
+    python -m pipeline_bench.edge_ablation [SECONDS] [SEED ...] [--only SETTING]
+        (default: 180 s, seed 0, both settings; --only "edge block" or --only "no edge block")
 
 The LLM-SR problems need ../shared/data/llmsr (else they are left out, with the reason).
 """
@@ -21,6 +22,14 @@ SETTINGS = {"edge block": (), "no edge block": ("--edge-fraction", "0")}
 
 
 def main(argv: list[str]) -> int:
+    settings = dict(SETTINGS)
+    if "--only" in argv:
+        at = argv.index("--only")
+        only = argv[at + 1] if at + 1 < len(argv) else ""
+        if only not in SETTINGS:
+            raise SystemExit(f"--only takes one of {sorted(SETTINGS)}, got {only!r}")
+        settings = {only: SETTINGS[only]}
+        argv = argv[:at] + argv[at + 2 :]
     seconds = float(argv[0]) if argv else 180.0
     seeds = [int(s) for s in argv[1:]] or [0]
     _quiet()
@@ -32,7 +41,7 @@ def main(argv: list[str]) -> int:
         for name, tables in problems.items():
             target = list(tables["train"])[-1]
             for seed in seeds:
-                for setting, extra in SETTINGS.items():
+                for setting, extra in settings.items():
                     folder = Path(tmp) / name / str(seed) / setting.replace(" ", "-")
                     r = run_ndvm(name, tables, seconds, folder, seed=seed, extra_args=extra)
                     if "error" in r:

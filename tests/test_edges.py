@@ -74,7 +74,12 @@ def test_inputs_of_few_values_and_small_tables_get_the_block_they_can():
 def test_candidates_are_fitted_inside_the_block_and_scored_inside_and_at_the_edges(task):
     fit = task.fit(LAW, steps=200)
     score = task.score(fit)
-    assert score["error"] is None and score["n_blocks"] == 10
+    assert score["error"] is None and score["n_blocks"] == 5 and "rmse_block6" not in score
+    # each block pools a fold of the validation rows and a fold of the edge rows
+    val, edge = task.split_target("validation"), task.split_target("edge")
+    p_val, p_edge = task.predict(fit, None, "validation"), task.predict(fit, None, "edge")
+    first = np.concatenate([np.array_split(p_val - val, 5)[0], np.array_split(p_edge - edge, 5)[0]])
+    assert score["rmse_block1"] == pytest.approx(float(np.sqrt(np.mean(first**2))), rel=1e-12)
     assert score["nmse_in_range"] < 1e-3 and score["nmse_edge"] < 1e-3  # the law holds at the edges
     # a fit that bends outside its rows: a cubic in r is as good inside, worse at the edges
     bend = task.fit(
@@ -85,7 +90,7 @@ def test_candidates_are_fitted_inside_the_block_and_scored_inside_and_at_the_edg
     assert bent["rmse_edge"] > score["rmse_edge"] and bent["rmse_edge"] / bent["rmse_in_range"] > 1.2
     # the references are scored on the same rows, fitted on the same inner rows
     refs = {r["model"]: r for r in task.score_references()}
-    assert refs["quadratic"]["n_blocks"] == 10 and refs["quadratic"]["rmse_edge"] > refs["quadratic"]["rmse_in_range"]
+    assert refs["quadratic"]["n_blocks"] == 5 and refs["quadratic"]["rmse_edge"] > refs["quadratic"]["rmse_in_range"]
 
 
 def test_a_prediction_that_explodes_just_beyond_the_box_is_refused_with_where(task):

@@ -296,6 +296,12 @@ def test_the_card_has_a_verdict_test_scores_and_every_reference(run, capsys):
     assert all(math.isfinite(r["test_score"]) for r in card["references"] if not r["error"])
     text = _cli(capsys, "report", "--run", run.run_id, "--folder", run.runs)
     assert "Verdict" in text and champion["hash"] in text and card["verdict"].split(":")[0] in text
+    if run.case.kind == "regression":  # a table's champion is validated inside the box and at its edges
+        parts = champion["validation_parts"]
+        assert math.isfinite(parts["in_range"]) and math.isfinite(parts["edge"])
+        assert "inside the training box" in " ".join(text.split()) and "edge block" in card["data_split"]
+    else:
+        assert "validation_parts" not in champion
 
 
 def test_report_json_scripts_the_champion(run, capsys):

@@ -29,7 +29,6 @@ import numpy as np
 
 EDGE_FRACTION = 0.1  # of the training rows, held out at the edges of the training box
 EDGE_MIN_ROWS = 50  # training rows below which a table gets no edge block
-EDGE_BLOCKS = 5  # blocks the edge rows are scored in (paired with the validation blocks)
 GROWTH_WIDEN = 0.25  # of each input's training range, on each side
 GROWTH_POINTS = 512
 GROWTH_LIMIT = 10.0  # times the training target's range, from its mean

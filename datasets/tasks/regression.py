@@ -44,7 +44,7 @@ from storage.columns import program_names
 from ..schema import TEST, TRAIN, VALIDATION, Dataset
 from .base import TaskFit
 from .curve import CurveTask
-from .edges import EDGE_BLOCKS, EDGE_FRACTION, EDGE_MIN_ROWS, EDGE_SAMPLE_ROWS, EdgeBlock, GrowthGrid
+from .edges import EDGE_FRACTION, EDGE_MIN_ROWS, EDGE_SAMPLE_ROWS, EdgeBlock, GrowthGrid
 from .errors import CandidateError, TaskError
 from .facts import InputCorrelationFacts, InputResidualFacts, NoteFact, UnscoredFact
 from .metrics import rmse
@@ -53,8 +53,8 @@ from .sampling import REFIT_MAX_ROWS, REFIT_STEPS, SCORE_ROWS_PER_FIT_ROW, fit_r
 INF = float("inf")
 VALIDATION_BLOCKS = 5
 # Parts of the training split (datasets/tasks/edges.py): the inner rows candidates are fitted on
-# during the search (TRAIN), the edge block held out of fitting (EDGE), and both (ALL_TRAINING:
-# what the finalists and the references are refitted on before the test).
+# (TRAIN), the edge block held out of fitting and scored with validation (EDGE), and both
+# (ALL_TRAINING: what a sampled table's finalists are refitted on before the test).
 EDGE = "edge"
 ALL_TRAINING = "all_training"
 POLISH_STEPS = 100  # L-BFGS steps polishing each candidate after the run's (Adam) calibration  # L-BFGS steps of a finalist's refit on every training row
@@ -171,6 +171,7 @@ class RegressionTask(CurveTask):
         self._parts_of: int | None = None
         self._sample: tuple[dict[str, np.ndarray], np.ndarray] | None = None
         self._edge: tuple[EdgeBlock | None, GrowthGrid | None] | None = None  # (edges.py), made once
+        self._box: dict[str, tuple[float, float]] = {}  # each input's range over every training row
 
     def __getstate__(self) -> dict[str, Any]:
         """What a worker process gets: without the cached arrays, and for a sampled table only the
@@ -256,7 +257,7 @@ class RegressionTask(CurveTask):
                 ranges[self.names[c]] = (float(np.min(full[index])), float(np.max(full[index])))
             target = frame.get_column(self.dataset.y).cast(pl.Float64).to_numpy()[index]
             edge = EdgeBlock.of(columns, self.edge_fraction) if index.size >= EDGE_MIN_ROWS else None
-            self._edge = (edge, GrowthGrid.of(ranges, target))
+            self._edge, self._box = (edge, GrowthGrid.of(ranges, target)), ranges
         return self._edge
 
     @property
@@ -385,11 +386,15 @@ class RegressionTask(CurveTask):
     def _refit_rows(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Every training row, the edge block's too (at most ``REFIT_MAX_ROWS``, seeded): what the
         finalists of a sampled table are refitted on before the test."""
-        inputs, y = self._rows(ALL_TRAINING)
-        if y.size > REFIT_MAX_ROWS:  # (sampling.py: a refit on ten million rows buys nothing)
-            pick = sample_rows(y.size, REFIT_MAX_ROWS)
-            inputs, y = {k: v[pick] for k, v in inputs.items()}, y[pick]
-        return inputs, y
+        index = self._part_index(ALL_TRAINING)
+        if index.size > REFIT_MAX_ROWS:  # (sampling.py: a refit on ten million rows buys nothing)
+            index = index[sample_rows(index.size, REFIT_MAX_ROWS)]
+        frame = self.dataset.frame  # gathered here, not cached: a large table's rows are read once
+
+        def column(c: str) -> np.ndarray:
+            return frame.get_column(c).cast(pl.Float64).to_numpy()[index]
+
+        return {self.names[c]: column(c) for c in self.columns}, column(self.dataset.y)
 
     def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
         """A finalist fitted on a sample of a large table is refitted on every training row
@@ -430,17 +435,18 @@ class RegressionTask(CurveTask):
 
         On the validation split with an edge block (edges.py) the held-out rows are the validation
         rows and the edge rows together: ``rmse`` is pooled over both, ``rmse_in_range`` and
-        ``rmse_edge`` (with ``nmse_in_range``, ``nmse_edge``) are each part's, and the blocks are
-        ``VALIDATION_BLOCKS`` of the validation rows then ``EDGE_BLOCKS`` of the edge rows. A
+        ``rmse_edge`` (with ``nmse_in_range``, ``nmse_edge``) are each part's, and each of the
+        ``VALIDATION_BLOCKS`` blocks holds one fold of the validation rows and one of the edge rows
+        (stratified: blocks of one part only would differ by the parts' difficulty, and that
+        spread would inflate the paired standard error of the champion's rule). A
         candidate (not a ``reference``) whose prediction leaves the band just beyond the training
         box (the growth check) scores inf, with the reason."""
         if split not in (VALIDATION, TEST):
             raise TaskError(f"a regression task scores the 'validation' or the 'test' split, not {split!r}")
         edge, growth = self._edge_parts() if split == VALIDATION else (None, None)
-        parts = [(split, VALIDATION_BLOCKS)] + ([(EDGE, EDGE_BLOCKS)] if edge is not None else [])
-        targets = [self.split_target(part) for part, _ in parts]
-        blocks = [min(k, y.size) for (_, k), y in zip(parts, targets)]
-        n_blocks = sum(blocks)
+        parts = [split] + ([EDGE] if edge is not None else [])
+        targets = [self.split_target(part) for part in parts]
+        n_blocks = min(VALIDATION_BLOCKS, *(y.size for y in targets))
         base = {"model": fit.name, "n_params": fit.n_params, "train_loss": fit.train_loss, "fit_seconds": fit.seconds}
         failed = {**base, "rmse": INF, "rmse_pooled": INF, "nmse": INF, "mae": INF, "train_rmse": INF}
         failed.update(rmse_se=INF, n_blocks=n_blocks)
@@ -449,12 +455,12 @@ class RegressionTask(CurveTask):
         if not fit.ok:
             return {**failed, "error": fit.error}
         try:
-            predictions = [self.predict(fit, None, part) for part, _ in parts]
+            predictions = [self.predict(fit, None, part) for part in parts]
             p_fit = fit.predictor(None, self.fit_inputs())
             beyond = fit.predictor(None, growth.points) if growth is not None and not reference else None
         except Exception as exc:  # a candidate failing at prediction time scores inf, with the reason
             return {**failed, "error": f"prediction failed: {exc}"}
-        for (part, _), p in zip(parts, predictions):
+        for part, p in zip(parts, predictions):
             if not np.all(np.isfinite(p)):
                 return {**failed, "error": f"non-finite predictions on {part} rows"}
         refusal = growth.refusal(beyond) if beyond is not None and growth is not None else None
@@ -463,10 +469,11 @@ class RegressionTask(CurveTask):
         p, y = np.concatenate(predictions), np.concatenate(targets)
         error = rmse(p, y)
         var = float(np.var(y))
+        # block b: the b-th fold of every part, pooled
+        folds = [(np.array_split(pk, n_blocks), np.array_split(yk, n_blocks)) for pk, yk in zip(predictions, targets)]
         per_block = [
-            rmse(pp, yy)
-            for pk, yk, k in zip(predictions, targets, blocks)
-            for pp, yy in zip(np.array_split(pk, k), np.array_split(yk, k))
+            rmse(np.concatenate([f[0][b] for f in folds]), np.concatenate([f[1][b] for f in folds]))
+            for b in range(n_blocks)
         ]
         out = {
             **base,
@@ -526,8 +533,8 @@ class RegressionTask(CurveTask):
     # ------------------------------------------------------------------ proposers and prompts
     def _ranges(self) -> dict[str, tuple[float, float]]:
         """Each input's range over every training row (the edge block's too): the training box."""
-        inputs, _ = self._rows(ALL_TRAINING)
-        return {k: (float(np.min(v)), float(np.max(v))) for k, v in inputs.items()}
+        self._edge_parts()
+        return dict(self._box)
 
     def probe_inputs(self) -> dict[str, np.ndarray]:
         """24 training rows spread over the part (every input at the same rows)."""
@@ -557,7 +564,7 @@ class RegressionTask(CurveTask):
         label = f"{kind} split: {how}; validation = {VALIDATION_BLOCKS} blocks of the validation rows"
         edge = self.edge_block
         if edge is not None:
-            label += f" and {EDGE_BLOCKS} of the {edge.describe(self.input_names)}"
+            label += f", each with a fold of the {edge.describe(self.input_names)}"
         return label
 
     def seed_programs(self) -> list[str]:
