@@ -209,21 +209,23 @@ class RegressionTask(CurveTask):
             self._parts, self._parts_of, self._sample = {}, id(self.dataset.frame), None
         rows = self._parts.get(part)
         if rows is None:
-            # gathered column by column by row index, the numeric columns only: a filter of the
-            # whole frame copies every column, the split's strings too (hundreds of megabytes of a
-            # 10-million-row table); the loaded frame is one chunk, so to_numpy() does not copy
-            index = self._part_index(part)
-            frame = self.dataset.frame
-
-            def column(c: str) -> np.ndarray:
-                return frame.get_column(c).cast(pl.Float64).to_numpy()[index]
-
-            inputs = {self.names[c]: column(c) for c in self.columns}
-            y = column(self.dataset.y)
+            inputs, y = self._gather(self._part_index(part))
             for v in (*inputs.values(), y):
                 v.flags.writeable = False
             rows = self._parts[part] = (inputs, y)
         return rows
+
+    def _gather(self, index: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The rows ``index`` as (program name -> input vector, target), gathered column by column,
+        the numeric columns only: a filter of the whole frame copies every column, the split's
+        strings too (hundreds of megabytes of a 10-million-row table); the loaded frame is one
+        chunk, so to_numpy() does not copy."""
+        frame = self.dataset.frame
+
+        def column(c: str) -> np.ndarray:
+            return frame.get_column(c).cast(pl.Float64).to_numpy()[index]
+
+        return {self.names[c]: column(c) for c in self.columns}, column(self.dataset.y)
 
     def _part_index(self, part: str) -> np.ndarray:
         """Row numbers of ``part`` in the frame (TRAIN: the inner training rows, EDGE: the edge
@@ -389,12 +391,7 @@ class RegressionTask(CurveTask):
         index = self._part_index(ALL_TRAINING)
         if index.size > REFIT_MAX_ROWS:  # (sampling.py: a refit on ten million rows buys nothing)
             index = index[sample_rows(index.size, REFIT_MAX_ROWS)]
-        frame = self.dataset.frame  # gathered here, not cached: a large table's rows are read once
-
-        def column(c: str) -> np.ndarray:
-            return frame.get_column(c).cast(pl.Float64).to_numpy()[index]
-
-        return {self.names[c]: column(c) for c in self.columns}, column(self.dataset.y)
+        return self._gather(index)  # not cached: a large table's rows are read once
 
     def prepare_test_fit(self, fit: TaskFit, **calibrate_options) -> TaskFit:
         """A finalist fitted on a sample of a large table is refitted on every training row
@@ -463,8 +460,8 @@ class RegressionTask(CurveTask):
         for part, p in zip(parts, predictions):
             if not np.all(np.isfinite(p)):
                 return {**failed, "error": f"non-finite predictions on {part} rows"}
-        refusal = growth.refusal(beyond) if beyond is not None and growth is not None else None
-        if refusal is not None:
+        refusal = growth.refusal(beyond) if growth is not None and beyond is not None else None
+        if refusal:
             return {**failed, "error": refusal}
         p, y = np.concatenate(predictions), np.concatenate(targets)
         error = rmse(p, y)
