@@ -47,6 +47,14 @@ class CalibrationOptions:
     steps: int = field(default=100, metadata=option("optimizer steps per fit", group="calibration"))
     lr: float = field(default=0.05, metadata=option("learning rate (adam, gd)", group="calibration"))
     restarts: int = field(default=8, metadata=option("multi-start lanes per fit", group="calibration"))
+    search_linear: bool = field(
+        default=False,
+        metadata=option(
+            "search every parameter by the optimizer, instead of solving the ones the result is linear in "
+            "by least squares at every step (variable projection, the default)",
+            group="calibration",
+        ),
+    )
     seed: int = 0  # the run's seed (DiscoverConfig.seed sets it)
     threads: int | None = None  # None: every core of the worker
     # Wall-clock seconds per evaluation (ndvm.Limits.max_seconds), set from --candidate-seconds: one
@@ -66,6 +74,7 @@ class CalibrationOptions:
             "steps": self.steps,
             "lr": self.lr,
             "restarts": self.restarts,
+            "solve_linear": not self.search_linear,
             "seed": self.seed,
             "threads": batch_threads(self.threads),
         }

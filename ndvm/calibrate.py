@@ -9,6 +9,7 @@ work; ``Fit.lane_reason`` says why each lane stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -151,6 +152,7 @@ class _Options:
     gtol: float
     ftol: float
     xtol: float
+    solve_linear: bool
 
 
 def _number(name: str, value: Any, *, positive: bool = False) -> float:
@@ -200,7 +202,10 @@ def _check_options(
     gtol: float = DEFAULT_GTOL,
     ftol: float = DEFAULT_FTOL,
     xtol: float = DEFAULT_XTOL,
+    solve_linear: bool = True,
 ) -> _Options:
+    if not isinstance(solve_linear, (bool, np.bool_)):
+        raise ValueError(f"solve_linear must be True or False, got {solve_linear!r}")
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSSES)}")
     if optimizer not in OPTIMIZERS:
@@ -221,6 +226,7 @@ def _check_options(
         gtol=_number("gtol", gtol),
         ftol=_number("ftol", ftol),
         xtol=_number("xtol", xtol),
+        solve_linear=bool(solve_linear),
     )
 
 
@@ -273,6 +279,7 @@ def _spec(options: _Options, loss: str, target: Any, lane_target: Any) -> dict[s
         "gtol": options.gtol,
         "ftol": options.ftol,
         "xtol": options.xtol,
+        "solve_linear": options.solve_linear,
         "loss": loss,
         "target": None if target is None else np.ascontiguousarray(real_array(target, "target").ravel()),
         "lane_target": None if lane_target is None else np.ascontiguousarray(real_array(lane_target, "lane_target")),
@@ -359,12 +366,13 @@ def calibrate(
     ftol: float = DEFAULT_FTOL,
     xtol: float = DEFAULT_XTOL,
     patience: int = DEFAULT_PATIENCE,
+    solve_linear: bool = True,
 ) -> Fit:
     """Fits ``prog`` to data and returns a ``Fit``; raises on malformed programs, and ``ValueError``
     naming the option on a bad option value.
     """
     program = compile(prog) if isinstance(prog, str) else prog
-    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
+    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol, solve_linear)
     if loss != "value" and target is None and lane_target is None:
         raise ValueError(f"loss {loss!r} needs a target (or lane_target)")
     theta0 = initial_theta(program, restarts, seed, init, jitter)
@@ -441,6 +449,7 @@ def calibrate_many(
     xtol: float = DEFAULT_XTOL,
     patience: int = DEFAULT_PATIENCE,
     limits: Limits | None = None,
+    solve_linear: bool = True,
 ) -> list[Fit]:
     """Calibrates many programs on the native thread pool (GIL released). One ``Fit`` per program, in
     order; a program that fails to compile or run gives ``fit.error`` instead of an exception.
@@ -448,7 +457,7 @@ def calibrate_many(
     Each program runs under its own ``Limits``: a compiled ``Program`` keeps those it was compiled
     with, source text is compiled under ``limits`` (default ``DEFAULT_LIMITS``).
     """
-    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
+    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol, solve_linear)
     if loss != "value" and target is None and lane_target is None:
         raise ValueError(f"loss {loss!r} needs a target (or lane_target)")
     fits: list[Fit | None] = [None] * len(programs)
@@ -515,6 +524,7 @@ def calibrate_groups(
     xtol: float = DEFAULT_XTOL,
     patience: int = DEFAULT_PATIENCE,
     limits: Limits | None = None,
+    solve_linear: bool = True,
 ) -> list[list[Fit]]:
     """Calibrates every program on every group's own data, in one native call: ``groups`` is a
     sequence of ``(inputs, target)`` pairs (for example one per battery cell, of different lengths).
@@ -526,7 +536,7 @@ def calibrate_groups(
     one that fails on a group's data gives that group's ``Fit`` the error. The options are
     ``calibrate_many``'s (below), without lane inputs or lane targets.
     """
-    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
+    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol, solve_linear)
     native_groups, problems = _native_groups(groups, loss, "calibrate_groups")
     out: list[list[Fit] | None] = [None] * len(programs)
     natives, thetas, where, compiled, failed = _prepare(programs, limits, restarts, seed, init, jitter)
@@ -607,6 +617,7 @@ def calibrate_shared(
     xtol: float = DEFAULT_XTOL,
     patience: int = DEFAULT_PATIENCE,
     limits: Limits | None = None,
+    solve_linear: bool = True,
     shared_values: Sequence[Mapping[str, float] | None] | None = None,
 ) -> list[list[Fit]]:
     """Grouped fits where parameters declared ``shared`` take one value for every group: for each
@@ -621,7 +632,7 @@ def calibrate_shared(
     of that program's shared parameters, for example from a training fit; each group then fits only
     its own parameters (a held-out group on its early rows), as separate jobs on the pool.
     """
-    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol)
+    options = _check_options(loss, optimizer, steps, restarts, lr, tol, patience, gtol, ftol, xtol, solve_linear)
     groups = list(groups)
     native_groups, problems = _native_groups(groups, loss, "calibrate_shared")
     if shared_values is not None and len(shared_values) != len(programs):
@@ -631,6 +642,7 @@ def calibrate_shared(
     common = dict(
         loss=loss, optimizer=optimizer, steps=steps, lr=lr, restarts=restarts, seed=seed, init=init, tol=tol,
         threads=threads, jitter=jitter, gtol=gtol, ftol=ftol, xtol=xtol, patience=patience, limits=limits,
+        solve_linear=solve_linear,
     )  # fmt: skip
     out: list[list[Fit] | None] = [None] * len(programs)
     natives, thetas, where, compiled, failed = _prepare(programs, limits, restarts, seed, init, jitter)
@@ -642,7 +654,8 @@ def calibrate_shared(
             out[where[k]] = fits
     joint = [k for k, program in enumerate(compiled) if program.shared_names]
     if joint and groups:
-        spec = _spec(options, loss, None, None)
+        # a joint fit searches every parameter (the native joint loop does not project)
+        spec = _spec(dataclasses.replace(options, solve_linear=False), loss, None, None)
         everyone = list(range(len(groups)))
         for group_limits, members in _by_limits([compiled[k] for k in joint]).items():
             batch = [joint[m] for m in members]
@@ -688,7 +701,9 @@ _OPTIONS_DOC = """
       1, capped at 2 per coordinate). Default per optimizer: ``OPTIMIZER_LR`` (0.05).
     - Stopping rules, per lane (a lane that stops costs no more evaluations; 0 turns a rule off):
       ``gtol`` (1e-10): the largest component of the gradient in unconstrained coordinates is <=
-      gtol (every optimizer; L-BFGS checks its iterates, not line-search trials). ``ftol``
+      gtol (every optimizer; L-BFGS checks its iterates, not line-search trials); with solved
+      linear parameters, <= gtol * |loss| at every evaluation (the projected gradient scales with
+      the square of the coefficients, so an absolute rule would stop a fit in small units early). ``ftol``
       (2.2e-9, L-BFGS-B's default factr 1e7 times machine epsilon): an L-BFGS iteration decreases
       the loss by (f_k - f_k+1) / max(|f_k|, |f_k+1|) <= ftol. Unlike L-BFGS-B, whose denominator
       also has a floor of 1, the rule is relative at every scale, so a fit whose loss is 1e-5 runs as
@@ -701,6 +716,14 @@ _OPTIONS_DOC = """
       loss changes by less than tol * (1 + |loss|) on ``patience`` evaluations in a row. Off by
       default (the meaning ``tol`` always had).
     - ``restarts``, ``init``, ``seed``, ``jitter``: lanes and their starting points (``initial_theta``).
+    - ``solve_linear`` (True): variable projection. The parameters the program's result is affine
+      in (``Program.linear_names``: free, undeclared-shared parameters that sit in the result's
+      outer sums and products, such as the coefficients and the intercept of ``a*exp(b*x) + c``)
+      are not searched: at every evaluation they take their least-squares values for the lane's
+      other parameters, and the optimizer moves only those (the loss it sees is the projected one;
+      its gradient is exact by the envelope theorem). For "mse" and "gaussian_nll" (a sigma
+      parameter is never solved); "value" and the joint fits of ``calibrate_shared`` search every
+      parameter. False: every parameter is searched, as before issue 37.
     - ``threads``: native threads (``calibrate``: lanes split in chunks of at least 8; results are
       identical to one thread).
 

@@ -207,6 +207,14 @@ class Program:
         """The parameters declared ``shared`` (one value for every group of ``calibrate_shared``)."""
         return [p.name for p in self.params if p.shared]
 
+    @property
+    def linear_names(self) -> list[str]:
+        """The parameters the result is affine in, found on the program's text (the result's outer
+        sums and products; see ``native/src/linear.h``): calibration solves them by least squares
+        (``calibrate(solve_linear=True)``) instead of searching them."""
+        names = self.param_names
+        return [names[j] for j in self._native.linear_params]
+
     # ---- description ----
     @property
     def source(self) -> str:

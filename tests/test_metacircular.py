@@ -234,7 +234,9 @@ def test_calibration_through_the_tower_equals_direct_calibration():
     bench = BENCH_PROGRAMS["michaelis_menten"]
     S = np.linspace(0.1, 2.0, 12)
     target = 1.7 * S / (0.6 + S)
-    kwargs = dict(inputs={"S": S}, target=target, optimizer="adam", steps=60, restarts=4, seed=3)
+    # every parameter searched: through the tower the program is an interpreter, whose result is not
+    # affine in Vmax as the direct program's is, so only searching takes both the same path
+    kwargs = dict(inputs={"S": S}, target=target, optimizer="adam", steps=60, restarts=4, seed=3, solve_linear=False)
     fit_direct = ndvm.calibrate(ndvm.compile(bench.source), **kwargs)
     fit_meta = ndvm.calibrate(mc.compile(bench.source), **kwargs)
     assert fit_meta.error is None and fit_direct.error is None

@@ -173,13 +173,14 @@ def test_a_wide_batch_runs_its_chunks_tiled_with_the_same_values_and_bits():
 
 
 def test_calibration_is_the_same_with_and_without_tiling():
+    # every parameter searched: a projected calibration walks the basis program, which is not tiled
     t, target = data()
     source = SKELETONS["exp_cos"]
     fits = []
     for tiled in (True, False):
         prog = ndvm.compile(source, limits=ndvm.Limits(tiled=tiled))
         before = tiled_runs()
-        fit = ndvm.calibrate(prog, {"t": t}, target=target, restarts=4, seed=5, threads=1)
+        fit = ndvm.calibrate(prog, {"t": t}, target=target, restarts=4, seed=5, threads=1, solve_linear=False)
         fits.append((fit, tiled_runs() - before))
     (a, n_a), (b, n_b) = fits
     assert n_a > 0 and n_b == 0
@@ -190,19 +191,22 @@ def test_calibration_is_the_same_with_and_without_tiling():
 def test_a_calibration_keeps_its_width_until_half_its_lanes_stop():
     """From 8 starts whose lanes stop at different times, the batch is walked at most four times
     (widths 8, 4, 2, 1: stopped lanes' places filled by copies of a running lane until half stop),
-    every other evaluation a tiled replay; each lane's fit equals its one-start fit, bit for bit."""
+    every other evaluation a tiled replay; each lane's fit equals its one-start fit, bit for bit.
+    Every parameter searched (a projected calibration is not tiled)."""
     t, target = data()
     source = SKELETONS["exp_cos"]
     prog = ndvm.compile(source)
     init = 0.5 + np.random.default_rng(2).random((8, 4))
     replayed0, tiled0 = _native.replay_counts()[0], tiled_runs()
-    fit = ndvm.calibrate(prog, {"t": t}, target=target, restarts=8, init=init, threads=1)
+    fit = ndvm.calibrate(prog, {"t": t}, target=target, restarts=8, init=init, threads=1, solve_linear=False)
     replayed, tiled = _native.replay_counts()[0] - replayed0, tiled_runs() - tiled0
     assert len(set(fit.lane_evaluations.tolist())) > 1, "the lanes must stop at different times"
     walks = fit.evaluations - replayed  # (and a value-only walk scoring the last step, if the budget ended)
     assert 1 <= walks <= 5 and tiled == replayed
     for lane in range(8):
-        one = ndvm.calibrate(prog, {"t": t}, target=target, restarts=1, init=init[lane : lane + 1], threads=1)
+        one = ndvm.calibrate(
+            prog, {"t": t}, target=target, restarts=1, init=init[lane : lane + 1], threads=1, solve_linear=False
+        )
         assert one.all_losses[0] == fit.all_losses[lane]
         assert np.array_equal(one.all_params[0], fit.all_params[lane])
         assert one.lane_evaluations[0] == fit.lane_evaluations[lane]

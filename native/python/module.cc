@@ -222,6 +222,7 @@ CalibSpec spec_from(const Program& p, py::dict s) {
   c.ftol = s["ftol"].cast<double>();
   c.xtol = s["xtol"].cast<double>();
   c.loss = loss_from(p, s["loss"].cast<std::string>(), s["target"], s["lane_target"]);
+  c.solve_linear = s["solve_linear"].cast<bool>();
   return c;
 }
 
@@ -558,6 +559,12 @@ PYBIND11_MODULE(_native, m) {
                                return l;
                              })
       .def_property_readonly("f32", [](const Program& p) { return p.f32; })
+      .def_property_readonly(
+          "linear_params", [](const Program& p) { return p.linear_params; },
+          "indices of the parameters the result is affine in (solved by least squares in calibration)")
+      .def_property_readonly(
+          "basis_source", [](const Program& p) { return p.basis ? p.basis->source : std::string(); },
+          "the basis program a projected calibration walks: the result's parts as a list ('' without one)")
       .def("evaluate",
            [](const Program& p, Arr theta, py::dict shared, py::dict lane, const Limits& lim) {
              check_theta(p, theta);

@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "forms.h"
+#include "linear.h"
 #include "nesting.h"
 #include "prims.h"
 #include "program.h"
@@ -929,6 +930,21 @@ std::shared_ptr<Program> compile_program(const std::string& source, bool f32, ui
   uint64_t used = 0;
   auto forms = read_all(source, max_bytes, &used);
   Compiler(*p, max_bytes, used).compile_toplevel(forms);
+  p->linear_params = find_linear_params(*p);
+  if (!p->linear_params.empty()) {
+    // the basis program reads the same declarations, so a failure here is ours: then the
+    // calibration searches every parameter, as for a program without linear ones
+    std::string basis = basis_source(*p, forms);
+    try {
+      if (!basis.empty()) p->basis = compile_program(basis, f32, max_bytes);
+    } catch (const Error&) {
+      p->basis = nullptr;
+    }
+    if (!p->basis || p->basis->params.size() != p->params.size()) {
+      p->basis = nullptr;
+      p->linear_params.clear();
+    }
+  }
   return p;
 }
 

@@ -28,21 +28,35 @@ bool all_finite(const double* x, int n) {
   return true;
 }
 
+// The parameters calibrate() solves rather than searches: the program's linear ones, for a
+// sum-of-squares loss (a declared sigma of the likelihood is not among them).
+std::vector<int> solved_params(const Program& p, const CalibSpec& spec) {
+  if (!spec.solve_linear || spec.loss.kind == LossKind::Value || !p.basis) return {};
+  std::vector<int> out;
+  for (int j : p.linear_params)
+    if (!(spec.loss.kind == LossKind::GaussianNLL && j == spec.loss.sigma_param)) out.push_back(j);
+  return out;
+}
+
 // Evaluates the running subset of lanes: compact theta rows, with the per-lane inputs and
-// targets reached through a lane map (no copies when lanes stop).
+// targets reached through a lane map (no copies when lanes stop). With solved parameters it walks
+// the program's basis program (LossSpec::linear): the projected loss, the gradient of the searched
+// parameters (0 for the solved ones), and the solved values, which eval() writes into theta_all.
 struct LaneEvaluator {
   const Program& p;
   VM& vm;
   const Inputs& in;
-  const CalibSpec& spec;
   const Limits& lim;
   int P;
+  LossSpec loss;
   std::vector<int> lanes;  // original lane ids evaluated: the running ones, then copies of the last
   size_t width = 0;        // lanes evaluated per walk
   std::vector<double> th;  // their parameters, reused across the evaluations of the fit
 
   LaneEvaluator(const Program& p_, VM& vm_, const Inputs& in_, const CalibSpec& s, const Limits& l)
-      : p(p_), vm(vm_), in(in_), spec(s), lim(l), P(static_cast<int>(p_.params.size())) {}
+      : p(p_), vm(vm_), in(in_), lim(l), P(static_cast<int>(p_.params.size())), loss(s.loss) {
+    loss.linear = solved_params(p_, s);
+  }
 
   // The batch keeps its width while more than half of it still runs, the stopped lanes' places
   // taken by copies of a running lane (their results are not read): a batch of another width is
@@ -58,12 +72,21 @@ struct LaneEvaluator {
   }
 
   // theta_all [R, P] natural units -> result for the current lanes (the running ones first)
-  BatchResult eval(const std::vector<double>& theta_all, bool grad) {
+  BatchResult eval(std::vector<double>& theta_all, bool grad) {
     th.resize(lanes.size() * P);
     for (size_t k = 0; k < lanes.size(); ++k)
       copy_row(th.data() + k * P, theta_all.data() + static_cast<size_t>(lanes[k]) * P, P);
-    return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &spec.loss, lim, nullptr, &lanes,
-                     false);  // the optimizers read losses and gradients only
+    // the optimizers read losses and gradients only (want_values false)
+    if (loss.linear.empty())
+      return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &loss, lim, nullptr, &lanes, false);
+    BatchResult br =
+        run_batch(*p.basis, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &loss, lim, nullptr, &lanes, false);
+    const size_t K = loss.linear.size();
+    for (size_t k = 0; k < lanes.size(); ++k) {
+      double* theta = theta_all.data() + static_cast<size_t>(lanes[k]) * P;
+      for (size_t j = 0; j < K; ++j) theta[loss.linear[j]] = br.linear_solution[k * K + j];
+    }
+    return br;  // the solved parameters' gradients are 0: the basis program does not read them
   }
 };
 
@@ -103,7 +126,13 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
   for (int r = 0; r < R; ++r) running[r] = r;
   ev.set_lanes(running);
 
-  std::unique_ptr<StepRule> rule = make_step_rule(spec, R, P);
+  // A projected loss's gradient carries the square of the solved coefficients' scale (a target in
+  // other units moves it by that factor), so its gradient rule is relative to the loss,
+  // max |g| <= gtol * |f|, checked here at every evaluation; the rule's own absolute one is off.
+  const bool projected = !ev.loss.linear.empty();
+  CalibSpec rule_spec = spec;
+  if (projected) rule_spec.gtol = 0;
+  std::unique_ptr<StepRule> rule = make_step_rule(rule_spec, R, P);
   std::vector<double> prev_loss(R, NAN);
   std::vector<int> calm(R, 0);
   std::vector<double> gu(P);
@@ -139,6 +168,15 @@ CalibResult calibrate(const Program& p, VM& vm, const double* theta0, int R, con
         copy_row(res.best_theta.data() + static_cast<size_t>(r) * P, theta.data() + static_cast<size_t>(r) * P, P);
       }
       for (int j = 0; j < P; ++j) gu[j] = g[j] * dnatural_du(p.params[j], ur[j]);
+      if (projected && spec.gtol > 0) {
+        double largest = 0;
+        for (int j = 0; j < P; ++j) largest = std::max(largest, std::fabs(gu[j]));
+        if (largest <= spec.gtol * std::fabs(f)) {
+          stop(r, STOP_GRADIENT);
+          changed = true;
+          continue;
+        }
+      }
       if (spec.tol > 0 && std::isfinite(prev_loss[r])) {
         if (std::fabs(prev_loss[r] - f) <= spec.tol * (1 + std::fabs(f))) {
           if (++calm[r] >= spec.patience) {

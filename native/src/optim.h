@@ -60,6 +60,10 @@ struct CalibSpec {
   double gtol = 0, ftol = 0, xtol = 0;
   int lbfgs_memory = 10;
   LossSpec loss;
+  // Variable projection (MSE and Gaussian NLL): the program's linear parameters
+  // (Program::linear_params) are not searched but solved by least squares at every evaluation
+  // for the lane's other parameters; the optimizer moves only those (docs/runtime.md).
+  bool solve_linear = false;
   // Set (by the binding's PoolPoll, on Ctrl-C): the calibration stops before its next step; its
   // result is then incomplete and discarded by the caller.
   const std::atomic<bool>* cancel = nullptr;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "linear.h"
 #include "nesting.h"
 #include "simd.h"
 #include "vm.h"
@@ -75,6 +76,11 @@ struct Driver {
   BatchResult res;
   bool shape_set = false;
   int group_lanes = 0;  // lanes of a whole group (B, or a chunk's width): a walk over them is kept for replay
+  // project()'s scratch, reused: the basis program's parts, their data, the normal equations
+  std::vector<Value> parts_;
+  std::vector<const double*> base_;
+  std::vector<size_t> stride_;
+  std::vector<double> gram_, residual_;
 
   void run_group(const std::vector<int>& lanes) {
     int L = static_cast<int>(lanes.size());
@@ -98,6 +104,11 @@ struct Driver {
 
   void store(const std::vector<int>& lanes, const Value& result) {
     int L = static_cast<int>(lanes.size());
+    if (loss && !loss->linear.empty()) {  // a basis program's columns
+      if (project(lanes, result) && grad) vm.backward();
+      if (grad) gather_gradients(lanes);
+      return;
+    }
     Value out = vm.promote(result);  // an exact integer result is a constant of every lane
     if (out.tag != T_NUM) {
       eval_error("the program's result is " + vm.describe(out) + ", not a number, vector or matrix" +
@@ -116,17 +127,135 @@ struct Driver {
     // an inactive result has no zeroed adjoint of its own: seed into a scratch slot instead
     if (grad && !out.active()) vm.zero_adjoint(out);
     double* seed = grad ? vm.adjoint(out) : nullptr;
-    LossKind kind = loss ? loss->kind : LossKind::Value;
+    seed_loss(lanes, out, seed, ne, Lo);
+    if (!grad) return;
+    if (out.active()) vm.backward();
+    gather_gradients(lanes);
+  }
+
+  // After backward: each lane's gradient (and the requested inputs'), into res.
+  void gather_gradients(const std::vector<int>& lanes) {
+    const int L = static_cast<int>(lanes.size());
+    for (int j = 0; j < P; ++j) {
+      const double* g = vm.adjoint(vm.param(j));
+      for (int l = 0; l < L; ++l)
+        res.grads[static_cast<size_t>(lanes[l]) * P + j] = g[l];  // adj was zeroed: 0 when inactive
+    }
+    if (input_grad_ids) {
+      size_t base = 0;
+      for (int id : *input_grad_ids) {
+        const Value& v = vm.input(id);
+        uint32_t ne_in = v.numel(), lanes_in = vm.lanes_of(v);
+        for (uint32_t e = 0; e < ne_in; ++e)
+          for (uint32_t l = 0; l < lanes_in; ++l)
+            res.input_grads[base + e] += vm.adjoint(v)[static_cast<size_t>(e) * lanes_in + l];
+        base += ne_in;
+      }
+    }
+  }
+
+  // The target of batch row `lane` and its check against a result of ne values.
+  const std::vector<double>& target_of(int lane, const Value& out, uint32_t ne) const {
+    const std::vector<double>& tv =
+        loss->lane_target.empty() ? loss->target : loss->lane_target[lane_map ? (*lane_map)[lane] : lane];
+    if (tv.size() != ne && !(out.rank == 0 && !tv.empty()))
+      eval_error("the target has " + std::to_string(tv.size()) + " values but the program returned " +
+                 std::to_string(ne));
+    return tv;
+  }
+
+  // A projected batch (LossSpec::linear): the program is a basis program (linear.h) whose result
+  // is the list (a b_1 ... b_k) of the prediction's parts, a + sum_j c_j b_j. Per lane: the
+  // least-squares c, the loss at that prediction (res.values holds the prediction), and the loss's
+  // adjoint seeded into a (weight 1) and each b_j (weight c_j): with c held fixed this is the
+  // gradient of the projected loss, by the envelope theorem (the loss is stationary in c at its
+  // least squares). Returns whether anything was seeded (a column depends on a parameter).
+  bool project(const std::vector<int>& lanes, const Value& result) {
+    const int k = static_cast<int>(loss->linear.size()), L = static_cast<int>(lanes.size());
+    parts_.clear();
+    for (Value cur = result; cur.tag == T_PAIR; cur = static_cast<const Pair*>(cur.ptr)->cdr)
+      parts_.push_back(vm.promote(static_cast<const Pair*>(cur.ptr)->car));
+    if (static_cast<int>(parts_.size()) != k + 1) eval_error("internal error: a basis program returned no k+1 parts");
+    const Value* widest = &parts_[0];
+    for (const Value& v : parts_) {
+      if (v.tag != T_NUM)
+        eval_error("the program's result is " + vm.describe(v) + ", not a number, vector or matrix" +
+                   " (gradients need a numeric result)");
+      if (v.numel() > widest->numel()) widest = &v;
+    }
+    const uint32_t ne = widest->numel();
+    for (const Value& v : parts_)
+      if (v.numel() != 1 && v.numel() != ne) eval_error("the program's terms have different shapes");
+    set_shape(widest->rank, widest->rows, widest->cols());
+    if (res.linear_solution.empty()) res.linear_solution.assign(static_cast<size_t>(B) * k, NAN);
+    bool seeded = false;
+    for (int l = 0; l < L; ++l) {
+      const int lane = lanes[l];
+      const std::vector<double>& tv = target_of(lane, *widest, ne);
+      const uint32_t n = static_cast<uint32_t>(tv.size());
+      // each part as a base pointer and a stride over points (0: one value for every point)
+      base_.resize(static_cast<size_t>(k) + 1);
+      stride_.resize(static_cast<size_t>(k) + 1);
+      for (int j = 0; j <= k; ++j) {
+        const Value& v = parts_[static_cast<size_t>(j)];
+        const uint32_t lo = vm.lanes_of(v);
+        base_[j] = vm.data(v) + (lo == 1 ? 0 : l);
+        stride_[j] = v.numel() == 1 ? 0 : lo;
+      }
+      double* c = res.linear_solution.data() + static_cast<size_t>(lane) * k;
+      double* pred = res.values.data() + static_cast<size_t>(lane) * ne;
+      if (!solve_normal_equations(n, k, base_.data(), stride_.data(), tv.data(), gram_, c)) {
+        res.losses[lane] = NAN;  // a part that is not finite: the lane's optimizer steps back
+        continue;
+      }
+      residual_.resize(n);
+      double sse = 0;
+      for (uint32_t e = 0; e < n; ++e) {
+        double y = base_[0][static_cast<size_t>(e) * stride_[0]];
+        for (int j = 0; j < k; ++j) y += c[j] * base_[j + 1][static_cast<size_t>(e) * stride_[j + 1]];
+        if (e < ne) pred[e] = y;
+        residual_[e] = y - tv[e];
+        sse += residual_[e] * residual_[e];
+      }
+      // the objective, and its derivative by each prediction: scale * residual
+      double obj, scale;
+      if (loss->kind == LossKind::MSE) {
+        obj = sse / n;
+        scale = 2.0 / n;
+      } else if (loss->sigma_param >= 0) {
+        const double s = vm.data(vm.param(loss->sigma_param))[l];
+        obj = 0.5 * sse / (s * s * n) + std::log(s) + 0.5 * std::log(2 * M_PI);
+        scale = 1.0 / (s * s * n);
+        if (grad) vm.adjoint(vm.param(loss->sigma_param))[l] += -sse / (s * s * s * n) + 1.0 / s;
+      } else {  // sigma profiled out: sigma^2 = mse
+        obj = 0.5 * std::log(2 * M_PI * sse / n) + 0.5;
+        scale = 1.0 / sse;
+      }
+      res.losses[lane] = obj;
+      if (!grad) continue;
+      for (int j = 0; j <= k; ++j) {
+        const Value& v = parts_[static_cast<size_t>(j)];
+        if (!v.active()) continue;  // a constant part (an intercept's 1): nothing flows back
+        seeded = true;
+        const double w = scale * (j == 0 ? 1.0 : c[j - 1]);
+        const uint32_t lo = vm.lanes_of(v);
+        double* adj = vm.adjoint(v) + (lo == 1 ? 0 : l);
+        for (uint32_t e = 0; e < n; ++e) adj[static_cast<size_t>(v.numel() == 1 ? 0 : e) * lo] += w * residual_[e];
+      }
+    }
+    return seeded;
+  }
+
+  // Each lane's objective and its adjoint seed (an ordinary batch).
+  void seed_loss(const std::vector<int>& lanes, const Value& out, double* seed, uint32_t ne, uint32_t Lo) {
+    const int L = static_cast<int>(lanes.size());
+    const LossKind kind = loss ? loss->kind : LossKind::Value;
     for (int l = 0; l < L; ++l) {
       int lane = lanes[l];
       const double* y = res.values.data() + static_cast<size_t>(lane) * ne;
       const double* t = nullptr;
       if (kind != LossKind::Value) {
-        const std::vector<double>& tv =
-            loss->lane_target.empty() ? loss->target : loss->lane_target[lane_map ? (*lane_map)[lane] : lane];
-        if (tv.size() != ne && !(out.rank == 0 && !tv.empty()))
-          eval_error("the target has " + std::to_string(tv.size()) + " values but the program returned " +
-                     std::to_string(ne));
+        const std::vector<double>& tv = target_of(lane, out, ne);
         t = tv.data();
         if (tv.size() != ne) {  // a scalar result (a constant model) predicts every target value
           res.losses[lane] = broadcast_loss(kind, y[0], t, static_cast<uint32_t>(tv.size()), l,
@@ -170,24 +299,6 @@ struct Driver {
         }
       }
       res.losses[lane] = obj;
-    }
-    if (!grad) return;
-    if (out.active()) vm.backward();
-    for (int j = 0; j < P; ++j) {
-      const double* g = vm.adjoint(vm.param(j));
-      for (int l = 0; l < L; ++l)
-        res.grads[static_cast<size_t>(lanes[l]) * P + j] = g[l];  // adj was zeroed: 0 when inactive
-    }
-    if (input_grad_ids) {
-      size_t base = 0;
-      for (int id : *input_grad_ids) {
-        const Value& v = vm.input(id);
-        uint32_t ne_in = v.numel(), lanes_in = vm.lanes_of(v);
-        for (uint32_t e = 0; e < ne_in; ++e)
-          for (uint32_t l = 0; l < lanes_in; ++l)
-            res.input_grads[base + e] += vm.adjoint(v)[static_cast<size_t>(e) * lanes_in + l];
-        base += ne_in;
-      }
     }
   }
 
@@ -256,6 +367,9 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   }
   vm.begin_evaluation(lim);  // one work budget and one deadline for every lane group and a replay
   const bool replayable = grad && !input_grad_ids;
+  // a projected batch (a basis program) solves over all of a lane's points at once: no tiles (the
+  // solve needs every point before any seed; the list result is not point-wise anyway)
+  const bool projected = loss && !loss->linear.empty();
   // A wide batch of a replayable program with shared inputs runs in chunks of equal width: the first
   // chunk walks (or replays the last call's tape), the others replay it, so one chunk's values and
   // adjoints stay in the caches where the whole batch's arena would not. A lane's bits do not depend
@@ -269,9 +383,10 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   for (int c = 0; c < chunks; ++c) {
     for (int l = 0; l < width; ++l) lanes[l] = std::min(c * width + l, B - 1);
     // a point-wise tape: forward, loss and backward tile by tile (tiled.cc), values into d.res
-    if (replayable && loss && want_values && !d.shape_set && vm.tiled_points(p, width, lim))
+    if (replayable && loss && !projected && want_values && !d.shape_set && vm.tiled_points(p, width, lim))
       d.set_shape(1, vm.tiled_points(p, width, lim), 1);
-    if (replayable && loss && vm.try_replay_tiled(p, theta, P, lanes, in, lane_map, lim, *loss, d.res, want_values))
+    if (replayable && loss && !projected &&
+        vm.try_replay_tiled(p, theta, P, lanes, in, lane_map, lim, *loss, d.res, want_values))
       continue;
     if (replayable && vm.try_replay(p, theta, P, lanes, in, lane_map, lim)) d.store(lanes, vm.replay_result());
     else d.run_group(lanes);

@@ -48,6 +48,10 @@ struct Program {
   std::deque<Pair> const_pairs;       // quoted list structure (immutable)
   std::vector<std::string> symbols;   // symbol id -> name
   std::vector<ParamDecl> params;
+  std::vector<int> linear_params;  // the parameters the result is affine in (linear.h), ascending
+  // Its basis program (linear.h, basis_source): the same parameters, the result's parts as a list;
+  // what a projected calibration walks. Null when linear_params is empty.
+  std::shared_ptr<const Program> basis;
   std::vector<std::string> inputs;  // free variables, first-use order
   std::vector<int> input_line, input_col;
   std::string canonical;  // canonical form (see canonical.cc)
@@ -100,6 +104,12 @@ struct LossSpec {
   std::vector<double> target;                    // MSE / NLL: one target per output element (shared by lanes)
   std::vector<std::vector<double>> lane_target;  // or one target vector per lane
   int sigma_param = -1;                          // NLL: index of a declared `sigma` parameter, or -1 (profiled)
+  // Variable projection (MSE and NLL; calibrate's solve_linear): the program run is a basis
+  // program (Program::basis) whose result is the list (a b_1 ... b_k) of the prediction
+  // a + sum_j c_j b_j, c the values of these k parameters of the program it was made from. A
+  // lane's loss is the loss at their least-squares values (BatchResult::linear_solution); its
+  // gradient is the projected loss's. Empty: an ordinary batch.
+  std::vector<int> linear;
 };
 
 // Results of a batched run over B lanes.
@@ -110,6 +120,7 @@ struct BatchResult {
   std::vector<double> losses;       // [B] objective per lane (when a loss or gradient was asked for)
   std::vector<double> grads;        // [B, P] when requested
   std::vector<double> input_grads;  // per requested shared input: numel doubles, summed over lanes
+  std::vector<double> linear_solution;  // [B, k] a projected batch's solved values
 };
 
 class VM;
