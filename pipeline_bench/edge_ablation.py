@@ -1,9 +1,12 @@
-"""The edge block's ablation (issue 37 part 4): ``ndvm discover`` on the symreg-discovery problems
-with the edge block (the default, ``--edge-fraction 0.1``) and without it (``--edge-fraction 0``),
-same seeds, same wall clock; NMSE on the in-domain and the out-of-domain test files.
+"""Ablations of the table search (issue 37): ``ndvm discover`` on the symreg-discovery problems under
+two settings, same seeds, same wall clock; NMSE on the in-domain and the out-of-domain test files.
 
-    python -m pipeline_bench.edge_ablation [SECONDS] [SEED ...] [--only SETTING]
-        (default: 180 s, seed 0, both settings; --only "edge block" or --only "no edge block")
+    python -m pipeline_bench.edge_ablation [SECONDS] [SEED ...] [--only SETTING] [--ablation NAME]
+        (default: 180 s, seed 0, both settings of the edge ablation)
+
+``--ablation edge`` (part 4): the edge block (the default, ``--edge-fraction 0.1``) against none
+(``--edge-fraction 0``). ``--ablation linear`` (part 1): linear parameters solved by least squares
+(the default) against every parameter searched (``--search-linear``).
 
 The LLM-SR problems need ../shared/data/llmsr (else they are left out, with the reason).
 """
@@ -18,18 +21,33 @@ from ndvm_bench.common import BenchConfig, find_data_dir
 from pipeline_bench.discovery import _quiet
 from pipeline_bench.symreg_discovery import llmsr_problems, nmse, run_ndvm, synthetic_problems
 
-SETTINGS = {"edge block": (), "no edge block": ("--edge-fraction", "0")}
+ABLATIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "edge": {"edge block": (), "no edge block": ("--edge-fraction", "0")},
+    "linear": {"linear solved": (), "every parameter searched": ("--search-linear",)},
+}
+SETTINGS = ABLATIONS["edge"]
+
+
+def _take(argv: list[str], flag: str) -> tuple[list[str], str | None]:
+    """argv without ``flag VALUE``, and VALUE (None when the flag is absent)."""
+    if flag not in argv:
+        return argv, None
+    at = argv.index(flag)
+    value = argv[at + 1] if at + 1 < len(argv) else ""
+    return argv[:at] + argv[at + 2 :], value
 
 
 def main(argv: list[str]) -> int:
-    settings = dict(SETTINGS)
-    if "--only" in argv:
-        at = argv.index("--only")
-        only = argv[at + 1] if at + 1 < len(argv) else ""
-        if only not in SETTINGS:
-            raise SystemExit(f"--only takes one of {sorted(SETTINGS)}, got {only!r}")
-        settings = {only: SETTINGS[only]}
-        argv = argv[:at] + argv[at + 2 :]
+    argv, ablation = _take(argv, "--ablation")
+    if ablation is not None and ablation not in ABLATIONS:
+        raise SystemExit(f"--ablation takes one of {sorted(ABLATIONS)}, got {ablation!r}")
+    choices = ABLATIONS[ablation or "edge"]
+    settings = dict(choices)
+    argv, only = _take(argv, "--only")
+    if only is not None:
+        if only not in choices:
+            raise SystemExit(f"--only takes one of {sorted(choices)}, got {only!r}")
+        settings = {only: choices[only]}
     seconds = float(argv[0]) if argv else 180.0
     seeds = [int(s) for s in argv[1:]] or [0]
     _quiet()
