@@ -6,7 +6,7 @@ two settings, same seeds, same wall clock; NMSE on the in-domain and the out-of-
 
 ``--ablation edge`` (part 4): the edge block (the default, ``--edge-fraction 0.1``) against none
 (``--edge-fraction 0``). ``--ablation linear`` (part 1): linear parameters solved by least squares
-(the default) against every parameter searched (``--search-linear``).
+(``--solve-linear``) against every parameter searched (the pipeline's default).
 
 The LLM-SR problems need ../shared/data/llmsr (else they are left out, with the reason).
 """
@@ -23,7 +23,7 @@ from pipeline_bench.symreg_discovery import llmsr_problems, nmse, run_ndvm, synt
 
 ABLATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "edge": {"edge block": (), "no edge block": ("--edge-fraction", "0")},
-    "linear": {"linear solved": (), "every parameter searched": ("--search-linear",)},
+    "linear": {"linear solved": ("--solve-linear",), "every parameter searched": ()},
 }
 SETTINGS = ABLATIONS["edge"]
 

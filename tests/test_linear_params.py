@@ -176,12 +176,12 @@ def test_a_program_that_rebinds_a_primitive_of_the_basis_searches_instead() -> N
     assert fit.params["b"] == pytest.approx(0.7, rel=1e-5)
 
 
-def test_the_pipeline_solves_by_default_and_searches_on_request() -> None:
+def test_the_pipeline_searches_by_default_and_solves_on_request() -> None:
     from flows.calibration import CalibrationOptions
 
-    solved = calibrate_many([EXP_LAW], {"x": X}, EXP_Y, **CalibrationOptions(threads=1).as_kwargs())[0]
-    searched = calibrate_many(
-        [EXP_LAW], {"x": X}, EXP_Y, **CalibrationOptions(threads=1, search_linear=True).as_kwargs()
+    searched = calibrate_many([EXP_LAW], {"x": X}, EXP_Y, **CalibrationOptions(threads=1).as_kwargs())[0]
+    solved = calibrate_many(
+        [EXP_LAW], {"x": X}, EXP_Y, **CalibrationOptions(threads=1, solve_linear=True).as_kwargs()
     )[0]
     # the pipeline's Adam (100 steps) reaches the least squares with a and c solved, not searched
     assert solved.loss == pytest.approx(projected_mse(solved.params["b"])[0], rel=1e-9)
