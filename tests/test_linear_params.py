@@ -180,9 +180,9 @@ def test_the_pipeline_searches_by_default_and_solves_on_request() -> None:
     from flows.calibration import CalibrationOptions
 
     searched = calibrate_many([EXP_LAW], {"x": X}, EXP_Y, **CalibrationOptions(threads=1).as_kwargs())[0]
-    solved = calibrate_many(
-        [EXP_LAW], {"x": X}, EXP_Y, **CalibrationOptions(threads=1, solve_linear=True).as_kwargs()
-    )[0]
+    solved = calibrate_many([EXP_LAW], {"x": X}, EXP_Y, **CalibrationOptions(threads=1, solve_linear=True).as_kwargs())[
+        0
+    ]
     # the pipeline's Adam (100 steps) reaches the least squares with a and c solved, not searched
     assert solved.loss == pytest.approx(projected_mse(solved.params["b"])[0], rel=1e-9)
     assert solved.loss < searched.loss
