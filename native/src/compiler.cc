@@ -937,9 +937,7 @@ std::shared_ptr<Program> compile_program(const std::string& source, bool f32, ui
     std::string basis = basis_source(*p, forms);
     try {
       if (!basis.empty()) p->basis = compile_program(basis, f32, max_bytes);
-    } catch (const Error&) {
-      p->basis = nullptr;
-    }
+    } catch (const Error&) { p->basis = nullptr; }
     if (!p->basis || p->basis->params.size() != p->params.size()) {
       p->basis = nullptr;
       p->linear_params.clear();

@@ -82,7 +82,8 @@ ParamSet affine_in(const Program& p, const Node* n, int depth) {
     for (size_t i = 0; i < K; ++i)
       for (int j : kid_sets[i]) {
         bool ok = !contains(out, j);
-        for (size_t o = 0; o < K && ok; ++o) ok = kid_counts[o][static_cast<size_t>(j)] == 0 || contains(kid_sets[o], j);
+        for (size_t o = 0; o < K && ok; ++o)
+          ok = kid_counts[o][static_cast<size_t>(j)] == 0 || contains(kid_sets[o], j);
         if (ok) out.insert(std::upper_bound(out.begin(), out.end(), j), j);
       }
     return out;
@@ -184,12 +185,13 @@ Split split(const Program& p, const Node* n, const DatumP& d, const ParamSet& so
       any_a = any_a || k.a;
       as.push_back(k.a ? k.a : integer(0));
     }
-    if (any_a) out.a = sub ? call("-", as) : call("+", [&] {
-      std::vector<DatumP> present;
-      for (Split& k : kids)
-        if (k.a) present.push_back(k.a);
-      return present;
-    }());
+    if (any_a)
+      out.a = sub ? call("-", as) : call("+", [&] {
+        std::vector<DatumP> present;
+        for (Split& k : kids)
+          if (k.a) present.push_back(k.a);
+        return present;
+      }());
     for (int j : solved) {
       std::vector<DatumP> bs;
       bool has = false;

@@ -79,8 +79,8 @@ struct LaneEvaluator {
     // the optimizers read losses and gradients only (want_values false)
     if (loss.linear.empty())
       return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &loss, lim, nullptr, &lanes, false);
-    BatchResult br =
-        run_batch(*p.basis, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &loss, lim, nullptr, &lanes, false);
+    BatchResult br = run_batch(*p.basis, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &loss, lim, nullptr,
+                               &lanes, false);
     const size_t K = loss.linear.size();
     for (size_t k = 0; k < lanes.size(); ++k) {
       double* theta = theta_all.data() + static_cast<size_t>(lanes[k]) * P;

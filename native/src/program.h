@@ -117,9 +117,9 @@ struct BatchResult {
   std::vector<double> values;  // [B, numel]
   int rank = 0;
   uint32_t rows = 1, cols = 1;
-  std::vector<double> losses;       // [B] objective per lane (when a loss or gradient was asked for)
-  std::vector<double> grads;        // [B, P] when requested
-  std::vector<double> input_grads;  // per requested shared input: numel doubles, summed over lanes
+  std::vector<double> losses;           // [B] objective per lane (when a loss or gradient was asked for)
+  std::vector<double> grads;            // [B, P] when requested
+  std::vector<double> input_grads;      // per requested shared input: numel doubles, summed over lanes
   std::vector<double> linear_solution;  // [B, k] a projected batch's solved values
 };
 
