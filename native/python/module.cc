@@ -560,10 +560,10 @@ PYBIND11_MODULE(_native, m) {
                              })
       .def_property_readonly("f32", [](const Program& p) { return p.f32; })
       .def_property_readonly(
-          "linear_params", [](const Program& p) { return p.linear_params; },
+          "linear_params", [](const Program& p) { return p.basis() ? p.linear_params : std::vector<int>{}; },
           "indices of the parameters the result is affine in (solved by least squares in calibration)")
       .def_property_readonly(
-          "basis_source", [](const Program& p) { return p.basis ? p.basis->source : std::string(); },
+          "basis_source", [](const Program& p) { return p.basis() ? p.basis()->source : std::string(); },
           "the basis program a projected calibration walks: the result's parts as a list ('' without one)")
       .def("evaluate",
            [](const Program& p, Arr theta, py::dict shared, py::dict lane, const Limits& lim) {

@@ -931,19 +931,23 @@ std::shared_ptr<Program> compile_program(const std::string& source, bool f32, ui
   auto forms = read_all(source, max_bytes, &used);
   Compiler(*p, max_bytes, used).compile_toplevel(forms);
   p->linear_params = find_linear_params(*p);
-  if (!p->linear_params.empty()) {
-    // the basis program reads the same declarations, so a failure here is ours: then the
-    // calibration searches every parameter, as for a program without linear ones
-    std::string basis = basis_source(*p, forms);
-    try {
-      if (!basis.empty()) p->basis = compile_program(basis, f32, max_bytes);
-    } catch (const Error&) { p->basis = nullptr; }
-    if (!p->basis || p->basis->params.size() != p->params.size()) {
-      p->basis = nullptr;
-      p->linear_params.clear();
-    }
-  }
   return p;
+}
+
+const Program* Program::basis() const {
+  std::call_once(basis_once, [this] {
+    if (linear_params.empty()) return;
+    // the source compiled once already (within its memory budget); its basis is about its size
+    try {
+      std::string text = basis_source(*this, read_all(source));
+      if (text.empty()) return;
+      std::shared_ptr<Program> b = compile_program(text, f32);
+      if (b->params.size() == params.size()) basis_program = std::move(b);
+    } catch (const Error&) {
+      // ours, not the program's (the basis reads the same declarations): no projection then
+    }
+  });
+  return basis_program.get();
 }
 
 }  // namespace ndvm

@@ -31,7 +31,7 @@ bool all_finite(const double* x, int n) {
 // The parameters calibrate() solves rather than searches: the program's linear ones, for a
 // sum-of-squares loss (a declared sigma of the likelihood is not among them).
 std::vector<int> solved_params(const Program& p, const CalibSpec& spec) {
-  if (!spec.solve_linear || spec.loss.kind == LossKind::Value || !p.basis) return {};
+  if (!spec.solve_linear || spec.loss.kind == LossKind::Value || !p.basis()) return {};
   std::vector<int> out;
   for (int j : p.linear_params)
     if (!(spec.loss.kind == LossKind::GaussianNLL && j == spec.loss.sigma_param)) out.push_back(j);
@@ -79,7 +79,7 @@ struct LaneEvaluator {
     // the optimizers read losses and gradients only (want_values false)
     if (loss.linear.empty())
       return run_batch(p, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &loss, lim, nullptr, &lanes, false);
-    BatchResult br = run_batch(*p.basis, vm, th.data(), static_cast<int>(lanes.size()), in, grad, &loss, lim, nullptr,
+    BatchResult br = run_batch(*p.basis(), vm, th.data(), static_cast<int>(lanes.size()), in, grad, &loss, lim, nullptr,
                                &lanes, false);
     const size_t K = loss.linear.size();
     for (size_t k = 0; k < lanes.size(); ++k) {

@@ -367,9 +367,6 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   }
   vm.begin_evaluation(lim);  // one work budget and one deadline for every lane group and a replay
   const bool replayable = grad && !input_grad_ids;
-  // a projected batch (a basis program) solves over all of a lane's points at once: no tiles (the
-  // solve needs every point before any seed; the list result is not point-wise anyway)
-  const bool projected = loss && !loss->linear.empty();
   // A wide batch of a replayable program with shared inputs runs in chunks of equal width: the first
   // chunk walks (or replays the last call's tape), the others replay it, so one chunk's values and
   // adjoints stay in the caches where the whole batch's arena would not. A lane's bits do not depend
@@ -383,10 +380,10 @@ BatchResult run_batch(const Program& p, VM& vm, const double* theta, int B, cons
   for (int c = 0; c < chunks; ++c) {
     for (int l = 0; l < width; ++l) lanes[l] = std::min(c * width + l, B - 1);
     // a point-wise tape: forward, loss and backward tile by tile (tiled.cc), values into d.res
-    if (replayable && loss && !projected && want_values && !d.shape_set && vm.tiled_points(p, width, lim))
+    if (replayable && loss && want_values && !d.shape_set && vm.tiled_points(p, width, lim))
       d.set_shape(1, vm.tiled_points(p, width, lim), 1);
-    if (replayable && loss && !projected &&
-        vm.try_replay_tiled(p, theta, P, lanes, in, lane_map, lim, *loss, d.res, want_values))
+    // (a basis program's list result is never tiled: VM::plan_tiles keeps numeric vectors only)
+    if (replayable && loss && vm.try_replay_tiled(p, theta, P, lanes, in, lane_map, lim, *loss, d.res, want_values))
       continue;
     if (replayable && vm.try_replay(p, theta, P, lanes, in, lane_map, lim)) d.store(lanes, vm.replay_result());
     else d.run_group(lanes);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,10 +49,15 @@ struct Program {
   std::deque<Pair> const_pairs;       // quoted list structure (immutable)
   std::vector<std::string> symbols;   // symbol id -> name
   std::vector<ParamDecl> params;
-  std::vector<int> linear_params;  // the parameters the result is affine in (linear.h), ascending
+  // The parameters the result is affine in (linear.h, found at compile time), ascending: what a
+  // projected calibration solves, when basis() exists.
+  std::vector<int> linear_params;
   // Its basis program (linear.h, basis_source): the same parameters, the result's parts as a list;
-  // what a projected calibration walks. Null when linear_params is empty.
-  std::shared_ptr<const Program> basis;
+  // what a projected calibration walks. Built on first use (most programs are never projected:
+  // the pipeline searches by default), once, from any thread; null when the result cannot be split.
+  const Program* basis() const;
+  mutable std::once_flag basis_once;
+  mutable std::shared_ptr<const Program> basis_program;
   std::vector<std::string> inputs;  // free variables, first-use order
   std::vector<int> input_line, input_col;
   std::string canonical;  // canonical form (see canonical.cc)
@@ -105,7 +111,7 @@ struct LossSpec {
   std::vector<std::vector<double>> lane_target;  // or one target vector per lane
   int sigma_param = -1;                          // NLL: index of a declared `sigma` parameter, or -1 (profiled)
   // Variable projection (MSE and NLL; calibrate's solve_linear): the program run is a basis
-  // program (Program::basis) whose result is the list (a b_1 ... b_k) of the prediction
+  // program (Program::basis()) whose result is the list (a b_1 ... b_k) of the prediction
   // a + sum_j c_j b_j, c the values of these k parameters of the program it was made from. A
   // lane's loss is the loss at their least-squares values (BatchResult::linear_solution); its
   // gradient is the projected loss's. Empty: an ordinary batch.
