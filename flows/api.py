@@ -36,6 +36,7 @@ import polars as pl
 from flows.config import Budget, build_config
 from flows.environment import quiet_environment
 from storage import CandidateStore, default_store_path
+from storage.fingerprint import GROUP_FIT_SETTINGS
 from storage.formula import expressions, render
 from storage.parsimony import run_front
 from storage.selection import champion_of_run
@@ -137,7 +138,7 @@ class DiscoveryResult:
         keys as ``storage.tracking.Tracker.calibration``)."""
         self._load_task()
         c = self._config.calibration
-        values = {"optimizer": c.optimizer, "steps": c.steps, "lr": c.lr, "restarts": c.restarts, "seed": c.seed}
+        values = {k: getattr(c, k) for k in GROUP_FIT_SETTINGS}
         return {k: v for k, v in values.items() if v is not None}
 
     @classmethod

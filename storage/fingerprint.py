@@ -192,7 +192,10 @@ DATASET_FINGERPRINT_VERSION = 1
 # on purpose: the seed (restart starting points; each night draws its own, and an evaluation from
 # another seed is as valid a fit), threads (the same fits on any core count) and the per-candidate
 # time limit (a limit, not a setting of the fit).
-RESULT_SETTINGS = ("optimizer", "steps", "lr", "restarts")
+RESULT_SETTINGS = ("optimizer", "steps", "lr", "restarts", "solve_linear")
+# What a per-group model (storage/pyfunc_model.py) calibrates a new group with, as the run did: the
+# settings that change a fit, and the seed (the same starting points as the run's fits).
+GROUP_FIT_SETTINGS = (*RESULT_SETTINGS, "seed")
 
 
 @dataclass(frozen=True)

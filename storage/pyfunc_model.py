@@ -268,6 +268,8 @@ class NDVMProgramModel(mlflow.pyfunc.PythonModel):
             )
         order = np.argsort(x[seen], kind="stable")  # the task fits each group in x order
         settings = dict(spec.get("calibration") or {})
+        # a model logged before solve_linear was a setting was fitted searching every parameter
+        settings.setdefault("solve_linear", False)
         names = self._program.param_names
         if self._program.shared_names:  # shared parameters keep the known groups' value: fit the others
             known_row = next(iter(self._group_theta.values()))[0]

@@ -45,6 +45,7 @@ import mlflow.pyfunc
 import numpy as np
 from mlflow.tracking import MlflowClient
 
+from storage.fingerprint import GROUP_FIT_SETTINGS
 from storage.plots import FitPlot, ForecastPlot, plot_fit, plot_forecast, plot_loss
 from storage.pyfunc_model import NDVMProgramModel
 from storage.selection import champion_of_run
@@ -294,11 +295,7 @@ class Tracker:
             self.discovery_run_id = run_id  # each entry's nested run names it (tag ndvm.discovery_run)
             # the settings a pyfunc model calibrates a new group (battery cell) with, as the run did
             calibration = dict((config or {}).get("calibration") or {})
-            self.calibration = {
-                k: calibration[k]
-                for k in ("optimizer", "steps", "lr", "restarts", "seed")
-                if calibration.get(k) is not None
-            }
+            self.calibration = {k: calibration[k] for k in GROUP_FIT_SETTINGS if calibration.get(k) is not None}
             existing = self._find_parent(run_id, mlflow_run_id)
             if existing is not None:
                 self.client.update_run(existing, status="RUNNING")

@@ -24,6 +24,7 @@ CALIBRATION = {
     "steps": 20,
     "lr": 0.05,
     "restarts": 2,
+    "solve_linear": False,
     "seed": 0,
     "threads": None,
     "max_seconds": None,
