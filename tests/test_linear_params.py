@@ -123,6 +123,27 @@ def test_lanes_that_take_different_branches_keep_their_rows_together() -> None:
     assert fit.all_losses == pytest.approx([0.0] * 4, abs=1e-20)
 
 
+def test_the_basis_program_reads_the_inputs_of_the_program_it_came_from() -> None:
+    # inputs are numbered by first use: here u before x, while the basis program (list (exp (* k x)) u)
+    # meets x first. Read in its own numbering it would get u's value for x (the heavy
+    # differential test's seed 5760 found it, as "lanes returned results of different shapes")
+    source = "(param c 1.0)(param k 0.5)\n(+ (* c u) (exp (* k x)))"
+    assert ndvm.compile(source).linear_names == ["c"]
+    u = np.cos(3 * X)
+    y = 2.0 * u + 0.25 * X
+    fit = ndvm.calibrate(source, {"u": u, "x": X}, y, optimizer="gd", steps=1, lr=1e-12, restarts=1)
+    residual = y - np.exp(0.5 * X)
+    assert fit.params["c"] == pytest.approx(float(u @ residual / (u @ u)), rel=1e-10)
+    # a scalar input first and a vector one after, in branches the lanes split on
+    source = "(param c 1.0)(param k 0.5)\n(+ (* c (if (< k 0) s x)) (* k x))"
+    init = np.array([[1.0, 0.5], [1.0, -0.5]])
+    fit = ndvm.calibrate(source, {"s": 0.7, "x": X}, 3.0 * X, restarts=2, init=init, optimizer="gd", steps=1, lr=1e-12)
+    assert fit.status == "ok"
+    assert fit.all_params[0, 0] == pytest.approx(2.5, rel=1e-10)  # (3 - 0.5) x = c x
+    rest = 3.0 * X + 0.5 * X
+    assert fit.all_params[1, 0] == pytest.approx(float(rest.sum() / (0.7 * X.size)), rel=1e-10)
+
+
 def test_a_basis_that_overflows_is_a_nonfinite_lane_not_a_crash() -> None:
     init = np.array([[1.0, 800.0, 0.0], [1.0, 0.6, 0.0]])  # exp(800 x) overflows
     fit = ndvm.calibrate(EXP_LAW, {"x": X}, EXP_Y, restarts=2, init=init)

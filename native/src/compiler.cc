@@ -119,6 +119,17 @@ class Compiler {
   // `max_bytes` (0: none) bounds the syntax tree (`used`: what the reader charged) plus the nodes.
   Compiler(Program& p, uint64_t max_bytes, uint64_t used) : P(p), max_bytes_(max_bytes), bytes_(used) {}
 
+  // Inputs numbered in this order before any is met (a derived program, such as a basis program,
+  // reads the Inputs laid out for the program it came from, whose inputs are numbered by first use).
+  void number_inputs(const Program& like) {
+    for (size_t i = 0; i < like.inputs.size(); ++i) {
+      input_index_.emplace(like.inputs[i], static_cast<int>(i));
+      P.inputs.push_back(like.inputs[i]);
+      P.input_line.push_back(like.input_line[i]);
+      P.input_col.push_back(like.input_col[i]);
+    }
+  }
+
   void compile_toplevel(const std::vector<DatumP>& forms) {
     std::vector<DatumP> body;
     for (auto& f : forms) {
@@ -921,10 +932,16 @@ class Compiler {
 
 }  // namespace
 
+namespace {
+uint64_t next_program_serial() {
+  static std::atomic<uint64_t> next{1};
+  return next++;
+}
+}  // namespace
+
 std::shared_ptr<Program> compile_program(const std::string& source, bool f32, uint64_t max_bytes) {
-  static std::atomic<uint64_t> next_serial{1};
   auto p = std::make_shared<Program>();
-  p->serial = next_serial++;
+  p->serial = next_program_serial();
   p->source = source;
   p->f32 = f32;
   uint64_t used = 0;
@@ -941,8 +958,14 @@ const Program* Program::basis() const {
     try {
       std::string text = basis_source(*this, read_all(source));
       if (text.empty()) return;
-      std::shared_ptr<Program> b = compile_program(text, f32);
-      if (b->params.size() == params.size()) basis_program = std::move(b);
+      auto b = std::make_shared<Program>();
+      b->serial = next_program_serial();
+      b->source = text;
+      b->f32 = f32;
+      Compiler c(*b, 0, 0);
+      c.number_inputs(*this);  // the basis reads this program's Inputs: the same numbering
+      c.compile_toplevel(read_all(text));
+      if (b->params.size() == params.size() && b->inputs == inputs) basis_program = std::move(b);
     } catch (const Error&) {
       // ours, not the program's (the basis reads the same declarations): no projection then
     }

@@ -327,6 +327,12 @@ struct Driver {
     return 0.5 * std::log(2 * M_PI * mse) + 0.5;
   }
 
+  static std::string shape_text(int rank, uint32_t rows, uint32_t cols) {
+    if (rank == 0) return "a number";
+    if (rank == 1) return "a vector of " + std::to_string(rows);
+    return "a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix";
+  }
+
   void set_shape(int rank, uint32_t rows, uint32_t cols) {
     if (!shape_set) {
       res.rank = rank;
@@ -345,7 +351,8 @@ struct Driver {
       return;
     }
     if (res.rank != rank || (rank >= 1 && res.rows != rows) || (rank == 2 && res.cols != cols))
-      eval_error("lanes returned results of different shapes");
+      eval_error("lanes returned results of different shapes (" + shape_text(res.rank, res.rows, res.cols) + " and " +
+                 shape_text(rank, rows, cols) + ")");
   }
 };
 
