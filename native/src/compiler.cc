@@ -933,22 +933,26 @@ class Compiler {
 }  // namespace
 
 namespace {
-uint64_t next_program_serial() {
-  static std::atomic<uint64_t> next{1};
-  return next++;
-}
-}  // namespace
-
-std::shared_ptr<Program> compile_program(const std::string& source, bool f32, uint64_t max_bytes) {
+// `numbered_like`: a program whose input numbering this one takes (see Compiler::number_inputs)
+std::shared_ptr<Program> compile(const std::string& source, bool f32, uint64_t max_bytes,
+                                 const Program* numbered_like) {
+  static std::atomic<uint64_t> next_serial{1};
   auto p = std::make_shared<Program>();
-  p->serial = next_program_serial();
+  p->serial = next_serial++;
   p->source = source;
   p->f32 = f32;
   uint64_t used = 0;
   auto forms = read_all(source, max_bytes, &used);
-  Compiler(*p, max_bytes, used).compile_toplevel(forms);
+  Compiler c(*p, max_bytes, used);
+  if (numbered_like) c.number_inputs(*numbered_like);
+  c.compile_toplevel(forms);
   p->linear_params = find_linear_params(*p);
   return p;
+}
+}  // namespace
+
+std::shared_ptr<Program> compile_program(const std::string& source, bool f32, uint64_t max_bytes) {
+  return compile(source, f32, max_bytes, nullptr);
 }
 
 const Program* Program::basis() const {
@@ -958,13 +962,8 @@ const Program* Program::basis() const {
     try {
       std::string text = basis_source(*this, read_all(source));
       if (text.empty()) return;
-      auto b = std::make_shared<Program>();
-      b->serial = next_program_serial();
-      b->source = text;
-      b->f32 = f32;
-      Compiler c(*b, 0, 0);
-      c.number_inputs(*this);  // the basis reads this program's Inputs: the same numbering
-      c.compile_toplevel(read_all(text));
+      // the basis reads this program's Inputs: the same numbering
+      std::shared_ptr<Program> b = compile(text, f32, 0, this);
       if (b->params.size() == params.size() && b->inputs == inputs) basis_program = std::move(b);
     } catch (const Error&) {
       // ours, not the program's (the basis reads the same declarations): no projection then
